@@ -1,0 +1,83 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// CommandAll is the CommandLock name that freezes every command.
+const CommandAll = "all"
+
+// CommandLockSpec freezes a command cluster-wide.
+type CommandLockSpec struct {
+	// locked freezes the command: requests for it are not granted until it is false again.
+	// Holders already granted keep their grant.
+	// +optional
+	Locked bool `json:"locked,omitempty"`
+
+	// reason is shown to everyone who waits, e.g. "maintenance window until 18:00 UTC".
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Reason string `json:"reason,omitempty"`
+
+	// until thaws the command automatically at this time. Unset: frozen until unlocked.
+	// +optional
+	Until *metav1.Time `json:"until,omitempty"`
+}
+
+// CommandLockStatus reports the freeze and how many holders still run the command.
+type CommandLockStatus struct {
+	// activeHolders counts granted requests of this command (all commands for "all").
+	// +optional
+	ActiveHolders int32 `json:"activeHolders,omitempty"`
+
+	// blockedRequests counts requests waiting because of this freeze.
+	// +optional
+	BlockedRequests int32 `json:"blockedRequests,omitempty"`
+
+	// observedGeneration is the spec generation this status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// conditions: Locked (the freeze is in force) and Drained (no granted holder of the command
+	// is left: maintenance may start).
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=8
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// CommandLock freezes one command (named after it, e.g. "apply"; "all" freezes every command)
+// across the cluster: `kubectl patch commandlock apply --type merge -p '{"spec":{"locked":true}}'`.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Cluster,shortName=cl,categories=locks
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.matches('^[a-z][a-z0-9_-]*$') && size(self.metadata.name) <= 63",message="a CommandLock is named after the command it freezes (e.g. apply, or all): lowercase letters, digits, '_' or '-'"
+// +kubebuilder:printcolumn:name="Locked",type=boolean,JSONPath=`.spec.locked`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.spec.reason`
+// +kubebuilder:printcolumn:name="Until",type=string,JSONPath=`.spec.until`
+// +kubebuilder:printcolumn:name="Active",type=integer,JSONPath=`.status.activeHolders`
+// +kubebuilder:printcolumn:name="Blocked",type=integer,JSONPath=`.status.blockedRequests`
+// +kubebuilder:printcolumn:name="Drained",type=string,JSONPath=`.status.conditions[?(@.type=="Drained")].status`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type CommandLock struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// spec is the freeze.
+	// +optional
+	Spec CommandLockSpec `json:"spec,omitempty"`
+
+	// status reports the freeze's effect.
+	// +optional
+	Status CommandLockStatus `json:"status,omitempty"`
+}
+
+// CommandLockList is a list of CommandLocks.
+// +kubebuilder:object:root=true
+type CommandLockList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []CommandLock `json:"items"`
+}
+

@@ -1,0 +1,60 @@
+package v1alpha1
+
+// Condition types.
+const (
+	// ConditionGranted is True while a LockRequest holds all its locks. Wait on this one.
+	ConditionGranted = "Granted"
+	// ConditionReady mirrors Granted, for kstatus-aware tools.
+	ConditionReady = "Ready"
+	// ConditionReconciling is True while a LockRequest waits in a queue (kstatus abnormal-true).
+	ConditionReconciling = "Reconciling"
+	// ConditionStalled is True when a LockRequest failed and will not be granted (kstatus).
+	ConditionStalled = "Stalled"
+	// ConditionLocked is True while a ProjectLock is held, or while a CommandLock's freeze is in force.
+	ConditionLocked = "Locked"
+	// ConditionDrained is True when no granted holder of a frozen command is left.
+	ConditionDrained = "Drained"
+)
+
+// Condition reasons. Each says why a condition has its status.
+const (
+	// ReasonQueued: waiting behind a holder or earlier requests.
+	ReasonQueued = "Queued"
+	// ReasonCommandLocked: waiting (or failed, with waitTimeout 0s) because its command is frozen.
+	ReasonCommandLocked = "CommandLocked"
+	// ReasonGranted: holds all its locks.
+	ReasonGranted = "Granted"
+	// ReasonReleased: released by spec.release or deletion.
+	ReasonReleased = "Released"
+	// ReasonForceUnlocked: an admin deleted the ProjectLock it held.
+	ReasonForceUnlocked = "ForceUnlocked"
+	// ReasonExpired: the grant outlived spec.ttl.
+	ReasonExpired = "Expired"
+	// ReasonTimeout: spec.waitTimeout elapsed before the grant (Forrst LOCK_TIMEOUT).
+	ReasonTimeout = "Timeout"
+	// ReasonBusy: waitTimeout 0s and the lock was held (Forrst LOCK_ACQUISITION_FAILED).
+	ReasonBusy = "Busy"
+	// ReasonDeadlock: chosen as the victim of a deadlock cycle.
+	ReasonDeadlock = "Deadlock"
+	// ReasonHolderLost: the holder's Lease lapsed or was deleted.
+	ReasonHolderLost = "HolderLost"
+	// ReasonQueueFull: the key's queue was at the operator's cap.
+	ReasonQueueFull = "QueueFull"
+	// ReasonInvalid: the spec passed admission but the operator cannot honor it (e.g. ttl over
+	// the operator's maximum).
+	ReasonInvalid = "Invalid"
+	// ReasonFailed: the request failed; the Stalled condition's message says why.
+	ReasonFailed = "Failed"
+	// ReasonFree: a ProjectLock with no holder.
+	ReasonFree = "Free"
+	// ReasonHeld: a ProjectLock with a holder.
+	ReasonHeld = "Held"
+	// ReasonFrozen: a CommandLock whose freeze is in force.
+	ReasonFrozen = "Frozen"
+	// ReasonThawed: a CommandLock that is not (or no longer) in force.
+	ReasonThawed = "Thawed"
+	// ReasonActiveHolders: a frozen command still has granted holders.
+	ReasonActiveHolders = "ActiveHolders"
+	// ReasonNoActiveHolders: a frozen command has no granted holder left.
+	ReasonNoActiveHolders = "NoActiveHolders"
+)

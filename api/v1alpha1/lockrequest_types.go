@@ -1,0 +1,226 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Priority orders a lock queue: Critical before High before Normal before Low; within one
+// priority, first come first served.
+// +kubebuilder:validation:Enum=Low;Normal;High;Critical
+type Priority string
+
+// Priorities, lowest first.
+const (
+	PriorityLow      Priority = "Low"
+	PriorityNormal   Priority = "Normal"
+	PriorityHigh     Priority = "High"
+	PriorityCritical Priority = "Critical"
+)
+
+// Rank maps a priority to a number that sorts it: higher is served first. Unknown values rank as
+// Normal, the API default.
+func (p Priority) Rank() int {
+	switch p {
+	case PriorityLow:
+		return 0
+	case PriorityHigh:
+		return 2
+	case PriorityCritical:
+		return 3
+	default:
+		return 1
+	}
+}
+
+// LockRequestPhase is where a request is in its life.
+// +kubebuilder:validation:Enum=Pending;Granted;Released;Expired;Failed
+type LockRequestPhase string
+
+// Phases of a LockRequest. Released, Expired and Failed are final.
+const (
+	// PhasePending: waiting in the queue of at least one of its locks.
+	PhasePending LockRequestPhase = "Pending"
+	// PhaseGranted: holds every lock it asked for.
+	PhaseGranted LockRequestPhase = "Granted"
+	// PhaseReleased: gave its locks back (spec.release, force-unlock, holder lost).
+	PhaseReleased LockRequestPhase = "Released"
+	// PhaseExpired: its grant outlived spec.ttl.
+	PhaseExpired LockRequestPhase = "Expired"
+	// PhaseFailed: never granted (timeout, deadlock victim, queue full, invalid).
+	PhaseFailed LockRequestPhase = "Failed"
+)
+
+// IsFinal reports whether the phase can no longer change.
+func (p LockRequestPhase) IsFinal() bool {
+	return p == PhaseReleased || p == PhaseExpired || p == PhaseFailed
+}
+
+// LockRequestSpec asks for one or more locks.
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.command) || (has(self.command) && self.command == oldSelf.command)",message="command is immutable"
+// +kubebuilder:validation:XValidation:rule="has(oldSelf.command) || !has(self.command)",message="command is immutable"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.release) || !oldSelf.release || (has(self.release) && self.release)",message="release cannot be undone; create a new LockRequest"
+type LockRequestSpec struct {
+	// locks are the lock targets to acquire, together. They are acquired in canonical key order
+	// (so two multi-lock requests can never deadlock each other) and the request is Granted only
+	// when it holds all of them. Immutable.
+	// +required
+	// +listType=atomic
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="locks are immutable; create a new LockRequest to lock something else"
+	// +kubebuilder:validation:XValidation:rule="self.all(a, self.exists_one(b, a.repo == b.repo && a.path == b.path && a.workspace == b.workspace && (has(a.project) ? a.project : '') == (has(b.project) ? b.project : '')))",message="locks must not name the same repo/path/workspace/project twice"
+	Locks []LockTarget `json:"locks"`
+
+	// holder says who asks. Immutable.
+	// +required
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="holder is immutable; create a new LockRequest for another holder"
+	Holder Holder `json:"holder"`
+
+	// command is the command the lock is for, e.g. "plan" or "apply". While a CommandLock named
+	// after it (or "all") is locked, the request is not granted. Immutable.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z][a-z0-9_-]*$')",message="command must be lowercase letters, digits, '_' or '-', starting with a letter, e.g. apply"
+	Command string `json:"command,omitempty"`
+
+	// priority orders the queue: Critical, High, Normal, Low. Within one priority the queue is
+	// first come, first served, and waiting requests age upward (never above High) so a Low
+	// request is not starved.
+	// +optional
+	// +kubebuilder:default=Normal
+	Priority Priority `json:"priority,omitempty"`
+
+	// ttl is how long a grant lasts, e.g. "30m". Unset means the operator's default. Raise it
+	// while granted to renew: status.expiresAt is grantedAt + ttl. At most 24h here; the operator
+	// may enforce a lower maximum (the request then fails with reason Invalid).
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+(\\\\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$')",message="ttl must be a positive Go duration such as 90s, 30m or 1h30m"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^([0-9]+(\\\\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$') || (duration(self) >= duration('1s') && duration(self) <= duration('24h'))",message="ttl must be between 1s and 24h"
+	TTL *metav1.Duration `json:"ttl,omitempty"`
+
+	// waitTimeout is how long to wait in the queue before failing with reason Timeout. "0s"
+	// tries once and fails at once if the lock is busy. Unset waits until granted.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+(\\\\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$')",message="waitTimeout must be a non-negative Go duration such as 0s, 90s or 10m"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^([0-9]+(\\\\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self) <= duration('168h')",message="waitTimeout must be at most 168h"
+	WaitTimeout *metav1.Duration `json:"waitTimeout,omitempty"`
+
+	// release gives the locks back while keeping this record (phase Released). Deleting the
+	// request releases too. Cannot be undone.
+	// +optional
+	Release bool `json:"release,omitempty"`
+}
+
+// LockStatus is the state of one of the request's lock targets, in spec order.
+type LockStatus struct {
+	// key is the canonical lock key, repo/path/workspace[/project].
+	// +required
+	Key string `json:"key"`
+
+	// name is the ProjectLock that serializes this key, in the request's namespace.
+	// +required
+	Name string `json:"name"`
+
+	// held is true while this request holds the key.
+	// +optional
+	Held bool `json:"held,omitempty"`
+}
+
+// LockRequestStatus is what the controller decided.
+type LockRequestStatus struct {
+	// phase is Pending, Granted, Released, Expired or Failed.
+	// +optional
+	Phase LockRequestPhase `json:"phase,omitempty"`
+
+	// locks reports, for each spec.locks entry in the same order, its key, ProjectLock and
+	// whether it is held.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=32
+	Locks []LockStatus `json:"locks,omitempty"`
+
+	// queuePosition is the 1-based place in the queue of the first lock not yet held (1 = next).
+	// It is refreshed lazily for deep waiters; 0 when not waiting.
+	// +optional
+	QueuePosition int32 `json:"queuePosition,omitempty"`
+
+	// blockedBy says who or what is ahead: a holder ("pull #100 (alice)"), a frozen command, or a
+	// deadlock cycle.
+	// +optional
+	BlockedBy string `json:"blockedBy,omitempty"`
+
+	// fencingToken strictly increases with every grant of a key. Pass it to the system you
+	// change so it can reject writes from a holder whose lock has since moved on. With several
+	// locks it is the highest token among them.
+	// +optional
+	FencingToken int64 `json:"fencingToken,omitempty"`
+
+	// queuedAt is when the controller first saw the request, at microsecond resolution: the
+	// arrival that orders requests of one priority.
+	// +optional
+	QueuedAt *metav1.MicroTime `json:"queuedAt,omitempty"`
+
+	// grantedAt is when the request came to hold all its locks.
+	// +optional
+	GrantedAt *metav1.Time `json:"grantedAt,omitempty"`
+
+	// expiresAt is when the grant ends unless renewed: grantedAt + ttl.
+	// +optional
+	ExpiresAt *metav1.Time `json:"expiresAt,omitempty"`
+
+	// finishedAt is when the request reached a final phase; retention counts from here.
+	// +optional
+	FinishedAt *metav1.Time `json:"finishedAt,omitempty"`
+
+	// observedGeneration is the spec generation this status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// conditions: Granted (wait on this one), Ready (same as Granted), Reconciling (True while
+	// queued) and Stalled (True when Failed).
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=8
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// LockRequest asks for one or more locks for a holder. Wait for it with
+// `kubectl wait --for=condition=Granted lockrequest/NAME`; release it by deleting it.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=lr,categories=locks
+// +kubebuilder:printcolumn:name="Lock",type=string,JSONPath=`.status.locks[0].key`
+// +kubebuilder:printcolumn:name="Owner",type=string,JSONPath=`.spec.holder.owner`
+// +kubebuilder:printcolumn:name="Pull",type=integer,JSONPath=`.spec.holder.pull`
+// +kubebuilder:printcolumn:name="Command",type=string,JSONPath=`.spec.command`,priority=1
+// +kubebuilder:printcolumn:name="Priority",type=string,JSONPath=`.spec.priority`
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Position",type=integer,JSONPath=`.status.queuePosition`
+// +kubebuilder:printcolumn:name="Token",type=integer,JSONPath=`.status.fencingToken`
+// +kubebuilder:printcolumn:name="Expires",type=string,JSONPath=`.status.expiresAt`
+// +kubebuilder:printcolumn:name="Blocked-By",type=string,JSONPath=`.status.blockedBy`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type LockRequest struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// spec is what is asked for.
+	// +required
+	Spec LockRequestSpec `json:"spec"`
+
+	// status is what the controller decided.
+	// +optional
+	Status LockRequestStatus `json:"status,omitempty"`
+}
+
+// LockRequestList is a list of LockRequests.
+// +kubebuilder:object:root=true
+type LockRequestList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []LockRequest `json:"items"`
+}
+

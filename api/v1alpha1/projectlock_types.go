@@ -1,0 +1,143 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// ProjectLockSpec is the key this lock serializes. The controller creates ProjectLocks; their
+// spec never changes.
+// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="a ProjectLock's key is immutable"
+type ProjectLockSpec struct {
+	LockTarget `json:",inline"`
+}
+
+// LockHolder is the identity that holds a ProjectLock and the requests it holds it through.
+type LockHolder struct {
+	// owner of the holding requests.
+	// +required
+	Owner string `json:"owner"`
+
+	// pull of the holding requests; 0 when none.
+	// +optional
+	Pull int64 `json:"pull,omitempty"`
+
+	// url of the holder's pull request or pipeline run.
+	// +optional
+	URL string `json:"url,omitempty"`
+
+	// requests are the LockRequests (same namespace) that hold this key: one, or more when the
+	// same owner+pull re-locked it (plan, then apply).
+	// +required
+	// +listType=atomic
+	// +kubebuilder:validation:MinItems=1
+	Requests []HolderRequest `json:"requests"`
+
+	// since is when this identity was granted the key.
+	// +required
+	Since metav1.Time `json:"since"`
+
+	// expiresAt is when the last of the holding requests expires unless renewed.
+	// +optional
+	ExpiresAt *metav1.Time `json:"expiresAt,omitempty"`
+}
+
+// HolderRequest names one LockRequest that holds a key.
+type HolderRequest struct {
+	// name of the LockRequest.
+	// +required
+	Name string `json:"name"`
+
+	// uid of the LockRequest, so a deleted and re-created request of the same name is not
+	// mistaken for the holder.
+	// +required
+	UID string `json:"uid"`
+}
+
+// QueueEntry is one waiting request, as shown in ProjectLock.status.queue.
+type QueueEntry struct {
+	// request is the waiting LockRequest's name.
+	// +required
+	Request string `json:"request"`
+
+	// owner of the waiting request.
+	// +required
+	Owner string `json:"owner"`
+
+	// pull of the waiting request.
+	// +optional
+	Pull int64 `json:"pull,omitempty"`
+
+	// priority the request waits with, after aging.
+	// +required
+	Priority Priority `json:"priority"`
+}
+
+// ProjectLockStatus is who holds the key and who waits for it.
+type ProjectLockStatus struct {
+	// holder is who holds the key; unset when free.
+	// +optional
+	Holder *LockHolder `json:"holder,omitempty"`
+
+	// fencingToken is the token of the latest grant. It strictly increases with every grant of
+	// this key, also across deletion and re-creation of the ProjectLock.
+	// +optional
+	FencingToken int64 `json:"fencingToken,omitempty"`
+
+	// queue is the head of the queue, in grant order (at most 20 entries).
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=20
+	Queue []QueueEntry `json:"queue,omitempty"`
+
+	// queueLength is the number of waiting requests.
+	// +optional
+	QueueLength int32 `json:"queueLength,omitempty"`
+
+	// observedGeneration is the generation this status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// conditions: Locked (True while held).
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=8
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// ProjectLock is one lock key and its holder: the single point of serialization. The controller
+// creates and updates it; `kubectl delete projectlock NAME` force-unlocks it.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=pl,categories=locks
+// +kubebuilder:printcolumn:name="Repo",type=string,JSONPath=`.spec.repo`
+// +kubebuilder:printcolumn:name="Path",type=string,JSONPath=`.spec.path`
+// +kubebuilder:printcolumn:name="Workspace",type=string,JSONPath=`.spec.workspace`
+// +kubebuilder:printcolumn:name="Project",type=string,JSONPath=`.spec.project`
+// +kubebuilder:printcolumn:name="Holder",type=string,JSONPath=`.status.holder.owner`
+// +kubebuilder:printcolumn:name="Pull",type=integer,JSONPath=`.status.holder.pull`
+// +kubebuilder:printcolumn:name="Queue",type=integer,JSONPath=`.status.queueLength`
+// +kubebuilder:printcolumn:name="Token",type=integer,JSONPath=`.status.fencingToken`,priority=1
+// +kubebuilder:printcolumn:name="Expires",type=string,JSONPath=`.status.holder.expiresAt`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type ProjectLock struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// spec is the lock key.
+	// +required
+	Spec ProjectLockSpec `json:"spec"`
+
+	// status is the holder and the queue.
+	// +optional
+	Status ProjectLockStatus `json:"status,omitempty"`
+}
+
+// ProjectLockList is a list of ProjectLocks.
+// +kubebuilder:object:root=true
+type ProjectLockList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []ProjectLock `json:"items"`
+}
+

@@ -1,0 +1,71 @@
+package v1alpha1
+
+// LockTarget names one lock: a directory and workspace of a repository, optionally narrowed to
+// one Atlantis project. Its key is repo/path/workspace, plus /project when project is set, so two
+// projects that share a directory and workspace lock independently.
+// +kubebuilder:validation:XValidation:rule="!has(self.project) || size(self.project) > 0",message="project, when set, must not be empty"
+type LockTarget struct {
+	// repo is the repository in owner/name form, e.g. "acme/infra". Nested groups
+	// (GitLab's group/subgroup/name) are allowed.
+	// +required
+	// +kubebuilder:validation:MinLength=3
+	// +kubebuilder:validation:MaxLength=200
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9_.-]+)+$')",message="repo must be owner/name (letters, digits, '_', '.', '-'), e.g. acme/infra"
+	Repo string `json:"repo"`
+
+	// path is the directory inside the repository, relative to its root, e.g. "modules/vpc".
+	// Use "." for the root. Absolute paths, "..", "." segments and trailing slashes are rejected so
+	// one directory always has one key.
+	// +optional
+	// +kubebuilder:default="."
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="!self.startsWith('/')",message="path must be relative to the repository root (no leading '/'), e.g. modules/vpc"
+	// +kubebuilder:validation:XValidation:rule="self == '.' || !self.matches('(^|/)\\\\.\\\\.?(/|$)')",message="path must not contain '.' or '..' segments; use the directory's plain relative path, or '.' for the root"
+	// +kubebuilder:validation:XValidation:rule="self == '.' || self.matches('^[A-Za-z0-9_.@+=,~-]+(/[A-Za-z0-9_.@+=,~-]+)*$')",message="path must be slash-separated directory names without empty segments or a trailing '/'"
+	Path string `json:"path,omitempty"`
+
+	// workspace is the Terraform workspace, "default" unless set.
+	// +optional
+	// +kubebuilder:default=default
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[A-Za-z0-9_][A-Za-z0-9_.-]*$')",message="workspace must be letters, digits, '_', '.', '-' and start with a letter, digit or '_'"
+	Workspace string `json:"workspace,omitempty"`
+
+	// project is the Atlantis project name. When set it becomes part of the lock key, so
+	// projects sharing a directory and workspace do not block each other.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[A-Za-z0-9_][A-Za-z0-9_.-]*$')",message="project must be letters, digits, '_', '.', '-' and start with a letter, digit or '_'"
+	Project string `json:"project,omitempty"`
+}
+
+// Holder identifies who holds (or wants) a lock. Identity is owner plus pull: a request from an
+// identity that already holds a key shares that key at once (a pull request's plan, then apply).
+type Holder struct {
+	// owner is the user or pipeline that holds the lock, e.g. "alice" or "ci/deploy".
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self.trim().size() > 0",message="owner must not be blank"
+	Owner string `json:"owner"`
+
+	// pull is the pull (merge) request number the lock is taken for; 0 or unset when none.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	Pull int64 `json:"pull,omitempty"`
+
+	// url links to the pull request or pipeline run, shown to people waiting for the lock.
+	// +optional
+	// +kubebuilder:validation:MaxLength=2048
+	URL string `json:"url,omitempty"`
+
+	// lease names a coordination.k8s.io Lease in the same namespace that the holder keeps
+	// renewed. When the Lease lapses or is deleted, the request is released (reason HolderLost),
+	// so a crashed runner frees its lock within the lease duration instead of its TTL.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')",message="lease must be the name of a Lease (a DNS subdomain: lowercase letters, digits, '-', '.')"
+	Lease string `json:"lease,omitempty"`
+}

@@ -1,0 +1,143 @@
+// Command manager runs the Turnstile operator: the lock-key, CommandLock and retention
+// controllers, deadlock detection, health probes and the metrics endpoint.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
+	"github.com/turnstile-dev/turnstile/internal/controller"
+	"github.com/turnstile-dev/turnstile/internal/deadlock"
+	"github.com/turnstile-dev/turnstile/internal/queue"
+)
+
+type options struct {
+	metricsAddr, probeAddr          string
+	metricsSecure                   bool
+	leaderElect                     bool
+	leaderElectionID, leaderElectNS string
+	qps                             float64
+	burst                           int
+	workers                         int
+	cfg                             queue.Config
+	flags                           queue.FreezeFlags
+	retention                       time.Duration
+	refreshRate                     float64
+	deadlockPolicy                  string
+	deadlockScan                    time.Duration
+}
+
+func parseFlags(args []string) (options, zap.Options, error) {
+	o := options{cfg: queue.DefaultConfig()}
+	fs := flag.NewFlagSet("manager", flag.ContinueOnError)
+	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "Address the metrics endpoint binds to; \"0\" disables it.")
+	fs.BoolVar(&o.metricsSecure, "metrics-secure", false, "Serve metrics over HTTPS with Kubernetes authentication and authorization (on in the deployed configuration).")
+	fs.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "Address the /healthz and /readyz probes bind to.")
+	fs.BoolVar(&o.leaderElect, "leader-elect", false, "Elect one active manager among replicas. For efficiency only: safety never depends on it.")
+	fs.StringVar(&o.leaderElectionID, "leader-election-id", "turnstile.locks.turnstile.dev", "Name of the leader election Lease.")
+	fs.StringVar(&o.leaderElectNS, "leader-election-namespace", "", "Namespace of the leader election Lease (default: the pod's namespace).")
+	fs.Float64Var(&o.qps, "kube-api-qps", 200, "Client-side QPS limit towards the API server.")
+	fs.IntVar(&o.burst, "kube-api-burst", 400, "Client-side burst limit towards the API server.")
+	fs.IntVar(&o.workers, "workers", 8, "Lock keys reconciled in parallel.")
+	fs.DurationVar(&o.cfg.DefaultTTL, "default-ttl", o.cfg.DefaultTTL, "Grant duration of requests without spec.ttl.")
+	fs.DurationVar(&o.cfg.MaxTTL, "max-ttl", o.cfg.MaxTTL, "Longest spec.ttl accepted; longer requests fail with reason Invalid.")
+	fs.DurationVar(&o.cfg.AgingStep, "aging-step", o.cfg.AgingStep, "Waiting this long lifts a request one priority (never above High); 0 disables aging.")
+	fs.IntVar(&o.cfg.QueueCap, "queue-cap", o.cfg.QueueCap, "Most requests that may wait for one key; the next fails with reason QueueFull. 0: no cap.")
+	fs.DurationVar(&o.retention, "finished-retention", time.Hour, "Finished requests are deleted this long after they finish; 0 keeps them.")
+	fs.Float64Var(&o.refreshRate, "position-refresh-rate", 20, "Most queue-position refresh writes per second per key.")
+	fs.BoolVar(&o.flags.DisableApply, "disable-apply", false, "Freeze apply always (highest precedence, like Atlantis --disable-apply).")
+	fs.BoolVar(&o.flags.DisableGlobalApplyLock, "disable-global-apply-lock", false, "Ignore CommandLocks for apply (like Atlantis --disable-global-apply-lock).")
+	fs.StringVar(&o.deadlockPolicy, "deadlock-victim", string(deadlock.PolicyNewest), "Which request of a deadlock cycle fails: newest, oldest or lowest-priority.")
+	fs.DurationVar(&o.deadlockScan, "deadlock-scan-interval", 30*time.Second, "Period of the full deadlock scan (a safety net; cycles are also checked when a request starts waiting). 0 disables the scan.")
+	zopts := zap.Options{Development: false}
+	zopts.BindFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return o, zopts, err
+	}
+	if _, err := deadlock.ParsePolicy(o.deadlockPolicy); err != nil {
+		return o, zopts, fmt.Errorf("--deadlock-victim: %w", err)
+	}
+	if o.cfg.DefaultTTL <= 0 || o.cfg.MaxTTL <= 0 || o.cfg.DefaultTTL > o.cfg.MaxTTL {
+		return o, zopts, fmt.Errorf("--default-ttl (%s) must be positive and at most --max-ttl (%s)", o.cfg.DefaultTTL, o.cfg.MaxTTL)
+	}
+	return o, zopts, nil
+}
+
+func main() {
+	o, zopts, err := parseFlags(os.Args[1:])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zopts)))
+	if err := run(ctrl.SetupSignalHandler(), o); err != nil {
+		ctrl.Log.Error(err, "manager exited")
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, o options) error {
+	log := ctrl.Log.WithName("setup")
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return err
+	}
+	if err := locksv1.AddToScheme(scheme); err != nil {
+		return err
+	}
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		return fmt.Errorf("kubeconfig: %w", err)
+	}
+	cfg.QPS, cfg.Burst = float32(o.qps), o.burst
+
+	metricsOpts := metricsserver.Options{BindAddress: o.metricsAddr, SecureServing: o.metricsSecure}
+	if o.metricsSecure {
+		metricsOpts.FilterProvider = filters.WithAuthenticationAndAuthorization
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                        scheme,
+		Metrics:                       metricsOpts,
+		HealthProbeBindAddress:        o.probeAddr,
+		LeaderElection:                o.leaderElect,
+		LeaderElectionID:              o.leaderElectionID,
+		LeaderElectionNamespace:       o.leaderElectNS,
+		LeaderElectionReleaseOnCancel: true,
+	})
+	if err != nil {
+		return fmt.Errorf("create manager: %w", err)
+	}
+	if err := controller.Setup(ctx, mgr, controller.SetupOptions{
+		Queue:               o.cfg,
+		Freeze:              o.flags,
+		Workers:             o.workers,
+		Retention:           o.retention,
+		PositionRefreshRate: o.refreshRate,
+		DeadlockPolicy:      deadlock.Policy(o.deadlockPolicy),
+		DeadlockScan:        o.deadlockScan,
+		Registry:            metrics.Registry,
+	}); err != nil {
+		return err
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return err
+	}
+	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		return err
+	}
+	log.Info("starting manager", "leaderElection", o.leaderElect, "metrics", o.metricsAddr, "probes", o.probeAddr)
+	return mgr.Start(ctx)
+}

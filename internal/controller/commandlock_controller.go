@@ -1,0 +1,159 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
+	"github.com/turnstile-dev/turnstile/internal/queue"
+)
+
+// CommandLockReconciler reports a freeze's effect: how many granted holders of the command are
+// left (condition Drained turns True at zero, so an admin can `kubectl wait` for the start of a
+// maintenance window), how many requests it blocks, and whether it is in force. It requeues at
+// spec.until so the status thaws on time; the lock keys requeue at that time themselves.
+type CommandLockReconciler struct {
+	client   client.Client
+	recorder events.EventRecorder
+	clock    clock.PassiveClock
+	flags    queue.FreezeFlags
+	metrics  *Metrics
+}
+
+var _ reconcile.Reconciler = (*CommandLockReconciler)(nil)
+
+// NewCommandLockReconciler builds the reconciler.
+func NewCommandLockReconciler(c client.Client, recorder events.EventRecorder, flags queue.FreezeFlags, m *Metrics, clk clock.PassiveClock) *CommandLockReconciler {
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	return &CommandLockReconciler{client: c, recorder: recorder, clock: clk, flags: flags, metrics: m}
+}
+
+// +kubebuilder:rbac:groups=locks.turnstile.dev,resources=commandlocks,verbs=get;list;watch
+// +kubebuilder:rbac:groups=locks.turnstile.dev,resources=commandlocks/status,verbs=get;update;patch
+
+// Reconcile computes one CommandLock's status.
+func (r *CommandLockReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	var cl locksv1.CommandLock
+	if err := r.client.Get(ctx, req.NamespacedName, &cl); err != nil {
+		if client.IgnoreNotFound(err) == nil {
+			r.metrics.FrozenCommand.DeleteLabelValues(req.Name)
+			r.metrics.Blocked.DeleteLabelValues(req.Name)
+		}
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	now := r.clock.Now()
+	var list locksv1.LockRequestList
+	opts := []client.ListOption{}
+	if cl.Name != locksv1.CommandAll {
+		opts = append(opts, client.MatchingFields{IndexCommand: cl.Name})
+	}
+	if err := r.client.List(ctx, &list, opts...); err != nil {
+		return reconcile.Result{}, fmt.Errorf("list lockrequests for commandlock %s: %w", cl.Name, err)
+	}
+	st := CommandLockStatus(&cl, list.Items, r.flags, now)
+	inForce := meta.IsStatusConditionTrue(st.Conditions, locksv1.ConditionLocked)
+	wasInForce := meta.IsStatusConditionTrue(cl.Status.Conditions, locksv1.ConditionLocked)
+
+	if !equality.Semantic.DeepEqual(cl.Status, st) {
+		obj := cl.DeepCopy()
+		obj.Status = st
+		if err := r.client.Status().Update(ctx, obj); err != nil {
+			if client.IgnoreNotFound(err) == nil || isConflict(err) {
+				return reconcile.Result{RequeueAfter: conflictRetry}, nil
+			}
+			return reconcile.Result{}, fmt.Errorf("update commandlock %s status: %w", cl.Name, err)
+		}
+		switch {
+		case inForce && !wasInForce:
+			r.recorder.Eventf(obj, nil, "Warning", locksv1.ReasonFrozen, "Freeze", "%s", queue.FreezeMessage(cl.Name, cl.Spec.Reason))
+		case !inForce && wasInForce:
+			r.recorder.Eventf(obj, nil, "Normal", locksv1.ReasonThawed, "Thaw", "%s commands may run again", cl.Name)
+		}
+	}
+	frozen := 0.0
+	if inForce {
+		frozen = 1
+	}
+	r.metrics.FrozenCommand.WithLabelValues(cl.Name).Set(frozen)
+	r.metrics.Blocked.WithLabelValues(cl.Name).Set(float64(st.BlockedRequests))
+
+	// An until still ahead: wake up then, thaw, and let the keys grant.
+	if inForce && cl.Spec.Until != nil {
+		return reconcile.Result{RequeueAfter: cl.Spec.Until.Sub(now) + time.Millisecond}, nil
+	}
+	return reconcile.Result{}, nil
+}
+
+// CommandLockStatus computes a CommandLock's status from the requests of its command. Pure.
+func CommandLockStatus(cl *locksv1.CommandLock, requests []locksv1.LockRequest, flags queue.FreezeFlags, now time.Time) locksv1.CommandLockStatus {
+	st := *cl.Status.DeepCopy()
+	st.ObservedGeneration = cl.Generation
+	inForce := queue.IsLockInForce(cl, now)
+	if cl.Name == queue.CommandApply && flags.DisableGlobalApplyLock && !flags.DisableApply {
+		inForce = false
+	}
+	st.ActiveHolders, st.BlockedRequests = 0, 0
+	for i := range requests {
+		lr := &requests[i]
+		if lr.Spec.Command == "" || (cl.Name != locksv1.CommandAll && lr.Spec.Command != cl.Name) {
+			continue
+		}
+		switch lr.Status.Phase {
+		case locksv1.PhaseGranted:
+			st.ActiveHolders++
+		case locksv1.PhasePending, "":
+			if c := meta.FindStatusCondition(lr.Status.Conditions, locksv1.ConditionGranted); c != nil && c.Reason == locksv1.ReasonCommandLocked {
+				st.BlockedRequests++
+			}
+		}
+	}
+	ts := metav1.NewTime(now.Truncate(time.Second))
+	set := func(typ string, s metav1.ConditionStatus, reason, msg string) {
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: typ, Status: s, Reason: reason, Message: msg, ObservedGeneration: st.ObservedGeneration, LastTransitionTime: ts})
+	}
+	if inForce {
+		set(locksv1.ConditionLocked, metav1.ConditionTrue, locksv1.ReasonFrozen, queue.FreezeMessage(cl.Name, cl.Spec.Reason))
+	} else {
+		set(locksv1.ConditionLocked, metav1.ConditionFalse, locksv1.ReasonThawed, "not frozen")
+	}
+	if st.ActiveHolders == 0 {
+		set(locksv1.ConditionDrained, metav1.ConditionTrue, locksv1.ReasonNoActiveHolders, "no granted request of this command is left")
+	} else {
+		set(locksv1.ConditionDrained, metav1.ConditionFalse, locksv1.ReasonActiveHolders,
+			fmt.Sprintf("%d granted request(s) of this command still hold their locks", st.ActiveHolders))
+	}
+	return st
+}
+
+// SetupWithManager registers the reconciler: CommandLock events, and LockRequest events of its
+// command (a holder finishing may drain it).
+func (r *CommandLockReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("commandlock").
+		For(&locksv1.CommandLock{}).
+		Watches(&locksv1.LockRequest{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+			lr := o.(*locksv1.LockRequest)
+			if lr.Spec.Command == "" {
+				return nil
+			}
+			return []reconcile.Request{
+				{NamespacedName: types.NamespacedName{Name: lr.Spec.Command}},
+				{NamespacedName: types.NamespacedName{Name: locksv1.CommandAll}},
+			}
+		})).
+		Complete(r)
+}

@@ -1,0 +1,258 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
+	"github.com/turnstile-dev/turnstile/internal/deadlock"
+	"github.com/turnstile-dev/turnstile/internal/queue"
+)
+
+// DeadlockDetector looks for wait-for cycles between holder identities of one namespace and
+// fails one victim per cycle. It runs when a request starts waiting (the lock reconciler calls
+// Waiting, which only marks the namespace and returns, so detection never slows a grant) and
+// as a periodic full scan.
+type DeadlockDetector struct {
+	client   client.Client
+	recorder events.EventRecorder
+	clock    clock.PassiveClock
+	cfg      queue.Config
+	freezes  queue.FreezeFlags
+	policy   deadlock.Policy
+	scan     time.Duration
+	metrics  *Metrics
+
+	mu    sync.Mutex
+	dirty map[string]bool
+	kick  chan struct{}
+}
+
+var _ DeadlockChecker = (*DeadlockDetector)(nil)
+
+// NewDeadlockDetector builds a detector; scan <= 0 disables the periodic scan.
+func NewDeadlockDetector(c client.Client, recorder events.EventRecorder, cfg queue.Config, flags queue.FreezeFlags, policy deadlock.Policy, scan time.Duration, m *Metrics, clk clock.PassiveClock) *DeadlockDetector {
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	return &DeadlockDetector{client: c, recorder: recorder, clock: clk, cfg: cfg, freezes: flags, policy: policy,
+		scan: scan, metrics: m, dirty: map[string]bool{}, kick: make(chan struct{}, 1)}
+}
+
+// Waiting marks a namespace for a check because requests in it started waiting.
+func (d *DeadlockDetector) Waiting(_ context.Context, namespace string, _ []*locksv1.LockRequest) {
+	d.mu.Lock()
+	d.dirty[namespace] = true
+	d.mu.Unlock()
+	select {
+	case d.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Start runs the detector until ctx ends (a manager Runnable).
+func (d *DeadlockDetector) Start(ctx context.Context) error {
+	var tick <-chan time.Time
+	if d.scan > 0 {
+		t := time.NewTicker(d.scan)
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-d.kick:
+		case <-tick:
+			var all locksv1.LockRequestList
+			if err := d.client.List(ctx, &all); err == nil {
+				d.mu.Lock()
+				for i := range all.Items {
+					d.dirty[all.Items[i].Namespace] = true
+				}
+				d.mu.Unlock()
+			}
+		}
+		d.mu.Lock()
+		namespaces := make([]string, 0, len(d.dirty))
+		for ns := range d.dirty {
+			namespaces = append(namespaces, ns)
+		}
+		d.dirty = map[string]bool{}
+		d.mu.Unlock()
+		sort.Strings(namespaces)
+		for _, ns := range namespaces {
+			if err := d.Check(ctx, ns); err != nil {
+				log.FromContext(ctx).Error(err, "deadlock check", "namespace", ns)
+			}
+		}
+	}
+}
+
+// Check finds the cycles of one namespace and fails one victim per cycle.
+func (d *DeadlockDetector) Check(ctx context.Context, namespace string) error {
+	graph, err := d.snapshot(ctx, namespace)
+	if err != nil {
+		return err
+	}
+	for _, c := range graph.FindCycles() {
+		victim := d.policy.Victim(c)
+		if err := d.fail(ctx, namespace, victim, c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// snapshot builds the namespace's wait-for graph from the cache. A request waits on the first
+// key it does not hold yet (keys are taken in order); a frozen request waits on the freeze, not
+// on anyone, so it adds no edge.
+func (d *DeadlockDetector) snapshot(ctx context.Context, namespace string) (*deadlock.Graph, error) {
+	var locks locksv1.ProjectLockList
+	if err := d.client.List(ctx, &locks, client.InNamespace(namespace)); err != nil {
+		return nil, fmt.Errorf("list projectlocks: %w", err)
+	}
+	var reqs locksv1.LockRequestList
+	if err := d.client.List(ctx, &reqs, client.InNamespace(namespace)); err != nil {
+		return nil, fmt.Errorf("list lockrequests: %w", err)
+	}
+	var cls locksv1.CommandLockList
+	if err := d.client.List(ctx, &cls); err != nil {
+		return nil, fmt.Errorf("list commandlocks: %w", err)
+	}
+	now := d.clock.Now()
+	freezes, _ := queue.ResolveFreezes(cls.Items, d.freezes, now)
+
+	type keyInfo struct {
+		key     string
+		holder  *deadlock.Identity
+		waiting []*locksv1.LockRequest
+	}
+	keys := map[string]*keyInfo{}
+	get := func(name string) *keyInfo {
+		k, ok := keys[name]
+		if !ok {
+			k = &keyInfo{}
+			keys[name] = k
+		}
+		return k
+	}
+	for i := range locks.Items {
+		pl := &locks.Items[i]
+		k := get(pl.Name)
+		k.key = keyString(pl)
+		if h := pl.Status.Holder; h != nil {
+			k.holder = &deadlock.Identity{Owner: h.Owner, Pull: h.Pull}
+		}
+	}
+	for i := range reqs.Items {
+		lr := &reqs.Items[i]
+		if lr.Status.Phase != locksv1.PhasePending || lr.Spec.Release || lr.DeletionTimestamp != nil {
+			continue
+		}
+		if _, frozen := freezes.For(lr.Spec.Command); frozen {
+			continue
+		}
+		ref, ok := queue.FirstUnheld(lr)
+		if !ok {
+			continue
+		}
+		k := get(ref.Name)
+		if k.key == "" {
+			k.key = ref.Key
+		}
+		k.waiting = append(k.waiting, lr)
+	}
+	states := make([]deadlock.KeyState, 0, len(keys))
+	for name, k := range keys {
+		st := deadlock.KeyState{Key: k.key, Holder: k.holder}
+		for _, w := range queue.Order(name, k.waiting, now, d.cfg) {
+			st.Queue = append(st.Queue, deadlock.Waiter{
+				Identity: deadlock.Identity{Owner: w.Request.Spec.Holder.Owner, Pull: w.Request.Spec.Holder.Pull},
+				Request:  w.Request.Name, Priority: w.Priority, Arrival: w.Arrival,
+			})
+		}
+		states = append(states, st)
+	}
+	return deadlock.Build(states), nil
+}
+
+func keyString(pl *locksv1.ProjectLock) string {
+	t := pl.Spec.LockTarget
+	s := t.Repo + "/" + t.Path + "/" + t.Workspace
+	if t.Project != "" {
+		s += "/" + t.Project
+	}
+	return s
+}
+
+// fail marks the victim Failed with reason Deadlock and tells every member of the cycle.
+func (d *DeadlockDetector) fail(ctx context.Context, namespace string, victim deadlock.Edge, c deadlock.Cycle) error {
+	var lr locksv1.LockRequest
+	if err := d.client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: victim.Waiter.Request}, &lr); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	if lr.Status.Phase != locksv1.PhasePending {
+		return nil // moved on since the snapshot: the next pass sees the truth
+	}
+	msg := c.String()
+	now := d.clock.Now()
+	obj := lr.DeepCopy()
+	st := &obj.Status
+	st.Phase = locksv1.PhaseFailed
+	st.QueuePosition = 0
+	st.BlockedBy = msg
+	for i := range st.Locks {
+		st.Locks[i].Held = false
+	}
+	fin := metav1.NewTime(now.Truncate(time.Second))
+	st.FinishedAt = &fin
+	st.ObservedGeneration = lr.Generation
+	for _, cond := range []struct {
+		typ    string
+		status metav1.ConditionStatus
+		msg    string
+	}{
+		{locksv1.ConditionGranted, metav1.ConditionFalse, msg},
+		{locksv1.ConditionReady, metav1.ConditionFalse, msg},
+		{locksv1.ConditionReconciling, metav1.ConditionFalse, "finished"},
+		{locksv1.ConditionStalled, metav1.ConditionTrue, msg},
+	} {
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: cond.typ, Status: cond.status, Reason: locksv1.ReasonDeadlock,
+			Message: cond.msg, ObservedGeneration: lr.Generation, LastTransitionTime: fin})
+	}
+	if err := d.client.Status().Update(ctx, obj); err != nil {
+		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+			d.Waiting(ctx, namespace, nil) // look again with fresh state
+			return nil
+		}
+		return fmt.Errorf("fail deadlock victim %s/%s: %w", namespace, lr.Name, err)
+	}
+	d.metrics.Deadlocks.Inc()
+	d.metrics.Finished.WithLabelValues(string(locksv1.PhaseFailed), locksv1.ReasonDeadlock).Inc()
+	d.recorder.Eventf(obj, nil, "Warning", locksv1.ReasonDeadlock, "Deadlock", "chosen as the victim (policy %s): %s", d.policy, msg)
+	seen := map[string]bool{victim.Waiter.Request: true}
+	for _, e := range c.Edges {
+		if seen[e.Waiter.Request] {
+			continue
+		}
+		seen[e.Waiter.Request] = true
+		var member locksv1.LockRequest
+		if err := d.client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: e.Waiter.Request}, &member); err == nil {
+			d.recorder.Eventf(&member, nil, "Warning", locksv1.ReasonDeadlock, "Deadlock",
+				"in a deadlock cycle; %s was failed to break it: %s", lr.Name, msg)
+		}
+	}
+	return nil
+}

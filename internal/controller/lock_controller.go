@@ -1,0 +1,412 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
+	"github.com/turnstile-dev/turnstile/internal/lockkey"
+	"github.com/turnstile-dev/turnstile/internal/queue"
+)
+
+// conflictRetry is how soon a key is decided again after an optimistic write lost a race. The
+// winning write's watch event usually gets there first; this only covers a cache that lags.
+const conflictRetry = 20 * time.Millisecond
+
+// LockReconciler decides one lock key at a time: its reconcile.Request names the key's
+// ProjectLock (namespace/name), whether or not that ProjectLock exists yet. Keys reconcile in
+// parallel and independently, so one busy key never delays another.
+type LockReconciler struct {
+	client    client.Client
+	apiReader client.Reader
+	recorder  events.EventRecorder
+	clock     clock.PassiveClock
+	cfg       queue.Config
+	flags     queue.FreezeFlags
+	workers   int
+	metrics   *Metrics
+	deadlocks DeadlockChecker
+
+	// refreshRate bounds the writes that only refresh a waiter's queue position, per key, so a
+	// hand-off costs O(1) writes however deep the queue is.
+	refreshRate  rate.Limit
+	refreshBurst int
+	mu           sync.Mutex
+	refresh      map[types.NamespacedName]*rate.Limiter
+}
+
+var _ reconcile.Reconciler = (*LockReconciler)(nil)
+
+// DeadlockChecker is told when requests start waiting, so it can look for a cycle through them.
+type DeadlockChecker interface {
+	Waiting(ctx context.Context, namespace string, requests []*locksv1.LockRequest)
+}
+
+// LockOption configures a LockReconciler.
+type LockOption func(*LockReconciler)
+
+// WithClock sets the clock (tests use a fake one).
+func WithClock(c clock.PassiveClock) LockOption { return func(r *LockReconciler) { r.clock = c } }
+
+// WithConfig sets the queue policy.
+func WithConfig(cfg queue.Config) LockOption { return func(r *LockReconciler) { r.cfg = cfg } }
+
+// WithFreezeFlags sets --disable-apply and --disable-global-apply-lock.
+func WithFreezeFlags(f queue.FreezeFlags) LockOption { return func(r *LockReconciler) { r.flags = f } }
+
+// WithWorkers sets how many keys reconcile at once.
+func WithWorkers(n int) LockOption { return func(r *LockReconciler) { r.workers = n } }
+
+// WithMetrics sets where metrics are recorded.
+func WithMetrics(m *Metrics) LockOption { return func(r *LockReconciler) { r.metrics = m } }
+
+// WithDeadlockChecker wires deadlock detection in.
+func WithDeadlockChecker(d DeadlockChecker) LockOption {
+	return func(r *LockReconciler) { r.deadlocks = d }
+}
+
+// WithPositionRefreshRate bounds position-only status writes per key.
+func WithPositionRefreshRate(perSecond float64, burst int) LockOption {
+	return func(r *LockReconciler) { r.refreshRate, r.refreshBurst = rate.Limit(perSecond), burst }
+}
+
+// NewLockReconciler builds the key reconciler. apiReader reads past the cache; it confirms a
+// holder is really gone before its lock is handed on.
+func NewLockReconciler(c client.Client, apiReader client.Reader, recorder events.EventRecorder, opts ...LockOption) *LockReconciler {
+	r := &LockReconciler{
+		client: c, apiReader: apiReader, recorder: recorder,
+		clock: clock.RealClock{}, cfg: queue.DefaultConfig(), workers: 8,
+		refreshRate: 20, refreshBurst: 20,
+		refresh: map[types.NamespacedName]*rate.Limiter{},
+	}
+	for _, o := range opts {
+		o(r)
+	}
+	if r.metrics == nil {
+		r.metrics = NewMetrics(nil)
+	}
+	return r
+}
+
+// +kubebuilder:rbac:groups=locks.turnstile.dev,resources=projectlocks;lockrequests;commandlocks,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=locks.turnstile.dev,resources=projectlocks/status;lockrequests/status;commandlocks/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
+
+// Reconcile decides one key and writes the decision in the safe order.
+func (r *LockReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	now := r.clock.Now()
+	in, ok, err := r.read(ctx, req)
+	if err != nil || !ok {
+		return reconcile.Result{}, err
+	}
+	in.Now = now
+	d := queue.Decide(in)
+	return r.apply(ctx, req, in, d)
+}
+
+// read gathers the decision's inputs. ok is false when there is nothing to decide.
+func (r *LockReconciler) read(ctx context.Context, req reconcile.Request) (queue.Input, bool, error) {
+	in := queue.Input{Name: req.Name, Config: r.cfg}
+	var lock locksv1.ProjectLock
+	switch err := r.client.Get(ctx, req.NamespacedName, &lock); {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return in, false, fmt.Errorf("get projectlock %s: %w", req, err)
+	default:
+		in.Lock = &lock
+	}
+
+	var list locksv1.LockRequestList
+	if err := r.client.List(ctx, &list, client.InNamespace(req.Namespace), client.MatchingFields{IndexLockName: req.Name}); err != nil {
+		return in, false, fmt.Errorf("list lockrequests for %s: %w", req, err)
+	}
+	byUID := make(map[types.UID]bool, len(list.Items))
+	active := false
+	claims := false
+	for i := range list.Items {
+		lr := &list.Items[i]
+		byUID[lr.UID] = true
+		in.Requests = append(in.Requests, lr)
+		if !lr.Status.Phase.IsFinal() {
+			active = true
+		}
+		if !lr.Status.Phase.IsFinal() && claimsKey(lr, req.Name) {
+			claims = true
+		}
+		if in.Target.Repo == "" {
+			for _, ref := range lockkey.Refs(lr.Spec.Locks) {
+				if ref.Name == req.Name {
+					in.Target = ref.Target
+				}
+			}
+		}
+	}
+	if in.Lock != nil {
+		in.Target = lockkey.Normalize(in.Lock.Spec.LockTarget)
+	}
+	if in.Lock == nil && !active {
+		return in, false, nil
+	}
+
+	// The cache may lag. Where acting on it could hand a lock on too early, read the truth.
+	// A request that claims this key while the cached ProjectLock does not list it: is the
+	// ProjectLock really gone (a force-unlock), or is the cache behind our own grant?
+	if claims && !listsAllClaimants(in.Lock, in.Requests, req.Name) {
+		var live locksv1.ProjectLock
+		switch err := r.apiReader.Get(ctx, req.NamespacedName, &live); {
+		case apierrors.IsNotFound(err):
+			in.Lock = nil
+		case err != nil:
+			return in, false, fmt.Errorf("confirm projectlock %s: %w", req, err)
+		default:
+			in.Lock = &live
+		}
+	}
+	// A holder missing from the cache: deleted, or created after the cache's last event?
+	if in.Lock != nil && in.Lock.Status.Holder != nil {
+		for _, h := range in.Lock.Status.Holder.Requests {
+			if byUID[types.UID(h.UID)] {
+				continue
+			}
+			var live locksv1.LockRequest
+			err := r.apiReader.Get(ctx, types.NamespacedName{Namespace: req.Namespace, Name: h.Name}, &live)
+			switch {
+			case apierrors.IsNotFound(err):
+			case err != nil:
+				return in, false, fmt.Errorf("confirm holder %s/%s: %w", req.Namespace, h.Name, err)
+			case string(live.UID) == h.UID:
+				in.Requests = append(in.Requests, &live)
+			}
+		}
+	}
+
+	var cls locksv1.CommandLockList
+	if err := r.client.List(ctx, &cls); err != nil {
+		return in, false, fmt.Errorf("list commandlocks: %w", err)
+	}
+	var thaw time.Time
+	in.Freezes, thaw = queue.ResolveFreezes(cls.Items, r.flags, r.clock.Now())
+	if !thaw.IsZero() {
+		in.NextThaw = thaw
+	}
+	return in, true, nil
+}
+
+func claimsKey(lr *locksv1.LockRequest, name string) bool {
+	for _, l := range lr.Status.Locks {
+		if l.Name == name && l.Held {
+			return true
+		}
+	}
+	return false
+}
+
+func listsAllClaimants(lock *locksv1.ProjectLock, reqs []*locksv1.LockRequest, name string) bool {
+	if lock == nil || lock.Status.Holder == nil {
+		return false
+	}
+	listed := map[string]bool{}
+	for _, h := range lock.Status.Holder.Requests {
+		listed[h.UID] = true
+	}
+	for _, lr := range reqs {
+		if !lr.Status.Phase.IsFinal() && claimsKey(lr, name) && !listed[string(lr.UID)] {
+			return false
+		}
+	}
+	return true
+}
+
+// apply writes a decision: finished requests first, so nobody still sees a grant that is moving
+// on; then the ProjectLock, whose resourceVersion precondition makes this the single point
+// where a key changes hands; then the new holder's requests; then waiting requests.
+func (r *LockReconciler) apply(ctx context.Context, req reconcile.Request, in queue.Input, d queue.Decision) (reconcile.Result, error) {
+	logger := log.FromContext(ctx)
+
+	for _, u := range d.Finish {
+		if err := r.writeRequest(ctx, u); err != nil {
+			return r.retry(err, "finish lockrequest %s", u.Request.Name)
+		}
+		r.metrics.finished(u, r.clock.Now())
+	}
+
+	lock := in.Lock
+	if d.CreateLock {
+		lock = &locksv1.ProjectLock{}
+		lock.Namespace, lock.Name = req.Namespace, req.Name
+		lock.Spec.LockTarget = in.Target
+		if err := r.client.Create(ctx, lock); err != nil {
+			if apierrors.IsAlreadyExists(err) {
+				return reconcile.Result{RequeueAfter: conflictRetry}, nil
+			}
+			return reconcile.Result{}, fmt.Errorf("create projectlock %s: %w", req, err)
+		}
+	}
+	if d.Lock != nil {
+		lock = lock.DeepCopy()
+		lock.Status = *d.Lock
+		if err := r.client.Status().Update(ctx, lock); err != nil {
+			return r.retry(err, "update projectlock %s status", req)
+		}
+	}
+	r.metrics.queueDepth(req.Namespace, req.Name, len(d.Queue))
+
+	for _, u := range d.Grant {
+		if err := r.writeRequest(ctx, u); err != nil {
+			return r.retry(err, "grant lockrequest %s", u.Request.Name)
+		}
+		if u.Event != nil {
+			r.metrics.granted(u, r.clock.Now())
+		}
+	}
+
+	result := reconcile.Result{RequeueAfter: d.RequeueAfter}
+	if !in.NextThaw.IsZero() && len(d.Queue) > 0 {
+		// A freeze thaws by the clock: decide again then, no event will say so.
+		result.RequeueAfter = minPositive(result.RequeueAfter, in.NextThaw.Sub(in.Now)+time.Millisecond)
+	}
+	var newlyWaiting []*locksv1.LockRequest
+	limiter := r.limiter(req.NamespacedName)
+	for _, u := range d.Waiting {
+		if u.Refresh {
+			if res := limiter.ReserveN(r.clock.Now(), 1); res.Delay() > 0 {
+				res.Cancel()
+				result.RequeueAfter = minPositive(result.RequeueAfter, time.Second/time.Duration(max(1, int(r.refreshRate))))
+				continue
+			}
+		}
+		if err := r.writeRequest(ctx, u); err != nil {
+			return r.retry(err, "update waiting lockrequest %s", u.Request.Name)
+		}
+		if !u.Refresh {
+			newlyWaiting = append(newlyWaiting, u.Request)
+		}
+	}
+	if len(d.Waiting) == 0 && len(d.Queue) == 0 {
+		r.forgetLimiter(req.NamespacedName)
+	}
+	if r.deadlocks != nil && len(newlyWaiting) > 0 {
+		r.deadlocks.Waiting(ctx, req.Namespace, newlyWaiting)
+	}
+	logger.V(1).Info("decided", "holder", d.Holder, "queue", len(d.Queue), "finished", len(d.Finish), "granted", len(d.Grant))
+	return result, nil
+}
+
+// writeRequest writes one request's status with the resourceVersion it was read at, then emits
+// its event.
+func (r *LockReconciler) writeRequest(ctx context.Context, u queue.Update) error {
+	obj := u.Request.DeepCopy()
+	obj.Status = u.Status
+	if err := r.client.Status().Update(ctx, obj); err != nil {
+		return err
+	}
+	if u.Event != nil {
+		r.recorder.Eventf(obj, nil, u.Event.Type, u.Event.Reason, "Reconcile", "%s", u.Event.Message)
+	}
+	return nil
+}
+
+// retry turns a lost optimistic race into a quick re-decision, and anything else into an error.
+func (r *LockReconciler) retry(err error, format string, args ...any) (reconcile.Result, error) {
+	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+		r.metrics.Conflicts.Inc()
+		return reconcile.Result{RequeueAfter: conflictRetry}, nil
+	}
+	return reconcile.Result{}, fmt.Errorf(format+": %w", append(args, err)...)
+}
+
+func (r *LockReconciler) limiter(key types.NamespacedName) *rate.Limiter {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	l, ok := r.refresh[key]
+	if !ok {
+		l = rate.NewLimiter(r.refreshRate, r.refreshBurst)
+		r.refresh[key] = l
+	}
+	return l
+}
+
+func (r *LockReconciler) forgetLimiter(key types.NamespacedName) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.refresh, key)
+}
+
+func minPositive(a, b time.Duration) time.Duration {
+	if a <= 0 || (b > 0 && b < a) {
+		return b
+	}
+	return a
+}
+
+// requestKeys maps a LockRequest event to the keys it names.
+func requestKeys(_ context.Context, o client.Object) []reconcile.Request {
+	lr, ok := o.(*locksv1.LockRequest)
+	if !ok {
+		return nil
+	}
+	names := lockkey.Names(lr.Spec.Locks)
+	out := make([]reconcile.Request, len(names))
+	for i, n := range names {
+		out[i] = reconcile.Request{NamespacedName: types.NamespacedName{Namespace: lr.Namespace, Name: n}}
+	}
+	return out
+}
+
+// SetupWithManager registers the key reconciler: ProjectLock events enqueue their own key,
+// LockRequest events every key they name, CommandLock events the keys of their command's
+// requests.
+func (r *LockReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("lock").
+		For(&locksv1.ProjectLock{}).
+		Watches(&locksv1.LockRequest{}, handler.EnqueueRequestsFromMapFunc(requestKeys)).
+		Watches(&locksv1.CommandLock{}, handler.EnqueueRequestsFromMapFunc(r.commandKeys)).
+		WithOptions(controller.Options{MaxConcurrentReconciles: r.workers}).
+		Complete(r)
+}
+
+// commandKeys maps a CommandLock event to the keys of requests for its command.
+func (r *LockReconciler) commandKeys(ctx context.Context, o client.Object) []reconcile.Request {
+	var list locksv1.LockRequestList
+	opts := []client.ListOption{}
+	if o.GetName() != locksv1.CommandAll {
+		opts = append(opts, client.MatchingFields{IndexCommand: o.GetName()})
+	}
+	if err := r.client.List(ctx, &list, opts...); err != nil {
+		log.FromContext(ctx).Error(err, "list lockrequests for commandlock", "commandlock", o.GetName())
+		return nil
+	}
+	seen := map[reconcile.Request]bool{}
+	var out []reconcile.Request
+	for i := range list.Items {
+		lr := &list.Items[i]
+		if lr.Status.Phase.IsFinal() || lr.Spec.Command == "" {
+			continue
+		}
+		for _, k := range requestKeys(ctx, lr) {
+			if !seen[k] {
+				seen[k] = true
+				out = append(out, k)
+			}
+		}
+	}
+	return out
+}
+
+func isConflict(err error) bool { return apierrors.IsConflict(err) }

@@ -1,0 +1,132 @@
+package controller
+
+import (
+	"context"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
+	"github.com/turnstile-dev/turnstile/internal/queue"
+)
+
+// Metrics are Turnstile's Prometheus metrics, served on the manager's metrics endpoint.
+type Metrics struct {
+	QueueDepth    *prometheus.GaugeVec
+	GrantLatency  prometheus.Histogram
+	WaitDuration  prometheus.Histogram
+	HoldDuration  prometheus.Histogram
+	Grants        prometheus.Counter
+	Finished      *prometheus.CounterVec
+	Conflicts     prometheus.Counter
+	Deadlocks     prometheus.Counter
+	FrozenCommand *prometheus.GaugeVec
+	Blocked       *prometheus.GaugeVec
+}
+
+var latencyBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600}
+
+// NewMetrics creates the metrics and registers them with reg (nil: not registered, for tests).
+// requests, when set, is read at scrape time to report requests by phase.
+func NewMetrics(reg prometheus.Registerer, requests ...client.Reader) *Metrics {
+	m := &Metrics{
+		QueueDepth: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "turnstile_queue_depth", Help: "Requests waiting for a lock key.",
+		}, []string{"namespace", "projectlock"}),
+		GrantLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "turnstile_grant_latency_seconds", Help: "Time from a LockRequest's creation to its grant.", Buckets: latencyBuckets,
+		}),
+		WaitDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "turnstile_wait_duration_seconds", Help: "Time a request waited in the queue before its grant.", Buckets: latencyBuckets,
+		}),
+		HoldDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "turnstile_hold_duration_seconds", Help: "Time a grant was held before it was released, expired or lost.", Buckets: latencyBuckets,
+		}),
+		Grants: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "turnstile_grants_total", Help: "LockRequests granted.",
+		}),
+		Finished: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "turnstile_requests_finished_total", Help: "LockRequests that reached a final phase, by phase and reason (Expired, Timeout, Deadlock, HolderLost, ...).",
+		}, []string{"phase", "reason"}),
+		Conflicts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "turnstile_write_conflicts_total", Help: "Optimistic writes that lost a race and were decided again.",
+		}),
+		Deadlocks: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "turnstile_deadlocks_total", Help: "Deadlock cycles detected and broken.",
+		}),
+		FrozenCommand: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "turnstile_command_frozen", Help: "1 while a CommandLock freezes its command.",
+		}, []string{"command"}),
+		Blocked: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "turnstile_command_blocked_requests", Help: "Requests waiting because their command is frozen.",
+		}, []string{"command"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.QueueDepth, m.GrantLatency, m.WaitDuration, m.HoldDuration, m.Grants, m.Finished,
+			m.Conflicts, m.Deadlocks, m.FrozenCommand, m.Blocked)
+		if len(requests) > 0 {
+			reg.MustRegister(&phaseCollector{reader: requests[0]})
+		}
+	}
+	return m
+}
+
+func (m *Metrics) queueDepth(namespace, name string, n int) {
+	if n == 0 {
+		m.QueueDepth.DeleteLabelValues(namespace, name)
+		return
+	}
+	m.QueueDepth.WithLabelValues(namespace, name).Set(float64(n))
+}
+
+func (m *Metrics) granted(u queue.Update, now time.Time) {
+	if u.Status.Phase != locksv1.PhaseGranted {
+		return
+	}
+	m.Grants.Inc()
+	m.GrantLatency.Observe(now.Sub(u.Request.CreationTimestamp.Time).Seconds())
+	if q := u.Status.QueuedAt; q != nil {
+		m.WaitDuration.Observe(now.Sub(q.Time).Seconds())
+	}
+}
+
+func (m *Metrics) finished(u queue.Update, now time.Time) {
+	reason := ""
+	if u.Event != nil {
+		reason = u.Event.Reason
+	}
+	m.Finished.WithLabelValues(string(u.Status.Phase), reason).Inc()
+	if g := u.Request.Status.GrantedAt; g != nil {
+		m.HoldDuration.Observe(now.Sub(g.Time).Seconds())
+	}
+}
+
+// phaseCollector reports requests by phase from the cache at scrape time, so the numbers are
+// always true without bookkeeping on every transition.
+type phaseCollector struct{ reader client.Reader }
+
+var phaseDesc = prometheus.NewDesc("turnstile_lockrequests", "LockRequests by namespace and phase.", []string{"namespace", "phase"}, nil)
+
+func (c *phaseCollector) Describe(ch chan<- *prometheus.Desc) { ch <- phaseDesc }
+
+func (c *phaseCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var list locksv1.LockRequestList
+	if err := c.reader.List(ctx, &list); err != nil {
+		return
+	}
+	type key struct{ ns, phase string }
+	counts := map[key]int{}
+	for i := range list.Items {
+		p := string(list.Items[i].Status.Phase)
+		if p == "" {
+			p = string(locksv1.PhasePending)
+		}
+		counts[key{list.Items[i].Namespace, p}]++
+	}
+	for k, n := range counts {
+		ch <- prometheus.MustNewConstMetric(phaseDesc, prometheus.GaugeValue, float64(n), k.ns, k.phase)
+	}
+}

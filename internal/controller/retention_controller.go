@@ -1,0 +1,64 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
+)
+
+// RetentionReconciler deletes finished LockRequests once their retention has passed, like a
+// Job's ttlSecondsAfterFinished: the deadline is derived from status.finishedAt and the
+// reconcile requeues at it.
+type RetentionReconciler struct {
+	client    client.Client
+	clock     clock.PassiveClock
+	retention time.Duration
+}
+
+var _ reconcile.Reconciler = (*RetentionReconciler)(nil)
+
+// NewRetentionReconciler deletes requests retention after they finish; retention <= 0 keeps
+// them forever.
+func NewRetentionReconciler(c client.Client, retention time.Duration, clk clock.PassiveClock) *RetentionReconciler {
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	return &RetentionReconciler{client: c, clock: clk, retention: retention}
+}
+
+// Reconcile deletes one finished request when its retention is over.
+func (r *RetentionReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	if r.retention <= 0 {
+		return reconcile.Result{}, nil
+	}
+	var lr locksv1.LockRequest
+	if err := r.client.Get(ctx, req.NamespacedName, &lr); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	if !lr.Status.Phase.IsFinal() || lr.Status.FinishedAt == nil {
+		return reconcile.Result{}, nil
+	}
+	left := lr.Status.FinishedAt.Add(r.retention).Sub(r.clock.Now())
+	if left > 0 {
+		return reconcile.Result{RequeueAfter: left}, nil
+	}
+	// Preconditioned on the UID and resourceVersion read: never delete a request that changed.
+	err := r.client.Delete(ctx, &lr, client.Preconditions{UID: &lr.UID, ResourceVersion: &lr.ResourceVersion})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return reconcile.Result{}, fmt.Errorf("delete finished lockrequest %s: %w", req, err)
+	}
+	return reconcile.Result{}, nil
+}
+
+// SetupWithManager registers the reconciler.
+func (r *RetentionReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).Named("retention").For(&locksv1.LockRequest{}).Complete(r)
+}

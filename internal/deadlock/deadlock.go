@@ -1,0 +1,197 @@
+// Package deadlock finds deadlocks between lock holders and picks a request to fail so the
+// others can go on.
+//
+// The input is a snapshot of every lock key: who holds it and who waits for it, in grant order.
+// From it the package builds a wait-for graph over holder identities (owner plus pull): A waits
+// for B on key K when A waits on K and B either holds K or is ahead of A in K's queue. A cycle in
+// that graph is a deadlock, because nobody on it can be granted until someone on it gives way.
+//
+// The package is pure: no Kubernetes client and no clock. The controller gathers the snapshot,
+// asks for cycles, fails the victim a Policy chooses, and asks again on its next pass.
+package deadlock
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Identity is who holds or wants a lock: an owner, plus the pull request it acts for. Requests of
+// one identity share what it holds, so the graph is over identities, not requests.
+type Identity struct {
+	Owner string
+	Pull  int64
+}
+
+// String renders "alice#1", or just "alice" when there is no pull request.
+func (id Identity) String() string {
+	if id.Pull == 0 {
+		return id.Owner
+	}
+	return fmt.Sprintf("%s#%d", id.Owner, id.Pull)
+}
+
+func compareIdentity(a, b Identity) int {
+	return cmp.Or(strings.Compare(a.Owner, b.Owner), cmp.Compare(a.Pull, b.Pull))
+}
+
+// Waiter is one request waiting in a key's queue.
+type Waiter struct {
+	Identity Identity
+	// Request is the name of the waiting request, e.g. "plan-1".
+	Request string
+	// Priority is higher for more important requests (0 Low .. 3 Critical).
+	Priority int
+	// Arrival is when the request started waiting.
+	Arrival time.Time
+}
+
+// KeyState is one lock key as the controller sees it.
+type KeyState struct {
+	Key    string
+	Holder *Identity // nil when the key is free
+	Queue  []Waiter  // in grant order: Queue[0] is granted next
+}
+
+// Edge says From waits for To on Key: To holds Key (Holds), or To is ahead of From in Key's
+// queue. Waiter is From's request on Key, the one to fail to remove this edge.
+type Edge struct {
+	From, To Identity
+	Key      string
+	Holds    bool
+	Waiter   Waiter
+}
+
+// Cycle is a deadlock: Edges[i].To is Edges[i+1].From, and the last edge leads back to
+// Edges[0].From. Consecutive edges are on different keys, and Edges[0].From is the smallest
+// identity on the cycle, so one deadlock always reads the same way.
+type Cycle struct {
+	Edges []Edge
+}
+
+// String explains the cycle, e.g. "deadlock: alice#1 waits for bob#2 on k2; bob#2 waits for
+// alice#1 on k1".
+func (c Cycle) String() string {
+	if len(c.Edges) == 0 {
+		return ""
+	}
+	hops := make([]string, len(c.Edges))
+	for i, e := range c.Edges {
+		hops[i] = fmt.Sprintf("%s waits for %s on %s", e.From, e.To, e.Key)
+	}
+	return "deadlock: " + strings.Join(hops, "; ")
+}
+
+// Graph is the wait-for graph of one snapshot. Build it once per snapshot; it is read-only
+// afterwards and safe for concurrent readers.
+type Graph struct {
+	ids   []Identity // node number -> identity, sorted, so every walk is deterministic
+	index map[Identity]int
+	keys  []KeyState // sorted by key
+	// arcs are all edges, grouped by their From node and in key order within a group; node n's
+	// are arcs[start[n]:start[n+1]]. One flat slice without pointers keeps Build to a few
+	// allocations and gives the garbage collector nothing to scan.
+	arcs  []arc
+	start []int
+}
+
+// arc is an edge in node numbers: the waiter is keys[key].Queue[pos]. Edges are made from arcs
+// only for the cycles reported.
+type arc struct {
+	from, to int
+	key, pos int
+	holds    bool
+}
+
+// out is the range of n's arcs in g.arcs: at most one per key n waits on.
+func (g *Graph) out(n int) (lo, hi int) { return g.start[n], g.start[n+1] }
+
+func (g *Graph) edge(a arc) Edge {
+	ks := g.keys[a.key]
+	return Edge{From: g.ids[a.from], To: g.ids[a.to], Key: ks.Key, Holds: a.holds, Waiter: ks.Queue[a.pos]}
+}
+
+// Build makes the wait-for graph of a snapshot. Key order does not matter; a key listed twice is
+// read once (its first entry). The graph refers to the queues rather than copying them: leave
+// them unchanged while using it.
+//
+// Build keeps only the transitive reduction of each queue: a waiter points at the nearest other
+// identity ahead of it, and the head of the queue at the holder. That is O(queue) edges instead
+// of O(queue²), and loses nothing: a waiter still reaches everyone ahead of it. Cycles are
+// reported with full-graph edges (see FindCycles), so every hop they name is true as written.
+//
+// Two rules decide where an identity stands in a queue:
+//   - A waiter whose identity holds the key is re-entrant: it is granted at once, so it waits
+//     for nobody on that key and nobody waits for it there (beyond waiting for the holder).
+//   - An identity queued several times stands at its first position; its later entries add
+//     nothing, since it cannot wait for someone behind its own earliest request.
+func Build(keys []KeyState) *Graph {
+	sorted := slices.Clone(keys)
+	slices.SortStableFunc(sorted, func(a, b KeyState) int { return strings.Compare(a.Key, b.Key) })
+
+	g := &Graph{index: make(map[Identity]int), keys: sorted}
+	add := func(id Identity) {
+		if _, ok := g.index[id]; !ok {
+			g.index[id] = len(g.ids)
+			g.ids = append(g.ids, id)
+		}
+	}
+	waiting := 0
+	for _, ks := range sorted {
+		waiting += len(ks.Queue)
+		if ks.Holder != nil {
+			add(*ks.Holder)
+		}
+		for _, w := range ks.Queue {
+			add(w.Identity)
+		}
+	}
+	slices.SortFunc(g.ids, compareIdentity)
+	for n, id := range g.ids {
+		g.index[id] = n
+	}
+
+	arcs := make([]arc, 0, waiting) // in key order; a waiter makes at most one
+	// placed[n] == i+1 once identity n has its position in sorted[i]'s queue; a per-key stamp
+	// saves clearing a set for every key.
+	placed := make([]int, len(g.ids))
+	for i, ks := range sorted {
+		if i > 0 && ks.Key == sorted[i-1].Key {
+			continue
+		}
+		holder := -1
+		if ks.Holder != nil {
+			holder = g.index[*ks.Holder]
+		}
+		ahead := holder // whom the next new identity in the queue waits for; -1: nobody
+		for pos, w := range ks.Queue {
+			n := g.index[w.Identity]
+			if n == holder || placed[n] == i+1 {
+				continue
+			}
+			placed[n] = i + 1
+			if ahead >= 0 {
+				arcs = append(arcs, arc{from: n, to: ahead, key: i, pos: pos, holds: ahead == holder})
+			}
+			ahead = n
+		}
+	}
+
+	// Group the arcs by From (a counting sort, so each group stays in key order).
+	g.start = make([]int, len(g.ids)+1)
+	for _, a := range arcs {
+		g.start[a.from+1]++
+	}
+	for n := range g.ids {
+		g.start[n+1] += g.start[n]
+	}
+	g.arcs = make([]arc, len(arcs))
+	next := slices.Clone(g.start[:len(g.ids)])
+	for _, a := range arcs {
+		g.arcs[next[a.from]] = a
+		next[a.from]++
+	}
+	return g
+}

@@ -1,0 +1,115 @@
+// Package lockkey turns lock targets into keys: the readable key people see
+// ("acme/infra/modules/vpc/default"), the canonical order multi-lock requests acquire in, and the
+// DNS-safe ProjectLock name that serializes the key.
+package lockkey
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"sort"
+	"strings"
+
+	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
+)
+
+// DefaultWorkspace is the workspace of a target that names none.
+const DefaultWorkspace = "default"
+
+// maxNameLen keeps ProjectLock names usable as label values too.
+const maxNameLen = 63
+
+// hashLen is the number of hex characters of the key hash in a ProjectLock name.
+const hashLen = 10
+
+// Normalize fills the defaults the API server would: path "." and workspace "default".
+func Normalize(t locksv1.LockTarget) locksv1.LockTarget {
+	if t.Path == "" {
+		t.Path = "."
+	}
+	if t.Workspace == "" {
+		t.Workspace = DefaultWorkspace
+	}
+	return t
+}
+
+// String is the readable key: repo/path/workspace, plus /project when set.
+func String(t locksv1.LockTarget) string {
+	t = Normalize(t)
+	s := t.Repo + "/" + t.Path + "/" + t.Workspace
+	if t.Project != "" {
+		s += "/" + t.Project
+	}
+	return s
+}
+
+// canonical is an unambiguous encoding: the readable key can collide (a path may contain what
+// looks like a workspace), this cannot, because no field may contain a NUL.
+func canonical(t locksv1.LockTarget) string {
+	t = Normalize(t)
+	return strings.Join([]string{t.Repo, t.Path, t.Workspace, t.Project}, "\x00")
+}
+
+// Less orders targets canonically. Every request acquires its locks in this order, so two
+// multi-lock requests can never each hold what the other waits for.
+func Less(a, b locksv1.LockTarget) bool {
+	return canonical(a) < canonical(b)
+}
+
+// Name is the ProjectLock name for a target: the readable key lower-cased with every run of
+// characters a name cannot hold turned into '-', cut to fit, then a hash of the exact key so that
+// keys differing only in case or punctuation never share a lock.
+func Name(t locksv1.LockTarget) string {
+	sum := sha256.Sum256([]byte(canonical(t)))
+	hash := hex.EncodeToString(sum[:])[:hashLen]
+
+	var b strings.Builder
+	dash := false
+	for _, r := range strings.ToLower(String(t)) {
+		ok := (r >= 'a' && r <= 'z') || (r >= '0' && r <= '9')
+		switch {
+		case ok:
+			b.WriteRune(r)
+			dash = false
+		case !dash && b.Len() > 0:
+			b.WriteByte('-')
+			dash = true
+		}
+	}
+	readable := strings.Trim(b.String(), "-")
+	if limit := maxNameLen - hashLen - 1; len(readable) > limit {
+		readable = strings.TrimRight(readable[:limit], "-")
+	}
+	if readable == "" {
+		return hash
+	}
+	return readable + "-" + hash
+}
+
+// Ref is one target of a request with its key and ProjectLock name.
+type Ref struct {
+	// Index is the target's position in spec.locks.
+	Index  int
+	Target locksv1.LockTarget
+	Key    string
+	Name   string
+}
+
+// Refs returns the request's targets in canonical acquisition order.
+func Refs(targets []locksv1.LockTarget) []Ref {
+	refs := make([]Ref, len(targets))
+	for i, t := range targets {
+		t = Normalize(t)
+		refs[i] = Ref{Index: i, Target: t, Key: String(t), Name: Name(t)}
+	}
+	sort.SliceStable(refs, func(i, j int) bool { return Less(refs[i].Target, refs[j].Target) })
+	return refs
+}
+
+// Names returns the ProjectLock names of targets, in spec order.
+func Names(targets []locksv1.LockTarget) []string {
+	names := make([]string, len(targets))
+	for i, t := range targets {
+		names[i] = Name(t)
+	}
+	return names
+}

@@ -1,0 +1,789 @@
+// Package queue is the pure heart of Turnstile: given one lock key's ProjectLock, the requests
+// that name the key, the freezes in force and the time, Decide returns who holds the key next,
+// the queue in grant order and the status every affected request should have. It calls no client
+// and reads no clock, so every rule here is tested by tables.
+package queue
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
+	"github.com/turnstile-dev/turnstile/internal/lockkey"
+)
+
+// Config holds the operator's policy flags that shape decisions.
+type Config struct {
+	// DefaultTTL applies to requests without spec.ttl.
+	DefaultTTL time.Duration
+	// MaxTTL bounds spec.ttl; a longer one fails with reason Invalid.
+	MaxTTL time.Duration
+	// AgingStep lifts a waiting request one priority per step waited, never above High. Zero
+	// disables aging.
+	AgingStep time.Duration
+	// QueueCap is the most requests that may wait for one key; the next fails with QueueFull.
+	// Zero means no cap.
+	QueueCap int
+	// HeadSize is how many queue entries ProjectLock.status.queue shows.
+	HeadSize int
+}
+
+// DefaultConfig is the policy the manager starts with unless flags say otherwise.
+func DefaultConfig() Config {
+	return Config{DefaultTTL: 30 * time.Minute, MaxTTL: 2 * time.Hour, AgingStep: 10 * time.Minute, QueueCap: 1000, HeadSize: 20}
+}
+
+// Input is everything Decide looks at for one key.
+type Input struct {
+	// Now is the decision time.
+	Now time.Time
+	// Name is the ProjectLock's name; Target its key.
+	Name   string
+	Target locksv1.LockTarget
+	// Lock is the ProjectLock as read, or nil when it does not exist.
+	Lock *locksv1.ProjectLock
+	// Requests are the live requests that name this key (any phase). A holder that is not
+	// among them is gone: the caller has confirmed that with a live read.
+	Requests []*locksv1.LockRequest
+	// Freezes are the command freezes in force at Now; NextThaw is when one thaws by itself.
+	Freezes  Freezes
+	NextThaw time.Time
+	// LostHolders are requests whose holder Lease lapsed, with a message saying how.
+	LostHolders map[types.UID]string
+	Config      Config
+}
+
+// Update is a request status to write, and the event to emit once written.
+type Update struct {
+	Request *locksv1.LockRequest
+	Status  locksv1.LockRequestStatus
+	// Refresh marks a write that only refreshes a waiter's position or message; the caller may
+	// defer it to bound the write rate. Every other update changes what the request may do.
+	Refresh bool
+	// Order ranks refreshes: lower first (the queue position).
+	Order int
+	Event *Event
+}
+
+// Event is a Kubernetes event about a request.
+type Event struct {
+	Type, Reason, Message string
+}
+
+// Decision is what to write, in this order: Finish (outgoing holders and failed waiters),
+// then Lock (the ProjectLock status, with the resourceVersion read), then Grant (the new
+// holder's requests) and Waiting.
+type Decision struct {
+	Finish []Update
+	// Lock is the ProjectLock status to write, or nil when unchanged.
+	Lock *locksv1.ProjectLockStatus
+	// CreateLock is true when the ProjectLock does not exist and must be created first.
+	CreateLock bool
+	Grant      []Update
+	Waiting    []Update
+	// Holder is the identity that holds the key after the decision, "" when free.
+	Holder string
+	// Queue is every waiting request in grant order.
+	Queue []*locksv1.LockRequest
+	// RequeueAfter is when the key needs deciding again without any event (a TTL, a wait
+	// timeout, an aging step); zero when nothing is due.
+	RequeueAfter time.Duration
+}
+
+// entry is one request as seen from this key.
+type entry struct {
+	req      *locksv1.LockRequest
+	ref      lockkey.Ref
+	refs     []lockkey.Ref // canonical order
+	pos      int           // index of this key in refs
+	id       string        // owner+pull
+	heldHere bool          // listed as holder in the ProjectLock
+	claims   bool          // its status says it holds this key
+	arrival  time.Time
+	stamped  bool
+	priority int // after aging
+	ttl      time.Duration
+	frozen   *Freeze
+	final    bool
+	outcome  *outcome // set when it leaves the queue or the holder set now
+	rvOrder  uint64
+}
+
+type outcome struct {
+	phase   locksv1.LockRequestPhase
+	reason  string
+	message string
+	event   string // event type
+}
+
+// Identity is the holder identity of a request: owner plus pull.
+func Identity(h locksv1.Holder) string {
+	if h.Pull == 0 {
+		return h.Owner
+	}
+	return h.Owner + "#" + strconv.FormatInt(h.Pull, 10)
+}
+
+// Describe renders a holder for people: "pull #100 (alice)", or "alice" without a pull.
+func Describe(owner string, pull int64) string {
+	if pull == 0 {
+		return owner
+	}
+	return fmt.Sprintf("pull #%d (%s)", pull, owner)
+}
+
+// TTL is the grant duration of a request under cfg.
+func TTL(req *locksv1.LockRequest, cfg Config) time.Duration {
+	if req.Spec.TTL != nil && req.Spec.TTL.Duration > 0 {
+		return req.Spec.TTL.Duration
+	}
+	return cfg.DefaultTTL
+}
+
+// Decide computes the next state of one key. See the package comment.
+func Decide(in Input) Decision {
+	var d Decision
+	now := in.Now
+	lock := in.Lock
+
+	holderUIDs := map[types.UID]bool{}
+	var holder *locksv1.LockHolder
+	token := int64(0)
+	if lock != nil {
+		token = lock.Status.FencingToken
+		if lock.Status.Holder != nil {
+			holder = lock.Status.Holder
+			for _, r := range holder.Requests {
+				holderUIDs[types.UID(r.UID)] = true
+			}
+		}
+	}
+
+	entries := make([]*entry, 0, len(in.Requests))
+	maxReqToken := int64(0)
+	for _, req := range in.Requests {
+		if req.DeletionTimestamp != nil {
+			continue // deleting counts as released
+		}
+		e := newEntry(req, in.Name, in.Config, now)
+		if e == nil {
+			continue
+		}
+		e.heldHere = holderUIDs[req.UID]
+		if fr, ok := in.Freezes.For(req.Spec.Command); ok {
+			e.frozen = &fr
+		}
+		if req.Status.FencingToken > maxReqToken {
+			maxReqToken = req.Status.FencingToken
+		}
+		entries = append(entries, e)
+	}
+
+	// 1. Who leaves the holder set or the queue now.
+	for _, e := range entries {
+		req := e.req
+		switch {
+		case e.final:
+			// Already final: if still listed as holder, it just drops out below.
+		case req.Spec.Release:
+			msg := "released"
+			if !e.heldHere && req.Status.Phase != locksv1.PhaseGranted {
+				msg = "released before it was granted"
+			}
+			e.outcome = &outcome{locksv1.PhaseReleased, locksv1.ReasonReleased, msg, "Normal"}
+		case in.LostHolders[req.UID] != "":
+			e.outcome = &outcome{locksv1.PhaseReleased, locksv1.ReasonHolderLost, in.LostHolders[req.UID], "Warning"}
+		case e.claims && !e.heldHere:
+			// Its status says it holds this key but the ProjectLock does not list it: the
+			// ProjectLock was deleted (or re-created) under it, an admin's force-unlock.
+			e.outcome = &outcome{locksv1.PhaseReleased, locksv1.ReasonForceUnlocked,
+				fmt.Sprintf("ProjectLock %s was deleted: the lock on %s was force-unlocked", in.Name, e.ref.Key), "Warning"}
+		case e.heldHere && req.Status.Phase == locksv1.PhaseGranted && req.Status.GrantedAt != nil &&
+			!now.Before(req.Status.GrantedAt.Add(e.ttl)):
+			e.outcome = &outcome{locksv1.PhaseExpired, locksv1.ReasonExpired,
+				fmt.Sprintf("the grant expired after its ttl of %s", e.ttl), "Warning"}
+		case !e.heldHere && in.Config.MaxTTL > 0 && e.ttl > in.Config.MaxTTL:
+			e.outcome = &outcome{locksv1.PhaseFailed, locksv1.ReasonInvalid,
+				fmt.Sprintf("spec.ttl %s is over this operator's maximum of %s; ask for at most %s", e.ttl, in.Config.MaxTTL, in.Config.MaxTTL), "Warning"}
+		case !e.heldHere && e.stamped && req.Spec.WaitTimeout != nil && req.Spec.WaitTimeout.Duration > 0 &&
+			!now.Before(e.arrival.Add(req.Spec.WaitTimeout.Duration)):
+			e.outcome = &outcome{locksv1.PhaseFailed, locksv1.ReasonTimeout,
+				fmt.Sprintf("not granted within waitTimeout %s", req.Spec.WaitTimeout.Duration), "Warning"}
+		}
+	}
+
+	// 2. The holders that stay.
+	var holders []*entry
+	for _, e := range entries {
+		if e.heldHere && !e.final && e.outcome == nil {
+			holders = append(holders, e)
+		}
+	}
+	holderID := ""
+	if len(holders) > 0 {
+		holderID = holders[0].id
+	}
+
+	// 3. The queue, in grant order.
+	var waiting []*entry
+	for _, e := range entries {
+		if !e.heldHere && !e.final && e.outcome == nil {
+			waiting = append(waiting, e)
+		}
+	}
+	sortQueue(waiting)
+	// Requests seen for the first time get distinct arrivals in their sorted order, so FIFO holds
+	// even among requests created within the same second.
+	stamp := now.Truncate(time.Microsecond)
+	for _, e := range waiting {
+		if !e.stamped {
+			e.arrival = stamp
+			stamp = stamp.Add(time.Microsecond)
+		}
+	}
+	if in.Config.QueueCap > 0 {
+		kept := waiting[:0]
+		n := 0
+		for _, e := range waiting {
+			if !e.stamped && n >= in.Config.QueueCap {
+				e.outcome = &outcome{locksv1.PhaseFailed, locksv1.ReasonQueueFull,
+					fmt.Sprintf("the queue for %s is full (%d waiting, the operator's cap); try again later", e.ref.Key, n), "Warning"}
+				continue
+			}
+			kept = append(kept, e)
+			n++
+		}
+		waiting = kept
+	}
+
+	// 4. Grants: the holder's own identity re-enters at once; a free key goes to the first
+	// grantable request, together with its identity's other grantable requests.
+	grantable := func(e *entry) bool {
+		if e.frozen != nil {
+			return false
+		}
+		for _, r := range e.refs[:e.pos] {
+			if !heldFlag(e.req, r) {
+				return false
+			}
+		}
+		return true
+	}
+	var granted []*entry
+	newHolder := false
+	if holderID == "" {
+		for _, e := range waiting {
+			if grantable(e) {
+				holderID = e.id
+				newHolder = true
+				break
+			}
+		}
+	}
+	if holderID != "" {
+		rest := waiting[:0]
+		for _, e := range waiting {
+			if e.id == holderID && grantable(e) {
+				granted = append(granted, e)
+				continue
+			}
+			rest = append(rest, e)
+		}
+		waiting = rest
+	}
+
+	// 5. waitTimeout 0s: try once, fail at once.
+	rest := waiting[:0]
+	for _, e := range waiting {
+		if e.req.Spec.WaitTimeout != nil && e.req.Spec.WaitTimeout.Duration == 0 {
+			if e.frozen != nil {
+				e.outcome = &outcome{locksv1.PhaseFailed, locksv1.ReasonCommandLocked, e.frozen.Message, "Warning"}
+			} else {
+				e.outcome = &outcome{locksv1.PhaseFailed, locksv1.ReasonBusy,
+					fmt.Sprintf("%s is busy and waitTimeout is 0s: %s", e.ref.Key, blockerText(holders, granted, waiting, e)), "Warning"}
+			}
+			continue
+		}
+		rest = append(rest, e)
+	}
+	waiting = rest
+
+	// 6. The ProjectLock status.
+	allHolders := append(append([]*entry{}, holders...), granted...)
+	if newHolder {
+		token = nextToken(token, lock == nil || lock.Status.FencingToken == 0, maxReqToken, now)
+	}
+	status := lockStatus(lock, allHolders, waiting, token, newHolder, now, in.Config)
+	if lock == nil {
+		d.CreateLock = true
+		d.Lock = &status
+	} else if !statusEqual(lock.Status, status) {
+		d.Lock = &status
+	}
+	d.Holder = holderID
+	for _, e := range waiting {
+		d.Queue = append(d.Queue, e.req)
+	}
+
+	// 7. Request statuses.
+	for _, e := range entries {
+		if e.outcome != nil {
+			d.Finish = append(d.Finish, Update{Request: e.req, Status: finishedStatus(e, now), Event: &Event{e.outcome.event, e.outcome.reason, e.outcome.message}})
+		}
+	}
+	for _, e := range allHolders {
+		st, changed := heldStatus(e, token, now)
+		if !changed {
+			continue
+		}
+		u := Update{Request: e.req, Status: st}
+		if st.Phase == locksv1.PhaseGranted && e.req.Status.Phase != locksv1.PhaseGranted {
+			u.Event = &Event{"Normal", locksv1.ReasonGranted, grantedMessage(e, st)}
+		}
+		d.Grant = append(d.Grant, u)
+	}
+	for i, e := range waiting {
+		st := waitingStatus(e, i, len(waiting), holders, granted, waiting, now)
+		if equalStatus(e.req.Status, st) {
+			continue
+		}
+		u := Update{Request: e.req, Status: st, Refresh: e.stamped && e.req.Status.Phase == locksv1.PhasePending, Order: i}
+		if !e.stamped {
+			u.Event = &Event{"Normal", condReason(st), condMessage(st)}
+		}
+		d.Waiting = append(d.Waiting, u)
+	}
+
+	d.RequeueAfter = nextDeadline(allHolders, waiting, token, now, in.Config)
+	return d
+}
+
+func newEntry(req *locksv1.LockRequest, name string, cfg Config, now time.Time) *entry {
+	refs := lockkey.Refs(req.Spec.Locks)
+	pos := -1
+	for i, r := range refs {
+		if r.Name == name {
+			pos = i
+			break
+		}
+	}
+	if pos < 0 {
+		return nil
+	}
+	e := &entry{
+		req:   req,
+		ref:   refs[pos],
+		refs:  refs,
+		pos:   pos,
+		id:    Identity(req.Spec.Holder),
+		ttl:   TTL(req, cfg),
+		final: req.Status.Phase.IsFinal(),
+	}
+	e.claims = !e.final && heldFlag(req, e.ref)
+	if req.Status.QueuedAt != nil {
+		e.arrival, e.stamped = req.Status.QueuedAt.Time, true
+	} else {
+		e.arrival = now
+		if ct := req.CreationTimestamp.Time; !ct.IsZero() && ct.After(now) {
+			e.arrival = ct
+		}
+	}
+	e.rvOrder, _ = strconv.ParseUint(req.ResourceVersion, 10, 64)
+	e.priority = AgedPriority(req.Spec.Priority, now.Sub(e.arrival), cfg.AgingStep)
+	return e
+}
+
+// heldFlag reports whether the request's status says it holds ref's key.
+func heldFlag(req *locksv1.LockRequest, ref lockkey.Ref) bool {
+	if ref.Index >= len(req.Status.Locks) {
+		return false
+	}
+	ls := req.Status.Locks[ref.Index]
+	return ls.Held && ls.Name == ref.Name
+}
+
+// AgedPriority is a request's rank after waiting for waited: one rank per step, never above
+// High. Critical stays Critical.
+func AgedPriority(p locksv1.Priority, waited, step time.Duration) int {
+	rank := p.Rank()
+	high := locksv1.PriorityHigh.Rank()
+	if step <= 0 || rank >= high || waited <= 0 {
+		return rank
+	}
+	rank += int(waited / step)
+	if rank > high {
+		rank = high
+	}
+	return rank
+}
+
+// sortQueue orders waiters: higher (aged) priority first, then arrival, then — for requests
+// first seen in the same decision — creation order, then name.
+func sortQueue(q []*entry) {
+	sort.SliceStable(q, func(i, j int) bool {
+		a, b := q[i], q[j]
+		if a.priority != b.priority {
+			return a.priority > b.priority
+		}
+		if !a.arrival.Equal(b.arrival) {
+			return a.arrival.Before(b.arrival)
+		}
+		if a.stamped != b.stamped {
+			return a.stamped
+		}
+		if !a.stamped {
+			if !a.req.CreationTimestamp.Equal(&b.req.CreationTimestamp) {
+				return a.req.CreationTimestamp.Before(&b.req.CreationTimestamp)
+			}
+			if a.rvOrder != b.rvOrder && a.rvOrder != 0 && b.rvOrder != 0 {
+				return a.rvOrder < b.rvOrder
+			}
+		}
+		return a.req.Name < b.req.Name
+	})
+}
+
+// nextToken is the fencing token of a new grant. Within one ProjectLock's life it is the last
+// token plus one. A fresh ProjectLock (first grant, or re-created after a force-unlock that
+// erased its counter) starts from the wall clock in microseconds, and above every token its
+// requests remember, so tokens keep increasing across deletion and re-creation.
+func nextToken(prev int64, fresh bool, maxSeen int64, now time.Time) int64 {
+	next := prev + 1
+	if maxSeen >= next {
+		next = maxSeen + 1
+	}
+	if fresh {
+		if us := now.UnixMicro(); us > next {
+			next = us
+		}
+	}
+	return next
+}
+
+func lockStatus(lock *locksv1.ProjectLock, holders, waiting []*entry, token int64, newHolder bool, now time.Time, cfg Config) locksv1.ProjectLockStatus {
+	var st locksv1.ProjectLockStatus
+	if lock != nil {
+		st = *lock.Status.DeepCopy()
+		st.ObservedGeneration = lock.Generation
+	}
+	st.FencingToken = token
+	st.Holder = nil
+	if len(holders) > 0 {
+		first := holders[0].req
+		h := &locksv1.LockHolder{Owner: first.Spec.Holder.Owner, Pull: first.Spec.Holder.Pull, URL: first.Spec.Holder.URL}
+		h.Since = newTime(now)
+		if !newHolder && lock != nil && lock.Status.Holder != nil {
+			h.Since = lock.Status.Holder.Since
+		}
+		var expires *metav1.Time
+		sorted := append([]*entry{}, holders...)
+		sort.Slice(sorted, func(i, j int) bool { return sorted[i].req.Name < sorted[j].req.Name })
+		for _, e := range sorted {
+			h.Requests = append(h.Requests, locksv1.HolderRequest{Name: e.req.Name, UID: string(e.req.UID)})
+			if exp := expiresAt(e, now); exp != nil && (expires == nil || exp.After(expires.Time)) {
+				expires = exp
+			}
+		}
+		h.ExpiresAt = expires
+		st.Holder = h
+	}
+	st.Queue = nil
+	head := cfg.HeadSize
+	for i, e := range waiting {
+		if i >= head {
+			break
+		}
+		st.Queue = append(st.Queue, locksv1.QueueEntry{
+			Request: e.req.Name, Owner: e.req.Spec.Holder.Owner, Pull: e.req.Spec.Holder.Pull,
+			Priority: rankName(e.priority),
+		})
+	}
+	st.QueueLength = int32(len(waiting))
+	if st.Holder != nil {
+		setCond(&st.Conditions, locksv1.ConditionLocked, metav1.ConditionTrue, locksv1.ReasonHeld,
+			fmt.Sprintf("locked by %s", Describe(st.Holder.Owner, st.Holder.Pull)), st.ObservedGeneration, now)
+	} else {
+		setCond(&st.Conditions, locksv1.ConditionLocked, metav1.ConditionFalse, locksv1.ReasonFree, "not locked", st.ObservedGeneration, now)
+	}
+	return st
+}
+
+// expiresAt is when a holder's grant ends: only a fully granted request has a TTL running.
+func expiresAt(e *entry, now time.Time) *metav1.Time {
+	granted := e.req.Status.GrantedAt
+	if granted == nil {
+		if !allHeldAfter(e) {
+			return nil
+		}
+		t := newTime(now.Add(e.ttl))
+		return &t
+	}
+	t := newTime(granted.Add(e.ttl))
+	return &t
+}
+
+// allHeldAfter reports whether the request holds every key once it holds this one.
+func allHeldAfter(e *entry) bool {
+	for i, r := range e.refs {
+		if i != e.pos && !heldFlag(e.req, r) {
+			return false
+		}
+	}
+	return true
+}
+
+func rankName(rank int) locksv1.Priority {
+	switch rank {
+	case 0:
+		return locksv1.PriorityLow
+	case 2:
+		return locksv1.PriorityHigh
+	case 3:
+		return locksv1.PriorityCritical
+	default:
+		return locksv1.PriorityNormal
+	}
+}
+
+// baseStatus is a request's status with its locks list rebuilt from spec, keeping held flags.
+func baseStatus(req *locksv1.LockRequest) locksv1.LockRequestStatus {
+	st := *req.Status.DeepCopy()
+	st.ObservedGeneration = req.Generation
+	locks := make([]locksv1.LockStatus, len(req.Spec.Locks))
+	for i, t := range req.Spec.Locks {
+		locks[i] = locksv1.LockStatus{Key: lockkey.String(t), Name: lockkey.Name(t)}
+		if i < len(st.Locks) && st.Locks[i].Name == locks[i].Name {
+			locks[i].Held = st.Locks[i].Held
+		}
+	}
+	st.Locks = locks
+	return st
+}
+
+func finishedStatus(e *entry, now time.Time) locksv1.LockRequestStatus {
+	st := baseStatus(e.req)
+	o := e.outcome
+	for i := range st.Locks {
+		st.Locks[i].Held = false
+	}
+	if st.QueuedAt == nil {
+		t := newMicroTime(e.arrival)
+		st.QueuedAt = &t
+	}
+	st.Phase = o.phase
+	st.QueuePosition = 0
+	st.BlockedBy = ""
+	if o.reason == locksv1.ReasonCommandLocked || o.reason == locksv1.ReasonBusy || o.reason == locksv1.ReasonDeadlock {
+		st.BlockedBy = o.message
+	}
+	fin := newTime(now)
+	st.FinishedAt = &fin
+	g := st.ObservedGeneration
+	setCond(&st.Conditions, locksv1.ConditionGranted, metav1.ConditionFalse, o.reason, o.message, g, now)
+	setCond(&st.Conditions, locksv1.ConditionReady, metav1.ConditionFalse, o.reason, o.message, g, now)
+	setCond(&st.Conditions, locksv1.ConditionReconciling, metav1.ConditionFalse, o.reason, "finished", g, now)
+	if o.phase == locksv1.PhaseFailed {
+		setCond(&st.Conditions, locksv1.ConditionStalled, metav1.ConditionTrue, o.reason, o.message, g, now)
+	} else {
+		setCond(&st.Conditions, locksv1.ConditionStalled, metav1.ConditionFalse, o.reason, "finished", g, now)
+	}
+	return st
+}
+
+// heldStatus is the status of a request that holds this key after the decision.
+func heldStatus(e *entry, token int64, now time.Time) (locksv1.LockRequestStatus, bool) {
+	st := baseStatus(e.req)
+	st.Locks[e.ref.Index].Held = true
+	if st.QueuedAt == nil {
+		t := newMicroTime(e.arrival)
+		st.QueuedAt = &t
+	}
+	if token > st.FencingToken {
+		st.FencingToken = token
+	}
+	g := st.ObservedGeneration
+	all := true
+	for _, l := range st.Locks {
+		all = all && l.Held
+	}
+	if all {
+		st.Phase = locksv1.PhaseGranted
+		st.QueuePosition = 0
+		st.BlockedBy = ""
+		if st.GrantedAt == nil {
+			t := newTime(now)
+			st.GrantedAt = &t
+		}
+		exp := newTime(st.GrantedAt.Add(e.ttl))
+		st.ExpiresAt = &exp
+		msg := fmt.Sprintf("holds %s (fencing token %d) until %s", keysText(e), st.FencingToken, exp.UTC().Format(time.RFC3339))
+		setCond(&st.Conditions, locksv1.ConditionGranted, metav1.ConditionTrue, locksv1.ReasonGranted, msg, g, now)
+		setCond(&st.Conditions, locksv1.ConditionReady, metav1.ConditionTrue, locksv1.ReasonGranted, msg, g, now)
+		setCond(&st.Conditions, locksv1.ConditionReconciling, metav1.ConditionFalse, locksv1.ReasonGranted, "granted", g, now)
+		setCond(&st.Conditions, locksv1.ConditionStalled, metav1.ConditionFalse, locksv1.ReasonGranted, "granted", g, now)
+	} else {
+		st.Phase = locksv1.PhasePending
+		next := ""
+		for _, r := range e.refs {
+			if !st.Locks[r.Index].Held {
+				next = r.Key
+				break
+			}
+		}
+		msg := fmt.Sprintf("holds %s; waiting for %s next (locks are taken in canonical order)", e.ref.Key, next)
+		pendingConds(&st, locksv1.ReasonQueued, msg, now)
+	}
+	return st, !equalStatus(e.req.Status, st)
+}
+
+func pendingConds(st *locksv1.LockRequestStatus, reason, msg string, now time.Time) {
+	g := st.ObservedGeneration
+	st.Phase = locksv1.PhasePending
+	setCond(&st.Conditions, locksv1.ConditionGranted, metav1.ConditionFalse, reason, msg, g, now)
+	setCond(&st.Conditions, locksv1.ConditionReady, metav1.ConditionFalse, reason, msg, g, now)
+	setCond(&st.Conditions, locksv1.ConditionReconciling, metav1.ConditionTrue, reason, msg, g, now)
+	setCond(&st.Conditions, locksv1.ConditionStalled, metav1.ConditionFalse, reason, "waiting", g, now)
+}
+
+// waitingStatus is the status of a request still in this key's queue at index i of n.
+func waitingStatus(e *entry, i, n int, holders, granted, waiting []*entry, now time.Time) locksv1.LockRequestStatus {
+	st := baseStatus(e.req)
+	if st.QueuedAt == nil {
+		t := newMicroTime(e.arrival)
+		st.QueuedAt = &t
+	}
+	// Position and message belong to the first key the request does not hold yet; a later key's
+	// queue does not speak for it.
+	for _, r := range e.refs[:e.pos] {
+		if !heldFlag(e.req, r) {
+			if st.Phase == "" {
+				pendingConds(&st, locksv1.ReasonQueued, fmt.Sprintf("waiting for %s first (locks are taken in canonical order)", r.Key), now)
+			}
+			return st
+		}
+	}
+	st.QueuePosition = int32(i + 1)
+	if e.frozen != nil {
+		st.BlockedBy = e.frozen.Source
+		pendingConds(&st, locksv1.ReasonCommandLocked, fmt.Sprintf("%s; position %d of %d", e.frozen.Message, i+1, n), now)
+		return st
+	}
+	blocker := blockerText(holders, granted, waiting, e)
+	st.BlockedBy = blocker
+	pendingConds(&st, locksv1.ReasonQueued, fmt.Sprintf("%s; position %d of %d", blocker, i+1, n), now)
+	return st
+}
+
+// blockerText says who is in e's way: the holder, or the first waiter ahead of it.
+func blockerText(holders, granted, waiting []*entry, e *entry) string {
+	for _, set := range [][]*entry{holders, granted} {
+		if len(set) > 0 {
+			h := set[0].req.Spec.Holder
+			return "locked by " + Describe(h.Owner, h.Pull)
+		}
+	}
+	for _, w := range waiting {
+		if w == e {
+			break
+		}
+		h := w.req.Spec.Holder
+		return "waiting behind " + Describe(h.Owner, h.Pull)
+	}
+	return "waiting for " + e.ref.Key
+}
+
+func grantedMessage(e *entry, st locksv1.LockRequestStatus) string {
+	return fmt.Sprintf("granted %s to %s (fencing token %d)", keysText(e), Describe(e.req.Spec.Holder.Owner, e.req.Spec.Holder.Pull), st.FencingToken)
+}
+
+func keysText(e *entry) string {
+	if len(e.refs) == 1 {
+		return e.ref.Key
+	}
+	return fmt.Sprintf("%d locks", len(e.refs))
+}
+
+func nextDeadline(holders, waiting []*entry, token int64, now time.Time, cfg Config) time.Duration {
+	var next time.Time
+	consider := func(t time.Time) {
+		if t.After(now) && (next.IsZero() || t.Before(next)) {
+			next = t
+		}
+	}
+	for _, e := range holders {
+		if exp := expiresAt(e, now); exp != nil {
+			consider(exp.Time)
+		}
+	}
+	for _, e := range waiting {
+		if wt := e.req.Spec.WaitTimeout; wt != nil && wt.Duration > 0 {
+			consider(e.arrival.Add(wt.Duration))
+		}
+		if cfg.AgingStep > 0 && e.priority < locksv1.PriorityHigh.Rank() {
+			waited := now.Sub(e.arrival)
+			steps := waited/cfg.AgingStep + 1
+			consider(e.arrival.Add(steps * cfg.AgingStep))
+		}
+	}
+	if next.IsZero() {
+		return 0
+	}
+	return next.Sub(now)
+}
+
+func condReason(st locksv1.LockRequestStatus) string {
+	if c := findCond(st.Conditions, locksv1.ConditionGranted); c != nil {
+		return c.Reason
+	}
+	return ""
+}
+
+func condMessage(st locksv1.LockRequestStatus) string {
+	if c := findCond(st.Conditions, locksv1.ConditionGranted); c != nil {
+		return c.Message
+	}
+	return ""
+}
+
+// Waiting is one request as it waits for a key, for callers that need the queue without a
+// decision (deadlock detection).
+type Waiting struct {
+	Request *locksv1.LockRequest
+	// Priority is the rank after aging.
+	Priority int
+	// Arrival is status.queuedAt, or now for a request not yet stamped.
+	Arrival time.Time
+}
+
+// Order returns reqs (all waiting for the key named name) in grant order, with the same rules
+// Decide uses.
+func Order(name string, reqs []*locksv1.LockRequest, now time.Time, cfg Config) []Waiting {
+	entries := make([]*entry, 0, len(reqs))
+	for _, r := range reqs {
+		if e := newEntry(r, name, cfg, now); e != nil {
+			entries = append(entries, e)
+		}
+	}
+	sortQueue(entries)
+	out := make([]Waiting, len(entries))
+	for i, e := range entries {
+		out[i] = Waiting{Request: e.req, Priority: e.priority, Arrival: e.arrival}
+	}
+	return out
+}
+
+// FirstUnheld returns the ref of the first key, in acquisition order, that the request does not
+// hold yet: the key it is actually waiting for. ok is false when it holds them all.
+func FirstUnheld(req *locksv1.LockRequest) (lockkey.Ref, bool) {
+	for _, r := range lockkey.Refs(req.Spec.Locks) {
+		if !heldFlag(req, r) {
+			return r, true
+		}
+	}
+	return lockkey.Ref{}, false
+}

@@ -1,0 +1,59 @@
+package framework
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"syscall"
+	"time"
+)
+
+// Process is the real manager binary running against a control plane.
+type Process struct {
+	cmd  *exec.Cmd
+	done chan error
+}
+
+// StartProcess starts binary with args and KUBECONFIG=kubeconfig, its output going to out.
+func StartProcess(binary, kubeconfig string, out io.Writer, args ...string) (*Process, error) {
+	cmd := exec.Command(binary, args...)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
+	cmd.Stdout, cmd.Stderr = out, out
+	// Its own process group, so a Ctrl-C meant for `make dev` reaches it only through us.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", binary, err)
+	}
+	p := &Process{cmd: cmd, done: make(chan error, 1)}
+	go func() { p.done <- cmd.Wait() }()
+	return p, nil
+}
+
+// Pid is the process id.
+func (p *Process) Pid() int { return p.cmd.Process.Pid }
+
+// Done is closed-over by a receive that yields the exit error once the process ends.
+func (p *Process) Done() <-chan error { return p.done }
+
+// Stop sends SIGTERM and waits up to grace for a clean exit, then kills.
+func (p *Process) Stop(grace time.Duration) error {
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return err
+	}
+	select {
+	case err := <-p.done:
+		return err
+	case <-time.After(grace):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+		return fmt.Errorf("manager did not exit within %s of SIGTERM; killed", grace)
+	}
+}
+
+// Kill sends SIGKILL, as a crash would, and waits for the process to go.
+func (p *Process) Kill() {
+	_ = p.cmd.Process.Kill()
+	<-p.done
+}
