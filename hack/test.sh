@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Runs every test: pure unit tests (with -race), envtest integration suites against a real
+# kube-apiserver + etcd, the benchmark harness at smoke size, and e2e tests that drive the real
+# manager binary with the real kubectl. Prints one summary line: "N passed, N failed, N skipped".
+# Expects KUBEBUILDER_ASSETS (set by the Makefile after `make k8s-bins`).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+: "${KUBEBUILDER_ASSETS:?run through make test}"
+go build -o bin/testsummary ./hack/testsummary
+pure=$(go list ./internal/queue/... ./internal/deadlock/... ./internal/lockkey/... ./pkg/...)
+rest=$(go list ./... | grep -v -x -F -f <(echo "$pure"))
+status=0
+{
+  go test -json -race -count=1 $pure || true
+  go test -json -count=1 -timeout 25m -p 2 $rest || true
+} | bin/testsummary || status=$?
+exit $status

@@ -1,0 +1,94 @@
+// Command testsummary reads `go test -json` on stdin, prints the test output as it comes, and
+// ends with one summary line: "N passed, N failed, N skipped". Ginkgo suites count each spec,
+// not just their single Go test. It exits non-zero when anything failed.
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+type event struct {
+	Action  string
+	Package string
+	Test    string
+	Output  string
+}
+
+// ginkgoResult matches Ginkgo's closing line, e.g. "SUCCESS! -- 12 Passed | 0 Failed | 0 Pending | 1 Skipped".
+var ginkgoResult = regexp.MustCompile(`(\d+) Passed \| (\d+) Failed \| \d+ Pending \| (\d+) Skipped`)
+
+func main() {
+	var passed, failed, skipped int
+	ginkgoTests := map[string]bool{} // package/test of Go tests that ran a Ginkgo suite
+	var failedNames []string
+	pkgFailed := map[string]bool{}
+	buildFailed := false
+	sc := bufio.NewScanner(os.Stdin)
+	sc.Buffer(make([]byte, 1<<20), 1<<24)
+	for sc.Scan() {
+		line := sc.Bytes()
+		var ev event
+		if err := json.Unmarshal(line, &ev); err != nil {
+			fmt.Println(string(line)) // build errors are not JSON
+			if strings.Contains(string(line), "build failed") || strings.HasPrefix(string(line), "#") {
+				buildFailed = true
+			}
+			continue
+		}
+		switch ev.Action {
+		case "output":
+			fmt.Print(ev.Output)
+			if m := ginkgoResult.FindStringSubmatch(ev.Output); m != nil {
+				p, _ := strconv.Atoi(m[1])
+				f, _ := strconv.Atoi(m[2])
+				s, _ := strconv.Atoi(m[3])
+				passed, failed, skipped = passed+p, failed+f, skipped+s
+				ginkgoTests[ev.Package+"/"+ev.Test] = true
+			}
+		case "build-output":
+			fmt.Print(ev.Output)
+		case "build-fail":
+			buildFailed = true
+		case "pass", "fail", "skip":
+			if ev.Test == "" {
+				// A package that failed with no failed test: a panic, a timeout, a TestMain error.
+				if ev.Action == "fail" && !pkgFailed[ev.Package] {
+					failed++
+					failedNames = append(failedNames, ev.Package+" (package)")
+				}
+				continue
+			}
+			if ginkgoTests[ev.Package+"/"+ev.Test] {
+				continue // its specs were counted
+			}
+			switch ev.Action {
+			case "pass":
+				passed++
+			case "fail":
+				failed++
+				pkgFailed[ev.Package] = true
+				failedNames = append(failedNames, ev.Package+" "+ev.Test)
+			case "skip":
+				skipped++
+			}
+		}
+	}
+	fmt.Println()
+	for _, n := range failedNames {
+		fmt.Println("FAILED:", n)
+	}
+	if buildFailed {
+		fmt.Println("some packages failed to build")
+		failed++
+	}
+	fmt.Printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped)
+	if failed > 0 {
+		os.Exit(1)
+	}
+}

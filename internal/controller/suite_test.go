@@ -1,0 +1,154 @@
+package controller_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
+	"github.com/turnstile-dev/turnstile/internal/controller"
+	"github.com/turnstile-dev/turnstile/internal/deadlock"
+	"github.com/turnstile-dev/turnstile/internal/lockkey"
+	"github.com/turnstile-dev/turnstile/internal/queue"
+	"github.com/turnstile-dev/turnstile/internal/testing/framework"
+)
+
+// Shared timeouts: hand-off takes milliseconds; these leave room for a loaded CI machine.
+const (
+	timeout  = 10 * time.Second
+	interval = 20 * time.Millisecond
+)
+
+var (
+	env     *framework.Env
+	k8s     client.WithWatch
+	mgr     *framework.Manager
+	ctx     = context.Background()
+	options controller.SetupOptions
+)
+
+func TestControllers(t *testing.T) {
+	RegisterFailHandler(Fail)
+	RunSpecs(t, "Controller Suite")
+}
+
+// testOptions are the manager's options in this suite: production defaults, with the clocks
+// that tests wait for shortened.
+func testOptions() controller.SetupOptions {
+	cfg := queue.DefaultConfig()
+	cfg.AgingStep = 3 * time.Second
+	cfg.QueueCap = 60
+	return controller.SetupOptions{
+		Queue:          cfg,
+		Workers:        8,
+		Retention:      4 * time.Second,
+		DeadlockPolicy: deadlock.PolicyNewest,
+		DeadlockScan:   2 * time.Second,
+	}
+}
+
+var _ = BeforeSuite(func() {
+	var err error
+	env, err = framework.Start("")
+	Expect(err).NotTo(HaveOccurred())
+	k8s, err = client.NewWithWatch(env.Config, client.Options{Scheme: framework.Scheme})
+	Expect(err).NotTo(HaveOccurred())
+	options = testOptions()
+	mgr, err = env.StartManager(options)
+	Expect(err).NotTo(HaveOccurred())
+})
+
+var _ = AfterSuite(func() {
+	if mgr != nil {
+		Expect(mgr.Stop()).To(Succeed())
+	}
+	if env != nil {
+		Expect(env.Stop()).To(Succeed())
+	}
+})
+
+// newNamespace creates a fresh namespace for one spec.
+func newNamespace() string {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "lock-"}}
+	Expect(k8s.Create(ctx, ns)).To(Succeed())
+	DeferCleanup(func() { _ = k8s.Delete(ctx, ns) })
+	return ns.Name
+}
+
+func create(objs ...client.Object) {
+	GinkgoHelper()
+	for _, o := range objs {
+		Expect(k8s.Create(ctx, o)).To(Succeed())
+	}
+}
+
+func get(ns, name string) *locksv1.LockRequest {
+	GinkgoHelper()
+	var lr locksv1.LockRequest
+	Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &lr)).To(Succeed())
+	return &lr
+}
+
+func projectLock(ns string, t locksv1.LockTarget) *locksv1.ProjectLock {
+	GinkgoHelper()
+	var pl locksv1.ProjectLock
+	Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: lockkey.Name(t)}, &pl)).To(Succeed())
+	return &pl
+}
+
+// phaseOf polls a request's phase.
+func phaseOf(ns, name string) func() locksv1.LockRequestPhase {
+	return func() locksv1.LockRequestPhase {
+		var lr locksv1.LockRequest
+		if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &lr); err != nil {
+			return locksv1.LockRequestPhase("error: " + err.Error())
+		}
+		return lr.Status.Phase
+	}
+}
+
+// condOf polls a request's Granted condition as "Status/Reason: message".
+func condOf(ns, name string) func() string {
+	return func() string {
+		var lr locksv1.LockRequest
+		if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &lr); err != nil {
+			return "error: " + err.Error()
+		}
+		c := meta.FindStatusCondition(lr.Status.Conditions, locksv1.ConditionGranted)
+		if c == nil {
+			return "<none>"
+		}
+		return fmt.Sprintf("%s/%s: %s", c.Status, c.Reason, c.Message)
+	}
+}
+
+func expectPhase(ns, name string, want locksv1.LockRequestPhase) {
+	GinkgoHelper()
+	Eventually(phaseOf(ns, name), timeout, interval).Should(Equal(want), "phase of %s", name)
+}
+
+func consistentlyPhase(ns, name string, want locksv1.LockRequestPhase, d time.Duration) {
+	GinkgoHelper()
+	Consistently(phaseOf(ns, name), d, interval).Should(Equal(want), "phase of %s", name)
+}
+
+func deleteRequest(ns, name string) {
+	GinkgoHelper()
+	Expect(k8s.Delete(ctx, &locksv1.LockRequest{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}})).To(Succeed())
+}
+
+func release(ns, name string) {
+	GinkgoHelper()
+	lr := get(ns, name)
+	patch := client.MergeFrom(lr.DeepCopy())
+	lr.Spec.Release = true
+	Expect(k8s.Patch(ctx, lr, patch)).To(Succeed())
+}

@@ -1,0 +1,137 @@
+package framework
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+
+	"k8s.io/apimachinery/pkg/watch"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
+	"github.com/turnstile-dev/turnstile/internal/queue"
+)
+
+// InvariantChecker watches every LockRequest and checks, after each event, the safety
+// invariant: no lock key is held by two different holder identities at once, as the requests'
+// own statuses say (phase Granted, or a held flag on a Pending multi-lock request). A single
+// watch delivers events in the store's order, so each check sees a state that really existed.
+type InvariantChecker struct {
+	mu         sync.Mutex
+	requests   map[string]*locksv1.LockRequest // namespace/name
+	violations []string
+	events     int
+	grants     int
+	cancel     context.CancelFunc
+	done       chan struct{}
+}
+
+// StartInvariantChecker starts watching LockRequests in all namespaces (or one, if given).
+func StartInvariantChecker(ctx context.Context, c client.WithWatch, namespace string) (*InvariantChecker, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	opts := []client.ListOption{}
+	if namespace != "" {
+		opts = append(opts, client.InNamespace(namespace))
+	}
+	w, err := c.Watch(ctx, &locksv1.LockRequestList{}, opts...)
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("watch lockrequests: %w", err)
+	}
+	ic := &InvariantChecker{requests: map[string]*locksv1.LockRequest{}, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(ic.done)
+		defer w.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case ev, ok := <-w.ResultChan():
+				if !ok {
+					ic.mu.Lock()
+					ic.violations = append(ic.violations, "watch closed early: the checker lost sight of the requests")
+					ic.mu.Unlock()
+					return
+				}
+				ic.observe(ev)
+			}
+		}
+	}()
+	return ic, nil
+}
+
+func (ic *InvariantChecker) observe(ev watch.Event) {
+	lr, ok := ev.Object.(*locksv1.LockRequest)
+	if !ok {
+		return
+	}
+	ic.mu.Lock()
+	defer ic.mu.Unlock()
+	ic.events++
+	key := lr.Namespace + "/" + lr.Name
+	switch ev.Type {
+	case watch.Deleted:
+		delete(ic.requests, key)
+		return
+	case watch.Added, watch.Modified:
+		prev := ic.requests[key]
+		if lr.Status.Phase == locksv1.PhaseGranted && (prev == nil || prev.Status.Phase != locksv1.PhaseGranted) {
+			ic.grants++
+		}
+		ic.requests[key] = lr
+	default:
+		return
+	}
+	// Who holds each key now, by the requests' own word.
+	holders := map[string]map[string][]string{} // ns/lockName -> identity -> request names
+	for k, r := range ic.requests {
+		if r.Status.Phase.IsFinal() {
+			continue
+		}
+		for _, l := range r.Status.Locks {
+			if !l.Held && r.Status.Phase != locksv1.PhaseGranted {
+				continue
+			}
+			lk := r.Namespace + "/" + l.Name
+			if holders[lk] == nil {
+				holders[lk] = map[string][]string{}
+			}
+			id := queue.Identity(r.Spec.Holder)
+			holders[lk][id] = append(holders[lk][id], k)
+		}
+	}
+	for lk, ids := range holders {
+		if len(ids) < 2 {
+			continue
+		}
+		var parts []string
+		for id, reqs := range ids {
+			parts = append(parts, fmt.Sprintf("%s via %v", id, reqs))
+		}
+		sort.Strings(parts)
+		ic.violations = append(ic.violations, fmt.Sprintf("after %s of %s (rv %s): %s held by %d identities: %s",
+			ev.Type, key, lr.ResourceVersion, lk, len(ids), strings.Join(parts, "; ")))
+	}
+}
+
+// Stop stops watching.
+func (ic *InvariantChecker) Stop() {
+	ic.cancel()
+	<-ic.done
+}
+
+// Violations returns every violation seen so far.
+func (ic *InvariantChecker) Violations() []string {
+	ic.mu.Lock()
+	defer ic.mu.Unlock()
+	return append([]string(nil), ic.violations...)
+}
+
+// Stats returns how many events and grants the checker saw, so a test can prove it watched.
+func (ic *InvariantChecker) Stats() (events, grants int) {
+	ic.mu.Lock()
+	defer ic.mu.Unlock()
+	return ic.events, ic.grants
+}
