@@ -205,7 +205,9 @@ var _ = Describe("Grant engine", func() {
 		Expect(projectLock(ns, k2).Status.Holder.Owner).To(Equal("alice"))
 		// Releasing the multi-lock request frees both keys.
 		deleteRequest(ns, "multi")
-		Eventually(func() bool { return projectLock(ns, k1).Status.Holder == nil && projectLock(ns, k2).Status.Holder == nil }, timeout, interval).Should(BeTrue())
+		Eventually(func() bool {
+			return projectLock(ns, k1).Status.Holder == nil && projectLock(ns, k2).Status.Holder == nil
+		}, timeout, interval).Should(BeTrue())
 	})
 
 	It("cannot deadlock two multi-lock requests that name the same keys in opposite orders", func() {

@@ -204,7 +204,7 @@ func Decide(in Input) Decision {
 			e.outcome = &outcome{locksv1.PhaseReleased, locksv1.ReasonForceUnlocked,
 				fmt.Sprintf("ProjectLock %s was deleted: the lock on %s was force-unlocked", in.Name, e.ref.Key), "Warning"}
 		case e.heldHere && req.Status.Phase == locksv1.PhaseGranted && req.Status.GrantedAt != nil &&
-			!now.Before(req.Status.GrantedAt.Add(e.ttl)):
+			!now.Before(grantExpiry(req.Status.GrantedAt.Time, e.ttl)):
 			e.outcome = &outcome{locksv1.PhaseExpired, locksv1.ReasonExpired,
 				fmt.Sprintf("the grant expired after its ttl of %s", e.ttl), "Warning"}
 		case !e.heldHere && in.Config.MaxTTL > 0 && e.ttl > in.Config.MaxTTL:
@@ -246,33 +246,11 @@ func Decide(in Input) Decision {
 			stamp = stamp.Add(time.Microsecond)
 		}
 	}
-	if in.Config.QueueCap > 0 {
-		kept := waiting[:0]
-		n := 0
-		for _, e := range waiting {
-			if !e.stamped && n >= in.Config.QueueCap {
-				e.outcome = &outcome{locksv1.PhaseFailed, locksv1.ReasonQueueFull,
-					fmt.Sprintf("the queue for %s is full (%d waiting, the operator's cap); try again later", e.ref.Key, n), "Warning"}
-				continue
-			}
-			kept = append(kept, e)
-			n++
-		}
-		waiting = kept
-	}
 
 	// 4. Grants: the holder's own identity re-enters at once; a free key goes to the first
 	// grantable request, together with its identity's other grantable requests.
 	grantable := func(e *entry) bool {
-		if e.frozen != nil {
-			return false
-		}
-		for _, r := range e.refs[:e.pos] {
-			if !heldFlag(e.req, r) {
-				return false
-			}
-		}
-		return true
+		return e.frozen == nil && reached(e)
 	}
 	var granted []*entry
 	newHolder := false
@@ -297,10 +275,11 @@ func Decide(in Input) Decision {
 		waiting = rest
 	}
 
-	// 5. waitTimeout 0s: try once, fail at once.
+	// 5. waitTimeout 0s: try once, fail at once. A request that does not hold its earlier keys
+	// yet is not trying this key: the key it has reached decides whether it is busy.
 	rest := waiting[:0]
 	for _, e := range waiting {
-		if e.req.Spec.WaitTimeout != nil && e.req.Spec.WaitTimeout.Duration == 0 {
+		if e.req.Spec.WaitTimeout != nil && e.req.Spec.WaitTimeout.Duration == 0 && (e.frozen != nil || reached(e)) {
 			if e.frozen != nil {
 				e.outcome = &outcome{locksv1.PhaseFailed, locksv1.ReasonCommandLocked, e.frozen.Message, "Warning"}
 			} else {
@@ -313,7 +292,32 @@ func Decide(in Input) Decision {
 	}
 	waiting = rest
 
-	// 6. The ProjectLock status.
+	// 6. The cap. It counts who still waits after this decision's grants (the holder's own
+	// identity re-enters however long the queue). Requests already queued keep their place
+	// whatever their number; newcomers, in grant order, take what room is left.
+	if capN := in.Config.QueueCap; capN > 0 {
+		n := 0
+		for _, e := range waiting {
+			if e.stamped {
+				n++
+			}
+		}
+		kept := waiting[:0]
+		for _, e := range waiting {
+			if !e.stamped {
+				if n >= capN {
+					e.outcome = &outcome{locksv1.PhaseFailed, locksv1.ReasonQueueFull,
+						fmt.Sprintf("the queue for %s is full (%d waiting, the operator's cap); try again later", e.ref.Key, n), "Warning"}
+					continue
+				}
+				n++
+			}
+			kept = append(kept, e)
+		}
+		waiting = kept
+	}
+
+	// 7. The ProjectLock status.
 	allHolders := append(append([]*entry{}, holders...), granted...)
 	if newHolder {
 		token = nextToken(token, lock == nil || lock.Status.FencingToken == 0, maxReqToken, now)
@@ -330,7 +334,7 @@ func Decide(in Input) Decision {
 		d.Queue = append(d.Queue, e.req)
 	}
 
-	// 7. Request statuses.
+	// 8. Request statuses.
 	for _, e := range entries {
 		if e.outcome != nil {
 			d.Finish = append(d.Finish, Update{Request: e.req, Status: finishedStatus(e, now), Event: &Event{e.outcome.event, e.outcome.reason, e.outcome.message}})
@@ -361,6 +365,17 @@ func Decide(in Input) Decision {
 
 	d.RequeueAfter = nextDeadline(allHolders, waiting, token, now, in.Config)
 	return d
+}
+
+// reached reports whether the request holds every key before this one in canonical order, so
+// this key is the one it is actually trying.
+func reached(e *entry) bool {
+	for _, r := range e.refs[:e.pos] {
+		if !heldFlag(e.req, r) {
+			return false
+		}
+	}
+	return true
 }
 
 func newEntry(req *locksv1.LockRequest, name string, cfg Config, now time.Time) *entry {
@@ -466,7 +481,9 @@ func nextToken(prev int64, fresh bool, maxSeen int64, now time.Time) int64 {
 }
 
 func lockStatus(lock *locksv1.ProjectLock, holders, waiting []*entry, token int64, newHolder bool, now time.Time, cfg Config) locksv1.ProjectLockStatus {
-	var st locksv1.ProjectLockStatus
+	// A ProjectLock about to be created will be at generation 1, like every new object: say so
+	// now, or the next decision rewrites the status only to correct observedGeneration.
+	st := locksv1.ProjectLockStatus{ObservedGeneration: 1}
 	if lock != nil {
 		st = *lock.Status.DeepCopy()
 		st.ObservedGeneration = lock.Generation
@@ -514,17 +531,24 @@ func lockStatus(lock *locksv1.ProjectLock, holders, waiting []*entry, token int6
 }
 
 // expiresAt is when a holder's grant ends: only a fully granted request has a TTL running.
+// A grant being made now is stamped grantedAt = now, to the second (heldStatus).
 func expiresAt(e *entry, now time.Time) *metav1.Time {
-	granted := e.req.Status.GrantedAt
-	if granted == nil {
-		if !allHeldAfter(e) {
-			return nil
-		}
-		t := newTime(now.Add(e.ttl))
-		return &t
+	granted := newTime(now)
+	if e.req.Status.GrantedAt != nil {
+		granted = *e.req.Status.GrantedAt
+	} else if !allHeldAfter(e) {
+		return nil
 	}
-	t := newTime(granted.Add(e.ttl))
+	t := metav1.NewTime(grantExpiry(granted.Time, e.ttl))
 	return &t
+}
+
+// grantExpiry is when a grant made at grantedAt with ttl ends: the status.expiresAt written,
+// which the API server keeps to the second. The expiry check, both statuses and the requeue
+// all use it, so a ttl that is not whole seconds ("1500ms") cannot leave a live grant with
+// its deadline already behind the requeue.
+func grantExpiry(grantedAt time.Time, ttl time.Duration) time.Time {
+	return grantedAt.Add(ttl).Truncate(time.Second)
 }
 
 // allHeldAfter reports whether the request holds every key once it holds this one.
@@ -619,15 +643,17 @@ func heldStatus(e *entry, token int64, now time.Time) (locksv1.LockRequestStatus
 			t := newTime(now)
 			st.GrantedAt = &t
 		}
-		exp := newTime(st.GrantedAt.Add(e.ttl))
+		exp := metav1.NewTime(grantExpiry(st.GrantedAt.Time, e.ttl))
 		st.ExpiresAt = &exp
 		msg := fmt.Sprintf("holds %s (fencing token %d) until %s", keysText(e), st.FencingToken, exp.UTC().Format(time.RFC3339))
 		setCond(&st.Conditions, locksv1.ConditionGranted, metav1.ConditionTrue, locksv1.ReasonGranted, msg, g, now)
 		setCond(&st.Conditions, locksv1.ConditionReady, metav1.ConditionTrue, locksv1.ReasonGranted, msg, g, now)
 		setCond(&st.Conditions, locksv1.ConditionReconciling, metav1.ConditionFalse, locksv1.ReasonGranted, "granted", g, now)
 		setCond(&st.Conditions, locksv1.ConditionStalled, metav1.ConditionFalse, locksv1.ReasonGranted, "granted", g, now)
-	} else {
-		st.Phase = locksv1.PhasePending
+	} else if st.Phase != locksv1.PhasePending || !heldFlag(e.req, e.ref) {
+		// Its part of the request was just granted: say so once. From then on the queue of the
+		// key it waits for speaks for it (position, blocker); rewriting the message here on every
+		// decision would undo that key's write, and each write wakes the other key again.
 		next := ""
 		for _, r := range e.refs {
 			if !st.Locks[r.Index].Held {
@@ -635,6 +661,8 @@ func heldStatus(e *entry, token int64, now time.Time) (locksv1.LockRequestStatus
 				break
 			}
 		}
+		st.QueuePosition = 0
+		st.BlockedBy = ""
 		msg := fmt.Sprintf("holds %s; waiting for %s next (locks are taken in canonical order)", e.ref.Key, next)
 		pendingConds(&st, locksv1.ReasonQueued, msg, now)
 	}

@@ -1,0 +1,298 @@
+package queue
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
+)
+
+// Item 8: several targets are taken in canonical order (tgt1 before tgt2, whatever the spec
+// order), and the request is Granted only when it holds them all.
+func TestDecideMultiLock(t *testing.T) {
+	fresh := now.UnixMicro()
+	grant30 := t0.Add(30 * time.Minute)
+	// carol asks for tgt2 and tgt1, in that spec order: Held reads "<tgt2><tgt1>".
+	multi := func() *reqWrapper { return makeReq("m").owner("carol", 9).targets(tgt2, tgt1) }
+	firstMsg := fmt.Sprintf("waiting for %s first (locks are taken in canonical order)", key1)
+	daveOn2 := func() *reqWrapper { return makeReq("d").owner("dave", 4).targets(tgt2) }
+	daveLock := func() *locksv1.ProjectLock {
+		return makeLock(tgt2).token(50).holder(t0.Add(-time.Minute), daveOn2().granted(t0.Add(-time.Minute), 50).obj()).obj()
+	}
+	mHolds1 := func() *reqWrapper {
+		return multi().held(tgt1).tokenIs(77).queuedAt(t0.Add(-2*time.Minute)).
+			waiting(locksv1.ReasonQueued, "locked by pull #4 (dave); position 1 of 1", 1, "locked by pull #4 (dave)")
+	}
+	lock1HeldByM := makeLock(tgt1).token(77).holder(t0.Add(-2*time.Minute), mHolds1().obj()).obj()
+
+	cases := map[string]decideCase{
+		"the second key does not grant before the first is held": {
+			key:        name2,
+			reqs:       reqs(multi()),
+			wantCreate: true,
+			wantLock:   &lockView{Queue: []string{"m:Normal"}, Length: 1},
+			wantWaiting: map[string]reqView{"m": {Phase: locksv1.PhasePending, Reason: locksv1.ReasonQueued, Message: firstMsg,
+				Held: "00", True: truePending, Event: locksv1.ReasonQueued}},
+			wantQueue: []string{"m"},
+		},
+		"the first key is granted; the request stays Pending": {
+			key:        name1,
+			reqs:       reqs(multi()),
+			wantCreate: true,
+			wantHolder: "carol#9",
+			wantLock:   &lockView{Holder: "pull #9 (carol)", Requests: []string{"m"}, Token: fresh},
+			wantGrant: map[string]reqView{"m": {Phase: locksv1.PhasePending, Reason: locksv1.ReasonQueued,
+				Message: fmt.Sprintf("holds %s; waiting for %s next (locks are taken in canonical order)", key1, key2),
+				Token:   fresh, Held: "01", True: truePending}},
+		},
+		"the second key is granted once the status holds the first: Granted": {
+			key:        name2,
+			reqs:       reqs(multi().held(tgt1).tokenIs(77).queuedAt(t0.Add(-time.Minute))),
+			wantCreate: true,
+			wantHolder: "carol#9",
+			wantLock:   &lockView{Holder: "pull #9 (carol)", Requests: []string{"m"}, Token: fresh, Expires: grant30},
+			wantGrant: map[string]reqView{"m": {Phase: locksv1.PhaseGranted, Reason: locksv1.ReasonGranted,
+				Message: grantedMsg("2 locks", fresh, grant30), Token: fresh, Held: "11", True: trueGranted, Event: locksv1.ReasonGranted}},
+			wantRequeue: untilFromNow(grant30),
+		},
+		"a waiter that has not reached this key does not block the next": {
+			key:        name2,
+			reqs:       reqs(multi().queuedAt(t0.Add(-time.Hour)).waiting(locksv1.ReasonQueued, firstMsg, 0, ""), daveOn2()),
+			wantCreate: true,
+			wantHolder: "dave#4",
+			wantLock:   &lockView{Holder: "pull #4 (dave)", Requests: []string{"d"}, Token: fresh, Queue: []string{"m:Normal"}, Length: 1, Expires: grant30},
+			wantGrant: map[string]reqView{"d": {Phase: locksv1.PhaseGranted, Reason: locksv1.ReasonGranted, Message: grantedMsg(key2, fresh, grant30),
+				Token: fresh, Held: "1", True: trueGranted, Event: locksv1.ReasonGranted}},
+			wantQueue:   []string{"m"},
+			wantRequeue: untilFromNow(grant30),
+		},
+		"waitTimeout 0s: the second key leaves a request that has not reached it to the first key": {
+			key:        name2,
+			lock:       daveLock(),
+			reqs:       append(reqs(multi().waitTimeout(0)), daveOn2().granted(t0.Add(-time.Minute), 50).obj()),
+			wantHolder: "dave#4",
+			wantLock: &lockView{Holder: "pull #4 (dave)", Requests: []string{"d"}, Token: 50, Queue: []string{"m:Normal"}, Length: 1,
+				Expires: t0.Add(29 * time.Minute)},
+			wantWaiting: map[string]reqView{"m": {Phase: locksv1.PhasePending, Reason: locksv1.ReasonQueued, Message: firstMsg,
+				Held: "00", True: truePending, Event: locksv1.ReasonQueued}},
+			wantQueue:   []string{"m"},
+			wantRequeue: untilFromNow(t0.Add(29 * time.Minute)),
+		},
+		"waitTimeout 0s: busy at the key it has reached fails Busy": {
+			key:        name2,
+			lock:       daveLock(),
+			reqs:       append(reqs(multi().waitTimeout(0).held(tgt1).tokenIs(77).queuedAt(now)), daveOn2().granted(t0.Add(-time.Minute), 50).obj()),
+			wantHolder: "dave#4",
+			wantFinish: map[string]reqView{"m": {Phase: locksv1.PhaseFailed, Reason: locksv1.ReasonBusy,
+				Message: key2 + " is busy and waitTimeout is 0s: locked by pull #4 (dave)", Token: 77, Held: "00", True: trueFailed, Event: locksv1.ReasonBusy}},
+			wantRequeue: untilFromNow(t0.Add(29 * time.Minute)),
+		},
+		"the held first key leaves the message of the key it waits for alone": {
+			key:        name1,
+			lock:       lock1HeldByM,
+			reqs:       reqs(mHolds1()),
+			wantHolder: "carol#9",
+		},
+	}
+	runDecideCases(t, cases)
+}
+
+// Two keys deciding one multi-lock request in turn must reach a fixed point: neither key may
+// overwrite what the other wrote, or each write triggers the other key forever.
+func TestDecideMultiLockSettles(t *testing.T) {
+	cfg := testConfig()
+	w := newWorld(t)
+	w.add(makeReq("d").owner("dave", 4).targets(tgt2).obj())
+	at := now
+	w.decide(name2, at, cfg) // dave holds tgt2
+	w.add(makeReq("m").owner("carol", 9).targets(tgt2, tgt1).obj())
+
+	settle := func(what string) {
+		t.Helper()
+		for round := 0; round < 6; round++ {
+			d1 := w.decide(name1, at, cfg)
+			d2 := w.decide(name2, at, cfg)
+			if empty(d1) && empty(d2) {
+				return
+			}
+			at = at.Add(time.Second)
+			if round == 5 {
+				t.Fatalf("%s: keys still rewrite each other after %d rounds:\nkey1:\n%skey2:\n%s", what, round+1, describeDecision(d1), describeDecision(d2))
+			}
+		}
+	}
+	settle("carol waits for dave's tgt2")
+	m := w.get("m")
+	if diff := cmp.Diff([]bool{false, true}, []bool{m.Status.Locks[0].Held, m.Status.Locks[1].Held}); diff != "" {
+		t.Errorf("held (spec order tgt2, tgt1) (-want +got):\n%s", diff)
+	}
+	if got, want := findCond(m.Status.Conditions, locksv1.ConditionGranted).Message, "locked by pull #4 (dave); position 1 of 1"; got != want {
+		t.Errorf("message = %q, want %q (the key it waits for speaks)", got, want)
+	}
+	if m.Status.QueuePosition != 1 || m.Status.Phase != locksv1.PhasePending {
+		t.Errorf("phase %s position %d, want Pending at 1", m.Status.Phase, m.Status.QueuePosition)
+	}
+
+	w.del(w.get("d").UID) // dave is done
+	settle("dave gone")
+	m = w.get("m")
+	if m.Status.Phase != locksv1.PhaseGranted || !m.Status.Locks[0].Held || !m.Status.Locks[1].Held {
+		t.Fatalf("m = %s %+v, want Granted holding both", m.Status.Phase, m.Status.Locks)
+	}
+	top := max(w.locks[name1].Status.FencingToken, w.locks[name2].Status.FencingToken)
+	if m.Status.FencingToken != top {
+		t.Errorf("FencingToken = %d, want the highest of its keys' tokens %d", m.Status.FencingToken, top)
+	}
+	for _, n := range []string{name1, name2} {
+		if h := w.locks[n].Status.Holder; h == nil || h.ExpiresAt == nil || !h.ExpiresAt.Equal(m.Status.ExpiresAt) {
+			t.Errorf("ProjectLock %s holder %+v: want carol with expiresAt %v", n, h, m.Status.ExpiresAt)
+		}
+	}
+}
+
+// Item 9: `kubectl delete projectlock` is a force-unlock.
+func TestDecideForceUnlock(t *testing.T) {
+	fresh := now.UnixMicro()
+	grant30 := t0.Add(30 * time.Minute)
+	claimant := func(token int64) *reqWrapper {
+		return makeReq("c").owner("alice", 100).granted(t0.Add(-5*time.Minute), token)
+	}
+	bobWaits := func() *reqWrapper { return makeReq("w").owner("bob", 7).queuedAt(t0.Add(-time.Minute)) }
+	forceMsg := fmt.Sprintf("ProjectLock %s was deleted: the lock on %s was force-unlocked", name1, key1)
+	unlocked := func(token int64, held string) reqView {
+		return reqView{Phase: locksv1.PhaseReleased, Reason: locksv1.ReasonForceUnlocked, Message: forceMsg,
+			Token: token, Held: held, True: trueFinished, Event: locksv1.ReasonForceUnlocked}
+	}
+	bobGranted := func(token int64) reqView {
+		return reqView{Phase: locksv1.PhaseGranted, Reason: locksv1.ReasonGranted, Message: grantedMsg(key1, token, grant30),
+			Token: token, Held: "1", True: trueGranted, Event: locksv1.ReasonGranted}
+	}
+	cases := map[string]decideCase{
+		"the claimant is ForceUnlocked; the next waiter gets a fresh higher token": {
+			reqs:        reqs(claimant(41), bobWaits()),
+			wantCreate:  true,
+			wantHolder:  "bob#7",
+			wantLock:    &lockView{Holder: "pull #7 (bob)", Requests: []string{"w"}, Token: fresh, Expires: grant30},
+			wantFinish:  map[string]reqView{"c": unlocked(41, "0")},
+			wantGrant:   map[string]reqView{"w": bobGranted(fresh)},
+			wantRequeue: untilFromNow(grant30),
+		},
+		"a claimant token ahead of the clock still orders the next": {
+			reqs:        reqs(claimant(fresh+1000), bobWaits()),
+			wantCreate:  true,
+			wantHolder:  "bob#7",
+			wantLock:    &lockView{Holder: "pull #7 (bob)", Requests: []string{"w"}, Token: fresh + 1001, Expires: grant30},
+			wantFinish:  map[string]reqView{"c": unlocked(fresh+1000, "0")},
+			wantGrant:   map[string]reqView{"w": bobGranted(fresh + 1001)},
+			wantRequeue: untilFromNow(grant30),
+		},
+		"a multi-lock claimant loses all its locks": {
+			reqs:        reqs(makeReq("c").owner("alice", 100).targets(tgt1, tgt2).granted(t0.Add(-5*time.Minute), 41), bobWaits()),
+			wantCreate:  true,
+			wantHolder:  "bob#7",
+			wantLock:    &lockView{Holder: "pull #7 (bob)", Requests: []string{"w"}, Token: fresh, Expires: grant30},
+			wantFinish:  map[string]reqView{"c": unlocked(41, "00")},
+			wantGrant:   map[string]reqView{"w": bobGranted(fresh)},
+			wantRequeue: untilFromNow(grant30),
+		},
+	}
+	runDecideCases(t, cases)
+}
+
+// Item 10: the queue cap fails newcomers, never a request already queued.
+func TestDecideQueueCap(t *testing.T) {
+	capped := testConfig()
+	capped.QueueCap = 2
+	h := aliceHolder().obj()
+	hExpires := t0.Add(25 * time.Minute)
+	w1 := func() *reqWrapper { return makeReq("w1").owner("bob", 1).queuedAt(t0.Add(-3 * time.Minute)) }
+	w2 := func() *reqWrapper { return makeReq("w2").owner("carol", 2).queuedAt(t0.Add(-2 * time.Minute)) }
+	w3 := func() *reqWrapper { return makeReq("w3").owner("erin", 5).queuedAt(t0.Add(-1 * time.Minute)) }
+	newcomer := func() *reqWrapper { return makeReq("n").owner("dave", 3) }
+	pending := func(msg string, pos int32, event string) reqView {
+		return reqView{Phase: locksv1.PhasePending, Reason: locksv1.ReasonQueued, Message: msg, Position: pos, Held: "0", True: truePending, Event: event}
+	}
+	full := map[string]reqView{"n": {Phase: locksv1.PhaseFailed, Reason: locksv1.ReasonQueueFull,
+		Message: fmt.Sprintf("the queue for %s is full (2 waiting, the operator's cap); try again later", key1),
+		Held:    "0", True: trueFailed, Event: locksv1.ReasonQueueFull}}
+	twoWaiting := map[string]reqView{
+		"w1": pending(lockedByAlice+"; position 1 of 2", 1, ""),
+		"w2": pending(lockedByAlice+"; position 2 of 2", 2, ""),
+	}
+	aliceWithQueue := func(expires time.Time, requests []string, q ...string) *lockView {
+		return &lockView{Holder: "pull #100 (alice)", Requests: requests, Token: 41, Queue: q, Length: int32(len(q)), Expires: expires}
+	}
+
+	cases := map[string]decideCase{
+		"a newcomer over the cap fails QueueFull": {
+			cfg:         &capped,
+			lock:        aliceLock(h),
+			reqs:        reqs(aliceHolder(), w1(), w2(), newcomer()),
+			wantHolder:  "alice#100",
+			wantLock:    aliceWithQueue(hExpires, []string{"h"}, "w1:Normal", "w2:Normal"),
+			wantFinish:  full,
+			wantWaiting: twoWaiting,
+			wantQueue:   []string{"w1", "w2"},
+			wantRequeue: untilFromNow(hExpires),
+		},
+		"requests already queued are never failed by the cap": {
+			cfg:        &capped,
+			lock:       aliceLock(h),
+			reqs:       reqs(aliceHolder(), w1(), w2(), w3()),
+			wantHolder: "alice#100",
+			wantLock:   aliceWithQueue(hExpires, []string{"h"}, "w1:Normal", "w2:Normal", "w3:Normal"),
+			wantWaiting: map[string]reqView{
+				"w1": pending(lockedByAlice+"; position 1 of 3", 1, ""),
+				"w2": pending(lockedByAlice+"; position 2 of 3", 2, ""),
+				"w3": pending(lockedByAlice+"; position 3 of 3", 3, ""),
+			},
+			wantQueue:   []string{"w1", "w2", "w3"},
+			wantRequeue: untilFromNow(hExpires),
+		},
+		"a Critical newcomer cannot push the queue past the cap": {
+			cfg:         &capped,
+			lock:        aliceLock(h),
+			reqs:        reqs(aliceHolder(), w1(), w2(), newcomer().priority(locksv1.PriorityCritical)),
+			wantHolder:  "alice#100",
+			wantLock:    aliceWithQueue(hExpires, []string{"h"}, "w1:Normal", "w2:Normal"),
+			wantFinish:  full,
+			wantWaiting: twoWaiting,
+			wantQueue:   []string{"w1", "w2"},
+			wantRequeue: untilFromNow(hExpires),
+		},
+		"the holder's own identity re-enters however full the queue": {
+			cfg:        &capped,
+			lock:       aliceLock(h),
+			reqs:       reqs(aliceHolder(), w1(), w2(), makeReq("r").owner("alice", 100)),
+			wantHolder: "alice#100",
+			wantLock:   aliceWithQueue(t0.Add(30*time.Minute), []string{"h", "r"}, "w1:Normal", "w2:Normal"),
+			wantGrant: map[string]reqView{"r": {Phase: locksv1.PhaseGranted, Reason: locksv1.ReasonGranted,
+				Message: grantedMsg(key1, 41, t0.Add(30*time.Minute)), Token: 41, Held: "1", True: trueGranted, Event: locksv1.ReasonGranted}},
+			wantWaiting: twoWaiting,
+			wantQueue:   []string{"w1", "w2"},
+			wantRequeue: untilFromNow(hExpires),
+		},
+		"a hand-off in the same decision makes room for a newcomer": {
+			cfg:        &capped,
+			lock:       aliceLock(h),
+			reqs:       reqs(aliceHolder().release(), w1(), w2(), newcomer()),
+			wantHolder: "bob#1",
+			wantLock: &lockView{Holder: "pull #1 (bob)", Requests: []string{"w1"}, Token: 42, Queue: []string{"w2:Normal", "n:Normal"}, Length: 2,
+				Expires: t0.Add(30 * time.Minute)},
+			wantFinish: map[string]reqView{"h": {Phase: locksv1.PhaseReleased, Reason: locksv1.ReasonReleased, Message: "released",
+				Token: 41, Held: "0", True: trueFinished, Event: locksv1.ReasonReleased}},
+			wantGrant: map[string]reqView{"w1": {Phase: locksv1.PhaseGranted, Reason: locksv1.ReasonGranted,
+				Message: grantedMsg(key1, 42, t0.Add(30*time.Minute)), Token: 42, Held: "1", True: trueGranted, Event: locksv1.ReasonGranted}},
+			wantWaiting: map[string]reqView{
+				"w2": pending("locked by pull #1 (bob); position 1 of 2", 1, ""),
+				"n":  pending("locked by pull #1 (bob); position 2 of 2", 2, locksv1.ReasonQueued),
+			},
+			wantQueue:   []string{"w2", "n"},
+			wantRequeue: untilFromNow(t0.Add(30 * time.Minute)),
+		},
+	}
+	runDecideCases(t, cases)
+}

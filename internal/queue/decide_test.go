@@ -1,0 +1,511 @@
+package queue
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
+)
+
+const lockedByAlice = "locked by pull #100 (alice)"
+
+// grantedMsg is the Granted condition's message for a grant of key with token until exp.
+func grantedMsg(key string, token int64, exp time.Time) string {
+	return fmt.Sprintf("holds %s (fencing token %d) until %s", key, token, exp.UTC().Format(time.RFC3339))
+}
+
+// alice holds tgt1 since five minutes before t0 with token 41 (expires t0+25m).
+func aliceHolder() *reqWrapper {
+	return makeReq("h").owner("alice", 100).granted(t0.Add(-5*time.Minute), 41)
+}
+
+func aliceLock(holders ...*locksv1.LockRequest) *locksv1.ProjectLock {
+	return makeLock(tgt1).token(41).holder(t0.Add(-5*time.Minute), holders...).obj()
+}
+
+// decideCase is one Decide call and what it must decide.
+type decideCase struct {
+	now     time.Time // zero: now
+	cfg     *Config   // nil: testConfig()
+	key     string    // zero: name1
+	lock    *locksv1.ProjectLock
+	reqs    []*locksv1.LockRequest
+	freezes Freezes
+	lost    map[types.UID]string
+
+	wantCreate  bool
+	wantHolder  string
+	wantLock    *lockView
+	wantFinish  map[string]reqView
+	wantGrant   map[string]reqView
+	wantWaiting map[string]reqView
+	wantQueue   []string
+	wantRequeue time.Duration
+}
+
+func (tc decideCase) input() Input {
+	in := Input{Now: tc.now, Name: tc.key, Lock: tc.lock, Requests: tc.reqs, Freezes: tc.freezes, LostHolders: tc.lost}
+	if in.Now.IsZero() {
+		in.Now = now
+	}
+	if in.Name == "" {
+		in.Name = name1
+	}
+	in.Config = testConfig()
+	if tc.cfg != nil {
+		in.Config = *tc.cfg
+	}
+	return in
+}
+
+func runDecideCases(t *testing.T, cases map[string]decideCase) {
+	t.Helper()
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			d := Decide(tc.input())
+			if diff := cmp.Diff(tc.wantCreate, d.CreateLock); diff != "" {
+				t.Errorf("CreateLock (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tc.wantHolder, d.Holder); diff != "" {
+				t.Errorf("Holder (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tc.wantLock, lockViewOf(d.Lock)); diff != "" {
+				t.Errorf("Lock (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tc.wantFinish, views(d.Finish)); diff != "" {
+				t.Errorf("Finish (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tc.wantGrant, views(d.Grant)); diff != "" {
+				t.Errorf("Grant (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tc.wantWaiting, views(d.Waiting)); diff != "" {
+				t.Errorf("Waiting (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tc.wantQueue, names(d.Queue)); diff != "" {
+				t.Errorf("Queue (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tc.wantRequeue, d.RequeueAfter); diff != "" {
+				t.Errorf("RequeueAfter (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// untilFromNow is the RequeueAfter for a deadline at t, seen from now.
+func untilFromNow(t time.Time) time.Duration { return t.Sub(now) }
+
+// Item 1: a free key and one request: the ProjectLock is created, the request granted, every
+// field of both statuses as written.
+func TestDecideGrantsFreeKey(t *testing.T) {
+	fresh := now.UnixMicro()
+	cases := map[string]struct {
+		tc          *reqWrapper
+		lock        *locksv1.ProjectLock
+		others      []*locksv1.LockRequest
+		wantCreate  bool
+		wantToken   int64
+		wantExpires time.Time
+		wantLockGen int64 // a created ProjectLock is at generation 1
+	}{
+		"no ProjectLock yet, default ttl": {
+			tc:          makeReq("a").owner("alice", 100),
+			wantCreate:  true,
+			wantToken:   fresh,
+			wantExpires: t0.Add(30 * time.Minute),
+			wantLockGen: 1,
+		},
+		"spec.ttl sets expiresAt": {
+			tc:          makeReq("a").owner("alice", 100).ttl(45 * time.Minute),
+			wantCreate:  true,
+			wantToken:   fresh,
+			wantExpires: t0.Add(45 * time.Minute),
+			wantLockGen: 1,
+		},
+		"a free ProjectLock counts on from its token": {
+			tc:          makeReq("a").owner("alice", 100),
+			lock:        makeLock(tgt1).token(41).obj(),
+			wantToken:   42,
+			wantExpires: t0.Add(30 * time.Minute),
+			wantLockGen: 1,
+		},
+		"a fresh ProjectLock starts above tokens its requests remember": {
+			tc:          makeReq("a").owner("alice", 100),
+			others:      []*locksv1.LockRequest{makeReq("old").owner("bob", 7).granted(t0.Add(-time.Hour), fresh+50).phaseIs(locksv1.PhaseReleased).obj()},
+			wantCreate:  true,
+			wantToken:   fresh + 51,
+			wantExpires: t0.Add(30 * time.Minute),
+			wantLockGen: 1,
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			req := tc.tc.obj()
+			in := Input{Now: now, Name: name1, Lock: tc.lock, Requests: append([]*locksv1.LockRequest{req}, tc.others...), Config: testConfig()}
+			d := Decide(in)
+
+			if diff := cmp.Diff(tc.wantCreate, d.CreateLock); diff != "" {
+				t.Errorf("CreateLock (-want +got):\n%s", diff)
+			}
+			if d.Lock == nil {
+				t.Fatalf("Decide wrote no ProjectLock status")
+			}
+			if d.Lock.FencingToken < tc.wantToken || (tc.wantCreate && d.Lock.FencingToken < now.UnixMicro()) {
+				t.Errorf("FencingToken = %d, want >= %d", d.Lock.FencingToken, tc.wantToken)
+			}
+			expires := metav1.NewTime(tc.wantExpires)
+			since := metav1.NewTime(t0)
+			wantLock := locksv1.ProjectLockStatus{
+				Holder: &locksv1.LockHolder{
+					Owner: "alice", Pull: 100,
+					Requests:  []locksv1.HolderRequest{{Name: "a", UID: "uid-a"}},
+					Since:     since,
+					ExpiresAt: &expires,
+				},
+				FencingToken:       tc.wantToken,
+				ObservedGeneration: tc.wantLockGen,
+				Conditions: []metav1.Condition{
+					cond(locksv1.ConditionLocked, metav1.ConditionTrue, locksv1.ReasonHeld, lockedByAlice, tc.wantLockGen, t0),
+				},
+			}
+			if diff := cmp.Diff(wantLock, *d.Lock); diff != "" {
+				t.Errorf("ProjectLock status (-want +got):\n%s", diff)
+			}
+
+			queued := metav1.NewMicroTime(now.Truncate(time.Microsecond))
+			msg := grantedMsg(key1, tc.wantToken, tc.wantExpires)
+			wantReq := locksv1.LockRequestStatus{
+				Phase:              locksv1.PhaseGranted,
+				Locks:              []locksv1.LockStatus{{Key: key1, Name: name1, Held: true}},
+				FencingToken:       tc.wantToken,
+				QueuedAt:           &queued,
+				GrantedAt:          &since,
+				ExpiresAt:          &expires,
+				ObservedGeneration: 1,
+				Conditions: []metav1.Condition{
+					cond(locksv1.ConditionGranted, metav1.ConditionTrue, locksv1.ReasonGranted, msg, 1, t0),
+					cond(locksv1.ConditionReady, metav1.ConditionTrue, locksv1.ReasonGranted, msg, 1, t0),
+					cond(locksv1.ConditionReconciling, metav1.ConditionFalse, locksv1.ReasonGranted, "granted", 1, t0),
+					cond(locksv1.ConditionStalled, metav1.ConditionFalse, locksv1.ReasonGranted, "granted", 1, t0),
+				},
+			}
+			if len(d.Grant) != 1 {
+				t.Fatalf("Grant = %d updates, want 1:\n%s", len(d.Grant), describeDecision(d))
+			}
+			if diff := cmp.Diff(wantReq, d.Grant[0].Status); diff != "" {
+				t.Errorf("LockRequest status (-want +got):\n%s", diff)
+			}
+			wantEvent := &Event{"Normal", locksv1.ReasonGranted, fmt.Sprintf("granted %s to pull #100 (alice) (fencing token %d)", key1, tc.wantToken)}
+			if diff := cmp.Diff(wantEvent, d.Grant[0].Event); diff != "" {
+				t.Errorf("event (-want +got):\n%s", diff)
+			}
+			if len(d.Finish)+len(d.Waiting) != 0 || len(d.Queue) != 0 {
+				t.Errorf("unexpected writes:\n%s", describeDecision(d))
+			}
+			if diff := cmp.Diff("alice#100", d.Holder); diff != "" {
+				t.Errorf("Holder (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tc.wantExpires.Sub(now), d.RequeueAfter); diff != "" {
+				t.Errorf("RequeueAfter (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// Item 2: a new request on a held key queues, with an actionable message and an event.
+func TestDecideQueuesBehindHolder(t *testing.T) {
+	h := aliceHolder().obj()
+	in := Input{Now: now, Name: name1, Lock: aliceLock(h), Config: testConfig(),
+		Requests: []*locksv1.LockRequest{h, makeReq("b").owner("bob", 7).obj()}}
+	d := Decide(in)
+
+	wantMsg := "locked by pull #100 (alice); position 1 of 1"
+	if diff := cmp.Diff(map[string]reqView{
+		"b": {Phase: locksv1.PhasePending, Reason: locksv1.ReasonQueued, Message: wantMsg, Position: 1, Held: "0", True: truePending, Event: locksv1.ReasonQueued},
+	}, views(d.Waiting)); diff != "" {
+		t.Fatalf("Waiting (-want +got):\n%s", diff)
+	}
+	u := d.Waiting[0]
+	if diff := cmp.Diff(&Event{"Normal", locksv1.ReasonQueued, wantMsg}, u.Event); diff != "" {
+		t.Errorf("event (-want +got):\n%s", diff)
+	}
+	if u.Refresh {
+		t.Errorf("a first Pending write is marked Refresh; the caller could defer it")
+	}
+	if u.Status.QueuedAt == nil || !u.Status.QueuedAt.Time.Equal(now.Truncate(time.Microsecond)) {
+		t.Errorf("QueuedAt = %v, want %v", u.Status.QueuedAt, now.Truncate(time.Microsecond))
+	}
+	if diff := cmp.Diff(lockedByAlice, u.Status.BlockedBy); diff != "" {
+		t.Errorf("BlockedBy (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(&lockView{Holder: "pull #100 (alice)", Requests: []string{"h"}, Token: 41, Queue: []string{"b:Normal"}, Length: 1, Expires: t0.Add(25 * time.Minute)},
+		lockViewOf(d.Lock)); diff != "" {
+		t.Errorf("Lock (-want +got):\n%s", diff)
+	}
+	if len(d.Finish)+len(d.Grant) != 0 || d.CreateLock {
+		t.Errorf("unexpected writes:\n%s", describeDecision(d))
+	}
+	if diff := cmp.Diff(untilFromNow(t0.Add(25*time.Minute)), d.RequeueAfter); diff != "" {
+		t.Errorf("RequeueAfter (-want +got):\n%s", diff)
+	}
+}
+
+func TestDecide(t *testing.T) {
+	h := aliceHolder().obj()
+	hExpires := t0.Add(25 * time.Minute)
+	grant30 := t0.Add(30 * time.Minute)
+	bobWaits := func() *reqWrapper { return makeReq("w").owner("bob", 7).queuedAt(t0.Add(-time.Minute)) }
+	bobGranted := func(token int64) reqView {
+		return reqView{Phase: locksv1.PhaseGranted, Reason: locksv1.ReasonGranted, Message: grantedMsg(key1, token, grant30),
+			Token: token, Held: "1", True: trueGranted, Event: locksv1.ReasonGranted}
+	}
+	bobHolds := func(token int64) *lockView {
+		return &lockView{Holder: "pull #7 (bob)", Requests: []string{"w"}, Token: token, Expires: grant30}
+	}
+	pending := func(msg string, pos int32) reqView {
+		return reqView{Phase: locksv1.PhasePending, Reason: locksv1.ReasonQueued, Message: msg, Position: pos, Held: "0", True: truePending}
+	}
+	finished := func(phase locksv1.LockRequestPhase, reason, msg string, token int64) reqView {
+		return reqView{Phase: phase, Reason: reason, Message: msg, Token: token, Held: "0", True: trueFinished, Event: reason}
+	}
+	failed := func(reason, msg string) reqView {
+		return reqView{Phase: locksv1.PhaseFailed, Reason: reason, Message: msg, Held: "0", True: trueFailed, Event: reason}
+	}
+	renewed := aliceHolder().obj()
+	renewed.Spec.TTL = &metav1.Duration{Duration: 35 * time.Minute}
+	renewed.Generation = 2
+	expiredAtT0 := makeReq("h").owner("alice", 100).granted(t0.Add(-30*time.Minute), 41).obj()
+
+	cases := map[string]decideCase{
+		// Item 3: release and deletion hand on in the same decision.
+		"spec.release finishes the holder and grants the next, token + 1": {
+			lock:        aliceLock(h),
+			reqs:        reqs(aliceHolder().release(), bobWaits()),
+			wantHolder:  "bob#7",
+			wantLock:    bobHolds(42),
+			wantFinish:  map[string]reqView{"h": finished(locksv1.PhaseReleased, locksv1.ReasonReleased, "released", 41)},
+			wantGrant:   map[string]reqView{"w": bobGranted(42)},
+			wantRequeue: untilFromNow(grant30),
+		},
+		"a deleted holder (gone from the requests) is replaced": {
+			lock:        aliceLock(h),
+			reqs:        reqs(bobWaits()),
+			wantHolder:  "bob#7",
+			wantLock:    bobHolds(42),
+			wantGrant:   map[string]reqView{"w": bobGranted(42)},
+			wantRequeue: untilFromNow(grant30),
+		},
+		"a holder being deleted is replaced without a write to it": {
+			lock:        aliceLock(h),
+			reqs:        reqs(aliceHolder().deleting(), bobWaits()),
+			wantHolder:  "bob#7",
+			wantLock:    bobHolds(42),
+			wantGrant:   map[string]reqView{"w": bobGranted(42)},
+			wantRequeue: untilFromNow(grant30),
+		},
+		"a waiter released before its grant leaves the queue": {
+			lock:        aliceLock(h),
+			reqs:        reqs(aliceHolder(), bobWaits().release()),
+			wantHolder:  "alice#100",
+			wantFinish:  map[string]reqView{"w": finished(locksv1.PhaseReleased, locksv1.ReasonReleased, "released before it was granted", 0)},
+			wantRequeue: untilFromNow(hExpires),
+		},
+
+		// Item 5: TTL.
+		"an expired holder finishes Expired and the next is granted": {
+			lock:        aliceLock(expiredAtT0),
+			reqs:        []*locksv1.LockRequest{expiredAtT0, bobWaits().obj()},
+			wantHolder:  "bob#7",
+			wantLock:    bobHolds(42),
+			wantFinish:  map[string]reqView{"h": finished(locksv1.PhaseExpired, locksv1.ReasonExpired, "the grant expired after its ttl of 30m0s", 41)},
+			wantGrant:   map[string]reqView{"w": bobGranted(42)},
+			wantRequeue: untilFromNow(grant30),
+		},
+		"a grant expires at exactly grantedAt + ttl": {
+			now:        t0,
+			lock:       aliceLock(expiredAtT0),
+			reqs:       []*locksv1.LockRequest{expiredAtT0},
+			wantLock:   &lockView{Token: 41},
+			wantFinish: map[string]reqView{"h": finished(locksv1.PhaseExpired, locksv1.ReasonExpired, "the grant expired after its ttl of 30m0s", 41)},
+		},
+		"a grant one nanosecond from expiry stays and requeues then": {
+			now:         t0.Add(-time.Nanosecond),
+			lock:        aliceLock(expiredAtT0),
+			reqs:        []*locksv1.LockRequest{expiredAtT0},
+			wantHolder:  "alice#100",
+			wantRequeue: time.Nanosecond,
+		},
+		"renewing (raising spec.ttl) keeps the holder and moves expiresAt": {
+			lock:       aliceLock(h),
+			reqs:       []*locksv1.LockRequest{renewed},
+			wantHolder: "alice#100",
+			wantLock:   &lockView{Holder: "pull #100 (alice)", Requests: []string{"h"}, Token: 41, Expires: t0.Add(30 * time.Minute)},
+			wantGrant: map[string]reqView{"h": {Phase: locksv1.PhaseGranted, Reason: locksv1.ReasonGranted,
+				Message: grantedMsg(key1, 41, t0.Add(30*time.Minute)), Token: 41, Held: "1", True: trueGranted}},
+			wantRequeue: untilFromNow(t0.Add(30 * time.Minute)),
+		},
+
+		// Item 6: wait timeouts.
+		"waitTimeout 0s on a busy key fails Busy": {
+			lock:       aliceLock(h),
+			reqs:       reqs(aliceHolder(), makeReq("n").owner("bob", 7).waitTimeout(0)),
+			wantHolder: "alice#100",
+			wantFinish: map[string]reqView{"n": failed(locksv1.ReasonBusy,
+				key1+" is busy and waitTimeout is 0s: "+lockedByAlice)},
+			wantRequeue: untilFromNow(hExpires),
+		},
+		"waitTimeout 0s on a free key is granted": {
+			reqs:        reqs(makeReq("n").owner("bob", 7).waitTimeout(0)),
+			wantCreate:  true,
+			wantHolder:  "bob#7",
+			wantLock:    &lockView{Holder: "pull #7 (bob)", Requests: []string{"n"}, Token: now.UnixMicro(), Expires: grant30},
+			wantGrant:   map[string]reqView{"n": {Phase: locksv1.PhaseGranted, Reason: locksv1.ReasonGranted, Message: grantedMsg(key1, now.UnixMicro(), grant30), Token: now.UnixMicro(), Held: "1", True: trueGranted, Event: locksv1.ReasonGranted}},
+			wantRequeue: untilFromNow(grant30),
+		},
+		"an elapsed waitTimeout fails Timeout": {
+			lock:        aliceLock(h),
+			reqs:        reqs(aliceHolder(), makeReq("w").owner("bob", 7).queuedAt(t0.Add(-10*time.Minute)).waitTimeout(10*time.Minute)),
+			wantHolder:  "alice#100",
+			wantFinish:  map[string]reqView{"w": failed(locksv1.ReasonTimeout, "not granted within waitTimeout 10m0s")},
+			wantRequeue: untilFromNow(hExpires),
+		},
+		"the wait deadline is the requeue when it is nearest": {
+			lock:        aliceLock(h),
+			reqs:        reqs(aliceHolder(), makeReq("w").owner("bob", 7).queuedAt(t0.Add(-time.Minute)).waitTimeout(5*time.Minute)),
+			wantHolder:  "alice#100",
+			wantLock:    &lockView{Holder: "pull #100 (alice)", Requests: []string{"h"}, Token: 41, Queue: []string{"w:Normal"}, Length: 1, Expires: hExpires},
+			wantWaiting: map[string]reqView{"w": pending(lockedByAlice+"; position 1 of 1", 1)},
+			wantQueue:   []string{"w"},
+			wantRequeue: untilFromNow(t0.Add(4 * time.Minute)),
+		},
+		"the holder's expiry is the requeue when it is nearest": {
+			lock:        aliceLock(h),
+			reqs:        reqs(aliceHolder(), makeReq("w").owner("bob", 7).queuedAt(t0.Add(-time.Minute)).waitTimeout(time.Hour)),
+			wantHolder:  "alice#100",
+			wantLock:    &lockView{Holder: "pull #100 (alice)", Requests: []string{"h"}, Token: 41, Queue: []string{"w:Normal"}, Length: 1, Expires: hExpires},
+			wantWaiting: map[string]reqView{"w": pending(lockedByAlice+"; position 1 of 1", 1)},
+			wantQueue:   []string{"w"},
+			wantRequeue: untilFromNow(hExpires),
+		},
+
+		// Item 7: re-entrancy.
+		"the holder's owner+pull re-enters at once, ahead of the queue, same token": {
+			lock:       aliceLock(h),
+			reqs:       reqs(aliceHolder(), makeReq("w").owner("bob", 7).queuedAt(t0.Add(-2*time.Minute)), makeReq("r").owner("alice", 100).command("apply")),
+			wantHolder: "alice#100",
+			wantLock:   &lockView{Holder: "pull #100 (alice)", Requests: []string{"h", "r"}, Token: 41, Queue: []string{"w:Normal"}, Length: 1, Expires: grant30},
+			wantGrant: map[string]reqView{"r": {Phase: locksv1.PhaseGranted, Reason: locksv1.ReasonGranted, Message: grantedMsg(key1, 41, grant30),
+				Token: 41, Held: "1", True: trueGranted, Event: locksv1.ReasonGranted}},
+			wantWaiting: map[string]reqView{"w": pending(lockedByAlice+"; position 1 of 1", 1)},
+			wantQueue:   []string{"w"},
+			wantRequeue: untilFromNow(hExpires),
+		},
+		"the same owner with another pull is not the holder": {
+			lock:       aliceLock(h),
+			reqs:       reqs(aliceHolder(), makeReq("w").owner("bob", 7).queuedAt(t0.Add(-2*time.Minute)), makeReq("r").owner("alice", 101)),
+			wantHolder: "alice#100",
+			wantLock:   &lockView{Holder: "pull #100 (alice)", Requests: []string{"h"}, Token: 41, Queue: []string{"w:Normal", "r:Normal"}, Length: 2, Expires: hExpires},
+			wantWaiting: map[string]reqView{
+				"w": pending(lockedByAlice+"; position 1 of 2", 1),
+				"r": func() reqView {
+					v := pending(lockedByAlice+"; position 2 of 2", 2)
+					v.Event = locksv1.ReasonQueued
+					return v
+				}(),
+			},
+			wantQueue:   []string{"w", "r"},
+			wantRequeue: untilFromNow(hExpires),
+		},
+
+		// Item 13: the holder's Lease lapsed.
+		"a lost holder is released (HolderLost) and the next granted": {
+			lock:        aliceLock(h),
+			reqs:        reqs(aliceHolder(), bobWaits()),
+			lost:        map[types.UID]string{"uid-h": "Lease team-a/runner-1 expired"},
+			wantHolder:  "bob#7",
+			wantLock:    bobHolds(42),
+			wantFinish:  map[string]reqView{"h": finished(locksv1.PhaseReleased, locksv1.ReasonHolderLost, "Lease team-a/runner-1 expired", 41)},
+			wantGrant:   map[string]reqView{"w": bobGranted(42)},
+			wantRequeue: untilFromNow(grant30),
+		},
+
+		// Item 14: a spec the operator cannot honor.
+		"ttl over MaxTTL fails Invalid with what to ask for": {
+			reqs:       reqs(makeReq("n").owner("bob", 7).ttl(3 * time.Hour)),
+			wantCreate: true,
+			wantLock:   &lockView{},
+			wantFinish: map[string]reqView{"n": failed(locksv1.ReasonInvalid,
+				"spec.ttl 3h0m0s is over this operator's maximum of 2h0m0s; ask for at most 2h0m0s")},
+		},
+		"ttl at MaxTTL is fine": {
+			reqs:        reqs(makeReq("n").owner("bob", 7).ttl(2 * time.Hour)),
+			wantCreate:  true,
+			wantHolder:  "bob#7",
+			wantLock:    &lockView{Holder: "pull #7 (bob)", Requests: []string{"n"}, Token: now.UnixMicro(), Expires: t0.Add(2 * time.Hour)},
+			wantGrant:   map[string]reqView{"n": {Phase: locksv1.PhaseGranted, Reason: locksv1.ReasonGranted, Message: grantedMsg(key1, now.UnixMicro(), t0.Add(2*time.Hour)), Token: now.UnixMicro(), Held: "1", True: trueGranted, Event: locksv1.ReasonGranted}},
+			wantRequeue: untilFromNow(t0.Add(2 * time.Hour)),
+		},
+		"final requests are left alone": {
+			lock:        aliceLock(h),
+			reqs:        reqs(aliceHolder(), makeReq("old").owner("bob", 7).queuedAt(t0.Add(-time.Hour)).phaseIs(locksv1.PhaseFailed)),
+			wantHolder:  "alice#100",
+			wantRequeue: untilFromNow(hExpires),
+		},
+	}
+	runDecideCases(t, cases)
+}
+
+// Time is requeue, not polling: following RequeueAfter alone must reach the expiry, and a grant
+// ends exactly at the expiresAt it showed the holder and the ProjectLock, also for ttls that
+// are not whole seconds (the API accepts "1500ms" or "90.5s").
+func TestDecideExpiryFollowsRequeue(t *testing.T) {
+	cases := map[string]struct {
+		tc          time.Duration
+		at          time.Time
+		wantExpires time.Time
+	}{
+		"whole seconds":                      {tc: 30 * time.Minute, at: now, wantExpires: t0.Add(30 * time.Minute)},
+		"1500ms":                             {tc: 1500 * time.Millisecond, at: now, wantExpires: t0.Add(time.Second)},
+		"1800ms, granted late in its second": {tc: 1800 * time.Millisecond, at: t0.Add(900 * time.Millisecond), wantExpires: t0.Add(time.Second)},
+		"90.5s":                              {tc: 90500 * time.Millisecond, at: now, wantExpires: t0.Add(90 * time.Second)},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			cfg := testConfig()
+			w := newWorld(t)
+			w.add(makeReq("a").owner("alice", 100).ttl(tc.tc).obj())
+			d := w.decide(name1, tc.at, cfg)
+			a := w.get("a")
+			if a.Status.Phase != locksv1.PhaseGranted {
+				t.Fatalf("not granted:\n%s", describeDecision(d))
+			}
+			if !a.Status.ExpiresAt.Time.Equal(tc.wantExpires) {
+				t.Errorf("status.expiresAt = %v, want %v", a.Status.ExpiresAt.UTC(), tc.wantExpires)
+			}
+			if got := w.locks[name1].Status.Holder.ExpiresAt; got == nil || !got.Time.Equal(a.Status.ExpiresAt.Time) {
+				t.Errorf("ProjectLock holder expiresAt = %v, want the request's %v", got, a.Status.ExpiresAt.UTC())
+			}
+			clock := tc.at
+			for i := 0; ; i++ {
+				if d.RequeueAfter <= 0 {
+					t.Fatalf("at %v the grant (expiresAt %v) is live and no requeue is asked for", clock, a.Status.ExpiresAt.UTC())
+				}
+				if i == 5 {
+					t.Fatalf("still granted after %d requeues", i)
+				}
+				clock = clock.Add(d.RequeueAfter)
+				d = w.decide(name1, clock, cfg)
+				if a = w.get("a"); a.Status.Phase.IsFinal() {
+					break
+				}
+			}
+			if a.Status.Phase != locksv1.PhaseExpired || !clock.Equal(tc.wantExpires) {
+				t.Errorf("finished %s at %v, want Expired at %v", a.Status.Phase, clock, tc.wantExpires)
+			}
+		})
+	}
+}

@@ -1,0 +1,300 @@
+package queue
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
+	"github.com/turnstile-dev/turnstile/internal/lockkey"
+)
+
+func TestAgedPriority(t *testing.T) {
+	step := 10 * time.Minute
+	cases := map[string]struct {
+		tc     locksv1.Priority
+		waited time.Duration
+		step   time.Duration
+		want   locksv1.Priority
+	}{
+		"Low, not waited":                      {tc: locksv1.PriorityLow, waited: 0, step: step, want: locksv1.PriorityLow},
+		"Low, just short of a step":            {tc: locksv1.PriorityLow, waited: step - time.Nanosecond, step: step, want: locksv1.PriorityLow},
+		"Low, one step is Normal":              {tc: locksv1.PriorityLow, waited: step, step: step, want: locksv1.PriorityNormal},
+		"Low, two steps is High":               {tc: locksv1.PriorityLow, waited: 2 * step, step: step, want: locksv1.PriorityHigh},
+		"Low, forever stops at High":           {tc: locksv1.PriorityLow, waited: 1000 * step, step: step, want: locksv1.PriorityHigh},
+		"Normal, one step is High":             {tc: locksv1.PriorityNormal, waited: step, step: step, want: locksv1.PriorityHigh},
+		"High stays High":                      {tc: locksv1.PriorityHigh, waited: 1000 * step, step: step, want: locksv1.PriorityHigh},
+		"Critical stays Critical":              {tc: locksv1.PriorityCritical, waited: 1000 * step, step: step, want: locksv1.PriorityCritical},
+		"aging off":                            {tc: locksv1.PriorityLow, waited: 1000 * step, step: 0, want: locksv1.PriorityLow},
+		"negative wait (clock skew) ages none": {tc: locksv1.PriorityLow, waited: -time.Hour, step: step, want: locksv1.PriorityLow},
+		"unknown priority ranks as Normal":     {tc: "", waited: 0, step: step, want: locksv1.PriorityNormal},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want.Rank(), AgedPriority(tc.tc, tc.waited, tc.step)); diff != "" {
+				t.Errorf("AgedPriority (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// Item 4 and 15: the grant order.
+func TestOrder(t *testing.T) {
+	aging := testConfig()
+	aging.AgingStep = 10 * time.Minute
+	sameSecond := t0.Add(-time.Minute)
+	cases := map[string]struct {
+		tc           []*reqWrapper
+		cfg          Config
+		wantNames    []string
+		wantPriority []int
+	}{
+		"Critical > High > Normal > Low": {
+			tc: []*reqWrapper{
+				makeReq("low").priority(locksv1.PriorityLow).queuedAt(t0.Add(-4 * time.Minute)),
+				makeReq("normal").queuedAt(t0.Add(-3 * time.Minute)),
+				makeReq("high").priority(locksv1.PriorityHigh).queuedAt(t0.Add(-2 * time.Minute)),
+				makeReq("critical").priority(locksv1.PriorityCritical).queuedAt(t0.Add(-time.Minute)),
+			},
+			cfg:          aging,
+			wantNames:    []string{"critical", "high", "normal", "low"},
+			wantPriority: []int{3, 2, 1, 0},
+		},
+		"FIFO by queuedAt within a priority, microseconds count": {
+			tc: []*reqWrapper{
+				makeReq("a").queuedAt(t0.Add(2 * time.Microsecond)),
+				makeReq("b").queuedAt(t0.Add(time.Microsecond)),
+				makeReq("c").queuedAt(t0),
+			},
+			cfg:          testConfig(),
+			wantNames:    []string{"c", "b", "a"},
+			wantPriority: []int{1, 1, 1},
+		},
+		"a request already queued goes before one not yet seen": {
+			tc: []*reqWrapper{
+				makeReq("a-new").created(t0.Add(-time.Hour)),
+				makeReq("z-seen").queuedAt(now),
+			},
+			cfg:          testConfig(),
+			wantNames:    []string{"z-seen", "a-new"},
+			wantPriority: []int{1, 1},
+		},
+		"unseen requests: creation second, then resourceVersion as a number, then name": {
+			tc: []*reqWrapper{
+				makeReq("a").created(sameSecond).rv("10"),
+				makeReq("b").created(sameSecond).rv("9"),
+				makeReq("c").created(sameSecond.Add(-time.Second)).rv("20"),
+				makeReq("d").created(sameSecond).rv("9"),
+			},
+			cfg:          testConfig(),
+			wantNames:    []string{"c", "b", "d", "a"},
+			wantPriority: []int{1, 1, 1, 1},
+		},
+		"one aging step lifts Low to Normal, then arrival decides": {
+			tc: []*reqWrapper{
+				makeReq("normal").queuedAt(now.Add(-5 * time.Minute)),
+				makeReq("low").priority(locksv1.PriorityLow).queuedAt(now.Add(-10 * time.Minute)),
+			},
+			cfg:          aging,
+			wantNames:    []string{"low", "normal"},
+			wantPriority: []int{1, 1},
+		},
+		"just short of a step Low stays behind": {
+			tc: []*reqWrapper{
+				makeReq("normal").queuedAt(now.Add(-5 * time.Minute)),
+				makeReq("low").priority(locksv1.PriorityLow).queuedAt(now.Add(-10*time.Minute + time.Microsecond)),
+			},
+			cfg:          aging,
+			wantNames:    []string{"normal", "low"},
+			wantPriority: []int{1, 0},
+		},
+		"aging never passes High, Critical unaffected": {
+			tc: []*reqWrapper{
+				makeReq("high").priority(locksv1.PriorityHigh).queuedAt(now.Add(-time.Minute)),
+				makeReq("low").priority(locksv1.PriorityLow).queuedAt(now.Add(-10 * time.Hour)),
+				makeReq("critical").priority(locksv1.PriorityCritical).queuedAt(now),
+			},
+			cfg:          aging,
+			wantNames:    []string{"critical", "low", "high"},
+			wantPriority: []int{3, 2, 2},
+		},
+		"without aging Low waits behind later Normal": {
+			tc: []*reqWrapper{
+				makeReq("normal").queuedAt(now.Add(-time.Minute)),
+				makeReq("low").priority(locksv1.PriorityLow).queuedAt(now.Add(-10 * time.Hour)),
+			},
+			cfg:          testConfig(),
+			wantNames:    []string{"normal", "low"},
+			wantPriority: []int{1, 0},
+		},
+		"requests for other keys are left out": {
+			tc: []*reqWrapper{
+				makeReq("other").targets(tgt2).queuedAt(t0.Add(-time.Hour)),
+				makeReq("mine").queuedAt(t0),
+			},
+			cfg:          testConfig(),
+			wantNames:    []string{"mine"},
+			wantPriority: []int{1},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			got := Order(name1, reqs(tc.tc...), now, tc.cfg)
+			var gotNames []string
+			var gotPriority []int
+			for _, w := range got {
+				gotNames = append(gotNames, w.Request.Name)
+				gotPriority = append(gotPriority, w.Priority)
+			}
+			if diff := cmp.Diff(tc.wantNames, gotNames); diff != "" {
+				t.Errorf("order (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tc.wantPriority, gotPriority); diff != "" {
+				t.Errorf("priorities (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// Item 4: Decide stamps first-seen requests with distinct microsecond arrivals in grant order,
+// and ProjectLock.status.queue shows the aged priority.
+func TestDecideStampsArrivals(t *testing.T) {
+	h := aliceHolder().obj()
+	cfg := testConfig()
+	cfg.AgingStep = 10 * time.Minute
+	sameSecond := t0.Add(-time.Minute)
+	in := Input{Now: now, Name: name1, Lock: aliceLock(h), Config: cfg, Requests: []*locksv1.LockRequest{
+		h,
+		makeReq("a").owner("bob", 1).created(sameSecond).rv("10").obj(),
+		makeReq("b").owner("carol", 2).created(sameSecond).rv("9").obj(),
+		makeReq("low").owner("dave", 3).priority(locksv1.PriorityLow).queuedAt(t0.Add(-15 * time.Minute)).obj(),
+	}}
+	d := Decide(in)
+
+	type stamp struct {
+		Name     string
+		QueuedAt time.Time
+		Refresh  bool
+		Order    int
+		Position int32
+	}
+	var got []stamp
+	for _, u := range d.Waiting {
+		got = append(got, stamp{u.Request.Name, u.Status.QueuedAt.Time.UTC(), u.Refresh, u.Order, u.Status.QueuePosition})
+	}
+	us := now.Truncate(time.Microsecond)
+	want := []stamp{
+		{"low", t0.Add(-15 * time.Minute), true, 0, 1},
+		{"b", us, false, 1, 2},
+		{"a", us.Add(time.Microsecond), false, 2, 3},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("waiting updates (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"low", "b", "a"}, names(d.Queue)); diff != "" {
+		t.Errorf("Queue (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"low:Normal", "b:Normal", "a:Normal"}, lockViewOf(d.Lock).Queue); diff != "" {
+		t.Errorf("ProjectLock queue (-want +got):\n%s", diff)
+	}
+	// The next aging step of "low" (queued at t0-15m, 10m steps) is at t0+5m: nearer than the
+	// holder's expiry.
+	if diff := cmp.Diff(untilFromNow(t0.Add(5*time.Minute)), d.RequeueAfter); diff != "" {
+		t.Errorf("RequeueAfter (-want +got):\n%s", diff)
+	}
+}
+
+// The ProjectLock shows at most HeadSize queue entries but counts them all.
+func TestDecideQueueHead(t *testing.T) {
+	h := aliceHolder().obj()
+	cfg := testConfig()
+	cfg.HeadSize = 2
+	in := Input{Now: now, Name: name1, Lock: aliceLock(h), Config: cfg, Requests: []*locksv1.LockRequest{
+		h,
+		makeReq("w1").queuedAt(t0.Add(-3 * time.Minute)).obj(),
+		makeReq("w2").queuedAt(t0.Add(-2 * time.Minute)).obj(),
+		makeReq("w3").queuedAt(t0.Add(-1 * time.Minute)).obj(),
+	}}
+	got := lockViewOf(Decide(in).Lock)
+	if diff := cmp.Diff([]string{"w1:Normal", "w2:Normal"}, got.Queue); diff != "" {
+		t.Errorf("queue head (-want +got):\n%s", diff)
+	}
+	if got.Length != 3 {
+		t.Errorf("QueueLength = %d, want 3", got.Length)
+	}
+}
+
+func TestFirstUnheld(t *testing.T) {
+	cases := map[string]struct {
+		tc      *reqWrapper
+		wantKey string
+		wantOK  bool
+	}{
+		"nothing held: the first key in canonical order, not spec order": {
+			tc:      makeReq("m").targets(tgt2, tgt1),
+			wantKey: key1, wantOK: true,
+		},
+		"first held: the second": {
+			tc:      makeReq("m").targets(tgt2, tgt1).held(tgt1),
+			wantKey: key2, wantOK: true,
+		},
+		"only the second held: still the first": {
+			tc:      makeReq("m").targets(tgt2, tgt1).held(tgt2),
+			wantKey: key1, wantOK: true,
+		},
+		"all held": {
+			tc:     makeReq("m").targets(tgt2, tgt1).held(tgt1, tgt2),
+			wantOK: false,
+		},
+		"single target, granted": {
+			tc:     makeReq("m").granted(t0, 1),
+			wantOK: false,
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			ref, ok := FirstUnheld(tc.tc.obj())
+			if diff := cmp.Diff(tc.wantOK, ok); diff != "" {
+				t.Errorf("ok (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tc.wantKey, ref.Key); diff != "" {
+				t.Errorf("key (-want +got):\n%s", diff)
+			}
+			if ok && ref.Name != lockkey.Name(ref.Target) {
+				t.Errorf("ref.Name = %q, want the ProjectLock name of its target %q", ref.Name, lockkey.Name(ref.Target))
+			}
+		})
+	}
+}
+
+func TestIdentityAndDescribe(t *testing.T) {
+	cases := map[string]struct {
+		tc           locksv1.Holder
+		wantIdentity string
+		wantDescribe string
+	}{
+		"owner and pull": {tc: locksv1.Holder{Owner: "alice", Pull: 100}, wantIdentity: "alice#100", wantDescribe: "pull #100 (alice)"},
+		"owner only":     {tc: locksv1.Holder{Owner: "ci/deploy"}, wantIdentity: "ci/deploy", wantDescribe: "ci/deploy"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.wantIdentity, Identity(tc.tc)); diff != "" {
+				t.Errorf("Identity (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tc.wantDescribe, Describe(tc.tc.Owner, tc.tc.Pull)); diff != "" {
+				t.Errorf("Describe (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestTTL(t *testing.T) {
+	cfg := testConfig()
+	if got := TTL(makeReq("a").obj(), cfg); got != cfg.DefaultTTL {
+		t.Errorf("TTL without spec.ttl = %s, want the default %s", got, cfg.DefaultTTL)
+	}
+	if got := TTL(makeReq("a").ttl(time.Hour).obj(), cfg); got != time.Hour {
+		t.Errorf("TTL with spec.ttl 1h = %s", got)
+	}
+}

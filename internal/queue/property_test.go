@@ -1,0 +1,257 @@
+package queue
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
+)
+
+// simulate drives one key through random arrivals, releases, deletions, renewals, freezes,
+// lost leases, force-unlocks and crashes between the decision's writes, feeding every decision
+// back the statuses it wrote, and checks the grant invariant after each step.
+// It returns how often each outcome happened (finish reasons, "Granted", "handoff").
+func simulate(t testing.TB, seed uint64, rounds int) map[string]int {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(seed, 0x7475726e7374696c))
+	cfg := Config{DefaultTTL: 20 * time.Second, MaxTTL: time.Minute, AgingStep: 15 * time.Second, QueueCap: 5, HeadSize: 3}
+	holders := []locksv1.Holder{{Owner: "alice", Pull: 1}, {Owner: "alice", Pull: 2}, {Owner: "bob"}, {Owner: "carol", Pull: 3}}
+	priorities := []locksv1.Priority{locksv1.PriorityLow, locksv1.PriorityNormal, locksv1.PriorityHigh, locksv1.PriorityCritical}
+	commands := []string{"", "plan", "apply"}
+
+	w := newWorld(t)
+	clock := t0
+	applyLocked := false
+	var highest int64 // the highest token the ProjectLock ever showed
+	seq := 0
+	pick := func(keep func(*locksv1.LockRequest) bool) *locksv1.LockRequest {
+		var c []*locksv1.LockRequest
+		for _, uid := range w.order {
+			if r := w.reqs[uid]; r != nil && keep(r) {
+				c = append(c, r)
+			}
+		}
+		if len(c) == 0 {
+			return nil
+		}
+		return c[rng.IntN(len(c))]
+	}
+	active := func(r *locksv1.LockRequest) bool { return !r.Status.Phase.IsFinal() }
+	seen := map[string]int{}
+
+	for round := 0; round < rounds; round++ {
+		// At least a millisecond per round: more grants per microsecond than that would be needed
+		// to outrun the wall clock a re-created ProjectLock counts from.
+		clock = clock.Add(time.Millisecond + time.Duration(rng.IntN(3000))*time.Millisecond)
+		var did string
+		switch k := rng.IntN(20); {
+		case k < 8:
+			seq++
+			h := holders[rng.IntN(len(holders))]
+			b := makeReq(fmt.Sprintf("r%03d", seq)).owner(h.Owner, h.Pull).
+				priority(priorities[rng.IntN(len(priorities))]).
+				command(commands[rng.IntN(len(commands))]).
+				created(clock.Truncate(time.Second))
+			switch rng.IntN(4) {
+			case 1:
+				b.ttl(5 * time.Second)
+			case 2:
+				b.ttl(45 * time.Second)
+			case 3:
+				b.ttl(90 * time.Second) // over MaxTTL
+			}
+			switch rng.IntN(4) {
+			case 1:
+				b.waitTimeout(0)
+			case 2:
+				b.waitTimeout(10 * time.Second)
+			case 3:
+				b.waitTimeout(40 * time.Second)
+			}
+			w.add(b.obj())
+			did = "arrive " + b.lr.Name
+		case k < 11:
+			if r := pick(active); r != nil && !r.Spec.Release {
+				r.Spec.Release = true
+				r.Generation++
+				did = "release " + r.Name
+			}
+		case k < 13:
+			if r := pick(func(*locksv1.LockRequest) bool { return true }); r != nil {
+				w.del(r.UID)
+				did = "delete " + r.Name
+			}
+		case k < 14:
+			if r := pick(func(r *locksv1.LockRequest) bool { return r.Status.Phase == locksv1.PhaseGranted }); r != nil {
+				r.Spec.TTL = &metav1.Duration{Duration: TTL(r, cfg) + 10*time.Second}
+				r.Generation++
+				did = "renew " + r.Name
+			}
+		case k < 15:
+			delete(w.locks, name1)
+			did = "force-unlock"
+		case k < 16:
+			applyLocked = !applyLocked
+			did = fmt.Sprintf("apply frozen=%v", applyLocked)
+		case k < 17:
+			if r := pick(active); r != nil {
+				w.lost = map[types.UID]string{r.UID: "Lease lapsed"}
+				did = "lose lease of " + r.Name
+			}
+		}
+		// Retention: finished requests are deleted a while after they finish.
+		for uid, r := range w.reqs {
+			if f := r.Status.FinishedAt; f != nil && clock.Sub(f.Time) > 30*time.Second {
+				w.del(uid)
+			}
+		}
+
+		var cls []locksv1.CommandLock
+		if applyLocked {
+			cls = append(cls, commandLock("apply", true, "maintenance window", nil))
+		}
+		w.freezes, _ = ResolveFreezes(cls, FreezeFlags{}, clock)
+
+		var prev *locksv1.ProjectLock
+		if l := w.locks[name1]; l != nil {
+			prev = l.DeepCopy()
+		}
+		in := w.input(name1, clock, cfg)
+		d := Decide(in)
+		stage := stageAll
+		if rng.IntN(6) == 0 {
+			stage = stageFinish + rng.IntN(3) // crash after Finish, Lock or Grant
+		}
+		w.apply(name1, in, d, stage)
+		w.lost = nil
+
+		for _, u := range d.Finish {
+			seen[u.Event.Reason]++
+		}
+		for _, u := range d.Grant {
+			if u.Event != nil {
+				seen[u.Event.Reason]++
+			}
+		}
+		for _, u := range d.Waiting {
+			if u.Status.Phase == locksv1.PhasePending && u.Status.QueuePosition > 1 {
+				seen["deep queue"]++
+			}
+		}
+
+		where := fmt.Sprintf("seed %d round %d (%s, stage %d)", seed, round, did, stage)
+		checkInvariants(t, where, w, prev, d, stage, &highest)
+		if len(d.Queue) > cfg.QueueCap {
+			t.Fatalf("%s: %d waiting, over the cap of %d", where, len(d.Queue), cfg.QueueCap)
+		}
+		if stage != stageAll {
+			continue
+		}
+		// Progress: a key left without a holder has nobody it could grant.
+		if d.Holder == "" {
+			for _, r := range d.Queue {
+				if _, frozen := w.freezes.For(r.Spec.Command); !frozen {
+					t.Fatalf("%s: key free while %s (command %q) waits", where, r.Name, r.Spec.Command)
+				}
+			}
+		}
+		// Fixed point: the same inputs decide nothing new.
+		if again := Decide(w.input(name1, clock, cfg)); !empty(again) {
+			t.Fatalf("%s: deciding again writes:\n%s", where, describeDecision(again))
+		}
+	}
+	return seen
+}
+
+// checkInvariants: at most one identity holds the key, every Granted request is listed by the
+// ProjectLock and carries its token, and the token moves up whenever the key changes hands.
+func checkInvariants(t testing.TB, where string, w *world, prev *locksv1.ProjectLock, d Decision, stage int, highest *int64) {
+	t.Helper()
+	lock := w.locks[name1]
+	listed := map[types.UID]bool{}
+	lockID := ""
+	if lock != nil && lock.Status.Holder != nil {
+		h := lock.Status.Holder
+		lockID = Identity(locksv1.Holder{Owner: h.Owner, Pull: h.Pull})
+		for _, hr := range h.Requests {
+			listed[types.UID(hr.UID)] = true
+			if r := w.reqs[types.UID(hr.UID)]; r != nil && Identity(r.Spec.Holder) != lockID {
+				t.Fatalf("%s: ProjectLock holder %s lists %s of %s", where, lockID, r.Name, Identity(r.Spec.Holder))
+			}
+		}
+	}
+	for _, r := range w.reqs {
+		if r.Status.Phase.IsFinal() {
+			continue
+		}
+		claims := len(r.Status.Locks) > 0 && r.Status.Locks[0].Held
+		if r.Status.Phase != locksv1.PhaseGranted && !claims {
+			continue
+		}
+		if !listed[r.UID] {
+			t.Fatalf("%s: %s is %s (held=%v) but the ProjectLock lists %v", where, r.Name, r.Status.Phase, claims, lock.Status.Holder)
+		}
+		if r.Status.FencingToken != lock.Status.FencingToken {
+			t.Fatalf("%s: %s holds with token %d, the ProjectLock says %d", where, r.Name, r.Status.FencingToken, lock.Status.FencingToken)
+		}
+	}
+	if lock == nil {
+		return
+	}
+	tok := lock.Status.FencingToken
+	prevID, prevTok := "", int64(0)
+	if prev != nil {
+		prevTok = prev.Status.FencingToken
+		if h := prev.Status.Holder; h != nil {
+			prevID = Identity(locksv1.Holder{Owner: h.Owner, Pull: h.Pull})
+		}
+		if tok < prevTok {
+			t.Fatalf("%s: token went down from %d to %d", where, prevTok, tok)
+		}
+	}
+	if lockID != "" && lockID != prevID && tok <= *highest {
+		t.Fatalf("%s: key passed from %q to %q with token %d, not above %d", where, prevID, lockID, tok, *highest)
+	}
+	if tok > *highest {
+		*highest = tok
+	}
+	if stage >= stageLock && d.Lock != nil && d.Holder != lockID {
+		t.Fatalf("%s: Decision.Holder %q, the ProjectLock written says %q", where, d.Holder, lockID)
+	}
+}
+
+func TestDecideRandomized(t *testing.T) {
+	total := map[string]int{}
+	for seed := uint64(1); seed <= 10; seed++ {
+		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
+			for k, n := range simulate(t, seed, 300) {
+				total[k] += n
+			}
+		})
+	}
+	// The walk must have gone where the invariant is at risk, or it proves nothing.
+	for _, want := range []string{
+		locksv1.ReasonGranted, locksv1.ReasonReleased, locksv1.ReasonExpired, locksv1.ReasonForceUnlocked,
+		locksv1.ReasonHolderLost, locksv1.ReasonTimeout, locksv1.ReasonBusy, locksv1.ReasonCommandLocked,
+		locksv1.ReasonQueueFull, locksv1.ReasonInvalid, "deep queue",
+	} {
+		if total[want] == 0 {
+			t.Errorf("no %s in any run: %v", want, total)
+		}
+	}
+	t.Logf("outcomes: %v", total)
+}
+
+func FuzzDecide(f *testing.F) {
+	for _, seed := range []uint64{1, 2, 3, 42, 1 << 40} {
+		f.Add(seed, uint16(200))
+	}
+	f.Fuzz(func(t *testing.T, seed uint64, rounds uint16) {
+		simulate(t, seed, int(rounds%1000))
+	})
+}

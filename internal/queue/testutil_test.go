@@ -1,0 +1,521 @@
+package queue
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
+	"github.com/turnstile-dev/turnstile/internal/lockkey"
+)
+
+// The fixed clock of every test: t0 is a whole second, now is t0 plus a fraction so that the
+// tests see what Decide truncates (seconds for metav1.Time, microseconds for MicroTime).
+var (
+	t0  = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	now = t0.Add(400*time.Millisecond + 1500*time.Nanosecond)
+)
+
+// Two keys whose canonical order is tgt1 before tgt2.
+var (
+	tgt1  = locksv1.LockTarget{Repo: "acme/infra", Path: "a-net", Workspace: "default"}
+	tgt2  = locksv1.LockTarget{Repo: "acme/infra", Path: "b-app", Workspace: "default"}
+	key1  = lockkey.String(tgt1)
+	key2  = lockkey.String(tgt2)
+	name1 = lockkey.Name(tgt1)
+	name2 = lockkey.Name(tgt2)
+)
+
+const testNamespace = "team-a"
+
+// testConfig is the policy of most tests. Aging is off so RequeueAfter speaks of TTLs and wait
+// timeouts only; the aging tests switch it on.
+func testConfig() Config {
+	return Config{DefaultTTL: 30 * time.Minute, MaxTTL: 2 * time.Hour, HeadSize: 20}
+}
+
+// reqWrapper builds a LockRequest. Status-shaping calls (queuedAt, held, granted) are recorded
+// and applied by obj(), after the spec is complete, so their order does not matter.
+type reqWrapper struct {
+	lr        locksv1.LockRequest
+	queued    *time.Time
+	heldTgts  []locksv1.LockTarget
+	grantedAt *time.Time
+	token     int64
+	phase     locksv1.LockRequestPhase
+	waitMsg   *waitMsg
+}
+
+// waitMsg is the Pending status a key's decision last wrote for a waiter.
+type waitMsg struct {
+	reason, message, blockedBy string
+	position                   int32
+}
+
+// makeReq is a Normal-priority request on tgt1 by owner name without a pull, created a minute
+// before t0, never seen by the controller.
+func makeReq(name string) *reqWrapper {
+	w := &reqWrapper{}
+	w.lr.Name = name
+	w.lr.Namespace = testNamespace
+	w.lr.UID = types.UID("uid-" + name)
+	w.lr.Generation = 1
+	w.lr.ResourceVersion = "1"
+	w.lr.CreationTimestamp = metav1.NewTime(t0.Add(-time.Minute))
+	w.lr.Spec.Locks = []locksv1.LockTarget{tgt1}
+	w.lr.Spec.Holder = locksv1.Holder{Owner: name}
+	w.lr.Spec.Priority = locksv1.PriorityNormal
+	return w
+}
+
+func (w *reqWrapper) owner(owner string, pull int64) *reqWrapper {
+	w.lr.Spec.Holder.Owner, w.lr.Spec.Holder.Pull = owner, pull
+	return w
+}
+
+func (w *reqWrapper) priority(p locksv1.Priority) *reqWrapper { w.lr.Spec.Priority = p; return w }
+
+func (w *reqWrapper) targets(ts ...locksv1.LockTarget) *reqWrapper {
+	w.lr.Spec.Locks = ts
+	return w
+}
+
+func (w *reqWrapper) command(c string) *reqWrapper { w.lr.Spec.Command = c; return w }
+
+func (w *reqWrapper) ttl(d time.Duration) *reqWrapper {
+	w.lr.Spec.TTL = &metav1.Duration{Duration: d}
+	return w
+}
+
+func (w *reqWrapper) waitTimeout(d time.Duration) *reqWrapper {
+	w.lr.Spec.WaitTimeout = &metav1.Duration{Duration: d}
+	return w
+}
+
+func (w *reqWrapper) release() *reqWrapper { w.lr.Spec.Release = true; return w }
+
+func (w *reqWrapper) created(t time.Time) *reqWrapper {
+	w.lr.CreationTimestamp = metav1.NewTime(t)
+	return w
+}
+
+func (w *reqWrapper) rv(v string) *reqWrapper { w.lr.ResourceVersion = v; return w }
+
+func (w *reqWrapper) deleting() *reqWrapper {
+	ts := metav1.NewTime(t0.Add(-time.Second))
+	w.lr.DeletionTimestamp = &ts
+	return w
+}
+
+// queuedAt stamps status.queuedAt and makes the request Pending: the controller has seen it.
+func (w *reqWrapper) queuedAt(t time.Time) *reqWrapper {
+	w.queued = &t
+	if w.phase == "" {
+		w.phase = locksv1.PhasePending
+	}
+	return w
+}
+
+// held marks the targets as held in status.locks (a Pending request that holds some keys).
+func (w *reqWrapper) held(ts ...locksv1.LockTarget) *reqWrapper {
+	w.heldTgts = append(w.heldTgts, ts...)
+	if w.phase == "" {
+		w.phase = locksv1.PhasePending
+	}
+	return w
+}
+
+// tokenIs sets status.fencingToken (a request that holds, or held, some key).
+func (w *reqWrapper) tokenIs(n int64) *reqWrapper { w.token = n; return w }
+
+// granted gives the request the status Decide writes for a grant at `at` with token: every
+// target held, expiresAt from the spec's ttl (default 30m), the four conditions.
+func (w *reqWrapper) granted(at time.Time, token int64) *reqWrapper {
+	w.grantedAt, w.token, w.phase = &at, token, locksv1.PhaseGranted
+	w.heldTgts = w.lr.Spec.Locks
+	return w
+}
+
+// waiting gives a Pending request the conditions a queue wrote: reason, message, position.
+func (w *reqWrapper) waiting(reason, message string, position int32, blockedBy string) *reqWrapper {
+	w.waitMsg = &waitMsg{reason: reason, message: message, position: position, blockedBy: blockedBy}
+	w.phase = locksv1.PhasePending
+	return w
+}
+
+// phaseIs forces a phase, e.g. a final one.
+func (w *reqWrapper) phaseIs(p locksv1.LockRequestPhase) *reqWrapper { w.phase = p; return w }
+
+func (w *reqWrapper) obj() *locksv1.LockRequest {
+	lr := w.lr.DeepCopy()
+	st := &lr.Status
+	st.Phase = w.phase
+	if w.phase == "" {
+		return lr
+	}
+	st.ObservedGeneration = lr.Generation
+	for _, t := range lr.Spec.Locks {
+		ls := locksv1.LockStatus{Key: lockkey.String(t), Name: lockkey.Name(t)}
+		for _, h := range w.heldTgts {
+			if lockkey.String(h) == ls.Key {
+				ls.Held = true
+			}
+		}
+		st.Locks = append(st.Locks, ls)
+	}
+	q := t0.Add(-time.Hour)
+	if w.queued != nil {
+		q = *w.queued
+	} else if w.grantedAt != nil {
+		q = *w.grantedAt
+	}
+	mt := metav1.NewMicroTime(q.Truncate(time.Microsecond))
+	st.QueuedAt = &mt
+	st.FencingToken = w.token
+	if m := w.waitMsg; m != nil {
+		st.QueuePosition, st.BlockedBy = m.position, m.blockedBy
+		g, at := lr.Generation, q
+		st.Conditions = []metav1.Condition{
+			cond(locksv1.ConditionGranted, metav1.ConditionFalse, m.reason, m.message, g, at),
+			cond(locksv1.ConditionReady, metav1.ConditionFalse, m.reason, m.message, g, at),
+			cond(locksv1.ConditionReconciling, metav1.ConditionTrue, m.reason, m.message, g, at),
+			cond(locksv1.ConditionStalled, metav1.ConditionFalse, m.reason, "waiting", g, at),
+		}
+	}
+	if w.grantedAt != nil {
+		ttl := 30 * time.Minute
+		if lr.Spec.TTL != nil {
+			ttl = lr.Spec.TTL.Duration
+		}
+		g := metav1.NewTime(w.grantedAt.Truncate(time.Second))
+		exp := metav1.NewTime(g.Add(ttl))
+		st.GrantedAt, st.ExpiresAt, st.FencingToken = &g, &exp, w.token
+		what := fmt.Sprintf("%d locks", len(lr.Spec.Locks))
+		if len(lr.Spec.Locks) == 1 {
+			what = lockkey.String(lr.Spec.Locks[0])
+		}
+		msg := fmt.Sprintf("holds %s (fencing token %d) until %s", what, w.token, exp.UTC().Format(time.RFC3339))
+		st.Conditions = []metav1.Condition{
+			cond(locksv1.ConditionGranted, metav1.ConditionTrue, locksv1.ReasonGranted, msg, lr.Generation, g.Time),
+			cond(locksv1.ConditionReady, metav1.ConditionTrue, locksv1.ReasonGranted, msg, lr.Generation, g.Time),
+			cond(locksv1.ConditionReconciling, metav1.ConditionFalse, locksv1.ReasonGranted, "granted", lr.Generation, g.Time),
+			cond(locksv1.ConditionStalled, metav1.ConditionFalse, locksv1.ReasonGranted, "granted", lr.Generation, g.Time),
+		}
+	}
+	return lr
+}
+
+func cond(typ string, status metav1.ConditionStatus, reason, msg string, gen int64, at time.Time) metav1.Condition {
+	return metav1.Condition{Type: typ, Status: status, Reason: reason, Message: msg, ObservedGeneration: gen,
+		LastTransitionTime: metav1.NewTime(at.Truncate(time.Second))}
+}
+
+// lockWrapper builds a ProjectLock.
+type lockWrapper struct {
+	pl      locksv1.ProjectLock
+	holders []*locksv1.LockRequest
+	since   time.Time
+}
+
+func makeLock(t locksv1.LockTarget) *lockWrapper {
+	w := &lockWrapper{}
+	w.pl.Name = lockkey.Name(t)
+	w.pl.Namespace = testNamespace
+	w.pl.Generation = 1
+	w.pl.Spec.LockTarget = lockkey.Normalize(t)
+	return w
+}
+
+func (w *lockWrapper) token(n int64) *lockWrapper { w.pl.Status.FencingToken = n; return w }
+
+// holder lists reqs (one identity) as the holder since `since`; expiresAt is the latest of the
+// requests' status.expiresAt.
+func (w *lockWrapper) holder(since time.Time, reqs ...*locksv1.LockRequest) *lockWrapper {
+	w.holders, w.since = reqs, since
+	return w
+}
+
+func (w *lockWrapper) obj() *locksv1.ProjectLock {
+	pl := w.pl.DeepCopy()
+	st := &pl.Status
+	st.ObservedGeneration = pl.Generation
+	if len(w.holders) == 0 {
+		st.Conditions = []metav1.Condition{cond(locksv1.ConditionLocked, metav1.ConditionFalse, locksv1.ReasonFree, "not locked", pl.Generation, t0.Add(-time.Hour))}
+		return pl
+	}
+	first := w.holders[0].Spec.Holder
+	h := &locksv1.LockHolder{Owner: first.Owner, Pull: first.Pull, URL: first.URL, Since: metav1.NewTime(w.since.Truncate(time.Second))}
+	sorted := append([]*locksv1.LockRequest{}, w.holders...)
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Name < sorted[j].Name })
+	for _, r := range sorted {
+		h.Requests = append(h.Requests, locksv1.HolderRequest{Name: r.Name, UID: string(r.UID)})
+		if e := r.Status.ExpiresAt; e != nil && (h.ExpiresAt == nil || e.After(h.ExpiresAt.Time)) {
+			h.ExpiresAt = e.DeepCopy()
+		}
+	}
+	st.Holder = h
+	st.Conditions = []metav1.Condition{cond(locksv1.ConditionLocked, metav1.ConditionTrue, locksv1.ReasonHeld,
+		"locked by "+Describe(h.Owner, h.Pull), pl.Generation, h.Since.Time)}
+	return pl
+}
+
+func reqs(ws ...*reqWrapper) []*locksv1.LockRequest {
+	out := make([]*locksv1.LockRequest, len(ws))
+	for i, w := range ws {
+		out[i] = w.obj()
+	}
+	return out
+}
+
+// reqView is what a test asserts about one request update.
+type reqView struct {
+	Phase    locksv1.LockRequestPhase
+	Reason   string // of the Granted condition
+	Message  string // of the Granted condition
+	Position int32
+	Token    int64
+	Held     string // status.locks[].held in spec order: "1" held, "0" not
+	True     string // the conditions that are True, e.g. "Granted,Ready"
+	Event    string // the event's reason, "" when none
+}
+
+// True-condition sets of each state, for reqView.True.
+const (
+	trueGranted  = "Granted,Ready"
+	truePending  = "Reconciling"
+	trueFailed   = "Stalled"
+	trueFinished = ""
+)
+
+func viewOf(u Update) reqView {
+	st := u.Status
+	v := reqView{Phase: st.Phase, Position: st.QueuePosition, Token: st.FencingToken}
+	if c := findCond(st.Conditions, locksv1.ConditionGranted); c != nil {
+		v.Reason, v.Message = c.Reason, c.Message
+	}
+	var held strings.Builder
+	for _, l := range st.Locks {
+		if l.Held {
+			held.WriteByte('1')
+		} else {
+			held.WriteByte('0')
+		}
+	}
+	v.Held = held.String()
+	var trues []string
+	for _, typ := range []string{locksv1.ConditionGranted, locksv1.ConditionReady, locksv1.ConditionReconciling, locksv1.ConditionStalled} {
+		if c := findCond(st.Conditions, typ); c != nil && c.Status == metav1.ConditionTrue {
+			trues = append(trues, typ)
+		}
+	}
+	v.True = strings.Join(trues, ",")
+	if u.Event != nil {
+		v.Event = u.Event.Reason
+	}
+	return v
+}
+
+func views(us []Update) map[string]reqView {
+	if len(us) == 0 {
+		return nil
+	}
+	out := map[string]reqView{}
+	for _, u := range us {
+		out[u.Request.Name] = viewOf(u)
+	}
+	return out
+}
+
+// lockView is what a test asserts about the ProjectLock status a decision writes.
+type lockView struct {
+	Holder   string   // Describe(owner, pull), "" when free
+	Requests []string // holder request names
+	Token    int64
+	Queue    []string // "name:Priority"
+	Length   int32
+	Expires  time.Time
+}
+
+func lockViewOf(st *locksv1.ProjectLockStatus) *lockView {
+	if st == nil {
+		return nil
+	}
+	v := &lockView{Token: st.FencingToken, Length: st.QueueLength}
+	if h := st.Holder; h != nil {
+		v.Holder = Describe(h.Owner, h.Pull)
+		for _, r := range h.Requests {
+			v.Requests = append(v.Requests, r.Name)
+		}
+		if h.ExpiresAt != nil {
+			v.Expires = h.ExpiresAt.UTC()
+		}
+	}
+	for _, q := range st.Queue {
+		v.Queue = append(v.Queue, q.Request+":"+string(q.Priority))
+	}
+	return v
+}
+
+func names(rs []*locksv1.LockRequest) []string {
+	var out []string
+	for _, r := range rs {
+		out = append(out, r.Name)
+	}
+	return out
+}
+
+// world is a tiny API server for one or more keys: it stores requests and ProjectLocks and
+// applies a Decision the way the controller writes it, round-tripping every status through JSON
+// so that times come back at the precision the API server keeps.
+type world struct {
+	t     testing.TB
+	locks map[string]*locksv1.ProjectLock
+	reqs  map[types.UID]*locksv1.LockRequest
+	order []types.UID // creation order
+	rv    int
+	// freezes and lost are handed to every decision.
+	freezes Freezes
+	lost    map[types.UID]string
+}
+
+func newWorld(t testing.TB) *world {
+	return &world{t: t, locks: map[string]*locksv1.ProjectLock{}, reqs: map[types.UID]*locksv1.LockRequest{}}
+}
+
+func (w *world) add(lr *locksv1.LockRequest) {
+	w.rv++
+	lr = lr.DeepCopy()
+	lr.ResourceVersion = fmt.Sprint(w.rv)
+	w.reqs[lr.UID] = lr
+	w.order = append(w.order, lr.UID)
+}
+
+func (w *world) del(uid types.UID) { delete(w.reqs, uid) }
+
+func (w *world) get(name string) *locksv1.LockRequest {
+	for _, r := range w.reqs {
+		if r.Name == name {
+			return r
+		}
+	}
+	return nil
+}
+
+// input is what the controller would read for the key named name.
+func (w *world) input(name string, at time.Time, cfg Config) Input {
+	in := Input{Now: at, Name: name, Config: cfg, Freezes: w.freezes, LostHolders: w.lost}
+	if l := w.locks[name]; l != nil {
+		in.Lock = l.DeepCopy()
+	}
+	for _, uid := range w.order {
+		if r := w.reqs[uid]; r != nil {
+			in.Requests = append(in.Requests, r.DeepCopy())
+		}
+	}
+	return in
+}
+
+func roundTrip[T any](t testing.TB, v T) T {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatalf("marshal: %v", err)
+	}
+	var out T
+	if err := json.Unmarshal(b, &out); err != nil {
+		t.Fatalf("unmarshal: %v", err)
+	}
+	return out
+}
+
+// Apply stages: a crash may stop the controller after any of them.
+const (
+	stageFinish = iota + 1
+	stageLock
+	stageGrant
+	stageAll
+)
+
+// apply writes d for the key named name up to and including stage. Writes to a request that
+// is gone are dropped (the API server would answer NotFound).
+func (w *world) apply(name string, in Input, d Decision, stage int) {
+	w.t.Helper()
+	write := func(us []Update) {
+		for _, u := range us {
+			r := w.reqs[u.Request.UID]
+			if r == nil {
+				continue
+			}
+			r.Status = roundTrip(w.t, u.Status)
+			w.rv++
+			r.ResourceVersion = fmt.Sprint(w.rv)
+		}
+	}
+	write(d.Finish)
+	if stage < stageLock {
+		return
+	}
+	if d.CreateLock {
+		var target locksv1.LockTarget
+		if in.Lock != nil {
+			target = in.Lock.Spec.LockTarget
+		}
+		for _, r := range in.Requests {
+			for _, ref := range lockkey.Refs(r.Spec.Locks) {
+				if ref.Name == name {
+					target = ref.Target
+				}
+			}
+		}
+		pl := makeLock(target).obj()
+		pl.Status = locksv1.ProjectLockStatus{}
+		w.locks[name] = pl
+	}
+	if d.Lock != nil {
+		w.locks[name].Status = roundTrip(w.t, *d.Lock)
+	}
+	if stage < stageGrant {
+		return
+	}
+	write(d.Grant)
+	if stage < stageAll {
+		return
+	}
+	write(d.Waiting)
+}
+
+// decide runs Decide for one key and applies the whole decision.
+func (w *world) decide(name string, at time.Time, cfg Config) Decision {
+	w.t.Helper()
+	in := w.input(name, at, cfg)
+	d := Decide(in)
+	w.apply(name, in, d, stageAll)
+	return d
+}
+
+// empty reports whether a decision writes nothing.
+func empty(d Decision) bool {
+	return len(d.Finish) == 0 && len(d.Grant) == 0 && len(d.Waiting) == 0 && d.Lock == nil && !d.CreateLock
+}
+
+func describeDecision(d Decision) string {
+	var b strings.Builder
+	for _, s := range []struct {
+		what string
+		us   []Update
+	}{{"finish", d.Finish}, {"grant", d.Grant}, {"waiting", d.Waiting}} {
+		for _, u := range s.us {
+			fmt.Fprintf(&b, "%s %s: %+v\n", s.what, u.Request.Name, viewOf(u))
+		}
+	}
+	if d.Lock != nil {
+		fmt.Fprintf(&b, "lock (create=%v): %+v\n", d.CreateLock, *lockViewOf(d.Lock))
+	}
+	return b.String()
+}

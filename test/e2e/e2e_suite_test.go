@@ -1,0 +1,176 @@
+// Package e2e drives the real manager binary with the real kubectl against a local control plane
+// (kube-apiserver + etcd built by hack/), exactly as a user would.
+//
+// Run it with:
+//
+//	make build && KUBEBUILDER_ASSETS=$PWD/bin/k8s/1.36.3-linux-amd64 go test -count=1 ./test/e2e/ -v
+//
+// TURNSTILE_MANAGER overrides the manager binary (default bin/manager) and TURNSTILE_KUBECTL the
+// kubectl binary (default: the one built next to the control plane binaries).
+package e2e
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+
+	"github.com/turnstile-dev/turnstile/internal/testing/framework"
+)
+
+const (
+	// shutdownGrace is how long the manager may take to exit after SIGTERM. Clean shutdown is a
+	// requirement, so exceeding it fails the suite.
+	shutdownGrace = 15 * time.Second
+
+	// settle is how long asynchronous outcomes may take. A hand-off takes milliseconds; this only
+	// absorbs kubectl start-up and a loaded machine.
+	settle = 5 * time.Second
+	poll   = 100 * time.Millisecond
+)
+
+var (
+	repoRoot   string
+	env        *framework.Env
+	kubeconfig string
+	kubectlBin string
+	cacheDir   string
+	manager    *managerProcess
+)
+
+func TestE2E(t *testing.T) {
+	RegisterFailHandler(Fail)
+	RunSpecs(t, "Turnstile e2e suite")
+}
+
+var _ = BeforeSuite(func() {
+	var err error
+	repoRoot, err = framework.RepoRoot()
+	Expect(err).NotTo(HaveOccurred())
+
+	managerBin := os.Getenv("TURNSTILE_MANAGER")
+	if managerBin == "" {
+		managerBin = filepath.Join(repoRoot, "bin", "manager")
+	}
+	_, err = os.Stat(managerBin)
+	Expect(err).NotTo(HaveOccurred(), "manager binary %s not found: run `make build` (or set TURNSTILE_MANAGER)", managerBin)
+
+	By("starting kube-apiserver and etcd with the Turnstile CRDs")
+	env, err = framework.Start("")
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(func() {
+		By("stopping the control plane")
+		Expect(env.Stop()).To(Succeed())
+	})
+
+	kubectlBin = os.Getenv("TURNSTILE_KUBECTL")
+	if kubectlBin == "" {
+		kubectlBin = env.Kubectl()
+	}
+	_, err = os.Stat(kubectlBin)
+	Expect(err).NotTo(HaveOccurred(), "kubectl binary %s not found: run `make k8s-bins` (or set TURNSTILE_KUBECTL)", kubectlBin)
+
+	dir := GinkgoT().TempDir()
+	kubeconfig = filepath.Join(dir, "kubeconfig")
+	cacheDir = filepath.Join(dir, "kubectl-cache")
+	Expect(env.WriteKubeconfig(kubeconfig)).To(Succeed())
+
+	By("starting the manager binary " + managerBin)
+	manager, err = startManager(managerBin, kubeconfig,
+		"--metrics-bind-address=0",
+		"--health-probe-bind-address=0",
+	)
+	Expect(err).NotTo(HaveOccurred())
+
+	By("waiting until the manager grants a lock (its caches are synced and its workers run)")
+	warmup := createNamespace()
+	_, err = kubectlApply(warmup, lockRequest{Name: "warmup", Repo: "e2e/warmup", Path: ".", Owner: "e2e"}.YAML())
+	Expect(err).NotTo(HaveOccurred())
+	_, err = kubectl("-n", warmup, "wait", "--for=condition=Granted", "lockrequest/warmup", "--timeout=30s")
+	Expect(err).NotTo(HaveOccurred(), "the manager never granted a free lock (%s)", manager.State())
+	_, err = kubectl("-n", warmup, "delete", "lockrequest", "warmup", "--wait=true")
+	Expect(err).NotTo(HaveOccurred())
+})
+
+var _ = AfterSuite(func() {
+	if manager == nil {
+		return
+	}
+	By("stopping the manager with SIGTERM: it must exit cleanly within " + shutdownGrace.String())
+	start := time.Now()
+	err := manager.Stop(shutdownGrace)
+	took := time.Since(start)
+	fmt.Fprintf(GinkgoWriter, "manager stopped in %s (err=%v)\n", took, err)
+	Expect(err).NotTo(HaveOccurred(), "the manager did not shut down cleanly")
+	Expect(took).To(BeNumerically("<", shutdownGrace))
+})
+
+// managerProcess is the manager binary, watched so a crash during a spec is reported as such.
+type managerProcess struct {
+	p      *framework.Process
+	exited chan struct{}
+	err    error // valid once exited is closed
+}
+
+func startManager(binary, kubeconfig string, args ...string) (*managerProcess, error) {
+	p, err := framework.StartProcess(binary, kubeconfig, GinkgoWriter, args...)
+	if err != nil {
+		return nil, err
+	}
+	m := &managerProcess{p: p, exited: make(chan struct{})}
+	go func() {
+		m.err = <-p.Done()
+		close(m.exited)
+	}()
+	return m, nil
+}
+
+// Running fails with the exit status when the manager is gone.
+func (m *managerProcess) Running() error {
+	select {
+	case <-m.exited:
+		if m.err == nil {
+			return errors.New("the manager exited unexpectedly with status 0")
+		}
+		return fmt.Errorf("the manager exited unexpectedly: %w", m.err)
+	default:
+		return nil
+	}
+}
+
+// State says whether the manager runs, for failure messages.
+func (m *managerProcess) State() string {
+	if err := m.Running(); err != nil {
+		return err.Error()
+	}
+	return "the manager is running"
+}
+
+// Stop sends SIGTERM and waits up to grace for an exit with status 0; past grace it kills.
+func (m *managerProcess) Stop(grace time.Duration) error {
+	select {
+	case <-m.exited:
+		return fmt.Errorf("before SIGTERM: %w", m.Running())
+	default:
+	}
+	if err := syscall.Kill(m.p.Pid(), syscall.SIGTERM); err != nil {
+		return fmt.Errorf("SIGTERM: %w", err)
+	}
+	select {
+	case <-m.exited:
+		if m.err != nil {
+			return fmt.Errorf("the manager exited with an error after SIGTERM: %w", m.err)
+		}
+		return nil
+	case <-time.After(grace):
+		_ = syscall.Kill(m.p.Pid(), syscall.SIGKILL)
+		<-m.exited
+		return fmt.Errorf("the manager did not exit within %s of SIGTERM; killed", grace)
+	}
+}
