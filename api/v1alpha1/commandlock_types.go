@@ -80,4 +80,3 @@ type CommandLockList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []CommandLock `json:"items"`
 }
-

@@ -223,4 +223,3 @@ type LockRequestList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []LockRequest `json:"items"`
 }
-

@@ -140,4 +140,3 @@ type ProjectLockList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []ProjectLock `json:"items"`
 }
-
