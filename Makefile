@@ -68,10 +68,6 @@ test: k8s-bins build ## Unit + envtest + e2e tests (real kube-apiserver, etcd, k
 test-unit: ## Only the pure unit tests (no control plane).
 	go test -race ./internal/queue/... ./internal/deadlock/... ./internal/lockkey/... ./pkg/...
 
-.PHONY: bench
-bench: k8s-bins build ## Full benchmark harness; writes bench-results.json.
-	go run ./test/bench --assets $(K8S_BIN) --manager $(BIN)/manager --size full --json bench-results.json
-
 ##@ Build
 
 .PHONY: build
