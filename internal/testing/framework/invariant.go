@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -43,19 +44,28 @@ func StartInvariantChecker(ctx context.Context, c client.WithWatch, namespace st
 	ic := &InvariantChecker{requests: map[string]*locksv1.LockRequest{}, cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(ic.done)
-		defer w.Stop()
+		rv := ""
 		for {
-			select {
-			case <-ctx.Done():
-				return
-			case ev, ok := <-w.ResultChan():
-				if !ok {
-					ic.mu.Lock()
-					ic.violations = append(ic.violations, "watch closed early: the checker lost sight of the requests")
-					ic.mu.Unlock()
-					return
+			for ev := range w.ResultChan() {
+				if m, ok := ev.Object.(metav1.Object); ok && m.GetResourceVersion() != "" {
+					rv = m.GetResourceVersion()
 				}
 				ic.observe(ev)
+			}
+			w.Stop()
+			if ctx.Err() != nil {
+				return
+			}
+			// The server closed the watch (a timeout): resume from the last resourceVersion
+			// seen, so no event is missed.
+			raw := &metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: false}
+			var err error
+			w, err = c.Watch(ctx, &locksv1.LockRequestList{}, append(opts, &client.ListOptions{Raw: raw})...)
+			if err != nil {
+				ic.mu.Lock()
+				ic.violations = append(ic.violations, "watch could not resume: the checker lost sight of the requests: "+err.Error())
+				ic.mu.Unlock()
+				return
 			}
 		}
 	}()
