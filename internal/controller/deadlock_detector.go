@@ -17,6 +17,7 @@ import (
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
 	"github.com/turnstile-dev/turnstile/internal/deadlock"
+	"github.com/turnstile-dev/turnstile/internal/lockkey"
 	"github.com/turnstile-dev/turnstile/internal/queue"
 )
 
@@ -151,7 +152,7 @@ func (d *DeadlockDetector) snapshot(ctx context.Context, namespace string) (*dea
 	for i := range locks.Items {
 		pl := &locks.Items[i]
 		k := get(pl.Name)
-		k.key = keyString(pl)
+		k.key = lockkey.String(pl.Spec.LockTarget)
 		if h := pl.Status.Holder; h != nil {
 			k.holder = &deadlock.Identity{Owner: h.Owner, Pull: h.Pull}
 		}
@@ -186,15 +187,6 @@ func (d *DeadlockDetector) snapshot(ctx context.Context, namespace string) (*dea
 		states = append(states, st)
 	}
 	return deadlock.Build(states), nil
-}
-
-func keyString(pl *locksv1.ProjectLock) string {
-	t := pl.Spec.LockTarget
-	s := t.Repo + "/" + t.Path + "/" + t.Workspace
-	if t.Project != "" {
-		s += "/" + t.Project
-	}
-	return s
 }
 
 // fail marks the victim Failed with reason Deadlock and tells every member of the cycle.
