@@ -6,6 +6,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -294,8 +295,7 @@ var _ = Describe("Grant engine", func() {
 		expectPhase(ns, "a", locksv1.PhaseReleased)
 		Eventually(func() bool {
 			var lr locksv1.LockRequest
-			return client.IgnoreNotFound(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "a"}, &lr)) == nil &&
-				k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "a"}, &lr) != nil
+			return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "a"}, &lr))
 		}, options.Retention+timeout, 100*time.Millisecond).Should(BeTrue())
 	})
 })
