@@ -521,10 +521,11 @@ func TestDeletePullHoldsOffNewGuards(t *testing.T) {
 	go func() {
 		unlock, err := g.Lock(context.Background(), vpcKey(), "apply")
 		if err == nil {
-			defer unlock()
 			if diff := cmp.Diff([]string{"apply"}, holders(g.Held())); diff != "" {
 				err = fmt.Errorf("holders mismatch (-want +got):\n%s", diff)
 			}
+			// Unlock before reporting, so the TryLock below cannot race it.
+			unlock()
 		}
 		got <- err
 	}()
