@@ -81,6 +81,6 @@ Press Ctrl-C to stop the manager, kube-apiserver and etcd.
 		}
 		return nil
 	case err := <-proc.Done():
-		return fmt.Errorf("manager exited: %v", err)
+		return fmt.Errorf("manager exited: %w", err)
 	}
 }

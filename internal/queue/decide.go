@@ -363,7 +363,7 @@ func Decide(in Input) Decision {
 		d.Waiting = append(d.Waiting, u)
 	}
 
-	d.RequeueAfter = nextDeadline(allHolders, waiting, token, now, in.Config)
+	d.RequeueAfter = nextDeadline(allHolders, waiting, now, in.Config)
 	return d
 }
 
@@ -715,11 +715,8 @@ func blockerText(holders, granted, waiting []*entry, e *entry) string {
 			return "locked by " + Describe(h.Owner, h.Pull)
 		}
 	}
-	for _, w := range waiting {
-		if w == e {
-			break
-		}
-		h := w.req.Spec.Holder
+	if len(waiting) > 0 && waiting[0] != e {
+		h := waiting[0].req.Spec.Holder
 		return "waiting behind " + Describe(h.Owner, h.Pull)
 	}
 	return "waiting for " + e.ref.Key
@@ -736,7 +733,7 @@ func keysText(e *entry) string {
 	return fmt.Sprintf("%d locks", len(e.refs))
 }
 
-func nextDeadline(holders, waiting []*entry, token int64, now time.Time, cfg Config) time.Duration {
+func nextDeadline(holders, waiting []*entry, now time.Time, cfg Config) time.Duration {
 	var next time.Time
 	consider := func(t time.Time) {
 		if t.After(now) && (next.IsZero() || t.Before(next)) {

@@ -181,7 +181,7 @@ func TestDecideStampsArrivals(t *testing.T) {
 	}
 	var got []stamp
 	for _, u := range d.Waiting {
-		got = append(got, stamp{u.Request.Name, u.Status.QueuedAt.Time.UTC(), u.Refresh, u.Order, u.Status.QueuePosition})
+		got = append(got, stamp{u.Request.Name, u.Status.QueuedAt.UTC(), u.Refresh, u.Order, u.Status.QueuePosition})
 	}
 	us := now.Truncate(time.Microsecond)
 	want := []stamp{

@@ -16,7 +16,7 @@ const (
 	// AnnotationGuards holds the replica's guards as of its last renewal: a JSON list of
 	// {"key", "holder", "since"} in key order.
 	AnnotationGuards = "locks.turnstile.dev/guards"
-	// AnnotationGuardsTruncated, when present, is how many guards AnnotationGuards leaves out.
+	// AnnotationGuardsTruncated is, when present, how many guards AnnotationGuards leaves out.
 	AnnotationGuardsTruncated = "locks.turnstile.dev/guards-truncated"
 
 	// maxGuardEntries and maxGuardBytes bound the annotation: the Lease is rewritten every few

@@ -47,13 +47,13 @@ func (p *Process) Stop(grace time.Duration) error {
 		return err
 	case <-time.After(grace):
 		_ = p.cmd.Process.Kill()
-		<-p.done
-		return fmt.Errorf("manager did not exit within %s of SIGTERM; killed", grace)
+		return fmt.Errorf("manager did not exit within %s of SIGTERM; killed: %w", grace, <-p.done)
 	}
 }
 
-// Kill sends SIGKILL, as a crash would, and waits for the process to go.
-func (p *Process) Kill() {
+// Kill sends SIGKILL, as a crash would, waits for the process to go and returns its exit
+// status (normally "signal: killed").
+func (p *Process) Kill() error {
 	_ = p.cmd.Process.Kill()
-	<-p.done
+	return <-p.done
 }
