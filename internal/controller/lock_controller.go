@@ -7,11 +7,13 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -115,8 +117,18 @@ func (r *LockReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 		return reconcile.Result{}, err
 	}
 	in.Now = now
+	lost, lapse, err := r.holderLeases(ctx, req.Namespace, in.Requests, now)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	in.LostHolders = lost
 	d := queue.Decide(in)
-	return r.apply(ctx, req, in, d)
+	res, err := r.apply(ctx, req, in, d)
+	if err == nil && !lapse.IsZero() {
+		// A holder Lease lapses by the clock: decide again then, no event will say so.
+		res.RequeueAfter = minPositive(res.RequeueAfter, lapse.Sub(now)+time.Millisecond)
+	}
+	return res, err
 }
 
 // read gathers the decision's inputs. ok is false when there is nothing to decide.
@@ -370,13 +382,14 @@ func requestKeys(_ context.Context, o client.Object) []reconcile.Request {
 
 // SetupWithManager registers the key reconciler: ProjectLock events enqueue their own key,
 // LockRequest events every key they name, CommandLock events the keys of their command's
-// requests.
+// requests, holder Lease events the keys of the requests that name the Lease.
 func (r *LockReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("lock").
 		For(&locksv1.ProjectLock{}).
 		Watches(&locksv1.LockRequest{}, handler.EnqueueRequestsFromMapFunc(requestKeys)).
 		Watches(&locksv1.CommandLock{}, handler.EnqueueRequestsFromMapFunc(r.commandKeys)).
+		Watches(&coordinationv1.Lease{}, handler.EnqueueRequestsFromMapFunc(r.leaseKeys), builder.WithPredicates(leaseShortened())).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.workers}).
 		Complete(r)
 }
