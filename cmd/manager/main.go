@@ -38,6 +38,7 @@ type options struct {
 	refreshRate                     float64
 	deadlockPolicy                  string
 	deadlockScan                    time.Duration
+	deadlockDetection               bool
 }
 
 func parseFlags(args []string) (options, zap.Options, error) {
@@ -62,6 +63,7 @@ func parseFlags(args []string) (options, zap.Options, error) {
 	fs.BoolVar(&o.flags.DisableGlobalApplyLock, "disable-global-apply-lock", false, "Ignore CommandLocks for apply (like Atlantis --disable-global-apply-lock).")
 	fs.StringVar(&o.deadlockPolicy, "deadlock-victim", string(deadlock.PolicyNewest), "Which request of a deadlock cycle fails: newest, oldest or lowest-priority.")
 	fs.DurationVar(&o.deadlockScan, "deadlock-scan-interval", 30*time.Second, "Period of the full deadlock scan (a safety net; cycles are also checked when a request starts waiting). 0 disables the scan.")
+	fs.BoolVar(&o.deadlockDetection, "deadlock-detection", true, "Detect wait-for cycles and fail one victim per cycle (see --deadlock-victim). false turns detection off: a cycle then lasts until a waitTimeout or ttl ends it.")
 	zopts := zap.Options{Development: false}
 	zopts.BindFlags(fs)
 	if err := fs.Parse(args); err != nil {
@@ -129,6 +131,8 @@ func run(ctx context.Context, o options) error {
 		DeadlockPolicy:      deadlock.Policy(o.deadlockPolicy),
 		DeadlockScan:        o.deadlockScan,
 		Registry:            metrics.Registry,
+
+		DisableDeadlockDetection: !o.deadlockDetection,
 	}); err != nil {
 		return err
 	}
