@@ -48,11 +48,13 @@ type CommandLockStatus struct {
 }
 
 // CommandLock freezes one command (named after it, e.g. "apply"; "all" freezes every command)
-// across the cluster: `kubectl patch commandlock apply --type merge -p '{"spec":{"locked":true}}'`.
+// across the cluster. Its name is the command: a DNS label starting with a letter, the same rule
+// LockRequest.spec.command follows. Freeze with
+// `kubectl patch commandlock apply --type merge -p '{"spec":{"locked":true}}'`.
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:scope=Cluster,shortName=cl,categories=locks
-// +kubebuilder:validation:XValidation:rule="self.metadata.name.matches('^[a-z][a-z0-9_-]*$') && size(self.metadata.name) <= 63",message="a CommandLock is named after the command it freezes (e.g. apply, or all): lowercase letters, digits, '_' or '-'"
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$') && size(self.metadata.name) <= 63",message="a CommandLock is named after the command it freezes (e.g. apply, or all): at most 63 lowercase letters, digits and '-', starting with a letter and not ending with '-'"
 // +kubebuilder:printcolumn:name="Locked",type=boolean,JSONPath=`.spec.locked`
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.spec.reason`
 // +kubebuilder:printcolumn:name="Until",type=string,JSONPath=`.spec.until`

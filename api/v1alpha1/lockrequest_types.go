@@ -76,11 +76,15 @@ type LockRequestSpec struct {
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="holder is immutable; create a new LockRequest for another holder"
 	Holder Holder `json:"holder"`
 
-	// command is the command the lock is for, e.g. "plan" or "apply". While a CommandLock named
-	// after it (or "all") is locked, the request is not granted. Immutable.
+	// command is the command the lock is for, e.g. "plan" or "apply". While the CommandLock named
+	// after it (or the one named "all") is locked, the request is not granted. It follows the
+	// CommandLock naming rule (lowercase letters, digits and '-', starting with a letter, not
+	// ending with '-') so every command can be frozen; "all" is reserved for the CommandLock that
+	// freezes every command. Immutable.
 	// +optional
 	// +kubebuilder:validation:MaxLength=63
-	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z][a-z0-9_-]*$')",message="command must be lowercase letters, digits, '_' or '-', starting with a letter, e.g. apply"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",message="command must be lowercase letters, digits and '-', start with a letter and not end with '-' (a CommandLock is named after it), e.g. apply"
+	// +kubebuilder:validation:XValidation:rule="self != 'all'",message="command must not be 'all': that name is reserved for the CommandLock that freezes every command; name the command itself, e.g. apply"
 	Command string `json:"command,omitempty"`
 
 	// priority orders the queue: Critical, High, Normal, Low. Within one priority the queue is

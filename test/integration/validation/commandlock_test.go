@@ -36,6 +36,16 @@ func TestCommandLock(t *testing.T) {
 			name:    "1apply",
 			wantErr: []string{msgCommandLock},
 		},
+		"name with '_'": {
+			// No object name may hold '_': the API server's own name check rejects it, which is
+			// why LockRequest.spec.command may not hold it either.
+			name:    "my_cmd",
+			wantErr: []string{"metadata.name", "RFC 1123"},
+		},
+		"name ending with -": {
+			name:    "apply-",
+			wantErr: []string{msgCommandLock},
+		},
 		"name of 64 chars": {
 			name:    strings.Repeat("a", 64),
 			wantErr: []string{msgCommandLock},
@@ -58,6 +68,16 @@ func TestCommandLock(t *testing.T) {
 		"name of 63 chars, unlocked": {
 			name:     strings.Repeat("b", 63),
 			wantSpec: locksv1.CommandLockSpec{},
+		},
+		"name with '-' and digits, as a LockRequest command": {
+			name:     "my-cmd2",
+			wantSpec: locksv1.CommandLockSpec{Locked: true},
+			spec:     locksv1.CommandLockSpec{Locked: true},
+		},
+		"all freezes every command": {
+			name:     locksv1.CommandAll,
+			spec:     locksv1.CommandLockSpec{Locked: true, Reason: "cluster upgrade"},
+			wantSpec: locksv1.CommandLockSpec{Locked: true, Reason: "cluster upgrade"},
 		},
 	}
 	for name, tc := range cases {

@@ -187,6 +187,26 @@ func TestLockRequestCreateRejected(t *testing.T) {
 			spec:    lockRequestSpec(map[string]any{"command": strings.Repeat("c", 64)}),
 			wantErr: []string{"spec.command", "Too long", "63"},
 		},
+		"command with '_' (no CommandLock can be named so)": {
+			spec:    lockRequestSpec(map[string]any{"command": "my_cmd"}),
+			wantErr: []string{"spec.command", msgCommand},
+		},
+		"command ending with -": {
+			spec:    lockRequestSpec(map[string]any{"command": "apply-"}),
+			wantErr: []string{"spec.command", msgCommand},
+		},
+		"command starting with a digit": {
+			spec:    lockRequestSpec(map[string]any{"command": "1apply"}),
+			wantErr: []string{"spec.command", msgCommand},
+		},
+		"command with a dot": {
+			spec:    lockRequestSpec(map[string]any{"command": "apply.now"}),
+			wantErr: []string{"spec.command", msgCommand},
+		},
+		"command all (reserved for the freeze of every command)": {
+			spec:    lockRequestSpec(map[string]any{"command": "all"}),
+			wantErr: []string{"spec.command", msgCommandAll},
+		},
 	}
 	for name, tc := range targetRejections() {
 		cases["locks[0]: "+name] = struct {
@@ -340,6 +360,22 @@ func TestLockRequestCreateAccepted(t *testing.T) {
 				TTL:         dur(2 * time.Hour),
 				WaitTimeout: dur(10 * time.Minute),
 			},
+		},
+		"command with '-' and digits": {
+			spec:     lockRequestSpec(map[string]any{"command": "my-cmd2"}),
+			wantSpec: locksv1.LockRequestSpec{Locks: []locksv1.LockTarget{defaulted("acme/infra", "modules/vpc", "default", "")}, Holder: alice, Priority: locksv1.PriorityNormal, Command: "my-cmd2"},
+		},
+		"command of one letter": {
+			spec:     lockRequestSpec(map[string]any{"command": "x"}),
+			wantSpec: locksv1.LockRequestSpec{Locks: []locksv1.LockTarget{defaulted("acme/infra", "modules/vpc", "default", "")}, Holder: alice, Priority: locksv1.PriorityNormal, Command: "x"},
+		},
+		"command of 63 chars": {
+			spec:     lockRequestSpec(map[string]any{"command": strings.Repeat("c", 63)}),
+			wantSpec: locksv1.LockRequestSpec{Locks: []locksv1.LockTarget{defaulted("acme/infra", "modules/vpc", "default", "")}, Holder: alice, Priority: locksv1.PriorityNormal, Command: strings.Repeat("c", 63)},
+		},
+		"command starting with all": {
+			spec:     lockRequestSpec(map[string]any{"command": "all-envs"}),
+			wantSpec: locksv1.LockRequestSpec{Locks: []locksv1.LockTarget{defaulted("acme/infra", "modules/vpc", "default", "")}, Holder: alice, Priority: locksv1.PriorityNormal, Command: "all-envs"},
 		},
 		"release at creation": {
 			spec:     lockRequestSpec(map[string]any{"release": true, "priority": "Low"}),

@@ -100,19 +100,18 @@ const (
 	msgDuplicate      = "locks must not name the same repo/path/workspace/project twice"
 	msgLocksImmutable = "locks are immutable; create a new LockRequest to lock something else"
 	msgHolderImmut    = "holder is immutable; create a new LockRequest for another holder"
-	// The command and CommandLock messages are matched on their leading words only: their
-	// character lists are due to change so that every valid command can name a CommandLock.
-	msgCommand      = "command must be lowercase letters, digits"
-	msgCommandImmut = "command is immutable"
-	msgReleaseUndo  = "release cannot be undone; create a new LockRequest"
-	msgTTLFormat    = "ttl must be a positive Go duration such as 90s, 30m or 1h30m"
-	msgTTLRange     = "ttl must be between 1s and 24h"
-	msgWaitFormat   = "waitTimeout must be a non-negative Go duration such as 0s, 90s or 10m"
-	msgWaitRange    = "waitTimeout must be at most 168h"
-	msgOwnerBlank   = "owner must not be blank"
-	msgLease        = "lease must be the name of a Lease (a DNS subdomain: lowercase letters, digits, '-', '.')"
-	msgKeyImmutable = "a ProjectLock's key is immutable"
-	msgCommandLock  = "a CommandLock is named after the command it freezes (e.g. apply, or all)"
+	msgCommand        = "command must be lowercase letters, digits and '-', start with a letter and not end with '-' (a CommandLock is named after it), e.g. apply"
+	msgCommandAll     = "command must not be 'all': that name is reserved for the CommandLock that freezes every command; name the command itself, e.g. apply"
+	msgCommandImmut   = "command is immutable"
+	msgReleaseUndo    = "release cannot be undone; create a new LockRequest"
+	msgTTLFormat      = "ttl must be a positive Go duration such as 90s, 30m or 1h30m"
+	msgTTLRange       = "ttl must be between 1s and 24h"
+	msgWaitFormat     = "waitTimeout must be a non-negative Go duration such as 0s, 90s or 10m"
+	msgWaitRange      = "waitTimeout must be at most 168h"
+	msgOwnerBlank     = "owner must not be blank"
+	msgLease          = "lease must be the name of a Lease (a DNS subdomain: lowercase letters, digits, '-', '.')"
+	msgKeyImmutable   = "a ProjectLock's key is immutable"
+	msgCommandLock    = "a CommandLock is named after the command it freezes (e.g. apply, or all): at most 63 lowercase letters, digits and '-', starting with a letter and not ending with '-'"
 )
 
 // obj builds an unstructured Turnstile object of kind with spec, so a case can send exactly the
