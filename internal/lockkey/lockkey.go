@@ -6,6 +6,7 @@ package lockkey
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"path"
 	"sort"
 	"strings"
 
@@ -21,11 +22,13 @@ const maxNameLen = 63
 // hashLen is the number of hex characters of the key hash in a ProjectLock name.
 const hashLen = 10
 
-// Normalize fills the defaults the API server would: path "." and workspace "default".
+// Normalize fills the defaults the API server would (path "." and workspace "default") and
+// cleans the path lexically ("./a/./b/" is "a/b", "" and "./" are the root "."), so one
+// directory always has one key. The API admits only clean paths, so for a stored target this
+// changes nothing; a target built from user input (a CLI flag, a runner's config) gets the key
+// the API would store for it.
 func Normalize(t locksv1.LockTarget) locksv1.LockTarget {
-	if t.Path == "" {
-		t.Path = "."
-	}
+	t.Path = path.Clean(t.Path) // "" is "."
 	if t.Workspace == "" {
 		t.Workspace = DefaultWorkspace
 	}

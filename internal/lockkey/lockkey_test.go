@@ -49,6 +49,45 @@ func TestStringAndName(t *testing.T) {
 	}
 }
 
+// TestNormalizeCleansPath: one directory has one key however it is spelled, and the key is
+// the one the API would store (it admits only clean paths, "." for the root).
+func TestNormalizeCleansPath(t *testing.T) {
+	cases := map[string]struct {
+		path     string
+		wantPath string
+	}{
+		"unset is the root":           {path: "", wantPath: "."},
+		"the root":                    {path: ".", wantPath: "."},
+		"the root with a slash":       {path: "./", wantPath: "."},
+		"clean path unchanged":        {path: "modules/vpc", wantPath: "modules/vpc"},
+		"inner . segment":             {path: "a/./b", wantPath: "a/b"},
+		"leading . segment":           {path: "./modules/vpc", wantPath: "modules/vpc"},
+		"trailing slash":              {path: "modules/vpc/", wantPath: "modules/vpc"},
+		"empty segment":               {path: "a//b", wantPath: "a/b"},
+		"trailing . segment":          {path: "a/b/.", wantPath: "a/b"},
+		"dotted directory names":      {path: ".github/v1.2", wantPath: ".github/v1.2"},
+		"inner .. resolves lexically": {path: "a/x/../b", wantPath: "a/b"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			in := locksv1.LockTarget{Repo: "acme/infra", Path: tc.path}
+			want := locksv1.LockTarget{Repo: "acme/infra", Path: tc.wantPath, Workspace: DefaultWorkspace}
+			if diff := cmp.Diff(want, Normalize(in)); diff != "" {
+				t.Errorf("Normalize() mismatch (-want +got):\n%s", diff)
+			}
+			if got, wantKey := String(in), String(want); got != wantKey {
+				t.Errorf("String() = %q, want %q", got, wantKey)
+			}
+			if got, wantName := Name(in), Name(want); got != wantName {
+				t.Errorf("Name() = %q, want %q (the clean path's lock)", got, wantName)
+			}
+			if Less(in, want) || Less(want, in) {
+				t.Errorf("%q and %q order apart", tc.path, tc.wantPath)
+			}
+		})
+	}
+}
+
 func TestNameDistinguishesKeys(t *testing.T) {
 	// Each pair renders to the same readable prefix; the hash must still tell them apart.
 	pairs := [][2]locksv1.LockTarget{
