@@ -6,11 +6,12 @@ package v1alpha1
 // +kubebuilder:validation:XValidation:rule="!has(self.project) || size(self.project) > 0",message="project, when set, must not be empty"
 type LockTarget struct {
 	// repo is the repository in owner/name form, e.g. "acme/infra". Nested groups
-	// (GitLab's group/subgroup/name) are allowed.
+	// (GitLab's group/subgroup/name) are allowed; "." and ".." are no segment names.
 	// +required
 	// +kubebuilder:validation:MinLength=3
 	// +kubebuilder:validation:MaxLength=200
 	// +kubebuilder:validation:XValidation:rule="self.matches('^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9_.-]+)+$')",message="repo must be owner/name (letters, digits, '_', '.', '-'), e.g. acme/infra"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('(^|/)\\\\.\\\\.?(/|$)')",message="repo must not contain '.' or '..' segments; name the repository itself, e.g. acme/infra"
 	Repo string `json:"repo"`
 
 	// path is the directory inside the repository, relative to its root, e.g. "modules/vpc".

@@ -296,6 +296,14 @@ func TestLockRequestCreateAccepted(t *testing.T) {
 			spec:     lockRequestSpec(map[string]any{"locks": locks(target(map[string]any{"repo": "group/sub/name"}))}),
 			wantSpec: locksv1.LockRequestSpec{Locks: []locksv1.LockTarget{defaulted("group/sub/name", "modules/vpc", "default", "")}, Holder: alice, Priority: locksv1.PriorityNormal},
 		},
+		"repo and path segments that only start with a dot": {
+			spec:     lockRequestSpec(map[string]any{"locks": locks(target(map[string]any{"repo": "acme/.github", "path": "..config/.x"}))}),
+			wantSpec: locksv1.LockRequestSpec{Locks: []locksv1.LockTarget{defaulted("acme/.github", "..config/.x", "default", "")}, Holder: alice, Priority: locksv1.PriorityNormal},
+		},
+		"repo with dotted names": {
+			spec:     lockRequestSpec(map[string]any{"locks": locks(target(map[string]any{"repo": "acme.io/infra.live..v2"}))}),
+			wantSpec: locksv1.LockRequestSpec{Locks: []locksv1.LockTarget{defaulted("acme.io/infra.live..v2", "modules/vpc", "default", "")}, Holder: alice, Priority: locksv1.PriorityNormal},
+		},
 		"project set": {
 			spec:     lockRequestSpec(map[string]any{"locks": locks(target(map[string]any{"project": "edge"}))}),
 			wantSpec: locksv1.LockRequestSpec{Locks: []locksv1.LockTarget{defaulted("acme/infra", "modules/vpc", "default", "edge")}, Holder: alice, Priority: locksv1.PriorityNormal},

@@ -91,6 +91,7 @@ func checkAdmission(t *testing.T, err error, want []string) {
 // rule it proves, so deleting that rule fails the case even when another rule also rejects.
 const (
 	msgRepo           = "repo must be owner/name (letters, digits, '_', '.', '-'), e.g. acme/infra"
+	msgRepoDots       = "repo must not contain '.' or '..' segments; name the repository itself, e.g. acme/infra"
 	msgPathAbsolute   = "path must be relative to the repository root (no leading '/'), e.g. modules/vpc"
 	msgPathDots       = "path must not contain '.' or '..' segments; use the directory's plain relative path, or '.' for the root"
 	msgPathSegments   = "path must be slash-separated directory names without empty segments or a trailing '/'"
