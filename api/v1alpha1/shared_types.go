@@ -45,11 +45,15 @@ type LockTarget struct {
 // Holder identifies who holds (or wants) a lock. Identity is owner plus pull: a request from an
 // identity that already holds a key shares that key at once (a pull request's plan, then apply).
 type Holder struct {
-	// owner is the user or pipeline that holds the lock, e.g. "alice" or "ci/deploy".
+	// owner is the user or pipeline that holds the lock, e.g. "alice" or "ci/deploy". It is shown
+	// to everyone waiting, so it is one line of at most 253 characters: no leading or trailing
+	// whitespace and no control characters (newlines, tabs, escapes).
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
 	// +kubebuilder:validation:XValidation:rule="self.trim().size() > 0",message="owner must not be blank"
+	// +kubebuilder:validation:XValidation:rule="self == self.trim()",message="owner must not start or end with whitespace"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('\\\\p{Cc}')",message="owner must not contain control characters (newlines, tabs, escapes)"
 	Owner string `json:"owner"`
 
 	// pull is the pull (merge) request number the lock is taken for; 0 or unset when none.

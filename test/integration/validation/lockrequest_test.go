@@ -146,6 +146,30 @@ func TestLockRequestCreateRejected(t *testing.T) {
 			spec:    lockRequestSpec(map[string]any{"holder": holder(map[string]any{"owner": "   "})}),
 			wantErr: []string{"spec.holder.owner", msgOwnerBlank},
 		},
+		"owner with a leading space": {
+			spec:    lockRequestSpec(map[string]any{"holder": holder(map[string]any{"owner": " alice"})}),
+			wantErr: []string{"spec.holder.owner", msgOwnerSpace},
+		},
+		"owner with a trailing newline": {
+			spec:    lockRequestSpec(map[string]any{"holder": holder(map[string]any{"owner": "alice\n"})}),
+			wantErr: []string{"spec.holder.owner", msgOwnerSpace, msgOwnerControl},
+		},
+		"owner with a tab inside": {
+			spec:    lockRequestSpec(map[string]any{"holder": holder(map[string]any{"owner": "ali\tce"})}),
+			wantErr: []string{"spec.holder.owner", msgOwnerControl},
+		},
+		"owner with a terminal escape": {
+			spec:    lockRequestSpec(map[string]any{"holder": holder(map[string]any{"owner": "alice\x1b[2J"})}),
+			wantErr: []string{"spec.holder.owner", msgOwnerControl},
+		},
+		"owner with DEL": {
+			spec:    lockRequestSpec(map[string]any{"holder": holder(map[string]any{"owner": "ali\x7fce"})}),
+			wantErr: []string{"spec.holder.owner", msgOwnerControl},
+		},
+		"owner with a C1 control (NEL)": {
+			spec:    lockRequestSpec(map[string]any{"holder": holder(map[string]any{"owner": "ali\u0085ce"})}),
+			wantErr: []string{"spec.holder.owner", msgOwnerControl},
+		},
 		"owner of 254 chars": {
 			spec:    lockRequestSpec(map[string]any{"holder": holder(map[string]any{"owner": strings.Repeat("o", 254)})}),
 			wantErr: []string{"spec.holder.owner", "Too long", "253"},
@@ -295,6 +319,14 @@ func TestLockRequestCreateAccepted(t *testing.T) {
 		"nested group repo": {
 			spec:     lockRequestSpec(map[string]any{"locks": locks(target(map[string]any{"repo": "group/sub/name"}))}),
 			wantSpec: locksv1.LockRequestSpec{Locks: []locksv1.LockTarget{defaulted("group/sub/name", "modules/vpc", "default", "")}, Holder: alice, Priority: locksv1.PriorityNormal},
+		},
+		"owner with inner spaces, an e-mail and non-ASCII letters": {
+			spec:     lockRequestSpec(map[string]any{"holder": map[string]any{"owner": "Zoë Müller <zoe@acme.example>"}}),
+			wantSpec: locksv1.LockRequestSpec{Locks: []locksv1.LockTarget{defaulted("acme/infra", "modules/vpc", "default", "")}, Holder: locksv1.Holder{Owner: "Zoë Müller <zoe@acme.example>"}, Priority: locksv1.PriorityNormal},
+		},
+		"owner of 253 chars": {
+			spec:     lockRequestSpec(map[string]any{"holder": map[string]any{"owner": strings.Repeat("o", 253)}}),
+			wantSpec: locksv1.LockRequestSpec{Locks: []locksv1.LockTarget{defaulted("acme/infra", "modules/vpc", "default", "")}, Holder: locksv1.Holder{Owner: strings.Repeat("o", 253)}, Priority: locksv1.PriorityNormal},
 		},
 		"repo and path segments that only start with a dot": {
 			spec:     lockRequestSpec(map[string]any{"locks": locks(target(map[string]any{"repo": "acme/.github", "path": "..config/.x"}))}),

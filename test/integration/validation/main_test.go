@@ -110,6 +110,8 @@ const (
 	msgWaitFormat     = "waitTimeout must be a non-negative Go duration such as 0s, 90s or 10m"
 	msgWaitRange      = "waitTimeout must be at most 168h"
 	msgOwnerBlank     = "owner must not be blank"
+	msgOwnerSpace     = "owner must not start or end with whitespace"
+	msgOwnerControl   = "owner must not contain control characters (newlines, tabs, escapes)"
 	msgLease          = "lease must be the name of a Lease (a DNS subdomain: lowercase letters, digits, '-', '.')"
 	msgKeyImmutable   = "a ProjectLock's key is immutable"
 	msgCommandLock    = "a CommandLock is named after the command it freezes (e.g. apply, or all): at most 63 lowercase letters, digits and '-', starting with a letter and not ending with '-'"
