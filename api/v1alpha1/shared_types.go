@@ -61,9 +61,11 @@ type Holder struct {
 	// +kubebuilder:validation:Minimum=0
 	Pull int64 `json:"pull,omitempty"`
 
-	// url links to the pull request or pipeline run, shown to people waiting for the lock.
+	// url links to the pull request or pipeline run, shown to people waiting for the lock: an
+	// absolute http or https URL with a host, e.g. "https://github.com/acme/infra/pull/100".
 	// +optional
 	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:XValidation:rule="isURL(self) && url(self).getScheme() in ['http', 'https'] && url(self).getHostname() != '' && !self.matches('\\\\s')",message="url must be an http or https URL with a host and no spaces, e.g. https://github.com/acme/infra/pull/100"
 	URL string `json:"url,omitempty"`
 
 	// lease names a coordination.k8s.io Lease in the same namespace that the holder keeps

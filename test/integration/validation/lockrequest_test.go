@@ -182,6 +182,50 @@ func TestLockRequestCreateRejected(t *testing.T) {
 			spec:    lockRequestSpec(map[string]any{"holder": holder(map[string]any{"url": "https://example.com/" + strings.Repeat("u", 2048)})}),
 			wantErr: []string{"spec.holder.url", "Too long", "2048"},
 		},
+		"url without a scheme": {
+			spec:    lockRequestSpec(map[string]any{"holder": holder(map[string]any{"url": "github.com/acme/infra/pull/100"})}),
+			wantErr: []string{"spec.holder.url", msgURL},
+		},
+		"url scheme-relative": {
+			spec:    lockRequestSpec(map[string]any{"holder": holder(map[string]any{"url": "//github.com/acme/infra/pull/100"})}),
+			wantErr: []string{"spec.holder.url", msgURL},
+		},
+		"url with a path only": {
+			spec:    lockRequestSpec(map[string]any{"holder": holder(map[string]any{"url": "/acme/infra/pull/100"})}),
+			wantErr: []string{"spec.holder.url", msgURL},
+		},
+		"url javascript:": {
+			spec:    lockRequestSpec(map[string]any{"holder": holder(map[string]any{"url": "javascript:alert(1)"})}),
+			wantErr: []string{"spec.holder.url", msgURL},
+		},
+		"url ftp": {
+			spec:    lockRequestSpec(map[string]any{"holder": holder(map[string]any{"url": "ftp://example.com/run/1"})}),
+			wantErr: []string{"spec.holder.url", msgURL},
+		},
+		"url mailto": {
+			spec:    lockRequestSpec(map[string]any{"holder": holder(map[string]any{"url": "mailto:alice@example.com"})}),
+			wantErr: []string{"spec.holder.url", msgURL},
+		},
+		"url without a host": {
+			spec:    lockRequestSpec(map[string]any{"holder": holder(map[string]any{"url": "https:///pull/100"})}),
+			wantErr: []string{"spec.holder.url", msgURL},
+		},
+		"url https: without //": {
+			spec:    lockRequestSpec(map[string]any{"holder": holder(map[string]any{"url": "https:example.com"})}),
+			wantErr: []string{"spec.holder.url", msgURL},
+		},
+		"url with a space": {
+			spec:    lockRequestSpec(map[string]any{"holder": holder(map[string]any{"url": "https://example.com/pull 100"})}),
+			wantErr: []string{"spec.holder.url", msgURL},
+		},
+		"url with a newline": {
+			spec:    lockRequestSpec(map[string]any{"holder": holder(map[string]any{"url": "https://example.com/pull/100\n"})}),
+			wantErr: []string{"spec.holder.url", msgURL},
+		},
+		"url empty": {
+			spec:    lockRequestSpec(map[string]any{"holder": holder(map[string]any{"url": ""})}),
+			wantErr: []string{"spec.holder.url", msgURL},
+		},
 		"lease not a name": {
 			spec:    lockRequestSpec(map[string]any{"holder": holder(map[string]any{"lease": "Not_A_Name"})}),
 			wantErr: []string{"spec.holder.lease", msgLease},
@@ -327,6 +371,18 @@ func TestLockRequestCreateAccepted(t *testing.T) {
 		"owner of 253 chars": {
 			spec:     lockRequestSpec(map[string]any{"holder": map[string]any{"owner": strings.Repeat("o", 253)}}),
 			wantSpec: locksv1.LockRequestSpec{Locks: []locksv1.LockTarget{defaulted("acme/infra", "modules/vpc", "default", "")}, Holder: locksv1.Holder{Owner: strings.Repeat("o", 253)}, Priority: locksv1.PriorityNormal},
+		},
+		"url http with a port, query and fragment": {
+			spec:     lockRequestSpec(map[string]any{"holder": holder(map[string]any{"url": "http://ci.acme.example:8080/job/deploy/42?tab=log#step-3"})}),
+			wantSpec: locksv1.LockRequestSpec{Locks: []locksv1.LockTarget{defaulted("acme/infra", "modules/vpc", "default", "")}, Holder: locksv1.Holder{Owner: "alice", Pull: 100, URL: "http://ci.acme.example:8080/job/deploy/42?tab=log#step-3"}, Priority: locksv1.PriorityNormal},
+		},
+		"url HTTPS in capitals": {
+			spec:     lockRequestSpec(map[string]any{"holder": holder(map[string]any{"url": "HTTPS://GitHub.com/acme/infra/pull/100"})}),
+			wantSpec: locksv1.LockRequestSpec{Locks: []locksv1.LockTarget{defaulted("acme/infra", "modules/vpc", "default", "")}, Holder: locksv1.Holder{Owner: "alice", Pull: 100, URL: "HTTPS://GitHub.com/acme/infra/pull/100"}, Priority: locksv1.PriorityNormal},
+		},
+		"url with an IPv6 host": {
+			spec:     lockRequestSpec(map[string]any{"holder": holder(map[string]any{"url": "https://[2001:db8::1]/runs/7"})}),
+			wantSpec: locksv1.LockRequestSpec{Locks: []locksv1.LockTarget{defaulted("acme/infra", "modules/vpc", "default", "")}, Holder: locksv1.Holder{Owner: "alice", Pull: 100, URL: "https://[2001:db8::1]/runs/7"}, Priority: locksv1.PriorityNormal},
 		},
 		"repo and path segments that only start with a dot": {
 			spec:     lockRequestSpec(map[string]any{"locks": locks(target(map[string]any{"repo": "acme/.github", "path": "..config/.x"}))}),

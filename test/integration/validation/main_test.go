@@ -112,6 +112,7 @@ const (
 	msgOwnerBlank     = "owner must not be blank"
 	msgOwnerSpace     = "owner must not start or end with whitespace"
 	msgOwnerControl   = "owner must not contain control characters (newlines, tabs, escapes)"
+	msgURL            = "url must be an http or https URL with a host and no spaces, e.g. https://github.com/acme/infra/pull/100"
 	msgLease          = "lease must be the name of a Lease (a DNS subdomain: lowercase letters, digits, '-', '.')"
 	msgKeyImmutable   = "a ProjectLock's key is immutable"
 	msgCommandLock    = "a CommandLock is named after the command it freezes (e.g. apply, or all): at most 63 lowercase letters, digits and '-', starting with a letter and not ending with '-'"
