@@ -29,6 +29,8 @@ type options struct {
 	metricsSecure                   bool
 	leaderElect                     bool
 	leaderElectionID, leaderElectNS string
+	leaseDuration, renewDeadline    time.Duration
+	retryPeriod                     time.Duration
 	qps                             float64
 	burst                           int
 	workers                         int
@@ -50,6 +52,9 @@ func parseFlags(args []string) (options, zap.Options, error) {
 	fs.BoolVar(&o.leaderElect, "leader-elect", false, "Elect one active manager among replicas. For efficiency only: safety never depends on it.")
 	fs.StringVar(&o.leaderElectionID, "leader-election-id", "turnstile.locks.turnstile.dev", "Name of the leader election Lease.")
 	fs.StringVar(&o.leaderElectNS, "leader-election-namespace", "", "Namespace of the leader election Lease (default: the pod's namespace).")
+	fs.DurationVar(&o.leaseDuration, "leader-elect-lease-duration", 15*time.Second, "How long followers wait after the leader's last renewal before taking over.")
+	fs.DurationVar(&o.renewDeadline, "leader-elect-renew-deadline", 10*time.Second, "How long the leader retries renewing before it stops leading.")
+	fs.DurationVar(&o.retryPeriod, "leader-elect-retry-period", 2*time.Second, "How often candidates try to acquire or renew the leader Lease.")
 	fs.Float64Var(&o.qps, "kube-api-qps", 200, "Client-side QPS limit towards the API server.")
 	fs.IntVar(&o.burst, "kube-api-burst", 400, "Client-side burst limit towards the API server.")
 	fs.IntVar(&o.workers, "workers", 8, "Lock keys reconciled in parallel.")
@@ -71,6 +76,9 @@ func parseFlags(args []string) (options, zap.Options, error) {
 	}
 	if _, err := deadlock.ParsePolicy(o.deadlockPolicy); err != nil {
 		return o, zopts, fmt.Errorf("--deadlock-victim: %w", err)
+	}
+	if o.leaderElect && !(o.retryPeriod > 0 && o.retryPeriod < o.renewDeadline && o.renewDeadline < o.leaseDuration) {
+		return o, zopts, fmt.Errorf("leader election needs 0 < --leader-elect-retry-period (%s) < --leader-elect-renew-deadline (%s) < --leader-elect-lease-duration (%s)", o.retryPeriod, o.renewDeadline, o.leaseDuration)
 	}
 	if o.cfg.DefaultTTL <= 0 || o.cfg.MaxTTL <= 0 || o.cfg.DefaultTTL > o.cfg.MaxTTL {
 		return o, zopts, fmt.Errorf("--default-ttl (%s) must be positive and at most --max-ttl (%s)", o.cfg.DefaultTTL, o.cfg.MaxTTL)
@@ -118,6 +126,9 @@ func run(ctx context.Context, o options) error {
 		LeaderElectionID:              o.leaderElectionID,
 		LeaderElectionNamespace:       o.leaderElectNS,
 		LeaderElectionReleaseOnCancel: true,
+		LeaseDuration:                 &o.leaseDuration,
+		RenewDeadline:                 &o.renewDeadline,
+		RetryPeriod:                   &o.retryPeriod,
 	})
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
