@@ -80,7 +80,7 @@ Press Ctrl-C to stop the manager, kube-apiserver and etcd.
 			fmt.Fprintln(os.Stderr, "dev: manager:", err)
 		}
 		return nil
-	case err := <-proc.Done():
-		return fmt.Errorf("manager exited: %w", err)
+	case <-proc.Done():
+		return fmt.Errorf("manager exited: %w", proc.Err())
 	}
 }

@@ -125,7 +125,8 @@ func startManager(binary, kubeconfig string, args ...string) (*managerProcess, e
 	}
 	m := &managerProcess{p: p, exited: make(chan struct{})}
 	go func() {
-		m.err = <-p.Done()
+		<-p.Done()
+		m.err = p.Err()
 		close(m.exited)
 	}()
 	return m, nil

@@ -12,8 +12,9 @@ import (
 
 // Process is the real manager binary running against a control plane.
 type Process struct {
-	cmd  *exec.Cmd
-	done chan error
+	cmd    *exec.Cmd
+	exited chan struct{}
+	err    error // the exit status; set before exited is closed
 }
 
 // StartProcess starts binary with args and KUBECONFIG=kubeconfig, its output going to out.
@@ -26,16 +27,25 @@ func StartProcess(binary, kubeconfig string, out io.Writer, args ...string) (*Pr
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", binary, err)
 	}
-	p := &Process{cmd: cmd, done: make(chan error, 1)}
-	go func() { p.done <- cmd.Wait() }()
+	p := &Process{cmd: cmd, exited: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		close(p.exited)
+	}()
 	return p, nil
 }
 
 // Pid is the process id.
 func (p *Process) Pid() int { return p.cmd.Process.Pid }
 
-// Done is closed-over by a receive that yields the exit error once the process ends.
-func (p *Process) Done() <-chan error { return p.done }
+// Done is closed once the process has ended; Err then says how.
+func (p *Process) Done() <-chan struct{} { return p.exited }
+
+// Err is the exit status once Done is closed: nil for a clean exit, an *exec.ExitError otherwise.
+func (p *Process) Err() error {
+	<-p.exited
+	return p.err
+}
 
 // Stop sends SIGTERM and waits up to grace for a clean exit, then kills.
 func (p *Process) Stop(grace time.Duration) error {
@@ -43,17 +53,19 @@ func (p *Process) Stop(grace time.Duration) error {
 		return err
 	}
 	select {
-	case err := <-p.done:
-		return err
+	case <-p.exited:
+		return p.err
 	case <-time.After(grace):
 		_ = p.cmd.Process.Kill()
-		return fmt.Errorf("manager did not exit within %s of SIGTERM; killed: %w", grace, <-p.done)
+		return fmt.Errorf("manager did not exit within %s of SIGTERM; killed: %w", grace, p.Err())
 	}
 }
 
 // Kill sends SIGKILL, as a crash would, waits for the process to go and returns its exit
 // status (normally "signal: killed").
 func (p *Process) Kill() error {
-	_ = p.cmd.Process.Kill()
-	return <-p.done
+	if err := p.cmd.Process.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return err
+	}
+	return p.Err()
 }
