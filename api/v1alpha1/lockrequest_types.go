@@ -99,6 +99,7 @@ type LockRequestSpec struct {
 	// may enforce a lower maximum (the request then fails with reason Invalid).
 	// +optional
 	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
 	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+(\\\\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$')",message="ttl must be a positive Go duration such as 90s, 30m or 1h30m"
 	// +kubebuilder:validation:XValidation:rule="!self.matches('^([0-9]+(\\\\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$') || (duration(self) >= duration('1s') && duration(self) <= duration('24h'))",message="ttl must be between 1s and 24h"
 	TTL *metav1.Duration `json:"ttl,omitempty"`
@@ -107,6 +108,7 @@ type LockRequestSpec struct {
 	// tries once and fails at once if the lock is busy. Unset waits until granted.
 	// +optional
 	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
 	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+(\\\\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$')",message="waitTimeout must be a non-negative Go duration such as 0s, 90s or 10m"
 	// +kubebuilder:validation:XValidation:rule="!self.matches('^([0-9]+(\\\\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self) <= duration('168h')",message="waitTimeout must be at most 168h"
 	WaitTimeout *metav1.Duration `json:"waitTimeout,omitempty"`

@@ -112,7 +112,24 @@ func TestLockRequestCreateRejected(t *testing.T) {
 			spec:    lockRequestSpec(map[string]any{"ttl": "3000000h"}),
 			wantErr: []string{"spec.ttl", msgTTLRange},
 		},
+		"ttl of 33 chars, though a valid duration": {
+			// Bounded before CEL parses it: 31 zeros and 1s.
+			spec:    lockRequestSpec(map[string]any{"ttl": strings.Repeat("0", 31) + "1s"}),
+			wantErr: []string{"spec.ttl", "Too long", "32"},
+		},
+		"ttl of a megabyte": {
+			spec:    lockRequestSpec(map[string]any{"ttl": strings.Repeat("1h", 1<<19)}),
+			wantErr: []string{"spec.ttl", "Too long", "32"},
+		},
 		// waitTimeout
+		"waitTimeout of 33 chars, though a valid duration": {
+			spec:    lockRequestSpec(map[string]any{"waitTimeout": strings.Repeat("0", 31) + "5m"}),
+			wantErr: []string{"spec.waitTimeout", "Too long", "32"},
+		},
+		"waitTimeout of a megabyte": {
+			spec:    lockRequestSpec(map[string]any{"waitTimeout": strings.Repeat("1s", 1<<19)}),
+			wantErr: []string{"spec.waitTimeout", "Too long", "32"},
+		},
 		"waitTimeout negative": {
 			spec:    lockRequestSpec(map[string]any{"waitTimeout": "-1s"}),
 			wantErr: []string{"spec.waitTimeout", msgWaitFormat},
@@ -351,6 +368,14 @@ func TestLockRequestCreateAccepted(t *testing.T) {
 		"ttl fractional 1.5h": {
 			spec:     lockRequestSpec(map[string]any{"ttl": "1.5h"}),
 			wantSpec: locksv1.LockRequestSpec{Locks: []locksv1.LockTarget{defaulted("acme/infra", "modules/vpc", "default", "")}, Holder: alice, Priority: locksv1.PriorityNormal, TTL: dur(90 * time.Minute)},
+		},
+		"ttl of 32 chars": {
+			spec:     lockRequestSpec(map[string]any{"ttl": strings.Repeat("0", 30) + "1m"}),
+			wantSpec: locksv1.LockRequestSpec{Locks: []locksv1.LockTarget{defaulted("acme/infra", "modules/vpc", "default", "")}, Holder: alice, Priority: locksv1.PriorityNormal, TTL: dur(time.Minute)},
+		},
+		"waitTimeout of 32 chars": {
+			spec:     lockRequestSpec(map[string]any{"waitTimeout": strings.Repeat("0", 30) + "5m"}),
+			wantSpec: locksv1.LockRequestSpec{Locks: []locksv1.LockTarget{defaulted("acme/infra", "modules/vpc", "default", "")}, Holder: alice, Priority: locksv1.PriorityNormal, WaitTimeout: dur(5 * time.Minute)},
 		},
 		"waitTimeout 0s tries once": {
 			spec:     lockRequestSpec(map[string]any{"waitTimeout": "0s"}),
