@@ -269,6 +269,18 @@ var _ = Describe("Grant engine", func() {
 		Expect(get(ns, "c").Status.FencingToken).To(BeNumerically(">", tokenB))
 	})
 
+	It("force-unlocks a holder nobody waits behind and leaves the ProjectLock deleted", func() {
+		create(req("a", ns).Owner("alice", 1).Obj())
+		expectPhase(ns, "a", locksv1.PhaseGranted)
+		Expect(k8s.Delete(ctx, projectLock(ns, vpc))).To(Succeed())
+		expectPhase(ns, "a", locksv1.PhaseReleased)
+		Expect(condOf(ns, "a")()).To(HavePrefix("False/ForceUnlocked:"))
+		Consistently(func() bool {
+			err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: lockkey.Name(vpc)}, &locksv1.ProjectLock{})
+			return apierrors.IsNotFound(err)
+		}, time.Second, interval).Should(BeTrue(), "an idle key's ProjectLock must not come back after a force-unlock")
+	})
+
 	It("fails a request with QueueFull when the key's queue is at its cap", func() {
 		create(req("holder", ns).Owner("h", 1).Obj())
 		expectPhase(ns, "holder", locksv1.PhaseGranted)

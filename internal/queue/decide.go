@@ -324,8 +324,12 @@ func Decide(in Input) Decision {
 	}
 	status := lockStatus(lock, allHolders, waiting, token, newHolder, now, in.Config)
 	if lock == nil {
-		d.CreateLock = true
-		d.Lock = &status
+		// Only a key somebody holds or waits for needs its ProjectLock: after a force-unlock
+		// with nobody waiting, the deleted ProjectLock stays deleted.
+		if len(allHolders) > 0 || len(waiting) > 0 {
+			d.CreateLock = true
+			d.Lock = &status
+		}
 	} else if !statusEqual(lock.Status, status) {
 		d.Lock = &status
 	}

@@ -180,6 +180,10 @@ func TestDecideForceUnlock(t *testing.T) {
 			wantGrant:   map[string]reqView{"w": bobGranted(fresh)},
 			wantRequeue: untilFromNow(grant30),
 		},
+		"with nobody waiting the claimant is ForceUnlocked and the ProjectLock stays deleted": {
+			reqs:       reqs(claimant(41)),
+			wantFinish: map[string]reqView{"c": unlocked(41, "0")},
+		},
 		"a claimant token ahead of the clock still orders the next": {
 			reqs:        reqs(claimant(fresh+1000), bobWaits()),
 			wantCreate:  true,

@@ -435,9 +435,8 @@ func TestDecide(t *testing.T) {
 
 		// Item 14: a spec the operator cannot honor.
 		"ttl over MaxTTL fails Invalid with what to ask for": {
-			reqs:       reqs(makeReq("n").owner("bob", 7).ttl(3 * time.Hour)),
-			wantCreate: true,
-			wantLock:   &lockView{},
+			// Nobody holds or waits, so no ProjectLock is created for the key.
+			reqs: reqs(makeReq("n").owner("bob", 7).ttl(3 * time.Hour)),
 			wantFinish: map[string]reqView{"n": failed(locksv1.ReasonInvalid,
 				"spec.ttl 3h0m0s is over this operator's maximum of 2h0m0s; ask for at most 2h0m0s")},
 		},
