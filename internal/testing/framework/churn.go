@@ -1,0 +1,149 @@
+package framework
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
+)
+
+// Churn is a crowd of requesters: each loops creating a LockRequest on random keys, waiting for
+// its grant, holding it briefly and releasing it, by deletion or spec.release at random.
+type Churn struct {
+	Namespace  string
+	Requesters int
+	Rounds     int // requests per requester
+	Keys       int // distinct keys, k000..kNNN under repo acme/churn
+	// MultiLock is the share of requests (0 to 1) that name two keys at once.
+	MultiLock float64
+	// WaitLimit bounds one request's wait for its grant (it must cover manager restarts).
+	WaitLimit time.Duration
+	Poll      time.Duration
+	Seed      int64
+}
+
+// Run runs the requesters to completion and returns how many grants they saw. A request that
+// ends any other way than granted and then released is an error: nothing in a churn should
+// expire, time out or fail.
+func (c Churn) Run(ctx context.Context, cl client.Client) (int64, error) {
+	if c.Poll == 0 {
+		c.Poll = 25 * time.Millisecond
+	}
+	var (
+		grants   atomic.Int64
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		firstErr error
+	)
+	fail := func(err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if firstErr == nil {
+			firstErr = err
+		}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	for w := range c.Requesters {
+		wg.Go(func() {
+			rng := rand.New(rand.NewSource(c.Seed + int64(w)))
+			for i := range c.Rounds {
+				if err := c.round(ctx, cl, rng, w, i); err != nil {
+					fail(err)
+					cancel()
+					return
+				}
+				grants.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	return grants.Load(), firstErr
+}
+
+func (c Churn) round(ctx context.Context, cl client.Client, rng *rand.Rand, w, i int) error {
+	name := fmt.Sprintf("r%02d-%03d", w, i)
+	lr := &locksv1.LockRequest{}
+	lr.Namespace, lr.Name = c.Namespace, name
+	lr.Spec.Holder = locksv1.Holder{Owner: fmt.Sprintf("w%02d", w), Pull: int64(i + 1)}
+	k := rng.Intn(c.Keys)
+	lr.Spec.Locks = []locksv1.LockTarget{{Repo: "acme/churn", Path: fmt.Sprintf("k%03d", k), Workspace: "default"}}
+	if c.Keys > 1 && rng.Float64() < c.MultiLock {
+		k2 := (k + 1 + rng.Intn(c.Keys-1)) % c.Keys
+		lr.Spec.Locks = append(lr.Spec.Locks, locksv1.LockTarget{Repo: "acme/churn", Path: fmt.Sprintf("k%03d", k2), Workspace: "default"})
+	}
+	if rng.Intn(4) == 0 {
+		lr.Spec.Priority = locksv1.PriorityHigh
+	}
+	if err := cl.Create(ctx, lr); err != nil {
+		return fmt.Errorf("create %s: %w", name, err)
+	}
+	if err := c.awaitGrant(ctx, cl, client.ObjectKeyFromObject(lr)); err != nil {
+		return err
+	}
+	time.Sleep(time.Duration(rng.Intn(5)) * time.Millisecond)
+	if rng.Intn(2) == 0 {
+		if err := cl.Delete(ctx, lr); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("delete %s: %w", name, err)
+		}
+		return nil
+	}
+	for attempt := 0; ; attempt++ {
+		var cur locksv1.LockRequest
+		err := cl.Get(ctx, client.ObjectKeyFromObject(lr), &cur)
+		if err == nil {
+			cur.Spec.Release = true
+			err = cl.Update(ctx, &cur)
+		}
+		if err == nil {
+			return nil
+		}
+		if !apierrors.IsConflict(err) || attempt > 50 || ctx.Err() != nil {
+			return errors.Join(fmt.Errorf("release %s", name), err)
+		}
+	}
+}
+
+// awaitGrant polls until the request is granted, ends otherwise, or WaitLimit passes.
+func (c Churn) awaitGrant(ctx context.Context, cl client.Client, key client.ObjectKey) error {
+	deadline := time.Now().Add(c.WaitLimit)
+	for {
+		var cur locksv1.LockRequest
+		err := cl.Get(ctx, key, &cur)
+		switch {
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case err != nil:
+			// The API server may be briefly unreachable; keep waiting within the limit.
+		case cur.Status.Phase == locksv1.PhaseGranted:
+			return nil
+		case cur.Status.Phase.IsFinal():
+			return fmt.Errorf("%s ended %s before it was granted: %s", key.Name, cur.Status.Phase, conditionText(&cur))
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s not granted within %s: %s", key.Name, c.WaitLimit, conditionText(&cur))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(c.Poll):
+		}
+	}
+}
+
+func conditionText(lr *locksv1.LockRequest) string {
+	for _, c := range lr.Status.Conditions {
+		if c.Type == locksv1.ConditionGranted {
+			return fmt.Sprintf("phase %q, %s/%s: %s", lr.Status.Phase, c.Status, c.Reason, c.Message)
+		}
+	}
+	return fmt.Sprintf("phase %q, no Granted condition", lr.Status.Phase)
+}
