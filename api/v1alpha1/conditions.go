@@ -24,6 +24,9 @@ const (
 	ReasonCommandLocked = "CommandLocked"
 	// ReasonGranted: holds all its locks.
 	ReasonGranted = "Granted"
+	// ReasonRenewed (event): a granted request's spec.ttl changed, so its grant now lasts the
+	// new ttl from the renewal.
+	ReasonRenewed = "Renewed"
 	// ReasonReleased: released by spec.release or deletion.
 	ReasonReleased = "Released"
 	// ReasonForceUnlocked: an admin deleted the ProjectLock it held.
@@ -41,7 +44,8 @@ const (
 	// ReasonQueueFull: the key's queue was at the operator's cap.
 	ReasonQueueFull = "QueueFull"
 	// ReasonInvalid: the spec passed admission but the operator cannot honor it (e.g. ttl over
-	// the operator's maximum).
+	// the operator's maximum). For a granted request whose renewal asks for too long, it is the
+	// reason of the Warning event that refuses the renewal; the grant stands.
 	ReasonInvalid = "Invalid"
 	// ReasonFailed: the request failed; the Stalled condition's message says why.
 	ReasonFailed = "Failed"

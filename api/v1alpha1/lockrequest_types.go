@@ -94,9 +94,13 @@ type LockRequestSpec struct {
 	// +kubebuilder:default=Normal
 	Priority Priority `json:"priority,omitempty"`
 
-	// ttl is how long a grant lasts, e.g. "30m". Unset means the operator's default. Raise it
-	// while granted to renew: status.expiresAt is grantedAt + ttl. At most 24h here; the operator
-	// may enforce a lower maximum (the request then fails with reason Invalid).
+	// ttl is how long a grant lasts, e.g. "30m", counted from the grant: status.expiresAt is
+	// grantedAt + ttl. Unset means the operator's default. Change it while granted to renew: the
+	// grant then lasts the new ttl from when the controller sees the change (status.renewedAt),
+	// so status.expiresAt becomes renewedAt + ttl; change it again to renew again. At most 24h
+	// here; the operator's maximum (--max-ttl) may be lower: a request asking for more fails with
+	// reason Invalid, and a renewal asking for more is refused (the grant keeps its expiresAt and
+	// a Warning event with reason Invalid says so).
 	// +optional
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:MaxLength=32
@@ -172,7 +176,13 @@ type LockRequestStatus struct {
 	// +optional
 	GrantedAt *metav1.Time `json:"grantedAt,omitempty"`
 
-	// expiresAt is when the grant ends unless renewed: grantedAt + ttl.
+	// renewedAt is when the controller last saw spec.ttl change while the request was granted:
+	// the grant's ttl counts from here since. Unset until the first renewal.
+	// +optional
+	RenewedAt *metav1.Time `json:"renewedAt,omitempty"`
+
+	// expiresAt is when the grant ends unless renewed: grantedAt + ttl, or renewedAt + ttl once
+	// renewed.
 	// +optional
 	ExpiresAt *metav1.Time `json:"expiresAt,omitempty"`
 

@@ -270,6 +270,10 @@ func (in *LockRequestStatus) DeepCopyInto(out *LockRequestStatus) {
 		in, out := &in.GrantedAt, &out.GrantedAt
 		*out = (*in).DeepCopy()
 	}
+	if in.RenewedAt != nil {
+		in, out := &in.RenewedAt, &out.RenewedAt
+		*out = (*in).DeepCopy()
+	}
 	if in.ExpiresAt != nil {
 		in, out := &in.ExpiresAt, &out.ExpiresAt
 		*out = (*in).DeepCopy()

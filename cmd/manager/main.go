@@ -59,7 +59,7 @@ func parseFlags(args []string) (options, zap.Options, error) {
 	fs.IntVar(&o.burst, "kube-api-burst", 400, "Client-side burst limit towards the API server.")
 	fs.IntVar(&o.workers, "workers", 8, "Lock keys reconciled in parallel.")
 	fs.DurationVar(&o.cfg.DefaultTTL, "default-ttl", o.cfg.DefaultTTL, "Grant duration of requests without spec.ttl.")
-	fs.DurationVar(&o.cfg.MaxTTL, "max-ttl", o.cfg.MaxTTL, "Longest spec.ttl accepted; longer requests fail with reason Invalid.")
+	fs.DurationVar(&o.cfg.MaxTTL, "max-ttl", o.cfg.MaxTTL, "Longest spec.ttl accepted, counted from the grant or a renewal; longer requests fail with reason Invalid, longer renewals are refused.")
 	fs.DurationVar(&o.cfg.AgingStep, "aging-step", o.cfg.AgingStep, "Waiting this long lifts a request one priority (never above High); 0 disables aging.")
 	fs.IntVar(&o.cfg.QueueCap, "queue-cap", o.cfg.QueueCap, "Most requests that may wait for one key; the next fails with reason QueueFull. 0: no cap.")
 	fs.DurationVar(&o.retention, "finished-retention", time.Hour, "Finished requests are deleted this long after they finish; 0 keeps them.")

@@ -21,7 +21,8 @@ import (
 type Config struct {
 	// DefaultTTL applies to requests without spec.ttl.
 	DefaultTTL time.Duration
-	// MaxTTL bounds spec.ttl; a longer one fails with reason Invalid.
+	// MaxTTL bounds spec.ttl, so no grant reaches more than MaxTTL past its grant or its last
+	// renewal: a longer ttl fails a request with reason Invalid, and is refused as a renewal.
 	MaxTTL time.Duration
 	// AgingStep lifts a waiting request one priority per step waited, never above High. Zero
 	// disables aging.
@@ -108,6 +109,7 @@ type entry struct {
 	stamped  bool
 	priority int // after aging
 	ttl      time.Duration
+	term     term // a granted request's expiry, renewals included (renew.go)
 	frozen   *Freeze
 	final    bool
 	outcome  *outcome // set when it leaves the queue or the holder set now
@@ -203,10 +205,8 @@ func Decide(in Input) Decision {
 			// ProjectLock was deleted (or re-created) under it, an admin's force-unlock.
 			e.outcome = &outcome{locksv1.PhaseReleased, locksv1.ReasonForceUnlocked,
 				fmt.Sprintf("ProjectLock %s was deleted: the lock on %s was force-unlocked", in.Name, e.ref.Key), "Warning"}
-		case e.heldHere && req.Status.Phase == locksv1.PhaseGranted && req.Status.GrantedAt != nil &&
-			!now.Before(grantExpiry(req.Status.GrantedAt.Time, e.ttl)):
-			e.outcome = &outcome{locksv1.PhaseExpired, locksv1.ReasonExpired,
-				fmt.Sprintf("the grant expired after its ttl of %s", e.ttl), "Warning"}
+		case e.heldHere && !e.term.expiry.IsZero() && !now.Before(e.term.expiry):
+			e.outcome = &outcome{locksv1.PhaseExpired, locksv1.ReasonExpired, expiredMessage(e), "Warning"}
 		case !e.heldHere && in.Config.MaxTTL > 0 && e.ttl > in.Config.MaxTTL:
 			e.outcome = &outcome{locksv1.PhaseFailed, locksv1.ReasonInvalid,
 				fmt.Sprintf("spec.ttl %s is over this operator's maximum of %s; ask for at most %s", e.ttl, in.Config.MaxTTL, in.Config.MaxTTL), "Warning"}
@@ -352,6 +352,8 @@ func Decide(in Input) Decision {
 		u := Update{Request: e.req, Status: st}
 		if st.Phase == locksv1.PhaseGranted && e.req.Status.Phase != locksv1.PhaseGranted {
 			u.Event = &Event{"Normal", locksv1.ReasonGranted, grantedMessage(e, st)}
+		} else if ev := renewalEvent(e, st); ev != nil {
+			u.Event = ev
 		}
 		d.Grant = append(d.Grant, u)
 	}
@@ -404,6 +406,7 @@ func newEntry(req *locksv1.LockRequest, name string, cfg Config, now time.Time) 
 		final: req.Status.Phase.IsFinal(),
 	}
 	e.claims = !e.final && heldFlag(req, e.ref)
+	e.term = grantTerm(req, e.ttl, cfg, now)
 	if req.Status.QueuedAt != nil {
 		e.arrival, e.stamped = req.Status.QueuedAt.Time, true
 	} else {
@@ -537,6 +540,10 @@ func lockStatus(lock *locksv1.ProjectLock, holders, waiting []*entry, token int6
 // expiresAt is when a holder's grant ends: only a fully granted request has a TTL running.
 // A grant being made now is stamped grantedAt = now, to the second (heldStatus).
 func expiresAt(e *entry, now time.Time) *metav1.Time {
+	if !e.term.expiry.IsZero() {
+		t := metav1.NewTime(e.term.expiry)
+		return &t
+	}
 	granted := newTime(now)
 	if e.req.Status.GrantedAt != nil {
 		granted = *e.req.Status.GrantedAt
@@ -648,8 +655,18 @@ func heldStatus(e *entry, token int64, now time.Time) (locksv1.LockRequestStatus
 			st.GrantedAt = &t
 		}
 		exp := metav1.NewTime(grantExpiry(st.GrantedAt.Time, e.ttl))
+		if !e.term.expiry.IsZero() {
+			exp = metav1.NewTime(e.term.expiry)
+		}
+		if e.term.renewed {
+			t := newTime(now)
+			st.RenewedAt = &t
+		}
 		st.ExpiresAt = &exp
 		msg := fmt.Sprintf("holds %s (fencing token %d) until %s", keysText(e), st.FencingToken, exp.UTC().Format(time.RFC3339))
+		if e.term.refused != "" {
+			msg += "; " + e.term.refused
+		}
 		setCond(&st.Conditions, locksv1.ConditionGranted, metav1.ConditionTrue, locksv1.ReasonGranted, msg, g, now)
 		setCond(&st.Conditions, locksv1.ConditionReady, metav1.ConditionTrue, locksv1.ReasonGranted, msg, g, now)
 		setCond(&st.Conditions, locksv1.ConditionReconciling, metav1.ConditionFalse, locksv1.ReasonGranted, "granted", g, now)

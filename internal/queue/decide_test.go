@@ -339,14 +339,14 @@ func TestDecide(t *testing.T) {
 			wantHolder:  "alice#100",
 			wantRequeue: time.Nanosecond,
 		},
-		"renewing (raising spec.ttl) keeps the holder and moves expiresAt": {
+		"renewing (raising spec.ttl) keeps the holder and moves expiresAt to the renewal + ttl": {
 			lock:       aliceLock(h),
 			reqs:       []*locksv1.LockRequest{renewed},
 			wantHolder: "alice#100",
-			wantLock:   &lockView{Holder: "pull #100 (alice)", Requests: []string{"h"}, Token: 41, Expires: t0.Add(30 * time.Minute)},
+			wantLock:   &lockView{Holder: "pull #100 (alice)", Requests: []string{"h"}, Token: 41, Expires: t0.Add(35 * time.Minute)},
 			wantGrant: map[string]reqView{"h": {Phase: locksv1.PhaseGranted, Reason: locksv1.ReasonGranted,
-				Message: grantedMsg(key1, 41, t0.Add(30*time.Minute)), Token: 41, Held: "1", True: trueGranted}},
-			wantRequeue: untilFromNow(t0.Add(30 * time.Minute)),
+				Message: grantedMsg(key1, 41, t0.Add(35*time.Minute)), Token: 41, Held: "1", True: trueGranted, Event: locksv1.ReasonRenewed}},
+			wantRequeue: untilFromNow(t0.Add(35 * time.Minute)),
 		},
 
 		// Item 6: wait timeouts.

@@ -146,6 +146,18 @@ func simulate(t testing.TB, seed uint64, rounds int) map[string]int {
 
 		where := fmt.Sprintf("seed %d round %d (%s, stage %d)", seed, round, did, stage)
 		checkInvariants(t, where, w, prev, d, stage, &highest)
+		// MaxTTL bounds every grant, renewed or not, from the moment its ttl counts from.
+		for _, r := range w.reqs {
+			if st := r.Status; st.Phase == locksv1.PhaseGranted && st.GrantedAt != nil && st.ExpiresAt != nil {
+				from := st.GrantedAt
+				if st.RenewedAt != nil {
+					from = st.RenewedAt
+				}
+				if st.ExpiresAt.Sub(from.Time) > cfg.MaxTTL {
+					t.Fatalf("%s: %s is granted until %s, more than MaxTTL %s after %s", where, r.Name, st.ExpiresAt.UTC(), cfg.MaxTTL, from.UTC())
+				}
+			}
+		}
 		if len(d.Queue) > cfg.QueueCap {
 			t.Fatalf("%s: %d waiting, over the cap of %d", where, len(d.Queue), cfg.QueueCap)
 		}
@@ -238,7 +250,7 @@ func TestDecideRandomized(t *testing.T) {
 	for _, want := range []string{
 		locksv1.ReasonGranted, locksv1.ReasonReleased, locksv1.ReasonExpired, locksv1.ReasonForceUnlocked,
 		locksv1.ReasonHolderLost, locksv1.ReasonTimeout, locksv1.ReasonBusy, locksv1.ReasonCommandLocked,
-		locksv1.ReasonQueueFull, locksv1.ReasonInvalid, "deep queue",
+		locksv1.ReasonQueueFull, locksv1.ReasonInvalid, locksv1.ReasonRenewed, "deep queue",
 	} {
 		if total[want] == 0 {
 			t.Errorf("no %s in any run: %v", want, total)
