@@ -10,6 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -37,8 +38,19 @@ type DeadlockDetector struct {
 
 	mu    sync.Mutex
 	dirty map[string]bool
-	kick  chan struct{}
+	// awaiting holds, per namespace, the requests a check was asked for that the cache may not
+	// show yet: name -> the resourceVersion the caller read before its write.
+	awaiting map[string]map[string]string
+	kick     chan struct{}
 }
+
+const (
+	// cacheRetry is how often a check looks again for a write the cache does not show yet. The
+	// cache follows within milliseconds.
+	cacheRetry = 2 * time.Millisecond
+	// cacheWait bounds that wait.
+	cacheWait = time.Second
+)
 
 var _ DeadlockChecker = (*DeadlockDetector)(nil)
 
@@ -48,14 +60,27 @@ func NewDeadlockDetector(c client.Client, recorder events.EventRecorder, cfg que
 		clk = clock.RealClock{}
 	}
 	return &DeadlockDetector{client: c, recorder: recorder, clock: clk, cfg: cfg, freezes: flags, policy: policy,
-		scan: scan, metrics: m, dirty: map[string]bool{}, kick: make(chan struct{}, 1)}
+		scan: scan, metrics: m, dirty: map[string]bool{}, awaiting: map[string]map[string]string{}, kick: make(chan struct{}, 1)}
 }
 
-// Waiting marks a namespace for a check because requests in it started waiting.
-func (d *DeadlockDetector) Waiting(_ context.Context, namespace string, _ []*locksv1.LockRequest) {
+// Waiting marks a namespace for a check because requests in it started waiting. requests are
+// the requests as read before the caller wrote their waiting status: the check waits until the
+// cache shows a newer version of each, since the cycle the new wait closes is not in the cache
+// before that.
+func (d *DeadlockDetector) Waiting(_ context.Context, namespace string, requests []*locksv1.LockRequest) {
 	d.mu.Lock()
 	d.dirty[namespace] = true
+	for _, r := range requests {
+		if d.awaiting[namespace] == nil {
+			d.awaiting[namespace] = map[string]string{}
+		}
+		d.awaiting[namespace][r.Name] = r.ResourceVersion
+	}
 	d.mu.Unlock()
+	d.wake()
+}
+
+func (d *DeadlockDetector) wake() {
 	select {
 	case d.kick <- struct{}{}:
 	default:
@@ -90,15 +115,39 @@ func (d *DeadlockDetector) Start(ctx context.Context) error {
 		for ns := range d.dirty {
 			namespaces = append(namespaces, ns)
 		}
-		d.dirty = map[string]bool{}
+		awaiting := d.awaiting
+		d.dirty, d.awaiting = map[string]bool{}, map[string]map[string]string{}
 		d.mu.Unlock()
 		sort.Strings(namespaces)
 		for _, ns := range namespaces {
+			d.awaitCache(ctx, ns, awaiting[ns])
 			if err := d.Check(ctx, ns); err != nil {
 				log.FromContext(ctx).Error(err, "deadlock check", "namespace", ns)
 			}
 		}
 	}
+}
+
+// awaitCache waits until the cache shows a newer version of each awaited request than the one
+// read before its write, so the check sees the waits it was told about. The wait is bounded by
+// cacheWait (the periodic scan covers whatever a check misses), and the set is fixed when the
+// round starts, so waiters that keep arriving cannot postpone a check for ever.
+func (d *DeadlockDetector) awaitCache(ctx context.Context, namespace string, staleRV map[string]string) {
+	if len(staleRV) == 0 {
+		return
+	}
+	caughtUp := func(ctx context.Context) (bool, error) {
+		for name, rv := range staleRV {
+			var lr locksv1.LockRequest
+			if err := d.client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &lr); err == nil && lr.ResourceVersion == rv {
+				return false, nil
+			}
+			delete(staleRV, name) // newer, gone or unreadable: nothing more to wait for
+		}
+		return true, nil
+	}
+	// A timeout or a cancelled context both mean: check with what the cache has.
+	_ = wait.PollUntilContextTimeout(ctx, cacheRetry, cacheWait, true, caughtUp)
 }
 
 // Check finds the cycles of one namespace and fails one victim per cycle.
@@ -116,9 +165,7 @@ func (d *DeadlockDetector) Check(ctx context.Context, namespace string) error {
 	return nil
 }
 
-// snapshot builds the namespace's wait-for graph from the cache. A request waits on the first
-// key it does not hold yet (keys are taken in order); a frozen request waits on the freeze, not
-// on anyone, so it adds no edge.
+// snapshot builds the namespace's wait-for graph from the cache.
 func (d *DeadlockDetector) snapshot(ctx context.Context, namespace string) (*deadlock.Graph, error) {
 	var locks locksv1.ProjectLockList
 	if err := d.client.List(ctx, &locks, client.InNamespace(namespace)); err != nil {
@@ -134,7 +181,26 @@ func (d *DeadlockDetector) snapshot(ctx context.Context, namespace string) (*dea
 	}
 	now := d.clock.Now()
 	freezes, _ := queue.ResolveFreezes(cls.Items, d.freezes, now)
+	return deadlock.Build(waitsFor(locks.Items, reqs.Items, freezes, now, d.cfg)), nil
+}
 
+// waitsFor is the wait-for input of one namespace: every key with its holder and its queue in
+// grant order. Pure.
+//
+// A request waits on the first key it does not hold yet (keys are taken in order); a frozen
+// request waits on the freeze, not on anyone, so it adds no edge. A ProjectLock's holder counts
+// only while one of the requests it lists is still live (not finished, not released, not being
+// deleted): the ProjectLock is written after the outgoing holder's requests, so for a moment it
+// names a holder that has let go, and an edge to it could close a cycle that never exists (bob
+// deletes his request for k2 and asks for k1, which alice holds, while alice waits for k2).
+func waitsFor(locks []locksv1.ProjectLock, reqs []locksv1.LockRequest, freezes queue.Freezes, now time.Time, cfg queue.Config) []deadlock.KeyState {
+	live := map[string]bool{}
+	for i := range reqs {
+		lr := &reqs[i]
+		if !lr.Status.Phase.IsFinal() && !lr.Spec.Release && lr.DeletionTimestamp == nil {
+			live[string(lr.UID)] = true
+		}
+	}
 	type keyInfo struct {
 		key     string
 		holder  *deadlock.Identity
@@ -149,17 +215,24 @@ func (d *DeadlockDetector) snapshot(ctx context.Context, namespace string) (*dea
 		}
 		return k
 	}
-	for i := range locks.Items {
-		pl := &locks.Items[i]
+	for i := range locks {
+		pl := &locks[i]
 		k := get(pl.Name)
 		k.key = lockkey.String(pl.Spec.LockTarget)
-		if h := pl.Status.Holder; h != nil {
-			k.holder = &deadlock.Identity{Owner: h.Owner, Pull: h.Pull}
+		h := pl.Status.Holder
+		if h == nil {
+			continue
+		}
+		for _, r := range h.Requests {
+			if live[r.UID] {
+				k.holder = &deadlock.Identity{Owner: h.Owner, Pull: h.Pull}
+				break
+			}
 		}
 	}
-	for i := range reqs.Items {
-		lr := &reqs.Items[i]
-		if lr.Status.Phase != locksv1.PhasePending || lr.Spec.Release || lr.DeletionTimestamp != nil {
+	for i := range reqs {
+		lr := &reqs[i]
+		if lr.Status.Phase != locksv1.PhasePending || !live[string(lr.UID)] {
 			continue
 		}
 		if _, frozen := freezes.For(lr.Spec.Command); frozen {
@@ -178,7 +251,7 @@ func (d *DeadlockDetector) snapshot(ctx context.Context, namespace string) (*dea
 	states := make([]deadlock.KeyState, 0, len(keys))
 	for name, k := range keys {
 		st := deadlock.KeyState{Key: k.key, Holder: k.holder}
-		for _, w := range queue.Order(name, k.waiting, now, d.cfg) {
+		for _, w := range queue.Order(name, k.waiting, now, cfg) {
 			st.Queue = append(st.Queue, deadlock.Waiter{
 				Identity: deadlock.Identity{Owner: w.Request.Spec.Holder.Owner, Pull: w.Request.Spec.Holder.Pull},
 				Request:  w.Request.Name, Priority: w.Priority, Arrival: w.Arrival,
@@ -186,7 +259,8 @@ func (d *DeadlockDetector) snapshot(ctx context.Context, namespace string) (*dea
 		}
 		states = append(states, st)
 	}
-	return deadlock.Build(states), nil
+	sort.Slice(states, func(i, j int) bool { return states[i].Key < states[j].Key })
+	return states
 }
 
 // fail marks the victim Failed with reason Deadlock and tells every member of the cycle.
@@ -225,8 +299,13 @@ func (d *DeadlockDetector) fail(ctx context.Context, namespace string, victim de
 			Message: cond.msg, ObservedGeneration: lr.Generation, LastTransitionTime: fin})
 	}
 	if err := d.client.Status().Update(ctx, obj); err != nil {
-		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
-			d.Waiting(ctx, namespace, nil) // look again with fresh state
+		switch {
+		case apierrors.IsConflict(err):
+			// The victim moved on since the cache's version: look again once the cache shows it.
+			d.Waiting(ctx, namespace, []*locksv1.LockRequest{&lr})
+			return nil
+		case apierrors.IsNotFound(err):
+			d.Waiting(ctx, namespace, nil)
 			return nil
 		}
 		return fmt.Errorf("fail deadlock victim %s/%s: %w", namespace, lr.Name, err)

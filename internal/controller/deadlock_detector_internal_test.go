@@ -1,0 +1,212 @@
+package controller
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+
+	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
+	"github.com/turnstile-dev/turnstile/internal/deadlock"
+	"github.com/turnstile-dev/turnstile/internal/lockkey"
+	"github.com/turnstile-dev/turnstile/internal/queue"
+)
+
+var dlNow = time.Date(2026, 3, 14, 9, 0, 0, 0, time.UTC)
+
+func dlTarget(path string) locksv1.LockTarget {
+	return locksv1.LockTarget{Repo: "acme/infra", Path: path, Workspace: "default"}
+}
+
+func dlKey(path string) string { return lockkey.String(dlTarget(path)) }
+
+// dlReq is a request of owner#pull for the keys at paths, in that spec order; held marks the
+// ones its status says it holds. It waited since queued seconds before dlNow.
+type dlReq struct {
+	name, owner string
+	pull        int64
+	paths       []string
+	held        []bool
+	phase       locksv1.LockRequestPhase
+	queued      int
+	command     string
+	priority    locksv1.Priority
+	release     bool
+	deleting    bool
+}
+
+func (r dlReq) obj() locksv1.LockRequest {
+	lr := locksv1.LockRequest{ObjectMeta: metav1.ObjectMeta{Name: r.name, Namespace: "team", UID: types.UID("uid-" + r.name)}}
+	lr.Spec.Holder = locksv1.Holder{Owner: r.owner, Pull: r.pull}
+	lr.Spec.Command, lr.Spec.Priority, lr.Spec.Release = r.command, r.priority, r.release
+	for i, p := range r.paths {
+		t := dlTarget(p)
+		lr.Spec.Locks = append(lr.Spec.Locks, t)
+		lr.Status.Locks = append(lr.Status.Locks, locksv1.LockStatus{Key: lockkey.String(t), Name: lockkey.Name(t), Held: i < len(r.held) && r.held[i]})
+	}
+	lr.Status.Phase = r.phase
+	q := metav1.NewMicroTime(dlNow.Add(-time.Duration(r.queued) * time.Second))
+	lr.Status.QueuedAt = &q
+	if r.deleting {
+		lr.DeletionTimestamp = ptr.To(metav1.NewTime(dlNow))
+	}
+	return lr
+}
+
+// dlLock is the ProjectLock of path held by owner#pull through the named requests.
+func dlLock(path, owner string, pull int64, requests ...string) locksv1.ProjectLock {
+	t := dlTarget(path)
+	pl := locksv1.ProjectLock{ObjectMeta: metav1.ObjectMeta{Name: lockkey.Name(t), Namespace: "team"}}
+	pl.Spec.LockTarget = t
+	if owner != "" {
+		h := &locksv1.LockHolder{Owner: owner, Pull: pull}
+		for _, r := range requests {
+			h.Requests = append(h.Requests, locksv1.HolderRequest{Name: r, UID: "uid-" + r})
+		}
+		pl.Status.Holder = h
+	}
+	return pl
+}
+
+// keyView is a KeyState in short: the key, its holder, its queue as identity/request.
+type keyView struct {
+	Key    string
+	Holder string
+	Queue  []string
+}
+
+func viewKeys(states []deadlock.KeyState) []keyView {
+	out := make([]keyView, 0, len(states))
+	for _, s := range states {
+		v := keyView{Key: s.Key}
+		if s.Holder != nil {
+			v.Holder = s.Holder.String()
+		}
+		for _, w := range s.Queue {
+			v.Queue = append(v.Queue, w.Identity.String()+"/"+w.Request)
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
+func TestWaitsFor(t *testing.T) {
+	granted, pending := locksv1.PhaseGranted, locksv1.PhasePending
+	a1 := dlReq{name: "a1", owner: "alice", pull: 1, paths: []string{"k1"}, held: []bool{true}, phase: granted}
+	b1 := dlReq{name: "b1", owner: "bob", pull: 2, paths: []string{"k2"}, held: []bool{true}, phase: granted}
+	a2 := dlReq{name: "a2", owner: "alice", pull: 1, paths: []string{"k2"}, phase: pending, queued: 20}
+	b2 := dlReq{name: "b2", owner: "bob", pull: 2, paths: []string{"k1"}, phase: pending, queued: 10}
+	lockK1, lockK2 := dlLock("k1", "alice", 1, "a1"), dlLock("k2", "bob", 2, "b1")
+	with := func(r dlReq, edit func(*dlReq)) dlReq { edit(&r); return r }
+	applyFrozen, _ := queue.ResolveFreezes([]locksv1.CommandLock{{ObjectMeta: metav1.ObjectMeta{Name: "apply"}, Spec: locksv1.CommandLockSpec{Locked: true}}}, queue.FreezeFlags{}, dlNow)
+
+	cases := map[string]struct {
+		locks     []locksv1.ProjectLock
+		reqs      []dlReq
+		freezes   queue.Freezes
+		wantKeys  []keyView
+		wantCycle string
+	}{
+		"the classic deadlock": {
+			locks: []locksv1.ProjectLock{lockK1, lockK2},
+			reqs:  []dlReq{a1, b1, a2, b2},
+			wantKeys: []keyView{
+				{Key: dlKey("k1"), Holder: "alice#1", Queue: []string{"bob#2/b2"}},
+				{Key: dlKey("k2"), Holder: "bob#2", Queue: []string{"alice#1/a2"}},
+			},
+			wantCycle: "deadlock: alice#1 waits for bob#2 on acme/infra/k2/default; bob#2 waits for alice#1 on acme/infra/k1/default",
+		},
+		"a holder whose request is deleted no longer holds, though its ProjectLock still says so": {
+			locks: []locksv1.ProjectLock{lockK1, lockK2},
+			reqs:  []dlReq{a1, a2, b2},
+			wantKeys: []keyView{
+				{Key: dlKey("k1"), Holder: "alice#1", Queue: []string{"bob#2/b2"}},
+				{Key: dlKey("k2"), Queue: []string{"alice#1/a2"}},
+			},
+		},
+		"a holder whose request is being deleted no longer holds": {
+			locks: []locksv1.ProjectLock{lockK1, lockK2},
+			reqs:  []dlReq{a1, with(b1, func(r *dlReq) { r.deleting = true }), a2, b2},
+			wantKeys: []keyView{
+				{Key: dlKey("k1"), Holder: "alice#1", Queue: []string{"bob#2/b2"}},
+				{Key: dlKey("k2"), Queue: []string{"alice#1/a2"}},
+			},
+		},
+		"a holder that set spec.release no longer holds": {
+			locks: []locksv1.ProjectLock{lockK1, lockK2},
+			reqs:  []dlReq{a1, with(b1, func(r *dlReq) { r.release = true }), a2, b2},
+			wantKeys: []keyView{
+				{Key: dlKey("k1"), Holder: "alice#1", Queue: []string{"bob#2/b2"}},
+				{Key: dlKey("k2"), Queue: []string{"alice#1/a2"}},
+			},
+		},
+		"a holder whose request finished no longer holds": {
+			locks: []locksv1.ProjectLock{lockK1, lockK2},
+			reqs:  []dlReq{a1, with(b1, func(r *dlReq) { r.phase = locksv1.PhaseExpired; r.held = nil }), a2, b2},
+			wantKeys: []keyView{
+				{Key: dlKey("k1"), Holder: "alice#1", Queue: []string{"bob#2/b2"}},
+				{Key: dlKey("k2"), Queue: []string{"alice#1/a2"}},
+			},
+		},
+		"a holder being granted (its status not written yet) holds": {
+			locks: []locksv1.ProjectLock{lockK1, lockK2},
+			reqs:  []dlReq{a1, with(b1, func(r *dlReq) { r.phase = pending; r.held = nil; r.queued = 30 }), a2, b2},
+			wantKeys: []keyView{
+				{Key: dlKey("k1"), Holder: "alice#1", Queue: []string{"bob#2/b2"}},
+				{Key: dlKey("k2"), Holder: "bob#2", Queue: []string{"bob#2/b1", "alice#1/a2"}},
+			},
+			wantCycle: "deadlock: alice#1 waits for bob#2 on acme/infra/k2/default; bob#2 waits for alice#1 on acme/infra/k1/default",
+		},
+		"a frozen request waits on the freeze, not on anyone": {
+			locks:    []locksv1.ProjectLock{lockK1, lockK2},
+			reqs:     []dlReq{a1, b1, a2, with(b2, func(r *dlReq) { r.command = "apply" })},
+			freezes:  applyFrozen,
+			wantKeys: []keyView{{Key: dlKey("k1"), Holder: "alice#1"}, {Key: dlKey("k2"), Holder: "bob#2", Queue: []string{"alice#1/a2"}}},
+		},
+		"a request with several keys waits on the first it does not hold": {
+			locks: []locksv1.ProjectLock{dlLock("k1", "alice", 1, "m"), dlLock("k3", "carol", 3, "c1")},
+			reqs: []dlReq{
+				{name: "c1", owner: "carol", pull: 3, paths: []string{"k3"}, held: []bool{true}, phase: granted},
+				// Spec order k3, k1; canonical order k1, k3: holds k1, waits for k3.
+				{name: "m", owner: "alice", pull: 1, paths: []string{"k3", "k1"}, held: []bool{false, true}, phase: pending, queued: 5},
+			},
+			wantKeys: []keyView{{Key: dlKey("k1"), Holder: "alice#1"}, {Key: dlKey("k3"), Holder: "carol#3", Queue: []string{"alice#1/m"}}},
+		},
+		"finished, released and deleting requests wait for nothing; the queue is in grant order": {
+			locks: []locksv1.ProjectLock{lockK1},
+			reqs: []dlReq{
+				a1,
+				{name: "old", owner: "dave", pull: 4, paths: []string{"k1"}, phase: pending, queued: 30},
+				{name: "urgent", owner: "erin", pull: 5, paths: []string{"k1"}, phase: pending, queued: 1, priority: locksv1.PriorityHigh},
+				{name: "failed", owner: "fay", pull: 6, paths: []string{"k1"}, phase: locksv1.PhaseFailed, queued: 40},
+				{name: "leaving", owner: "gus", pull: 7, paths: []string{"k1"}, phase: pending, queued: 50, release: true},
+				{name: "deleted", owner: "hal", pull: 8, paths: []string{"k1"}, phase: pending, queued: 60, deleting: true},
+				{name: "new", owner: "ivy", pull: 9, paths: []string{"k1"}},
+			},
+			wantKeys: []keyView{{Key: dlKey("k1"), Holder: "alice#1", Queue: []string{"erin#5/urgent", "dave#4/old"}}},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			reqs := make([]locksv1.LockRequest, len(tc.reqs))
+			for i, r := range tc.reqs {
+				reqs[i] = r.obj()
+			}
+			cfg := queue.DefaultConfig()
+			states := waitsFor(tc.locks, reqs, tc.freezes, dlNow, cfg)
+			if diff := cmp.Diff(tc.wantKeys, viewKeys(states)); diff != "" {
+				t.Errorf("keys (-want +got):\n%s", diff)
+			}
+			cycle := ""
+			if cs := deadlock.Build(states).FindCycles(); len(cs) > 0 {
+				cycle = cs[0].String()
+			}
+			if diff := cmp.Diff(tc.wantCycle, cycle); diff != "" {
+				t.Errorf("cycle (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
