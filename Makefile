@@ -66,7 +66,11 @@ test: k8s-bins build ## Unit + envtest + e2e tests (real kube-apiserver, etcd, k
 
 .PHONY: test-unit
 test-unit: ## Only the pure unit tests (no control plane).
-	go test -race ./internal/queue/... ./internal/deadlock/... ./internal/lockkey/... ./pkg/...
+	go test -race ./internal/queue/... ./internal/deadlock/... ./internal/lockkey/... ./pkg/workdir/...
+
+.PHONY: bench
+bench: k8s-bins build ## Benchmark harness (test/bench): Turnstile vs the raw API server and leaderelection; a table + bin/bench/results.json.
+	go run ./test/bench/cmd --size full --manager $(BIN)/manager --out $(BIN)/bench
 
 ##@ Build
 

@@ -1,0 +1,347 @@
+// Package client is Turnstile's Go client for runners: acquire a lock (create a LockRequest and
+// wait for its grant on a watch), renew it, release it, and learn why it was not granted.
+//
+//	tc := client.New(k8s, "team-a")
+//	lock, err := tc.Acquire(ctx, client.Request{
+//		Locks:  []locksv1.LockTarget{{Repo: "acme/infra", Path: "modules/vpc", Workspace: "default"}},
+//		Holder: locksv1.Holder{Owner: "alice", Pull: 100},
+//	})
+//	if err != nil { ... }            // errors.Is(err, client.ErrBusy), client.ErrTimeout, ...
+//	defer lock.Release(context.WithoutCancel(ctx))
+//	run(lock.FencingToken)           // pass the token to whatever the lock protects
+//
+// The lock is a LockRequest object, so everything the client does can also be done, and seen,
+// with kubectl.
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
+
+	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
+)
+
+// Errors a request can end with, matched with errors.Is. The concrete error is a *NotGrantedError
+// or *LostError carrying the controller's message.
+var (
+	// ErrBusy: the lock was held and the request asked not to wait (Forrst LOCK_ACQUISITION_FAILED).
+	ErrBusy = errors.New("lock busy")
+	// ErrTimeout: waitTimeout elapsed before the grant (Forrst LOCK_TIMEOUT).
+	ErrTimeout = errors.New("timed out waiting for the lock")
+	// ErrCommandLocked: the request's command is frozen by a CommandLock and it asked not to wait.
+	ErrCommandLocked = errors.New("command locked")
+	// ErrDeadlock: the request was the victim of a deadlock cycle.
+	ErrDeadlock = errors.New("deadlock")
+	// ErrQueueFull: the key's queue was at the operator's cap.
+	ErrQueueFull = errors.New("queue full")
+	// ErrInvalid: the operator cannot honor the request as written (e.g. ttl over its maximum).
+	ErrInvalid = errors.New("invalid request")
+	// ErrLost: a granted lock ended without the holder releasing it: it expired, an admin
+	// force-unlocked it, or the holder's Lease lapsed. Whatever the lock protected must stop.
+	ErrLost = errors.New("lock lost")
+	// ErrReleased: the request was released (by spec.release or by someone else) before it was
+	// granted.
+	ErrReleased = errors.New("released before it was granted")
+)
+
+var reasonErrors = map[string]error{
+	locksv1.ReasonBusy:          ErrBusy,
+	locksv1.ReasonTimeout:       ErrTimeout,
+	locksv1.ReasonCommandLocked: ErrCommandLocked,
+	locksv1.ReasonDeadlock:      ErrDeadlock,
+	locksv1.ReasonQueueFull:     ErrQueueFull,
+	locksv1.ReasonInvalid:       ErrInvalid,
+	locksv1.ReasonExpired:       ErrLost,
+	locksv1.ReasonForceUnlocked: ErrLost,
+	locksv1.ReasonHolderLost:    ErrLost,
+	locksv1.ReasonReleased:      ErrReleased,
+}
+
+// NotGrantedError is a request that ended without a grant, or a grant that ended without a
+// release: the phase, reason and message the controller wrote.
+type NotGrantedError struct {
+	Request types.NamespacedName
+	Phase   locksv1.LockRequestPhase
+	Reason  string
+	Message string
+}
+
+func (e *NotGrantedError) Error() string {
+	return fmt.Sprintf("lockrequest %s: %s (%s): %s", e.Request, e.Phase, e.Reason, e.Message)
+}
+
+// Is matches the sentinel error of the reason.
+func (e *NotGrantedError) Is(target error) bool {
+	err, ok := reasonErrors[e.Reason]
+	return ok && err == target
+}
+
+// Request describes the locks to acquire.
+type Request struct {
+	// Name of the LockRequest; empty generates one from GenerateName (default "lock-").
+	Name         string
+	GenerateName string
+	Labels       map[string]string
+	Locks        []locksv1.LockTarget
+	Holder       locksv1.Holder
+	Command      string
+	Priority     locksv1.Priority
+	// TTL is the grant's lifetime; zero takes the operator's default.
+	TTL time.Duration
+	// WaitTimeout bounds the wait on the server side; nil waits until the context ends. Use
+	// TryAcquire for "fail at once if busy".
+	WaitTimeout *time.Duration
+}
+
+// Client acquires locks in one namespace.
+type Client struct {
+	c         ctrlclient.WithWatch
+	namespace string
+}
+
+// New returns a client for namespace. c must read from the API server (client.NewWithWatch),
+// not a cache.
+func New(c ctrlclient.WithWatch, namespace string) *Client {
+	return &Client{c: c, namespace: namespace}
+}
+
+// Namespace is where the client's LockRequests live.
+func (c *Client) Namespace() string { return c.namespace }
+
+// Lock is a granted LockRequest.
+type Lock struct {
+	Name, Namespace string
+	UID             types.UID
+	// FencingToken strictly increases per key with every new holder: pass it to what the lock
+	// protects, so a stale holder's late write can be refused.
+	FencingToken int64
+	GrantedAt    time.Time
+	ExpiresAt    time.Time
+	c            *Client
+}
+
+// Key is the LockRequest's namespace/name.
+func (l *Lock) Key() types.NamespacedName {
+	return types.NamespacedName{Namespace: l.Namespace, Name: l.Name}
+}
+
+// Create creates the LockRequest for r and returns it, without waiting.
+func (c *Client) Create(ctx context.Context, r Request) (*locksv1.LockRequest, error) {
+	lr := &locksv1.LockRequest{}
+	lr.Namespace = c.namespace
+	lr.Name = r.Name
+	lr.GenerateName = r.GenerateName
+	if lr.Name == "" && lr.GenerateName == "" {
+		lr.GenerateName = "lock-"
+	}
+	lr.Labels = r.Labels
+	lr.Spec.Locks = r.Locks
+	lr.Spec.Holder = r.Holder
+	lr.Spec.Command = r.Command
+	lr.Spec.Priority = r.Priority
+	if r.TTL > 0 {
+		lr.Spec.TTL = &metav1.Duration{Duration: r.TTL}
+	}
+	if r.WaitTimeout != nil {
+		lr.Spec.WaitTimeout = &metav1.Duration{Duration: *r.WaitTimeout}
+	}
+	if err := c.c.Create(ctx, lr); err != nil {
+		return nil, fmt.Errorf("create lockrequest: %w", err)
+	}
+	return lr, nil
+}
+
+// Acquire creates a LockRequest and waits for its grant. If ctx ends first, or the request ends
+// without a grant, the request is deleted (so it does not stay queued) and the error says why.
+func (c *Client) Acquire(ctx context.Context, r Request) (*Lock, error) {
+	lr, err := c.Create(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	lock, err := c.Wait(ctx, lr.Name)
+	if err != nil {
+		// Leave nothing queued behind: a caller that gave up must not be granted later.
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if derr := c.c.Delete(dctx, lr, ctrlclient.Preconditions{UID: &lr.UID}); derr != nil && !apierrors.IsNotFound(derr) {
+			err = errors.Join(err, fmt.Errorf("delete abandoned lockrequest %s: %w", lr.Name, derr))
+		}
+		return nil, err
+	}
+	return lock, nil
+}
+
+// TryAcquire is Acquire with waitTimeout 0s: granted at once, or ErrBusy / ErrCommandLocked.
+func (c *Client) TryAcquire(ctx context.Context, r Request) (*Lock, error) {
+	zero := time.Duration(0)
+	r.WaitTimeout = &zero
+	return c.Acquire(ctx, r)
+}
+
+// Wait watches the named LockRequest until it is granted or ends. It does not delete anything.
+func (c *Client) Wait(ctx context.Context, name string) (*Lock, error) {
+	key := types.NamespacedName{Namespace: c.namespace, Name: name}
+	for {
+		var lr locksv1.LockRequest
+		if err := c.c.Get(ctx, key, &lr); err != nil {
+			return nil, fmt.Errorf("get lockrequest %s: %w", key, err)
+		}
+		if lock, done, err := c.outcome(&lr); done {
+			return lock, err
+		}
+		w, err := c.c.Watch(ctx, &locksv1.LockRequestList{},
+			ctrlclient.InNamespace(c.namespace),
+			ctrlclient.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("metadata.name", name)},
+			&ctrlclient.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: lr.ResourceVersion}})
+		if err != nil {
+			return nil, fmt.Errorf("watch lockrequest %s: %w", key, err)
+		}
+		lock, done, err := c.follow(ctx, w, key)
+		w.Stop()
+		if done {
+			return lock, err
+		}
+		// The watch closed (server timeout, or too old a resourceVersion): read and watch again.
+	}
+}
+
+// follow reads watch events until the request is decided, the context ends, or the watch closes.
+func (c *Client) follow(ctx context.Context, w watch.Interface, key types.NamespacedName) (*Lock, bool, error) {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, true, fmt.Errorf("waiting for lockrequest %s: %w", key, ctx.Err())
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				return nil, false, nil
+			}
+			switch ev.Type {
+			case watch.Deleted:
+				return nil, true, &NotGrantedError{Request: key, Phase: locksv1.PhaseReleased, Reason: locksv1.ReasonReleased,
+					Message: "the LockRequest was deleted while waiting"}
+			case watch.Error:
+				return nil, false, nil
+			}
+			lr, ok := ev.Object.(*locksv1.LockRequest)
+			if !ok {
+				continue
+			}
+			if lock, done, err := c.outcome(lr); done {
+				return lock, true, err
+			}
+		}
+	}
+}
+
+// outcome turns a request's status into a Lock or an error, or says it is still pending.
+func (c *Client) outcome(lr *locksv1.LockRequest) (*Lock, bool, error) {
+	switch lr.Status.Phase {
+	case locksv1.PhaseGranted:
+		if lr.Spec.Release {
+			break
+		}
+		l := &Lock{Name: lr.Name, Namespace: lr.Namespace, UID: lr.UID, FencingToken: lr.Status.FencingToken, c: c}
+		if lr.Status.GrantedAt != nil {
+			l.GrantedAt = lr.Status.GrantedAt.Time
+		}
+		if lr.Status.ExpiresAt != nil {
+			l.ExpiresAt = lr.Status.ExpiresAt.Time
+		}
+		return l, true, nil
+	case locksv1.PhaseReleased, locksv1.PhaseExpired, locksv1.PhaseFailed:
+		return nil, true, notGranted(lr)
+	}
+	return nil, false, nil
+}
+
+func notGranted(lr *locksv1.LockRequest) *NotGrantedError {
+	e := &NotGrantedError{Request: types.NamespacedName{Namespace: lr.Namespace, Name: lr.Name}, Phase: lr.Status.Phase}
+	if c := meta.FindStatusCondition(lr.Status.Conditions, locksv1.ConditionGranted); c != nil {
+		e.Reason, e.Message = c.Reason, c.Message
+	}
+	return e
+}
+
+// Release releases the lock with spec.release, keeping the record (phase Released); the next
+// waiter is granted. Releasing a lock that already ended returns its NotGrantedError (ErrLost if
+// it expired or was taken away), so a caller learns that it did not hold the lock until now.
+func (l *Lock) Release(ctx context.Context) error {
+	var lr locksv1.LockRequest
+	if err := l.c.c.Get(ctx, l.Key(), &lr); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("get lockrequest %s: %w", l.Key(), err)
+	}
+	if lr.UID != l.UID {
+		return nil // ours was deleted; a namesake is not ours to release
+	}
+	if lr.Status.Phase.IsFinal() {
+		if e := notGranted(&lr); e.Reason != locksv1.ReasonReleased {
+			return e
+		}
+		return nil
+	}
+	patch := []byte(`{"spec":{"release":true}}`)
+	if err := l.c.c.Patch(ctx, &lr, ctrlclient.RawPatch(types.MergePatchType, patch)); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("release lockrequest %s: %w", l.Key(), err)
+	}
+	return nil
+}
+
+// Delete releases the lock by deleting its LockRequest: no record is kept.
+func (l *Lock) Delete(ctx context.Context) error {
+	lr := &locksv1.LockRequest{}
+	lr.Namespace, lr.Name = l.Namespace, l.Name
+	if err := l.c.c.Delete(ctx, lr, ctrlclient.Preconditions{UID: &l.UID}); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return fmt.Errorf("delete lockrequest %s: %w", l.Key(), err)
+	}
+	return nil
+}
+
+// Renew sets the grant's ttl, so it now expires ttl after the renewal is applied; it waits until
+// the controller has applied it and returns the new expiry. A lock that already ended returns
+// its NotGrantedError (errors.Is(err, ErrLost)).
+func (l *Lock) Renew(ctx context.Context, ttl time.Duration) (time.Time, error) {
+	var lr locksv1.LockRequest
+	if err := l.c.c.Get(ctx, l.Key(), &lr); err != nil {
+		return time.Time{}, fmt.Errorf("get lockrequest %s: %w", l.Key(), err)
+	}
+	if lr.Status.Phase != locksv1.PhaseGranted {
+		return time.Time{}, notGranted(&lr)
+	}
+	patch := fmt.Appendf(nil, `{"spec":{"ttl":%q}}`, ttl.String())
+	if err := l.c.c.Patch(ctx, &lr, ctrlclient.RawPatch(types.MergePatchType, patch)); err != nil {
+		return time.Time{}, fmt.Errorf("renew lockrequest %s: %w", l.Key(), err)
+	}
+	// The controller answers a spec change by writing expiresAt (and observedGeneration).
+	gen := lr.Generation
+	for {
+		var cur locksv1.LockRequest
+		if err := l.c.c.Get(ctx, l.Key(), &cur); err != nil {
+			return time.Time{}, fmt.Errorf("get lockrequest %s: %w", l.Key(), err)
+		}
+		switch {
+		case cur.Status.Phase.IsFinal():
+			return time.Time{}, notGranted(&cur)
+		case cur.Status.ObservedGeneration >= gen && cur.Status.ExpiresAt != nil:
+			l.ExpiresAt = cur.Status.ExpiresAt.Time
+			return l.ExpiresAt, nil
+		}
+		select {
+		case <-ctx.Done():
+			return time.Time{}, fmt.Errorf("waiting for the renewal of %s: %w", l.Key(), ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}

@@ -1,0 +1,133 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
+
+	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
+	"github.com/turnstile-dev/turnstile/internal/controller"
+	"github.com/turnstile-dev/turnstile/internal/queue"
+	"github.com/turnstile-dev/turnstile/internal/testing/framework"
+	"github.com/turnstile-dev/turnstile/pkg/client"
+)
+
+var (
+	ctx = context.Background()
+	env *framework.Env
+	k8s ctrlclient.WithWatch
+)
+
+func TestClient(t *testing.T) {
+	RegisterFailHandler(Fail)
+	RunSpecs(t, "Go client suite")
+}
+
+var _ = BeforeSuite(func() {
+	var err error
+	env, err = framework.Start("")
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(env.Stop)
+	k8s, err = ctrlclient.NewWithWatch(env.Config, ctrlclient.Options{Scheme: framework.Scheme})
+	Expect(err).NotTo(HaveOccurred())
+	mgr, err := env.StartManager(controller.SetupOptions{Queue: queue.DefaultConfig(), Retention: time.Hour})
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(mgr.Stop)
+})
+
+var vpc = []locksv1.LockTarget{{Repo: "acme/infra", Path: "modules/vpc", Workspace: "default"}}
+
+func newClient() *client.Client {
+	GinkgoHelper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "client-"}}
+	Expect(k8s.Create(ctx, ns)).To(Succeed())
+	return client.New(k8s, ns.Name)
+}
+
+var _ = Describe("The Go client", func() {
+	It("acquires, hands off to a blocked Acquire, and releases keeping the record", func() {
+		tc := newClient()
+		a, err := tc.Acquire(ctx, client.Request{Name: "a", Locks: vpc, Holder: locksv1.Holder{Owner: "alice", Pull: 1}})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(a.FencingToken).To(BeNumerically(">", 0))
+		Expect(a.ExpiresAt.Sub(a.GrantedAt)).To(Equal(30 * time.Minute))
+
+		got := make(chan *client.Lock, 1)
+		go func() {
+			defer GinkgoRecover()
+			b, err := tc.Acquire(ctx, client.Request{Name: "b", Locks: vpc, Holder: locksv1.Holder{Owner: "bob", Pull: 2}})
+			Expect(err).NotTo(HaveOccurred())
+			got <- b
+		}()
+		Consistently(got, time.Second).ShouldNot(Receive(), "bob must wait while alice holds the lock")
+		Expect(a.Release(ctx)).To(Succeed())
+		var b *client.Lock
+		Eventually(got, 10*time.Second).Should(Receive(&b))
+		Expect(b.FencingToken).To(BeNumerically(">", a.FencingToken))
+
+		var rec locksv1.LockRequest
+		Expect(k8s.Get(ctx, a.Key(), &rec)).To(Succeed())
+		Expect(rec.Status.Phase).To(Equal(locksv1.PhaseReleased))
+		Expect(a.Release(ctx)).To(Succeed(), "releasing twice is fine")
+		Expect(b.Delete(ctx)).To(Succeed())
+	})
+
+	It("fails TryAcquire with ErrBusy and the holder's name, and leaves nothing queued", func() {
+		tc := newClient()
+		a, err := tc.Acquire(ctx, client.Request{Locks: vpc, Holder: locksv1.Holder{Owner: "alice", Pull: 1}})
+		Expect(err).NotTo(HaveOccurred())
+		_, err = tc.TryAcquire(ctx, client.Request{Name: "try", Locks: vpc, Holder: locksv1.Holder{Owner: "bob", Pull: 2}})
+		Expect(err).To(MatchError(client.ErrBusy))
+		var nge *client.NotGrantedError
+		Expect(errors.As(err, &nge)).To(BeTrue())
+		Expect(nge.Message).To(ContainSubstring("alice"))
+		Expect(apierrors.IsNotFound(k8s.Get(ctx, ctrlclient.ObjectKey{Namespace: a.Namespace, Name: "try"}, &locksv1.LockRequest{}))).To(BeTrue())
+	})
+
+	It("gives up when the context ends and deletes its queued request", func() {
+		tc := newClient()
+		_, err := tc.Acquire(ctx, client.Request{Locks: vpc, Holder: locksv1.Holder{Owner: "alice", Pull: 1}})
+		Expect(err).NotTo(HaveOccurred())
+		short, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		defer cancel()
+		_, err = tc.Acquire(short, client.Request{Name: "impatient", Locks: vpc, Holder: locksv1.Holder{Owner: "bob", Pull: 2}})
+		Expect(err).To(MatchError(context.DeadlineExceeded))
+		err = k8s.Get(ctx, ctrlclient.ObjectKey{Namespace: tc.Namespace(), Name: "impatient"}, &locksv1.LockRequest{})
+		Expect(apierrors.IsNotFound(err)).To(BeTrue(), "the abandoned request must be deleted, got %v", err)
+	})
+
+	It("fails with ErrTimeout when the server-side waitTimeout elapses", func() {
+		tc := newClient()
+		_, err := tc.Acquire(ctx, client.Request{Locks: vpc, Holder: locksv1.Holder{Owner: "alice", Pull: 1}})
+		Expect(err).NotTo(HaveOccurred())
+		wait := time.Second
+		_, err = tc.Acquire(ctx, client.Request{Locks: vpc, Holder: locksv1.Holder{Owner: "bob", Pull: 2}, WaitTimeout: &wait})
+		Expect(err).To(MatchError(client.ErrTimeout))
+	})
+
+	It("renews a grant and reports a lost one as ErrLost", func() {
+		tc := newClient()
+		a, err := tc.Acquire(ctx, client.Request{Locks: vpc, Holder: locksv1.Holder{Owner: "alice", Pull: 1}, TTL: 3 * time.Second})
+		Expect(err).NotTo(HaveOccurred())
+		exp, err := a.Renew(ctx, time.Hour)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(exp).To(BeTemporally(">", a.GrantedAt.Add(50*time.Minute)))
+
+		// An admin force-unlocks: the holder learns it lost the lock.
+		var pls locksv1.ProjectLockList
+		Expect(k8s.List(ctx, &pls, ctrlclient.InNamespace(a.Namespace))).To(Succeed())
+		Expect(pls.Items).To(HaveLen(1))
+		Expect(k8s.Delete(ctx, &pls.Items[0])).To(Succeed())
+		Eventually(func() error { _, err := a.Renew(ctx, time.Hour); return err }, 10*time.Second, 50*time.Millisecond).
+			Should(MatchError(client.ErrLost))
+		Expect(a.Release(ctx)).To(MatchError(client.ErrLost))
+	})
+})
