@@ -143,11 +143,30 @@ var _ = Describe("Grant engine", func() {
 		patch := client.MergeFrom(lr.DeepCopy())
 		lr.Spec.TTL = &metav1.Duration{Duration: time.Hour}
 		Expect(k8s.Patch(ctx, lr, patch)).To(Succeed())
+		// A renewal runs the new ttl from when the controller sees it (status.renewedAt).
 		Eventually(func() time.Duration {
 			l := get(ns, "a")
-			return l.Status.ExpiresAt.Sub(l.Status.GrantedAt.Time)
+			if l.Status.RenewedAt == nil {
+				return 0
+			}
+			return l.Status.ExpiresAt.Sub(l.Status.RenewedAt.Time)
 		}, timeout, interval).Should(Equal(time.Hour))
 		consistentlyPhase(ns, "a", locksv1.PhaseGranted, 4*time.Second)
+	})
+
+	It("refuses a renewal over the operator's maximum and keeps the grant as it was", func() {
+		create(req("a", ns).Owner("alice", 1).TTL(time.Minute).Obj())
+		expectPhase(ns, "a", locksv1.PhaseGranted)
+		lr := get(ns, "a")
+		expires := lr.Status.ExpiresAt.Time
+		patch := client.MergeFrom(lr.DeepCopy())
+		lr.Spec.TTL = &metav1.Duration{Duration: options.Queue.MaxTTL + time.Hour}
+		Expect(k8s.Patch(ctx, lr, patch)).To(Succeed())
+		Eventually(condOf(ns, "a"), timeout, interval).Should(ContainSubstring(
+			fmt.Sprintf("renewal refused: spec.ttl %s is over this operator's maximum of %s", options.Queue.MaxTTL+time.Hour, options.Queue.MaxTTL)))
+		lr = get(ns, "a")
+		Expect(lr.Status.Phase).To(Equal(locksv1.PhaseGranted))
+		Expect(lr.Status.ExpiresAt.Time).To(Equal(expires))
 	})
 
 	It("fails at once with waitTimeout 0s when busy, and with Timeout when the wait elapses", func() {

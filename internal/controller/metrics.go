@@ -81,7 +81,8 @@ func (m *Metrics) queueDepth(namespace, name string, n int) {
 }
 
 func (m *Metrics) granted(u queue.Update, now time.Time) {
-	if u.Status.Phase != locksv1.PhaseGranted {
+	// Only a new grant counts: a renewal's event rides on an update of a request already granted.
+	if u.Status.Phase != locksv1.PhaseGranted || u.Request.Status.Phase == locksv1.PhaseGranted {
 		return
 	}
 	m.Grants.Inc()
