@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -30,6 +31,11 @@ type CommandLockReconciler struct {
 	clock    clock.PassiveClock
 	flags    queue.FreezeFlags
 	metrics  *Metrics
+
+	// frozen remembers the CommandLocks last seen in force, by name, so that deleting one (which
+	// thaws its command) still gets its Thaw event.
+	mu     sync.Mutex
+	frozen map[string]types.UID
 }
 
 var _ reconcile.Reconciler = (*CommandLockReconciler)(nil)
@@ -39,7 +45,7 @@ func NewCommandLockReconciler(c client.Client, recorder events.EventRecorder, fl
 	if clk == nil {
 		clk = clock.RealClock{}
 	}
-	return &CommandLockReconciler{client: c, recorder: recorder, clock: clk, flags: flags, metrics: m}
+	return &CommandLockReconciler{client: c, recorder: recorder, clock: clk, flags: flags, metrics: m, frozen: map[string]types.UID{}}
 }
 
 // +kubebuilder:rbac:groups=locks.turnstile.dev,resources=commandlocks,verbs=get;list;watch
@@ -52,6 +58,10 @@ func (r *CommandLockReconciler) Reconcile(ctx context.Context, req reconcile.Req
 		if client.IgnoreNotFound(err) == nil {
 			r.metrics.FrozenCommand.DeleteLabelValues(req.Name)
 			r.metrics.Blocked.DeleteLabelValues(req.Name)
+			if uid, ok := r.remember(req.Name, "", false); ok {
+				gone := &locksv1.CommandLock{ObjectMeta: metav1.ObjectMeta{Name: req.Name, UID: uid}}
+				r.recorder.Eventf(gone, nil, "Normal", locksv1.ReasonThawed, "Thaw", "%s was deleted: %s commands may run again", req.Name, req.Name)
+			}
 		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
@@ -79,7 +89,7 @@ func (r *CommandLockReconciler) Reconcile(ctx context.Context, req reconcile.Req
 		}
 		switch {
 		case inForce && !wasInForce:
-			r.recorder.Eventf(obj, nil, "Warning", locksv1.ReasonFrozen, "Freeze", "%s", queue.FreezeMessage(cl.Name, cl.Spec.Reason))
+			r.recorder.Eventf(obj, nil, "Warning", locksv1.ReasonFrozen, "Freeze", "%s", meta.FindStatusCondition(st.Conditions, locksv1.ConditionLocked).Message)
 		case !inForce && wasInForce:
 			r.recorder.Eventf(obj, nil, "Normal", locksv1.ReasonThawed, "Thaw", "%s commands may run again", cl.Name)
 		}
@@ -90,22 +100,40 @@ func (r *CommandLockReconciler) Reconcile(ctx context.Context, req reconcile.Req
 	}
 	r.metrics.FrozenCommand.WithLabelValues(cl.Name).Set(frozen)
 	r.metrics.Blocked.WithLabelValues(cl.Name).Set(float64(st.BlockedRequests))
+	r.remember(cl.Name, cl.UID, inForce)
 
 	// An until still ahead: wake up then, thaw, and let the keys grant.
-	if inForce && cl.Spec.Until != nil {
+	if queue.IsLockInForce(&cl, now) && cl.Spec.Until != nil {
 		return reconcile.Result{RequeueAfter: cl.Spec.Until.Sub(now) + time.Millisecond}, nil
 	}
 	return reconcile.Result{}, nil
 }
 
+// remember records whether the CommandLock name (uid) is in force, and returns what was recorded
+// before.
+func (r *CommandLockReconciler) remember(name string, uid types.UID, inForce bool) (types.UID, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	prev, ok := r.frozen[name]
+	if inForce {
+		r.frozen[name] = uid
+	} else {
+		delete(r.frozen, name)
+	}
+	return prev, ok
+}
+
 // CommandLockStatus computes a CommandLock's status from the requests of its command. Pure.
+//
+// Locked reports the freeze the command is under once the operator's flags have spoken (see
+// queue.CommandLockFreeze): an apply CommandLock shows --disable-apply's freeze even when
+// unlocked, and is not Locked under --disable-global-apply-lock. blockedRequests counts the
+// requests waiting on this very freeze: an apply request blocked by "all" counts for "all", not
+// for an unlocked "apply". Requests without a command are not the business of any CommandLock.
 func CommandLockStatus(cl *locksv1.CommandLock, requests []locksv1.LockRequest, flags queue.FreezeFlags, now time.Time) locksv1.CommandLockStatus {
 	st := *cl.Status.DeepCopy()
 	st.ObservedGeneration = cl.Generation
-	inForce := queue.IsLockInForce(cl, now)
-	if cl.Name == queue.CommandApply && flags.DisableGlobalApplyLock && !flags.DisableApply {
-		inForce = false
-	}
+	freeze, inForce := queue.CommandLockFreeze(cl, flags, now)
 	st.ActiveHolders, st.BlockedRequests = 0, 0
 	for i := range requests {
 		lr := &requests[i]
@@ -116,7 +144,8 @@ func CommandLockStatus(cl *locksv1.CommandLock, requests []locksv1.LockRequest, 
 		case locksv1.PhaseGranted:
 			st.ActiveHolders++
 		case locksv1.PhasePending, "":
-			if c := meta.FindStatusCondition(lr.Status.Conditions, locksv1.ConditionGranted); c != nil && c.Reason == locksv1.ReasonCommandLocked {
+			c := meta.FindStatusCondition(lr.Status.Conditions, locksv1.ConditionGranted)
+			if inForce && c != nil && c.Reason == locksv1.ReasonCommandLocked && lr.Status.BlockedBy == freeze.Source {
 				st.BlockedRequests++
 			}
 		}
@@ -126,7 +155,7 @@ func CommandLockStatus(cl *locksv1.CommandLock, requests []locksv1.LockRequest, 
 		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: typ, Status: s, Reason: reason, Message: msg, ObservedGeneration: st.ObservedGeneration, LastTransitionTime: ts})
 	}
 	if inForce {
-		set(locksv1.ConditionLocked, metav1.ConditionTrue, locksv1.ReasonFrozen, queue.FreezeMessage(cl.Name, cl.Spec.Reason))
+		set(locksv1.ConditionLocked, metav1.ConditionTrue, locksv1.ReasonFrozen, freeze.Message)
 	} else {
 		set(locksv1.ConditionLocked, metav1.ConditionFalse, locksv1.ReasonThawed, "not frozen")
 	}

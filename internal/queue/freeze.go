@@ -90,6 +90,14 @@ func (f Freezes) For(command string) (Freeze, bool) {
 	return Freeze{}, false
 }
 
+// CommandLockFreeze is the freeze cl puts its own command under at now once the flags have
+// spoken, which is what cl's status reports: for apply, --disable-apply freezes it whatever cl
+// says and --disable-global-apply-lock makes cl inert; "all" reports its own freeze.
+func CommandLockFreeze(cl *locksv1.CommandLock, flags FreezeFlags, now time.Time) (Freeze, bool) {
+	f, _ := ResolveFreezes([]locksv1.CommandLock{*cl}, flags, now)
+	return f.For(cl.Name)
+}
+
 // FreezeMessage is the Atlantis-style message for a frozen command:
 // "Apply commands are locked globally: maintenance window".
 func FreezeMessage(command, reason string) string {

@@ -150,6 +150,33 @@ func TestFreezesForPrecedence(t *testing.T) {
 			locks:      applyLocked,
 			wantFrozen: map[string]Freeze{"apply": applyFreeze},
 		},
+		"no flags and no CommandLock: nothing is frozen": {
+			wantFrozen: map[string]Freeze{},
+		},
+		"DisableGlobalApplyLock alone freezes nothing": {
+			tc:         FreezeFlags{DisableGlobalApplyLock: true},
+			wantFrozen: map[string]Freeze{},
+		},
+		"DisableApply freezes apply though its CommandLock is unlocked": {
+			tc:         FreezeFlags{DisableApply: true},
+			locks:      []locksv1.CommandLock{commandLock("apply", false, "", nil)},
+			wantFrozen: map[string]Freeze{"apply": disabled},
+		},
+		"DisableApply freezes apply though its CommandLock's until has passed": {
+			tc:         FreezeFlags{DisableApply: true},
+			locks:      []locksv1.CommandLock{commandLock("apply", true, "maintenance window", at(now.Add(-time.Second)))},
+			wantFrozen: map[string]Freeze{"apply": disabled},
+		},
+		"DisableGlobalApplyLock leaves the other commands' locks in force": {
+			tc:         FreezeFlags{DisableGlobalApplyLock: true},
+			locks:      append(applyLocked, commandLock("plan", true, "", nil)),
+			wantFrozen: map[string]Freeze{"plan": {Source: "commandlock/plan", Message: "Plan commands are locked globally until they are unlocked"}},
+		},
+		"the flags never freeze a request without a command": {
+			tc:         FreezeFlags{DisableApply: true},
+			locks:      allLocked,
+			wantFrozen: map[string]Freeze{"apply": disabled, "plan": allFreeze, "destroy": allFreeze},
+		},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -161,6 +188,57 @@ func TestFreezesForPrecedence(t *testing.T) {
 	}
 	if _, ok := (Freezes{}).For("apply"); ok {
 		t.Errorf("the zero Freezes froze apply")
+	}
+}
+
+// CommandLockFreeze is what a CommandLock's status reports: its own freeze, after the flags.
+func TestCommandLockFreeze(t *testing.T) {
+	disabled := Freeze{Source: "--disable-apply", Message: "Apply commands are disabled on this server (--disable-apply)"}
+	cases := map[string]struct {
+		tc         locksv1.CommandLock
+		flags      FreezeFlags
+		wantFreeze *Freeze
+	}{
+		"locked apply": {
+			tc:         commandLock("apply", true, "maintenance window", nil),
+			wantFreeze: &Freeze{Source: "commandlock/apply", Message: maintenance},
+		},
+		"unlocked apply": {
+			tc: commandLock("apply", false, "maintenance window", nil),
+		},
+		"apply past its until": {
+			tc: commandLock("apply", true, "maintenance window", at(now)),
+		},
+		"unlocked apply under DisableApply reports the flag's freeze": {
+			tc: commandLock("apply", false, "", nil), flags: FreezeFlags{DisableApply: true},
+			wantFreeze: &disabled,
+		},
+		"locked apply under DisableGlobalApplyLock is inert": {
+			tc: commandLock("apply", true, "maintenance window", nil), flags: FreezeFlags{DisableGlobalApplyLock: true},
+		},
+		"DisableApply beats DisableGlobalApplyLock": {
+			tc: commandLock("apply", true, "maintenance window", nil), flags: FreezeFlags{DisableApply: true, DisableGlobalApplyLock: true},
+			wantFreeze: &disabled,
+		},
+		"all is not apply: the flags leave it alone": {
+			tc: commandLock("all", true, "upgrade", nil), flags: FreezeFlags{DisableApply: true, DisableGlobalApplyLock: true},
+			wantFreeze: &Freeze{Source: "commandlock/all", Message: "All commands are locked globally: upgrade"},
+		},
+		"plan is not apply: DisableApply does not freeze it": {
+			tc: commandLock("plan", false, "", nil), flags: FreezeFlags{DisableApply: true},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			fr, ok := CommandLockFreeze(&tc.tc, tc.flags, now)
+			var got *Freeze
+			if ok {
+				got = &fr
+			}
+			if diff := cmp.Diff(tc.wantFreeze, got); diff != "" {
+				t.Errorf("CommandLockFreeze (-want +got):\n%s", diff)
+			}
+		})
 	}
 }
 
