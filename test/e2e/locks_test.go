@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"path/filepath"
 	"strings"
 	"time"
@@ -161,6 +162,25 @@ var _ = Describe("Turnstile, driven with kubectl", func() {
 		Expect(jsonpath(ns, "lr/apply-b", conditionField("Granted", "message"))).
 			To(ContainSubstring("Apply commands are locked globally: maintenance window"))
 
+		By("kubectl get commandlock shows the freeze at a glance")
+		Eventually(func() (map[string]string, error) {
+			out, err := kubectl("get", "commandlock", "apply")
+			if err != nil {
+				return nil, err
+			}
+			rows := table(out)
+			if len(rows) != 1 {
+				return nil, fmt.Errorf("want one row, got %d", len(rows))
+			}
+			return rows[0], nil
+		}).WithTimeout(settle).WithPolling(poll).Should(And(
+			HaveKeyWithValue("LOCKED", "true"),
+			HaveKeyWithValue("REASON", "maintenance window"),
+			HaveKeyWithValue("ACTIVE", "1"),
+			HaveKeyWithValue("BLOCKED", "1"),
+			HaveKeyWithValue("DRAINED", "False"),
+		))
+
 		By("a plan on key C is not frozen")
 		_, err = kubectlApply(ns, lockRequest{Name: "plan-c", Repo: "acme/infra", Path: "c", Owner: "carol", Pull: 3, Command: "plan"}.YAML())
 		Expect(err).NotTo(HaveOccurred())
@@ -181,6 +201,17 @@ var _ = Describe("Turnstile, driven with kubectl", func() {
 		By("thawing: the waiting apply is granted")
 		mustKubectl("patch", "commandlock", "apply", "--type", "merge", "-p", `{"spec":{"locked":false}}`)
 		waitGranted(ns, "apply-b", 10*time.Second)
+		Eventually(field("", "commandlock/apply", conditionField("Locked", "status")+" {.status.activeHolders}")).
+			WithTimeout(settle).WithPolling(poll).Should(Equal("False 1"))
+
+		By("freeze and thaw are Events on the CommandLock")
+		Eventually(func() (string, error) {
+			return kubectl("get", "events", "-n", "default", "--field-selector", "involvedObject.kind=CommandLock,involvedObject.name=apply",
+				"-o", `jsonpath={range .items[*]}{.reason}: {.message}{"\n"}{end}`)
+		}).WithTimeout(settle).WithPolling(poll).Should(And(
+			ContainSubstring("Frozen: Apply commands are locked globally: maintenance window"),
+			ContainSubstring("Thawed: apply commands may run again"),
+		))
 	})
 
 	It("kubectl get locks lists every kind", func() {
