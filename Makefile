@@ -77,6 +77,7 @@ bench: k8s-bins build ## Benchmark harness (test/bench): Turnstile vs the raw AP
 .PHONY: build
 build: ## Build the manager and the kubectl plugin into ./bin.
 	go build -o $(BIN)/manager ./cmd/manager
+	go build -o $(BIN)/kubectl-turnstile ./cmd/kubectl-turnstile
 
 .PHONY: k8s-bins
 k8s-bins: ## Build kube-apiserver, etcd and kubectl from the Go module proxy (cached in ./bin/k8s).

@@ -18,6 +18,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -117,6 +118,19 @@ func New(c ctrlclient.WithWatch, namespace string) *Client {
 
 // Namespace is where the client's LockRequests live.
 func (c *Client) Namespace() string { return c.namespace }
+
+// LockFor wraps an existing LockRequest, found by name say, so it can be released, deleted,
+// renewed or watched. Its FencingToken and times are the request's status as given.
+func (c *Client) LockFor(lr *locksv1.LockRequest) *Lock {
+	l := &Lock{Name: lr.Name, Namespace: lr.Namespace, UID: lr.UID, FencingToken: lr.Status.FencingToken, c: c}
+	if lr.Status.GrantedAt != nil {
+		l.GrantedAt = lr.Status.GrantedAt.Time
+	}
+	if lr.Status.ExpiresAt != nil {
+		l.ExpiresAt = lr.Status.ExpiresAt.Time
+	}
+	return l
+}
 
 // Lock is a granted LockRequest.
 type Lock struct {
@@ -250,14 +264,7 @@ func (c *Client) outcome(lr *locksv1.LockRequest) (*Lock, bool, error) {
 		if lr.Spec.Release {
 			break
 		}
-		l := &Lock{Name: lr.Name, Namespace: lr.Namespace, UID: lr.UID, FencingToken: lr.Status.FencingToken, c: c}
-		if lr.Status.GrantedAt != nil {
-			l.GrantedAt = lr.Status.GrantedAt.Time
-		}
-		if lr.Status.ExpiresAt != nil {
-			l.ExpiresAt = lr.Status.ExpiresAt.Time
-		}
-		return l, true, nil
+		return c.LockFor(lr), true, nil
 	case locksv1.PhaseReleased, locksv1.PhaseExpired, locksv1.PhaseFailed:
 		return nil, true, notGranted(lr)
 	}
@@ -309,9 +316,11 @@ func (l *Lock) Delete(ctx context.Context) error {
 	return nil
 }
 
-// Renew sets the grant's ttl, so it now expires ttl after the renewal is applied; it waits until
-// the controller has applied it and returns the new expiry. A lock that already ended returns
-// its NotGrantedError (errors.Is(err, ErrLost)).
+// Renew changes the grant's spec.ttl: the controller then runs the new ttl from the moment it
+// sees the change (status.renewedAt). Renew waits for that and returns the new expiry. Setting
+// the ttl the request already has changes nothing (the spec does not change). A ttl over the
+// operator's --max-ttl is refused: the grant keeps its expiry and the error matches ErrInvalid.
+// A lock that already ended returns its NotGrantedError (errors.Is(err, ErrLost)).
 func (l *Lock) Renew(ctx context.Context, ttl time.Duration) (time.Time, error) {
 	var lr locksv1.LockRequest
 	if err := l.c.c.Get(ctx, l.Key(), &lr); err != nil {
@@ -336,12 +345,69 @@ func (l *Lock) Renew(ctx context.Context, ttl time.Duration) (time.Time, error) 
 			return time.Time{}, notGranted(&cur)
 		case cur.Status.ObservedGeneration >= gen && cur.Status.ExpiresAt != nil:
 			l.ExpiresAt = cur.Status.ExpiresAt.Time
+			if c := meta.FindStatusCondition(cur.Status.Conditions, locksv1.ConditionGranted); c != nil && strings.Contains(c.Message, "renewal refused") {
+				return l.ExpiresAt, fmt.Errorf("renew lockrequest %s: %w: %s", l.Key(), ErrInvalid, c.Message)
+			}
 			return l.ExpiresAt, nil
 		}
 		select {
 		case <-ctx.Done():
 			return time.Time{}, fmt.Errorf("waiting for the renewal of %s: %w", l.Key(), ctx.Err())
 		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// WaitLost blocks while the lock stays granted. It returns the NotGrantedError that ended the
+// grant (errors.Is(err, ErrLost) when it expired, was force-unlocked or its holder Lease lapsed;
+// reason Released when it was released), or ctx's error. A runner uses it to stop work the
+// moment its lock is gone.
+func (l *Lock) WaitLost(ctx context.Context) error {
+	key := l.Key()
+	for {
+		var lr locksv1.LockRequest
+		err := l.c.c.Get(ctx, key, &lr)
+		switch {
+		case apierrors.IsNotFound(err):
+			return &NotGrantedError{Request: key, Phase: locksv1.PhaseReleased, Reason: locksv1.ReasonReleased, Message: "the LockRequest was deleted"}
+		case err != nil:
+			return fmt.Errorf("get lockrequest %s: %w", key, err)
+		case lr.UID != l.UID:
+			return &NotGrantedError{Request: key, Phase: locksv1.PhaseReleased, Reason: locksv1.ReasonReleased, Message: "the LockRequest was deleted and re-created"}
+		case lr.Status.Phase != locksv1.PhaseGranted:
+			return notGranted(&lr)
+		}
+		w, err := l.c.c.Watch(ctx, &locksv1.LockRequestList{},
+			ctrlclient.InNamespace(l.Namespace),
+			ctrlclient.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("metadata.name", l.Name)},
+			&ctrlclient.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: lr.ResourceVersion}})
+		if err != nil {
+			return fmt.Errorf("watch lockrequest %s: %w", key, err)
+		}
+		err = l.followGrant(ctx, w)
+		w.Stop()
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// followGrant returns once the grant ends or ctx is done; nil means the watch closed.
+func (l *Lock) followGrant(ctx context.Context, w watch.Interface) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case ev, ok := <-w.ResultChan():
+			if !ok || ev.Type == watch.Error {
+				return nil
+			}
+			if ev.Type == watch.Deleted {
+				return &NotGrantedError{Request: l.Key(), Phase: locksv1.PhaseReleased, Reason: locksv1.ReasonReleased, Message: "the LockRequest was deleted"}
+			}
+			if lr, ok := ev.Object.(*locksv1.LockRequest); ok && lr.Status.Phase != locksv1.PhaseGranted {
+				return notGranted(lr)
+			}
 		}
 	}
 }

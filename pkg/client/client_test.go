@@ -121,6 +121,12 @@ var _ = Describe("The Go client", func() {
 		Expect(err).NotTo(HaveOccurred())
 		Expect(exp).To(BeTemporally(">", a.GrantedAt.Add(50*time.Minute)))
 
+		// Over the operator's maximum: refused, and the grant keeps its expiry.
+		kept, err := a.Renew(ctx, 3*time.Hour)
+		Expect(err).To(MatchError(client.ErrInvalid))
+		Expect(err.Error()).To(ContainSubstring("renewal refused"))
+		Expect(kept).To(Equal(exp))
+
 		// An admin force-unlocks: the holder learns it lost the lock.
 		var pls locksv1.ProjectLockList
 		Expect(k8s.List(ctx, &pls, ctrlclient.InNamespace(a.Namespace))).To(Succeed())

@@ -5,7 +5,8 @@
 //
 //	make build && KUBEBUILDER_ASSETS=$PWD/bin/k8s/1.36.3-linux-amd64 go test -count=1 ./test/e2e/ -v
 //
-// TURNSTILE_MANAGER overrides the manager binary (default bin/manager) and TURNSTILE_KUBECTL the
+// TURNSTILE_MANAGER overrides the manager binary (default bin/manager), TURNSTILE_PLUGIN the
+// kubectl-turnstile plugin (default bin/kubectl-turnstile) and TURNSTILE_KUBECTL the
 // kubectl binary (default: the one built next to the control plane binaries).
 package e2e
 
@@ -60,6 +61,15 @@ var _ = BeforeSuite(func() {
 	}
 	_, err = os.Stat(managerBin)
 	Expect(err).NotTo(HaveOccurred(), "manager binary %s not found: run `make build` (or set TURNSTILE_MANAGER)", managerBin)
+
+	// kubectl finds plugins on PATH: put bin/kubectl-turnstile there.
+	pluginBin := os.Getenv("TURNSTILE_PLUGIN")
+	if pluginBin == "" {
+		pluginBin = filepath.Join(repoRoot, "bin", "kubectl-turnstile")
+	}
+	_, err = os.Stat(pluginBin)
+	Expect(err).NotTo(HaveOccurred(), "plugin binary %s not found: run `make build` (or set TURNSTILE_PLUGIN)", pluginBin)
+	Expect(os.Setenv("PATH", filepath.Dir(pluginBin)+string(os.PathListSeparator)+os.Getenv("PATH"))).To(Succeed())
 
 	By("starting kube-apiserver and etcd with the Turnstile CRDs")
 	env, err = framework.Start("")

@@ -1,0 +1,95 @@
+// Command kubectl-turnstile is Turnstile's kubectl plugin: `kubectl turnstile locks | acquire |
+// release | run -- CMD | freeze | thaw | why`. Everything it does is plain LockRequest,
+// ProjectLock, CommandLock and Lease objects, so it can be followed with `kubectl get locks`.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/clientcmd"
+	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
+
+	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
+)
+
+var scheme = func() *runtime.Scheme {
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		panic(err)
+	}
+	if err := locksv1.AddToScheme(s); err != nil {
+		panic(err)
+	}
+	return s
+}()
+
+// exitError carries the exit status of a command run by `run`.
+type exitError struct{ code int }
+
+func (e exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := newRoot().ExecuteContext(ctx)
+	stop()
+	var ee exitError
+	switch {
+	case errors.As(err, &ee):
+		os.Exit(ee.code)
+	case err != nil:
+		fmt.Fprintln(os.Stderr, "error:", err)
+		os.Exit(1)
+	}
+}
+
+// globals are the kubeconfig flags every subcommand shares.
+type globals struct {
+	loading   *clientcmd.ClientConfigLoadingRules
+	overrides *clientcmd.ConfigOverrides
+	config    clientcmd.ClientConfig
+}
+
+func (g *globals) client() (ctrlclient.WithWatch, string, error) {
+	cfg, err := g.config.ClientConfig()
+	if err != nil {
+		return nil, "", fmt.Errorf("kubeconfig: %w", err)
+	}
+	cfg.QPS, cfg.Burst = 50, 100
+	ns, _, err := g.config.Namespace()
+	if err != nil {
+		return nil, "", fmt.Errorf("namespace: %w", err)
+	}
+	c, err := ctrlclient.NewWithWatch(cfg, ctrlclient.Options{Scheme: scheme})
+	if err != nil {
+		return nil, "", err
+	}
+	return c, ns, nil
+}
+
+func newRoot() *cobra.Command {
+	g := &globals{loading: clientcmd.NewDefaultClientConfigLoadingRules(), overrides: &clientcmd.ConfigOverrides{}}
+	root := &cobra.Command{
+		Use:   "kubectl-turnstile",
+		Short: "Locks for infrastructure automation, as Kubernetes resources",
+		Long: `kubectl turnstile takes, waits for and releases Turnstile locks, runs a command while
+holding one (flock for Kubernetes), freezes commands, and explains why a request waits.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.PersistentFlags().StringVar(&g.loading.ExplicitPath, "kubeconfig", "", "Path to the kubeconfig file.")
+	root.PersistentFlags().StringVarP(&g.overrides.Context.Namespace, "namespace", "n", "", "Namespace of the lock requests.")
+	root.PersistentFlags().StringVar(&g.overrides.CurrentContext, "context", "", "The kubeconfig context to use.")
+	g.config = clientcmd.NewNonInteractiveDeferredLoadingClientConfig(g.loading, g.overrides)
+
+	root.AddCommand(newLocksCmd(g), newAcquireCmd(g), newReleaseCmd(g), newRunCmd(g),
+		newFreezeCmd(g), newThawCmd(g), newWhyCmd(g))
+	return root
+}
