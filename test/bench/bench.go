@@ -1,0 +1,405 @@
+// Package bench is Turnstile's benchmark harness (`make bench`). In one run, on one local
+// control plane (kube-apiserver + etcd from envtest) and the real manager binary, it measures
+// Turnstile side by side with what it is judged against:
+//
+//   - the API server itself: raw GET+UpdateStatus of a LockRequest-sized object, and how long a
+//     write takes to come back on a watch;
+//   - uncontended acquires and hand-offs under contention at two queue depths;
+//   - client-go leaderelection on a Lease used as a mutex, the lock a Kubernetes user would
+//     otherwise pick, with its default timings;
+//   - API writes per grant and per hand-off, from the API server's own request counters;
+//   - 10,000 pending requests: the manager's memory, its catch-up time after a restart and the
+//     cost of a deadlock check;
+//   - throughput with deadlock detection on and off.
+//
+// The machine is shared and noisy, so every goal is a ratio of two numbers measured in the same
+// run. Goals are reported as measured, never asserted: bench_test.go runs every phase at a tiny
+// size inside `make test` and checks only that the result is well-formed.
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
+	"github.com/turnstile-dev/turnstile/internal/testing/framework"
+)
+
+// Config sizes a run.
+type Config struct {
+	// Assets holds kube-apiserver and etcd (default $KUBEBUILDER_ASSETS); Manager is the
+	// manager binary; OutDir receives results.json and manager.log.
+	Assets  string `json:"-"`
+	Manager string `json:"-"`
+	OutDir  string `json:"-"`
+
+	// Workers is the client concurrency of the parallel raw baseline and of the grant
+	// throughput run (the same number, so G1 compares like with like).
+	Workers int `json:"workers"`
+	// RawDuration is how long each raw baseline (sequential, parallel) runs.
+	RawDuration Duration `json:"rawDuration"`
+	// ProbeSamples is how many write→watch round trips the probe times.
+	ProbeSamples int `json:"probeSamples"`
+	// AcquireSamples is how many sequential uncontended acquires are timed, each on a fresh key.
+	AcquireSamples int `json:"acquireSamples"`
+	// ThroughputKeys, ThroughputDuration and ThroughputRounds shape the uncontended grant
+	// throughput: each round runs the raw parallel baseline, then the grants, each for
+	// ThroughputDuration.
+	ThroughputKeys     int      `json:"throughputKeys"`
+	ThroughputDuration Duration `json:"throughputDuration"`
+	ThroughputRounds   int      `json:"throughputRounds"`
+	// HandoffDepths are the queue depths hand-offs are measured at (first: the small one G2
+	// uses; last: the deep one G3 compares with the first); HandoffSamples per depth and mode.
+	HandoffDepths  []int `json:"handoffDepths"`
+	HandoffSamples int   `json:"handoffSamples"`
+	// LeaderElection runs the peer once per entry: Contenders electors (one holds, the rest
+	// wait), Samples hand-offs. The first entry is the one G2 compares with.
+	LeaderElection []LEConfig `json:"leaderElection"`
+	// ScaleRequests pending requests over ScaleKeys keys, created while the manager is down.
+	ScaleRequests int `json:"scaleRequests"`
+	ScaleKeys     int `json:"scaleKeys"`
+	// DetectionRounds alternate a manager with deadlock detection off and on; each round runs
+	// DetectionSamples hand-offs on the deepest queue and a grant throughput run of
+	// DetectionDuration.
+	DetectionRounds   int      `json:"detectionRounds"`
+	DetectionSamples  int      `json:"detectionSamples"`
+	DetectionDuration Duration `json:"detectionDuration"`
+
+	// Progress receives one line per step (nil: discarded).
+	Progress io.Writer `json:"-"`
+}
+
+// LEConfig sizes one leaderelection run.
+type LEConfig struct {
+	Contenders int `json:"contenders"`
+	Samples    int `json:"samples"`
+}
+
+// Full is the size `make bench` runs: well under 15 minutes on a 2-core machine.
+func Full() Config {
+	return Config{
+		Workers:            8,
+		RawDuration:        Duration(5 * time.Second),
+		ProbeSamples:       500,
+		AcquireSamples:     300,
+		ThroughputKeys:     100,
+		ThroughputDuration: Duration(8 * time.Second),
+		ThroughputRounds:   3,
+		HandoffDepths:      []int{10, 1000},
+		HandoffSamples:     200,
+		// 11 electors: one holder and 10 waiting, like a queue of depth 10; a lone waiter is
+		// the common two-pipelines case.
+		LeaderElection:    []LEConfig{{Contenders: 11, Samples: 40}, {Contenders: 2, Samples: 15}},
+		ScaleRequests:     10000,
+		ScaleKeys:         1000,
+		DetectionRounds:   2,
+		DetectionSamples:  150,
+		DetectionDuration: Duration(8 * time.Second),
+	}
+}
+
+// Smoke is the size `make test` runs: every phase, in seconds.
+func Smoke() Config {
+	return Config{
+		Workers:            2,
+		RawDuration:        Duration(300 * time.Millisecond),
+		ProbeSamples:       10,
+		AcquireSamples:     5,
+		ThroughputKeys:     4,
+		ThroughputDuration: Duration(time.Second),
+		ThroughputRounds:   1,
+		HandoffDepths:      []int{2, 5},
+		HandoffSamples:     4,
+		LeaderElection:     []LEConfig{{Contenders: 2, Samples: 1}},
+		ScaleRequests:      40,
+		ScaleKeys:          4,
+		DetectionRounds:    1,
+		DetectionSamples:   3,
+		DetectionDuration:  Duration(500 * time.Millisecond),
+	}
+}
+
+func (c Config) validate() error {
+	switch {
+	case c.Manager == "":
+		return errors.New("no manager binary given")
+	case c.OutDir == "":
+		return errors.New("no output directory given")
+	case c.Workers < 1 || c.ProbeSamples < 1 || c.AcquireSamples < 1 || c.ThroughputRounds < 1 || c.HandoffSamples < 1:
+		return errors.New("workers, rounds and sample counts must be at least 1")
+	case c.ThroughputKeys < c.Workers:
+		return errors.New("the throughput run needs at least one key per worker, so workers never contend")
+	case len(c.HandoffDepths) < 2:
+		return errors.New("at least two hand-off depths are needed (G3 compares the last with the first)")
+	case len(c.LeaderElection) < 1:
+		return errors.New("at least one leaderelection run is needed")
+	case c.ScaleKeys < 1 || c.ScaleRequests < c.ScaleKeys:
+		return errors.New("scale needs at least one request per key")
+	case c.DetectionRounds < 1 || c.DetectionSamples < 1:
+		return errors.New("detection needs at least one round and one sample")
+	}
+	for _, d := range c.HandoffDepths {
+		if d < 1 {
+			return errors.New("hand-off depths must be at least 1")
+		}
+	}
+	for _, le := range c.LeaderElection {
+		if le.Contenders < 2 || le.Samples < 1 {
+			return errors.New("leaderelection needs at least 2 contenders and 1 sample")
+		}
+	}
+	return nil
+}
+
+// bench is one run's shared state.
+type bench struct {
+	cfg        Config
+	env        *framework.Env
+	c          client.Client
+	kubeconfig string
+	tracker    *tracker
+	api        *scraper
+	mgr        *managerProc
+	mgrLog     *os.File
+	progress   io.Writer
+	// harnessWrites counts the harness's own writes to lockrequests and projectlocks, so a
+	// window can subtract them from the API server's counters.
+	harnessWrites atomic.Int64
+	names         atomic.Int64
+	namespaces    []string
+}
+
+// Run starts a control plane and the manager, runs every phase and returns the result. It also
+// writes OutDir/results.json.
+func Run(ctx context.Context, cfg Config) (res *Result, err error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Assets == "" {
+		cfg.Assets = os.Getenv("KUBEBUILDER_ASSETS")
+	}
+	if _, err := os.Stat(cfg.Manager); err != nil {
+		return nil, fmt.Errorf("manager binary: %w (run `make build`)", err)
+	}
+	if err := os.MkdirAll(cfg.OutDir, 0o755); err != nil {
+		return nil, err
+	}
+	b := &bench{cfg: cfg, progress: cfg.Progress}
+	if b.progress == nil {
+		b.progress = io.Discard
+	}
+	b.mgrLog, err = os.Create(filepath.Join(cfg.OutDir, "manager.log"))
+	if err != nil {
+		return nil, err
+	}
+	defer b.mgrLog.Close()
+
+	started := time.Now()
+	b.step("starting kube-apiserver and etcd")
+	b.env, err = framework.Start(cfg.Assets)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if b.mgr != nil {
+			if stopErr := b.stopManager(); stopErr != nil && err == nil {
+				err = stopErr
+			}
+		}
+		if stopErr := b.env.Stop(); stopErr != nil && err == nil {
+			err = fmt.Errorf("stop control plane: %w", stopErr)
+		}
+	}()
+	b.c = b.env.Client
+	b.kubeconfig = filepath.Join(cfg.OutDir, "kubeconfig")
+	if err := b.env.WriteKubeconfig(b.kubeconfig); err != nil {
+		return nil, err
+	}
+	if b.api, err = newScraper(b.env.Config); err != nil {
+		return nil, err
+	}
+	if b.tracker, err = startTracker(ctx, b.env.Config); err != nil {
+		return nil, err
+	}
+	defer b.tracker.Stop()
+
+	res = &Result{Config: cfg, CPUs: runtime.NumCPU(), GoVersion: runtime.Version(), Started: started}
+	if err := b.runPhases(ctx, res); err != nil {
+		return nil, err
+	}
+	if err := b.tracker.Err(); err != nil {
+		return nil, err
+	}
+	res.Seconds = time.Since(started).Seconds()
+	res.Goals = computeGoals(res)
+	if err := res.WriteJSON(filepath.Join(cfg.OutDir, "results.json")); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+func (b *bench) runPhases(ctx context.Context, res *Result) error {
+	b.step("starting the manager")
+	if err := b.startManager(ctx, true); err != nil {
+		return err
+	}
+	res.IdleRSSBytes = b.mgr.rss().RSS
+
+	b.step("baseline: raw GET+UpdateStatus and the write→watch probe")
+	raw, rawObjs, err := b.raw(ctx)
+	if err != nil {
+		return fmt.Errorf("raw baseline: %w", err)
+	}
+
+	b.step("uncontended acquires")
+	if res.Acquire, err = b.acquire(ctx); err != nil {
+		return fmt.Errorf("acquire: %w", err)
+	}
+	b.step(fmt.Sprintf("grant throughput: %d workers over %d keys, alternating with the raw baseline", b.cfg.Workers, b.cfg.ThroughputKeys))
+	if res.Throughput, err = b.throughputRounds(ctx, rawObjs, &raw); err != nil {
+		return fmt.Errorf("grant throughput: %w", err)
+	}
+	res.Raw = raw
+
+	var deepest *queueState
+	for _, depth := range b.cfg.HandoffDepths {
+		b.step(fmt.Sprintf("hand-offs at queue depth %d", depth))
+		h, q, err := b.handoffDepth(ctx, depth)
+		if err != nil {
+			return fmt.Errorf("hand-off at depth %d: %w", depth, err)
+		}
+		res.Handoff = append(res.Handoff, h)
+		deepest = q
+	}
+
+	for _, le := range b.cfg.LeaderElection {
+		b.step(fmt.Sprintf("leaderelection peer: %d contenders, %d hand-offs", le.Contenders, le.Samples))
+		r, err := b.leaderElection(ctx, le)
+		if err != nil {
+			return fmt.Errorf("leaderelection: %w", err)
+		}
+		res.LeaderElection = append(res.LeaderElection, r)
+	}
+
+	if res.Detection, err = b.detection(ctx, deepest); err != nil {
+		return fmt.Errorf("detection on/off: %w", err)
+	}
+
+	b.step(fmt.Sprintf("scale: %d pending requests over %d keys", b.cfg.ScaleRequests, b.cfg.ScaleKeys))
+	if res.Scale, err = b.scale(ctx); err != nil {
+		return fmt.Errorf("scale: %w", err)
+	}
+	res.Scale.IdleRSSBytes = res.IdleRSSBytes
+	return nil
+}
+
+func (b *bench) step(msg string) {
+	fmt.Fprintf(b.progress, "%s  %s\n", time.Now().Format("15:04:05"), msg)
+}
+
+// namespace creates a fresh namespace for one phase.
+func (b *bench) namespace(ctx context.Context, prefix string) (string, error) {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "bench-" + prefix + "-"}}
+	if err := b.c.Create(ctx, ns); err != nil {
+		return "", fmt.Errorf("create namespace: %w", err)
+	}
+	b.namespaces = append(b.namespaces, ns.Name)
+	return ns.Name, nil
+}
+
+// name returns a unique object name.
+func (b *bench) name(prefix string) string {
+	return fmt.Sprintf("%s-%06d", prefix, b.names.Add(1))
+}
+
+// request builds a LockRequest the size of a real one: one target, a holder with a pull and a
+// URL, a command and a ttl.
+func request(ns, name, repo, path, owner string, pull int64) *locksv1.LockRequest {
+	lr := &locksv1.LockRequest{}
+	lr.Namespace, lr.Name = ns, name
+	lr.Spec.Locks = []locksv1.LockTarget{{Repo: repo, Path: path, Workspace: "default"}}
+	lr.Spec.Holder = locksv1.Holder{Owner: owner, Pull: pull, URL: fmt.Sprintf("https://github.com/%s/pull/%d", repo, pull)}
+	lr.Spec.Command = "apply"
+	lr.Spec.TTL = &metav1.Duration{Duration: 30 * time.Minute}
+	return lr
+}
+
+// create and remove are the harness's writes, counted so windows can subtract them.
+func (b *bench) create(ctx context.Context, lr *locksv1.LockRequest) error {
+	b.harnessWrites.Add(1)
+	if err := b.c.Create(ctx, lr); err != nil {
+		return fmt.Errorf("create lockrequest %s/%s: %w", lr.Namespace, lr.Name, err)
+	}
+	return nil
+}
+
+func (b *bench) remove(ctx context.Context, ns, name string) error {
+	b.harnessWrites.Add(1)
+	lr := &locksv1.LockRequest{}
+	lr.Namespace, lr.Name = ns, name
+	if err := b.c.Delete(ctx, lr); err != nil {
+		return fmt.Errorf("delete lockrequest %s/%s: %w", ns, name, err)
+	}
+	return nil
+}
+
+// parallel runs f(0..n-1) on workers goroutines and returns the first error.
+func parallel(ctx context.Context, n, workers int, f func(ctx context.Context, i int) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	next := atomic.Int64{}
+	errs := make(chan error, workers)
+	for range workers {
+		go func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n || ctx.Err() != nil {
+					errs <- nil
+					return
+				}
+				if err := f(ctx, i); err != nil {
+					cancel()
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	var first error
+	for range workers {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	if first == nil && ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return first
+}
+
+// Duration is a time.Duration that reads as "1.5s" in JSON.
+type Duration time.Duration
+
+// D is the duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+// MarshalText renders the duration like time.Duration.String.
+func (d Duration) MarshalText() ([]byte, error) { return []byte(time.Duration(d).String()), nil }
+
+// UnmarshalText parses a duration like time.ParseDuration.
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	*d = Duration(v)
+	return err
+}

@@ -1,0 +1,117 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/turnstile-dev/turnstile/internal/testing/framework"
+)
+
+// TestSmoke runs every phase at a tiny size so the harness never rots. It checks that the
+// result is complete and well-formed, never how fast anything was: timings on a shared machine
+// are not a test.
+func TestSmoke(t *testing.T) {
+	root, err := framework.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Smoke()
+	cfg.Manager = os.Getenv("TURNSTILE_MANAGER")
+	if cfg.Manager == "" {
+		cfg.Manager = filepath.Join(root, "bin", "manager")
+	}
+	if _, err := os.Stat(cfg.Manager); err != nil {
+		t.Fatalf("manager binary %s not found: run `make build` (or set TURNSTILE_MANAGER): %v", cfg.Manager, err)
+	}
+	cfg.OutDir = t.TempDir()
+	cfg.Progress = testWriter{t}
+	log.SetLogger(logr.Discard())
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	res, err := Run(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var table strings.Builder
+	res.WriteTable(&table)
+	t.Log("\n" + table.String())
+
+	// The JSON file is the result.
+	data, err := os.ReadFile(filepath.Join(cfg.OutDir, "results.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back Result
+	if err := json.Unmarshal(data, &back); err != nil {
+		t.Fatalf("results.json does not parse: %v", err)
+	}
+
+	check := func(what string, ok bool) {
+		t.Helper()
+		if !ok {
+			t.Errorf("%s", what)
+		}
+	}
+	latency := func(what string, l Latency, n int) {
+		t.Helper()
+		check(what+": want "+strconv.Itoa(n)+" samples", l.N == n)
+		check(what+": percentiles must be positive and ordered", l.P50 > 0 && l.P50 <= l.P99 && l.P99 <= l.Max)
+	}
+	check("raw ops/s must be positive", back.Raw.SequentialOpsPerSec > 0 && back.Raw.ParallelOpsPerSec > 0)
+	check("raw object size must be measured", back.Raw.ObjectBytes > 0 && back.Acquire.ObjectBytes > 0)
+	latency("watch probe", back.Raw.Probe, cfg.ProbeSamples)
+	latency("acquire", back.Acquire.Latency, cfg.AcquireSamples)
+	// A grant writes at least the new ProjectLock and the request's status; the write counts
+	// come from the API server, so zero would mean the accounting is broken.
+	check("writes per grant must be counted", back.Acquire.WritesPerGrant >= 2)
+	check("writes per release must be counted", back.Acquire.WritesPerRelease >= 1)
+	check("throughput must grant", back.Throughput.Grants > 0 && back.Throughput.GrantsPerSec > 0)
+	check("want one hand-off result per depth", len(back.Handoff) == len(cfg.HandoffDepths))
+	for i, h := range back.Handoff {
+		check("hand-off depth", h.Depth == cfg.HandoffDepths[i])
+		latency("hand-off", h.Latency, cfg.HandoffSamples)
+		latency("back-to-back hand-off", h.LoadedLatency, cfg.HandoffSamples)
+		check("hand-offs/s must be positive", h.HandoffsPerSec > 0)
+		check("a hand-off writes at least the ProjectLock and the new holder", h.WritesPerHandoff >= 2)
+		check("every arrival is enqueued once", h.BackToBack.Transitions.Enqueued == cfg.HandoffSamples)
+		check("every hand-off is a grant", h.BackToBack.Transitions.Granted == cfg.HandoffSamples)
+	}
+	check("want one leaderelection result per config", len(back.LeaderElection) == len(cfg.LeaderElection))
+	for i, le := range back.LeaderElection {
+		latency("leaderelection", le.Latency, cfg.LeaderElection[i].Samples)
+		check("leaderelection writes the Lease", le.WritesPerHandoff > 0)
+	}
+	check("detection rounds", len(back.Detection.Rounds) == 2*cfg.DetectionRounds)
+	check("detection on and off must both hand off", back.Detection.HandoffsPerSecOn > 0 && back.Detection.HandoffsPerSecOff > 0)
+	s := back.Scale
+	check("scale must reconcile", s.ReconcileSeconds > 0 && s.FirstPhaseSeconds > 0 && s.FirstPhaseSeconds <= s.ReconcileSeconds)
+	check("scale must measure memory", s.RSSBytes > 0 && s.PeakRSSBytes >= s.RSSBytes && s.IdleRSSBytes > 0)
+	check("scale writes at least one status per request", s.WritesPerRequest >= 1)
+	check("deadlock check sees every waiter", s.DeadlockCheck.Waiters == cfg.ScaleRequests-cfg.ScaleKeys && s.DeadlockCheck.KeysSeen == cfg.ScaleKeys)
+	check("deadlock check timed", s.DeadlockCheck.FullMs > 0 && s.DeadlockCheck.Runs > 0)
+	check("want every goal", len(back.Goals) == 5+len(cfg.LeaderElection))
+	for _, g := range back.Goals {
+		check(g.ID+" must be a finite positive ratio", g.Value > 0 && !math.IsInf(g.Value, 0) && !math.IsNaN(g.Value))
+	}
+	for _, g := range back.Goals {
+		check("the table names "+g.ID, strings.Contains(table.String(), "| "+g.ID+": "))
+	}
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}

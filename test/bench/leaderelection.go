@@ -1,0 +1,151 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/go-logr/logr"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/klog/v2"
+)
+
+// The peer's timings: client-go's and controller-runtime's defaults, which is what a user who
+// takes a Lease as a mutex gets unless they tune it.
+const (
+	leLeaseDuration = 15 * time.Second
+	leRenewDeadline = 10 * time.Second
+	leRetryPeriod   = 2 * time.Second
+)
+
+// LeaderElectionResult is client-go leaderelection on one Lease used as a mutex.
+type LeaderElectionResult struct {
+	// Contenders electors run at once: one holds the Lease, the others wait for it.
+	Contenders int `json:"contenders"`
+	// Latency is the holder cancelling (ReleaseOnCancel empties the Lease) → the next
+	// elector's OnStartedLeading.
+	Latency Latency `json:"latency"`
+	// WritesPerHandoff are writes to leases per hand-off.
+	WritesPerHandoff float64 `json:"writesPerHandoff"`
+	Writes           Writes  `json:"window"`
+	LeaseDuration    string  `json:"leaseDuration"`
+	RenewDeadline    string  `json:"renewDeadline"`
+	RetryPeriod      string  `json:"retryPeriod"`
+}
+
+type elector struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+type leaderStart struct {
+	id int
+	at time.Time
+}
+
+// leaderElection runs le.Contenders electors on one Lease. Each time one leads, the harness
+// cancels it at once and times how long the next one takes to lead; the cancelled one rejoins
+// once the next leads (rejoining earlier, it could take the Lease straight back).
+func (b *bench) leaderElection(ctx context.Context, le LEConfig) (LeaderElectionResult, error) {
+	res := LeaderElectionResult{Contenders: le.Contenders, LeaseDuration: leLeaseDuration.String(),
+		RenewDeadline: leRenewDeadline.String(), RetryPeriod: leRetryPeriod.String()}
+	ns, err := b.namespace(ctx, "leaderelection")
+	if err != nil {
+		return res, err
+	}
+	cs, err := kubernetes.NewForConfig(b.env.Config)
+	if err != nil {
+		return res, err
+	}
+	// The electors log every attempt through klog; keep that out of the report.
+	ctx = klog.NewContext(ctx, logr.Discard())
+	started := make(chan leaderStart, le.Contenders*2)
+	electors := make([]*elector, le.Contenders)
+	run := func(id int) error {
+		ectx, cancel := context.WithCancel(ctx)
+		lock := &resourcelock.LeaseLock{
+			LeaseMeta:  metav1.ObjectMeta{Namespace: ns, Name: "mutex"},
+			Client:     cs.CoordinationV1(),
+			LockConfig: resourcelock.ResourceLockConfig{Identity: fmt.Sprintf("contender-%d", id)},
+		}
+		el, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+			Lock:            lock,
+			Name:            "bench-mutex",
+			LeaseDuration:   leLeaseDuration,
+			RenewDeadline:   leRenewDeadline,
+			RetryPeriod:     leRetryPeriod,
+			ReleaseOnCancel: true,
+			Callbacks: leaderelection.LeaderCallbacks{
+				OnStartedLeading: func(context.Context) { started <- leaderStart{id: id, at: time.Now()} },
+				OnStoppedLeading: func() {},
+			},
+		})
+		if err != nil {
+			cancel()
+			return err
+		}
+		e := &elector{cancel: cancel, done: make(chan struct{})}
+		electors[id] = e
+		go func() {
+			defer close(e.done)
+			el.Run(ectx)
+		}()
+		return nil
+	}
+	defer func() {
+		for _, e := range electors {
+			if e != nil {
+				e.cancel()
+				<-e.done
+			}
+		}
+	}()
+	for id := range le.Contenders {
+		if err := run(id); err != nil {
+			return res, err
+		}
+	}
+	next := func() (leaderStart, error) {
+		select {
+		case s := <-started:
+			return s, nil
+		case <-time.After(2 * leLeaseDuration):
+			return leaderStart{}, fmt.Errorf("no elector led within %s", 2*leLeaseDuration)
+		case <-ctx.Done():
+			return leaderStart{}, ctx.Err()
+		}
+	}
+	holder, err := next()
+	if err != nil {
+		return res, err
+	}
+	w, err := b.open(ctx, ns)
+	if err != nil {
+		return res, err
+	}
+	var lat []time.Duration
+	for range le.Samples {
+		t0 := time.Now()
+		electors[holder.id].cancel()
+		s, err := next()
+		if err != nil {
+			return res, err
+		}
+		lat = append(lat, s.at.Sub(t0))
+		// The released elector has given the Lease up and returned; it queues again.
+		<-electors[holder.id].done
+		if err := run(holder.id); err != nil {
+			return res, err
+		}
+		holder = s
+	}
+	if res.Writes, err = w.close(ctx); err != nil {
+		return res, err
+	}
+	res.Latency = summarize(lat)
+	res.WritesPerHandoff = res.Writes.Leases / float64(le.Samples)
+	return res, nil
+}

@@ -1,0 +1,164 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
+	"github.com/turnstile-dev/turnstile/internal/testing/framework"
+)
+
+// managerQPS raises the manager's client-side rate limit far above what this machine's API
+// server can serve, so the limiter is never what a number measures.
+const (
+	managerQPS   = 10000
+	managerBurst = 20000
+	// waitLimit bounds any single wait for the manager; hitting it is a failure, not a slow
+	// number.
+	waitLimit = 2 * time.Minute
+)
+
+// managerProc is the real manager binary.
+type managerProc struct {
+	p          *framework.Process
+	metricsURL string
+	http       *http.Client
+	detection  bool
+}
+
+// launch starts the manager binary without waiting for it to work.
+func (b *bench) launch(detection bool) error {
+	port, err := freePort()
+	if err != nil {
+		return err
+	}
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+	fmt.Fprintf(b.mgrLog, "\n===== %s starting manager (deadlock detection %t)\n", time.Now().Format(time.RFC3339), detection)
+	p, err := framework.StartProcess(b.cfg.Manager, b.kubeconfig, b.mgrLog,
+		"--metrics-bind-address="+addr,
+		"--health-probe-bind-address=0",
+		"--kube-api-qps="+strconv.Itoa(managerQPS),
+		"--kube-api-burst="+strconv.Itoa(managerBurst),
+		"--deadlock-detection="+strconv.FormatBool(detection),
+	)
+	if err != nil {
+		return err
+	}
+	b.mgr = &managerProc{p: p, metricsURL: "http://" + addr + "/metrics", http: &http.Client{Timeout: 10 * time.Second}, detection: detection}
+	return nil
+}
+
+// startManager starts the manager and returns once it has granted a lock: its caches are
+// synced and its workers run.
+func (b *bench) startManager(ctx context.Context, detection bool) error {
+	if err := b.launch(detection); err != nil {
+		return err
+	}
+	return b.warmup(ctx)
+}
+
+// warmup grants and releases one lock in its own namespace, and waits until the release is
+// processed, so nothing of it spills into the next window.
+func (b *bench) warmup(ctx context.Context) error {
+	ns, err := b.namespace(ctx, "warmup")
+	if err != nil {
+		return err
+	}
+	lr := request(ns, b.name("warmup"), "bench/warmup", ".", "warmup", 1)
+	if err := b.create(ctx, lr); err != nil {
+		return err
+	}
+	if _, err := b.tracker.WaitGranted(ctx, ns, lr.Name, waitLimit); err != nil {
+		return fmt.Errorf("the manager never granted a free lock (see %s): %w", b.mgrLog.Name(), err)
+	}
+	if err := b.remove(ctx, ns, lr.Name); err != nil {
+		return err
+	}
+	return b.waitReleased(ctx, ns)
+}
+
+// waitReleased waits until no ProjectLock of the namespace has a holder.
+func (b *bench) waitReleased(ctx context.Context, ns string) error {
+	deadline := time.Now().Add(waitLimit)
+	for {
+		var list locksv1.ProjectLockList
+		if err := b.c.List(ctx, &list, client.InNamespace(ns)); err != nil {
+			return err
+		}
+		held := 0
+		for i := range list.Items {
+			if list.Items[i].Status.Holder != nil {
+				held++
+			}
+		}
+		if held == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d ProjectLocks in %s still have a holder %s after their requests were deleted", held, ns, waitLimit)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// stopManager stops the manager with SIGTERM.
+func (b *bench) stopManager() error {
+	m := b.mgr
+	b.mgr = nil
+	if err := m.p.Stop(30 * time.Second); err != nil {
+		return fmt.Errorf("stop manager: %w", err)
+	}
+	return nil
+}
+
+// restartManager stops the manager and starts a new one.
+func (b *bench) restartManager(ctx context.Context, detection bool) error {
+	if err := b.stopManager(); err != nil {
+		return err
+	}
+	return b.startManager(ctx, detection)
+}
+
+func (m *managerProc) rss() procStats {
+	ps, _ := readProcStatus(m.p.Pid())
+	return ps
+}
+
+// counts scrapes the manager's metrics endpoint and reads its CPU time.
+func (m *managerProc) counts(ctx context.Context) (managerCounts, error) {
+	c := managerCounts{pid: m.p.Pid()}
+	err := scrapeText(ctx, m.http, m.metricsURL, func(name string, labels map[string]string, v float64) {
+		switch {
+		case name == "turnstile_write_conflicts_total":
+			c.conflicts += v
+		case name == "controller_runtime_reconcile_total" && labels["controller"] == "lock":
+			c.reconciles += v
+		}
+	})
+	if err != nil {
+		return c, err
+	}
+	c.cpu, err = readCPU(m.p.Pid())
+	return c, err
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	addr := l.Addr().String()
+	return strconv.Atoi(addr[strings.LastIndexByte(addr, ':')+1:])
+}

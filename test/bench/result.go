@@ -1,0 +1,184 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"strings"
+	"time"
+)
+
+// Result is one run, written as results.json.
+type Result struct {
+	Started   time.Time `json:"started"`
+	Seconds   float64   `json:"seconds"`
+	CPUs      int       `json:"cpus"`
+	GoVersion string    `json:"goVersion"`
+	Config    Config    `json:"config"`
+
+	Raw            RawResult              `json:"raw"`
+	Acquire        AcquireResult          `json:"acquire"`
+	Throughput     ThroughputResult       `json:"throughput"`
+	Handoff        []HandoffResult        `json:"handoff"`
+	LeaderElection []LeaderElectionResult `json:"leaderElection"`
+	Detection      DetectionResult        `json:"detection"`
+	Scale          ScaleResult            `json:"scale"`
+	IdleRSSBytes   int64                  `json:"idleRSSBytes"`
+
+	Goals []Goal `json:"goals"`
+}
+
+// Goal is one of issue #6's targets, as measured. Goals are reported, never asserted.
+type Goal struct {
+	ID     string  `json:"id"`
+	What   string  `json:"what"`
+	Value  float64 `json:"value"`
+	Op     string  `json:"op"` // ">=" or "<="
+	Target float64 `json:"target"`
+	Met    bool    `json:"met"`
+}
+
+func goal(id, what string, value float64, op string, target float64) Goal {
+	met := value >= target
+	if op == "<=" {
+		met = value <= target
+	}
+	return Goal{ID: id, What: what, Value: value, Op: op, Target: target, Met: met}
+}
+
+func computeGoals(r *Result) []Goal {
+	small, deep := r.Handoff[0], r.Handoff[len(r.Handoff)-1]
+	goals := []Goal{
+		goal("G1", fmt.Sprintf("grants/s ÷ raw GET+UpdateStatus/s (%d clients each, median of %d rounds)", r.Throughput.Workers, len(r.Throughput.Rounds)),
+			ratio(r.Throughput.GrantsPerSec, r.Raw.ParallelOpsPerSec), ">=", 0.4),
+	}
+	for i, le := range r.LeaderElection {
+		id := "G2a"
+		if i > 0 {
+			id = fmt.Sprintf("G2a.%d", i+1)
+		}
+		goals = append(goals, goal(id, fmt.Sprintf("hand-off p50 (depth %d) ÷ leaderelection hand-off p50 (%d contenders)", small.Depth, le.Contenders),
+			ratio(small.Latency.P50, le.Latency.P50), "<=", 0.05))
+	}
+	return append(goals,
+		goal("G2b", fmt.Sprintf("hand-off p99 (depth %d) ÷ write→watch probe p99", small.Depth),
+			ratio(small.Latency.P99, r.Raw.Probe.P99), "<=", 3),
+		goal("G3a", fmt.Sprintf("writes per hand-off, depth %d ÷ depth %d", deep.Depth, small.Depth),
+			ratio(deep.WritesPerHandoff, small.WritesPerHandoff), "<=", 1.1),
+		goal("G3b", fmt.Sprintf("hand-offs/s, depth %d ÷ depth %d", deep.Depth, small.Depth),
+			ratio(deep.HandoffsPerSec, small.HandoffsPerSec), ">=", 0.9),
+		goal("G4", fmt.Sprintf("hand-offs/s at depth %d, deadlock detection on ÷ off", r.Detection.Depth),
+			ratio(r.Detection.HandoffsPerSecOn, r.Detection.HandoffsPerSecOff), ">=", 0.95),
+	)
+}
+
+// WriteJSON writes the result to path.
+func (r *Result) WriteJSON(path string) error {
+	data, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(data, '\n'), 0o644)
+}
+
+// WriteTable writes the result as two Markdown tables (measurements, goals), ready to paste
+// into the README.
+func (r *Result) WriteTable(out io.Writer) {
+	var rows [][2]string
+	add := func(k, v string) { rows = append(rows, [2]string{k, v}) }
+	lat := func(l Latency) string { return fmt.Sprintf("%s / %s ms", num(l.P50), num(l.P99)) }
+
+	add("Raw GET+UpdateStatus, 1 client", fmt.Sprintf("%s ops/s", num(r.Raw.SequentialOpsPerSec)))
+	add(fmt.Sprintf("Raw GET+UpdateStatus, %d clients, median of %d rounds", r.Raw.Workers, len(r.Raw.ParallelRounds)), fmt.Sprintf("%s ops/s", num(r.Raw.ParallelOpsPerSec)))
+	add("Write → watch delivery p50 / p99", lat(r.Raw.Probe))
+	add("Acquire, free key: create → Granted seen, p50 / p99", lat(r.Acquire.Latency))
+	add(fmt.Sprintf("Grants/s, %d clients over %d keys (acquire → Granted → release), median of %d rounds", r.Throughput.Workers, r.Throughput.Keys, len(r.Throughput.Rounds)),
+		fmt.Sprintf("%s grants/s (create → Granted p50 / p99 %s)", num(r.Throughput.GrantsPerSec), lat(r.Throughput.Latency)))
+	add("API writes per grant / per release (LockRequest + ProjectLock)",
+		fmt.Sprintf("%s / %s (+ %s events per grant)", num(r.Acquire.WritesPerGrant), num(r.Acquire.WritesPerRelease), num(r.Acquire.EventsPerGrant)))
+	for _, h := range r.Handoff {
+		add(fmt.Sprintf("Hand-off at depth %d: release → next Granted seen, p50 / p99", h.Depth), lat(h.Latency))
+		add(fmt.Sprintf("Hand-offs/s at depth %d, back to back (p50 / p99)", h.Depth),
+			fmt.Sprintf("%s hand-offs/s (%s)", num(h.HandoffsPerSec), lat(h.LoadedLatency)))
+		add(fmt.Sprintf("API writes per hand-off at depth %d, one arrival each (of which refreshes; 409s)", h.Depth),
+			fmt.Sprintf("%s (%s; %s) + %s events", num(h.WritesPerHandoff), num(h.RefreshesPerHandoff), num(h.ConflictsPerHandoff), num(h.EventsPerHandoff)))
+		add(fmt.Sprintf("Manager CPU per hand-off at depth %d (reconciles per hand-off)", h.Depth),
+			fmt.Sprintf("%s ms (%s)", num(h.CPUPerHandoffMs), num(h.ReconcilesPerHandoff)))
+	}
+	for _, le := range r.LeaderElection {
+		add(fmt.Sprintf("leaderelection Lease mutex, %d contenders: cancel → next leads, p50 / p99", le.Contenders), lat(le.Latency))
+		add(fmt.Sprintf("leaderelection Lease writes per hand-off (%d contenders)", le.Contenders), num(le.WritesPerHandoff))
+	}
+	d := r.Detection
+	add(fmt.Sprintf("Hand-offs/s at depth %d, deadlock detection on / off (median of %d)", d.Depth, len(d.Rounds)/2),
+		fmt.Sprintf("%s / %s", num(d.HandoffsPerSecOn), num(d.HandoffsPerSecOff)))
+	add("Grants/s (uncontended), deadlock detection on / off", fmt.Sprintf("%s / %s", num(d.GrantsPerSecOn), num(d.GrantsPerSecOff)))
+	s := r.Scale
+	add(fmt.Sprintf("Scale: %s pending requests over %s keys, manager start → all have a phase", count(s.Requests), count(s.Keys)),
+		fmt.Sprintf("%s s (first after %s s; %s writes per request)", num(s.ReconcileSeconds), num(s.FirstPhaseSeconds), num(s.WritesPerRequest)))
+	add("Manager RSS: idle / with them / peak", fmt.Sprintf("%s / %s / %s MiB", mib(s.IdleRSSBytes), mib(s.RSSBytes), mib(s.PeakRSSBytes)))
+	add(fmt.Sprintf("Deadlock check over %s waiters on %s keys: full / cache list / graph", count(s.DeadlockCheck.Waiters), count(s.DeadlockCheck.KeysSeen)),
+		fmt.Sprintf("%s / %s / %s ms", num(s.DeadlockCheck.FullMs), num(s.DeadlockCheck.ListMs), num(s.DeadlockCheck.GraphMs)))
+
+	fmt.Fprintln(out, "| Measurement | Result |")
+	fmt.Fprintln(out, "|---|---|")
+	for _, row := range rows {
+		fmt.Fprintf(out, "| %s | %s |\n", row[0], row[1])
+	}
+	fmt.Fprintln(out)
+	fmt.Fprintln(out, "| Goal | Measured | Target | Met |")
+	fmt.Fprintln(out, "|---|---|---|---|")
+	for _, g := range r.Goals {
+		met := "no"
+		if g.Met {
+			met = "yes"
+		}
+		fmt.Fprintf(out, "| %s: %s | %s | %s %s | %s |\n", g.ID, g.What, num(g.Value), g.Op, num(g.Target), met)
+	}
+	fmt.Fprintf(out, "\n%d CPUs, %s, %.0f s in all.\n", r.CPUs, r.GoVersion, r.Seconds)
+}
+
+// num formats with three significant digits, thousands separated.
+func num(v float64) string {
+	switch {
+	case math.IsNaN(v) || math.IsInf(v, 0):
+		return fmt.Sprint(v)
+	case v == 0:
+		return "0"
+	case math.Abs(v) >= 1000:
+		s := fmt.Sprintf("%.0f", v)
+		var b strings.Builder
+		neg := strings.HasPrefix(s, "-")
+		s = strings.TrimPrefix(s, "-")
+		if neg {
+			b.WriteByte('-')
+		}
+		for i, c := range s {
+			if i > 0 && (len(s)-i)%3 == 0 {
+				b.WriteByte(',')
+			}
+			b.WriteRune(c)
+		}
+		return b.String()
+	case math.Abs(v) >= 100:
+		return fmt.Sprintf("%.0f", v)
+	case math.Abs(v) >= 10:
+		return fmt.Sprintf("%.1f", v)
+	case math.Abs(v) >= 1:
+		return fmt.Sprintf("%.2f", v)
+	default:
+		return fmt.Sprintf("%.3g", v)
+	}
+}
+
+// count formats an integer, thousands separated.
+func count(n int) string {
+	if n >= 1000 || n <= -1000 {
+		return num(float64(n))
+	}
+	return fmt.Sprint(n)
+}
+
+func mib(b int64) string { return num(float64(b) / (1 << 20)) }
