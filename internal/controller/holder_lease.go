@@ -125,21 +125,7 @@ func (r *LockReconciler) leaseKeys(ctx context.Context, o client.Object) []recon
 		log.FromContext(ctx).Error(err, "list lockrequests for holder lease", "lease", client.ObjectKeyFromObject(o))
 		return nil
 	}
-	seen := map[reconcile.Request]bool{}
-	var out []reconcile.Request
-	for i := range list.Items {
-		lr := &list.Items[i]
-		if lr.Status.Phase.IsFinal() {
-			continue
-		}
-		for _, k := range requestKeys(ctx, lr) {
-			if !seen[k] {
-				seen[k] = true
-				out = append(out, k)
-			}
-		}
-	}
-	return out
+	return liveRequestKeys(ctx, list.Items, nil)
 }
 
 // leaseShortened passes Lease creations and deletions, and updates that bring the Lease's

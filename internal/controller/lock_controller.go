@@ -405,11 +405,16 @@ func (r *LockReconciler) commandKeys(ctx context.Context, o client.Object) []rec
 		log.FromContext(ctx).Error(err, "list lockrequests for commandlock", "commandlock", o.GetName())
 		return nil
 	}
+	return liveRequestKeys(ctx, list.Items, func(lr *locksv1.LockRequest) bool { return lr.Spec.Command != "" })
+}
+
+// liveRequestKeys is the keys named by the requests that are not final and pass keep, each once.
+func liveRequestKeys(ctx context.Context, items []locksv1.LockRequest, keep func(*locksv1.LockRequest) bool) []reconcile.Request {
 	seen := map[reconcile.Request]bool{}
 	var out []reconcile.Request
-	for i := range list.Items {
-		lr := &list.Items[i]
-		if lr.Status.Phase.IsFinal() || lr.Spec.Command == "" {
+	for i := range items {
+		lr := &items[i]
+		if lr.Status.Phase.IsFinal() || (keep != nil && !keep(lr)) {
 			continue
 		}
 		for _, k := range requestKeys(ctx, lr) {
