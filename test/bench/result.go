@@ -114,7 +114,10 @@ func (r *Result) WriteTable(out io.Writer) {
 	d := r.Detection
 	add(fmt.Sprintf("Hand-offs/s at depth %d, deadlock detection on / off (median of %d)", d.Depth, len(d.Rounds)/2),
 		fmt.Sprintf("%s / %s", num(d.HandoffsPerSecOn), num(d.HandoffsPerSecOff)))
-	add("Grants/s (uncontended), deadlock detection on / off", fmt.Sprintf("%s / %s", num(d.GrantsPerSecOn), num(d.GrantsPerSecOff)))
+	add(fmt.Sprintf("Manager CPU per hand-off at depth %d, deadlock detection on / off", d.Depth),
+		fmt.Sprintf("%s / %s ms", num(d.CPUPerHandoffMsOn), num(d.CPUPerHandoffMsOff)))
+	add("Grants/s (uncontended, detection never runs), deadlock detection on / off",
+		fmt.Sprintf("%s / %s (manager CPU per grant %s / %s ms)", num(d.GrantsPerSecOn), num(d.GrantsPerSecOff), num(d.CPUPerGrantMsOn), num(d.CPUPerGrantMsOff)))
 	s := r.Scale
 	add(fmt.Sprintf("Scale: %s pending requests over %s keys, manager start → all have a phase", count(s.Requests), count(s.Keys)),
 		fmt.Sprintf("%s s (first after %s s; %s writes per request)", num(s.ReconcileSeconds), num(s.FirstPhaseSeconds), num(s.WritesPerRequest)))

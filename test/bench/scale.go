@@ -225,6 +225,7 @@ type DetectionRound struct {
 	WritesPerHandoff float64 `json:"writesPerHandoff"`
 	CPUPerHandoffMs  float64 `json:"managerCPUPerHandoffMs"`
 	GrantsPerSec     float64 `json:"grantsPerSec"`
+	CPUPerGrantMs    float64 `json:"managerCPUPerGrantMs"`
 }
 
 // DetectionResult compares throughput with deadlock detection on and off: hand-offs on the
@@ -238,13 +239,18 @@ type DetectionResult struct {
 	HandoffsPerSecOff float64 `json:"handoffsPerSecOff"`
 	GrantsPerSecOn    float64 `json:"grantsPerSecOn"`
 	GrantsPerSecOff   float64 `json:"grantsPerSecOff"`
+	// The manager's CPU per hand-off and per grant: less noisy than rates on a shared machine.
+	CPUPerHandoffMsOn  float64 `json:"managerCPUPerHandoffMsOn"`
+	CPUPerHandoffMsOff float64 `json:"managerCPUPerHandoffMsOff"`
+	CPUPerGrantMsOn    float64 `json:"managerCPUPerGrantMsOn"`
+	CPUPerGrantMsOff   float64 `json:"managerCPUPerGrantMsOff"`
 }
 
 // detection alternates managers with detection off and on, so drift in the machine's load
 // falls on both alike.
 func (b *bench) detection(ctx context.Context, q *queueState) (DetectionResult, error) {
 	res := DetectionResult{Depth: q.depth}
-	var hOn, hOff, gOn, gOff []float64
+	var hOn, hOff, gOn, gOff, chOn, chOff, cgOn, cgOff []float64
 	for r := range b.cfg.DetectionRounds {
 		for _, on := range []bool{false, true} {
 			b.step(fmt.Sprintf("deadlock detection %s, round %d of %d: hand-offs at depth %d, then grant throughput",
@@ -270,17 +276,21 @@ func (b *bench) detection(ctx context.Context, q *queueState) (DetectionResult, 
 				return res, err
 			}
 			round := DetectionRound{Detection: on, HandoffsPerSec: perSecond(n, elapsed), GrantsPerSec: tp.GrantsPerSec,
-				CPUPerHandoffMs: win.ManagerCPU * 1000 / float64(n)}
+				CPUPerHandoffMs: win.ManagerCPU * 1000 / float64(n), CPUPerGrantMs: tp.Windows[0].ManagerCPU * 1000 / float64(max(1, tp.Grants))}
 			round.WritesPerHandoff = win.Controller / float64(n)
 			res.Rounds = append(res.Rounds, round)
 			if on {
 				hOn, gOn = append(hOn, round.HandoffsPerSec), append(gOn, round.GrantsPerSec)
+				chOn, cgOn = append(chOn, round.CPUPerHandoffMs), append(cgOn, round.CPUPerGrantMs)
 			} else {
 				hOff, gOff = append(hOff, round.HandoffsPerSec), append(gOff, round.GrantsPerSec)
+				chOff, cgOff = append(chOff, round.CPUPerHandoffMs), append(cgOff, round.CPUPerGrantMs)
 			}
 		}
 	}
 	res.HandoffsPerSecOn, res.HandoffsPerSecOff = median(hOn), median(hOff)
 	res.GrantsPerSecOn, res.GrantsPerSecOff = median(gOn), median(gOff)
+	res.CPUPerHandoffMsOn, res.CPUPerHandoffMsOff = median(chOn), median(chOff)
+	res.CPUPerGrantMsOn, res.CPUPerGrantMsOff = median(cgOn), median(cgOff)
 	return res, nil
 }
