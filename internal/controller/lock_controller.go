@@ -49,6 +49,9 @@ type LockReconciler struct {
 	refreshBurst int
 	mu           sync.Mutex
 	refresh      map[types.NamespacedName]*rate.Limiter
+
+	// overlay holds this reconciler's own recent writes until the cache shows them.
+	overlay *overlay
 }
 
 var _ reconcile.Reconciler = (*LockReconciler)(nil)
@@ -94,6 +97,7 @@ func NewLockReconciler(c client.Client, apiReader client.Reader, recorder events
 		clock: clock.RealClock{}, cfg: queue.DefaultConfig(), workers: 8,
 		refreshRate: 20, refreshBurst: 20,
 		refresh: map[types.NamespacedName]*rate.Limiter{},
+		overlay: newOverlay(),
 	}
 	for _, o := range opts {
 		o(r)
@@ -140,7 +144,7 @@ func (r *LockReconciler) read(ctx context.Context, req reconcile.Request) (queue
 	case err != nil:
 		return in, false, fmt.Errorf("get projectlock %s: %w", req, err)
 	default:
-		in.Lock = &lock
+		in.Lock = r.overlay.lock(&lock)
 	}
 
 	var list locksv1.LockRequestList
@@ -151,7 +155,7 @@ func (r *LockReconciler) read(ctx context.Context, req reconcile.Request) (queue
 	active := false
 	claims := false
 	for i := range list.Items {
-		lr := &list.Items[i]
+		lr := r.overlay.request(&list.Items[i])
 		byUID[lr.UID] = true
 		in.Requests = append(in.Requests, lr)
 		if !lr.Status.Phase.IsFinal() {
@@ -192,7 +196,7 @@ func (r *LockReconciler) read(ctx context.Context, req reconcile.Request) (queue
 	// A holder missing from the cache: deleted, or created after the cache's last event?
 	if in.Lock != nil && in.Lock.Status.Holder != nil {
 		for _, h := range in.Lock.Status.Holder.Requests {
-			if byUID[types.UID(h.UID)] {
+			if byUID[types.UID(h.UID)] || r.overlay.isDeleted(types.UID(h.UID)) {
 				continue
 			}
 			var live locksv1.LockRequest
@@ -270,11 +274,14 @@ func (r *LockReconciler) apply(ctx context.Context, req reconcile.Request, in qu
 		}
 	}
 	if d.Lock != nil {
+		replaced := lock.ResourceVersion
 		lock = lock.DeepCopy()
 		lock.Status = *d.Lock
 		if err := r.client.Status().Update(ctx, lock); err != nil {
+			r.overlay.forgetLock(req.NamespacedName)
 			return r.retry(err, "update projectlock %s status", req)
 		}
+		r.overlay.wroteLock(replaced, lock, r.clock.Now())
 	}
 	r.metrics.queueDepth(req.Namespace, req.Name, len(d.Queue))
 
@@ -325,8 +332,10 @@ func (r *LockReconciler) writeRequest(ctx context.Context, u queue.Update) error
 	obj := u.Request.DeepCopy()
 	obj.Status = u.Status
 	if err := r.client.Status().Update(ctx, obj); err != nil {
+		r.overlay.forgetRequest(obj.UID)
 		return err
 	}
+	r.overlay.wroteRequest(u.Request.ResourceVersion, obj, r.clock.Now())
 	if u.Event != nil {
 		r.recorder.Eventf(obj, nil, u.Event.Type, u.Event.Reason, "Reconcile", "%s", u.Event.Message)
 	}
@@ -387,7 +396,7 @@ func (r *LockReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("lock").
 		For(&locksv1.ProjectLock{}).
-		Watches(&locksv1.LockRequest{}, handler.EnqueueRequestsFromMapFunc(requestKeys)).
+		Watches(&locksv1.LockRequest{}, r.requestEvents()).
 		Watches(&locksv1.CommandLock{}, handler.EnqueueRequestsFromMapFunc(r.commandKeys)).
 		Watches(&coordinationv1.Lease{}, handler.EnqueueRequestsFromMapFunc(r.leaseKeys), builder.WithPredicates(leaseShortened())).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.workers}).

@@ -1,0 +1,144 @@
+package controller
+
+import (
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
+)
+
+// overlayTTL bounds how long a written object is remembered; a cache lags by milliseconds.
+const overlayTTL = 30 * time.Second
+
+// overlay remembers the objects this reconciler has just written, with the resourceVersion each
+// replaced. A read through a cache that still shows exactly that replaced version uses the
+// written object instead: the controller then never decides on a state it has itself
+// superseded, and never pays a 409 for it. Any other version in the cache — the write seen, or
+// a newer write by someone else — is used as it is and the memory dropped. Writes still carry
+// their resourceVersion, so a wrong overlay could only cost a conflict, never a double grant.
+type overlay struct {
+	mu       sync.Mutex
+	requests map[types.UID]written[*locksv1.LockRequest]
+	locks    map[types.NamespacedName]written[*locksv1.ProjectLock]
+	deleted  map[types.UID]time.Time
+	swept    time.Time
+}
+
+type written[T any] struct {
+	replaced string // the resourceVersion the write replaced
+	obj      T      // the object as the API server returned it
+	at       time.Time
+}
+
+func newOverlay() *overlay {
+	return &overlay{
+		requests: map[types.UID]written[*locksv1.LockRequest]{},
+		locks:    map[types.NamespacedName]written[*locksv1.ProjectLock]{},
+		deleted:  map[types.UID]time.Time{},
+	}
+}
+
+// wroteRequest records a LockRequest status write that replaced resourceVersion replaced.
+func (o *overlay) wroteRequest(replaced string, obj *locksv1.LockRequest, now time.Time) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.requests[obj.UID] = written[*locksv1.LockRequest]{replaced, obj.DeepCopy(), now}
+	o.sweep(now)
+}
+
+// wroteLock records a ProjectLock status write that replaced resourceVersion replaced.
+func (o *overlay) wroteLock(replaced string, obj *locksv1.ProjectLock, now time.Time) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.locks[types.NamespacedName{Namespace: obj.Namespace, Name: obj.Name}] = written[*locksv1.ProjectLock]{replaced, obj.DeepCopy(), now}
+	o.sweep(now)
+}
+
+// forget drops what is remembered of a request or lock whose write failed.
+func (o *overlay) forgetRequest(uid types.UID) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	delete(o.requests, uid)
+}
+
+func (o *overlay) forgetLock(key types.NamespacedName) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	delete(o.locks, key)
+}
+
+// request returns the freshest known version of a cached request.
+func (o *overlay) request(cached *locksv1.LockRequest) *locksv1.LockRequest {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	w, ok := o.requests[cached.UID]
+	switch {
+	case !ok:
+		return cached
+	case cached.ResourceVersion == w.replaced:
+		return w.obj.DeepCopy()
+	default:
+		delete(o.requests, cached.UID)
+		return cached
+	}
+}
+
+// lock returns the freshest known version of a cached ProjectLock.
+func (o *overlay) lock(cached *locksv1.ProjectLock) *locksv1.ProjectLock {
+	key := types.NamespacedName{Namespace: cached.Namespace, Name: cached.Name}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	w, ok := o.locks[key]
+	switch {
+	case !ok:
+		return cached
+	case cached.ResourceVersion == w.replaced && cached.UID == w.obj.UID:
+		return w.obj.DeepCopy()
+	default:
+		delete(o.locks, key)
+		return cached
+	}
+}
+
+// sawDeleted records a request the watch reported deleted: UIDs are never reused, so it is
+// known gone without asking the API server again.
+func (o *overlay) sawDeleted(uid types.UID, now time.Time) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.deleted[uid] = now
+	delete(o.requests, uid)
+	o.sweep(now)
+}
+
+// isDeleted says whether the watch reported the request deleted.
+func (o *overlay) isDeleted(uid types.UID) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	_, ok := o.deleted[uid]
+	return ok
+}
+
+// sweep drops old memories, at most once a second. Called with mu held.
+func (o *overlay) sweep(now time.Time) {
+	if now.Sub(o.swept) < time.Second {
+		return
+	}
+	o.swept = now
+	for k, w := range o.requests {
+		if now.Sub(w.at) > overlayTTL {
+			delete(o.requests, k)
+		}
+	}
+	for k, w := range o.locks {
+		if now.Sub(w.at) > overlayTTL {
+			delete(o.locks, k)
+		}
+	}
+	for k, at := range o.deleted {
+		if now.Sub(at) > overlayTTL {
+			delete(o.deleted, k)
+		}
+	}
+}

@@ -1,0 +1,111 @@
+package controller
+
+import (
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
+)
+
+func lrAt(rv string, phase locksv1.LockRequestPhase) *locksv1.LockRequest {
+	lr := &locksv1.LockRequest{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "a", UID: "uid-a", ResourceVersion: rv}}
+	lr.Status.Phase = phase
+	return lr
+}
+
+func TestOverlayRequest(t *testing.T) {
+	now := time.Date(2026, 3, 14, 9, 0, 0, 0, time.UTC)
+	cases := map[string]struct {
+		cachedRV  string
+		wantRV    string
+		wantPhase locksv1.LockRequestPhase
+	}{
+		"cache still shows the version our write replaced: use ours": {cachedRV: "10", wantRV: "11", wantPhase: locksv1.PhaseGranted},
+		"cache caught up with our write":                             {cachedRV: "11", wantRV: "11", wantPhase: locksv1.PhaseGranted},
+		"someone wrote after us: the cache wins":                     {cachedRV: "12", wantRV: "12", wantPhase: locksv1.PhaseReleased},
+		"cache older than what our write replaced: the cache as is":  {cachedRV: "9", wantRV: "9", wantPhase: locksv1.PhasePending},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			o := newOverlay()
+			o.wroteRequest("10", lrAt("11", locksv1.PhaseGranted), now)
+			phase := map[string]locksv1.LockRequestPhase{"9": locksv1.PhasePending, "10": locksv1.PhasePending, "11": locksv1.PhaseGranted, "12": locksv1.PhaseReleased}[tc.cachedRV]
+			got := o.request(lrAt(tc.cachedRV, phase))
+			if got.ResourceVersion != tc.wantRV || got.Status.Phase != tc.wantPhase {
+				t.Errorf("request() = rv %s phase %s, want rv %s phase %s", got.ResourceVersion, got.Status.Phase, tc.wantRV, tc.wantPhase)
+			}
+			if tc.cachedRV != "10" && len(o.requests) != 0 {
+				t.Errorf("the memory should be dropped once the cache moved on")
+			}
+		})
+	}
+}
+
+func TestOverlayForgetsFailedWritesAndOldMemories(t *testing.T) {
+	now := time.Date(2026, 3, 14, 9, 0, 0, 0, time.UTC)
+	o := newOverlay()
+	o.wroteRequest("10", lrAt("11", locksv1.PhaseGranted), now)
+	o.forgetRequest("uid-a")
+	if got := o.request(lrAt("10", locksv1.PhasePending)); got.ResourceVersion != "10" {
+		t.Errorf("a forgotten write must not be overlaid, got rv %s", got.ResourceVersion)
+	}
+
+	pl := &locksv1.ProjectLock{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "k", UID: "uid-k", ResourceVersion: "21"}}
+	o.wroteLock("20", pl, now)
+	stale := pl.DeepCopy()
+	stale.ResourceVersion = "20"
+	if got := o.lock(stale); got.ResourceVersion != "21" {
+		t.Errorf("lock() = rv %s, want our write 21", got.ResourceVersion)
+	}
+	recreated := stale.DeepCopy()
+	recreated.UID = "uid-other"
+	o.wroteLock("20", pl, now)
+	if got := o.lock(recreated); got.UID != "uid-other" {
+		t.Errorf("a re-created ProjectLock must not be overlaid by the old one's write")
+	}
+
+	o.sawDeleted("uid-gone", now)
+	if !o.isDeleted("uid-gone") || o.isDeleted("uid-a") {
+		t.Errorf("isDeleted wrong")
+	}
+	o.wroteLock("30", pl, now.Add(overlayTTL+2*time.Second)) // sweeps
+	if o.isDeleted("uid-gone") {
+		t.Errorf("deletions should be forgotten after %s", overlayTTL)
+	}
+	if _, ok := o.locks[types.NamespacedName{Namespace: "ns", Name: "k"}]; !ok {
+		t.Errorf("the fresh write must survive the sweep")
+	}
+}
+
+func TestDecisionInputChanged(t *testing.T) {
+	base := lrAt("1", locksv1.PhasePending)
+	base.Status.QueuePosition = 5
+	cases := map[string]struct {
+		mutate func(*locksv1.LockRequest)
+		want   bool
+	}{
+		"a refreshed position and message": {func(lr *locksv1.LockRequest) {
+			lr.Status.QueuePosition = 4
+			lr.Status.BlockedBy = "locked by bob"
+			lr.Status.Conditions = []metav1.Condition{{Type: locksv1.ConditionGranted, Message: "position 4 of 9"}}
+		}, false},
+		"granted":             {func(lr *locksv1.LockRequest) { lr.Status.Phase = locksv1.PhaseGranted }, true},
+		"a spec change":       {func(lr *locksv1.LockRequest) { lr.Generation++ }, true},
+		"deletion started":    {func(lr *locksv1.LockRequest) { lr.DeletionTimestamp = &metav1.Time{} }, true},
+		"queued (stamped)":    {func(lr *locksv1.LockRequest) { lr.Status.QueuedAt = &metav1.MicroTime{} }, true},
+		"one lock held":       {func(lr *locksv1.LockRequest) { lr.Status.Locks = []locksv1.LockStatus{{Name: "k", Held: true}} }, true},
+		"a label for queries": {func(lr *locksv1.LockRequest) { lr.Labels = map[string]string{"team": "a"} }, true},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			changed := base.DeepCopy()
+			tc.mutate(changed)
+			if got := decisionInputChanged(base, changed); got != tc.want {
+				t.Errorf("decisionInputChanged = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
