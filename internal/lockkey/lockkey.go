@@ -9,6 +9,7 @@ import (
 	"path"
 	"sort"
 	"strings"
+	"sync"
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
 )
@@ -62,6 +63,42 @@ func Less(a, b locksv1.LockTarget) bool {
 // characters a name cannot hold turned into '-', cut to fit, then a hash of the exact key so that
 // keys differing only in case or punctuation never share a lock.
 func Name(t locksv1.LockTarget) string {
+	if n, ok := names.get(t); ok {
+		return n
+	}
+	n := name(t)
+	names.put(t, n)
+	return n
+}
+
+// names remembers recent names: every reconcile of a deep queue names every waiter's targets,
+// and hashing them dominated the decision. Bounded; forgotten wholesale when full.
+var names = &nameCache{m: map[locksv1.LockTarget]string{}}
+
+const nameCacheSize = 1 << 14
+
+type nameCache struct {
+	mu sync.RWMutex
+	m  map[locksv1.LockTarget]string
+}
+
+func (c *nameCache) get(t locksv1.LockTarget) (string, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	n, ok := c.m[t]
+	return n, ok
+}
+
+func (c *nameCache) put(t locksv1.LockTarget, n string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.m) >= nameCacheSize {
+		clear(c.m)
+	}
+	c.m[t] = n
+}
+
+func name(t locksv1.LockTarget) string {
 	sum := sha256.Sum256([]byte(canonical(t)))
 	hash := hex.EncodeToString(sum[:])[:hashLen]
 

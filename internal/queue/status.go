@@ -31,6 +31,14 @@ func findCond(conds []metav1.Condition, typ string) *metav1.Condition {
 	return meta.FindStatusCondition(conds, typ)
 }
 
-func equalStatus(a, b locksv1.LockRequestStatus) bool { return equality.Semantic.DeepEqual(a, b) }
+func equalStatus(a, b locksv1.LockRequestStatus) bool {
+	// The fields a refresh changes first, cheaply: most differing statuses differ here.
+	if a.Phase != b.Phase || a.QueuePosition != b.QueuePosition || a.BlockedBy != b.BlockedBy ||
+		a.FencingToken != b.FencingToken || a.ObservedGeneration != b.ObservedGeneration ||
+		len(a.Conditions) != len(b.Conditions) || len(a.Locks) != len(b.Locks) {
+		return false
+	}
+	return equality.Semantic.DeepEqual(a, b)
+}
 
 func statusEqual(a, b locksv1.ProjectLockStatus) bool { return equality.Semantic.DeepEqual(a, b) }
