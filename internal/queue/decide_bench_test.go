@@ -14,7 +14,7 @@ func BenchmarkDecideDepth1000(b *testing.B) {
 	d := w.decide(name1, now, testConfig())
 	w.apply(name1, w.input(name1, now, testConfig()), d, 0)
 	for i := range 1000 {
-		w.add(makeReq(fmt.Sprintf("w%04d", i)).owner("w", int64(i+2)).queuedAt(t0.Add(time.Duration(i)*time.Millisecond)).obj())
+		w.add(makeReq(fmt.Sprintf("w%04d", i)).owner("w", int64(i+2)).queuedAt(t0.Add(time.Duration(i) * time.Millisecond)).obj())
 	}
 	in := w.input(name1, now, testConfig())
 	b.ReportAllocs()
