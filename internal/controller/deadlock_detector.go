@@ -168,11 +168,12 @@ func (d *DeadlockDetector) Check(ctx context.Context, namespace string) error {
 // snapshot builds the namespace's wait-for graph from the cache.
 func (d *DeadlockDetector) snapshot(ctx context.Context, namespace string) (*deadlock.Graph, error) {
 	var locks locksv1.ProjectLockList
-	if err := d.client.List(ctx, &locks, client.InNamespace(namespace)); err != nil {
+	// The cache's own objects: waitsFor only reads them.
+	if err := d.client.List(ctx, &locks, client.InNamespace(namespace), client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("list projectlocks: %w", err)
 	}
 	var reqs locksv1.LockRequestList
-	if err := d.client.List(ctx, &reqs, client.InNamespace(namespace)); err != nil {
+	if err := d.client.List(ctx, &reqs, client.InNamespace(namespace), client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("list lockrequests: %w", err)
 	}
 	var cls locksv1.CommandLockList

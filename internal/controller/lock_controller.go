@@ -148,7 +148,9 @@ func (r *LockReconciler) read(ctx context.Context, req reconcile.Request) (queue
 	}
 
 	var list locksv1.LockRequestList
-	if err := r.client.List(ctx, &list, client.InNamespace(req.Namespace), client.MatchingFields{IndexLockName: req.Name}); err != nil {
+	// The cache's own objects, not copies: a deep queue is listed on every reconcile, and
+	// queue.Decide only reads its input (its property test checks that); writes deep-copy.
+	if err := r.client.List(ctx, &list, client.InNamespace(req.Namespace), client.MatchingFields{IndexLockName: req.Name}, client.UnsafeDisableDeepCopy); err != nil {
 		return in, false, fmt.Errorf("list lockrequests for %s: %w", req, err)
 	}
 	byUID := make(map[types.UID]bool, len(list.Items))

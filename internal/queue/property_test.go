@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -122,7 +123,11 @@ func simulate(t testing.TB, seed uint64, rounds int) map[string]int {
 			prev = l.DeepCopy()
 		}
 		in := w.input(name1, clock, cfg)
+		before := w.input(name1, clock, cfg)
 		d := Decide(in)
+		if !equality.Semantic.DeepEqual(before.Lock, in.Lock) || !equality.Semantic.DeepEqual(before.Requests, in.Requests) {
+			t.Fatalf("seed %d round %d: Decide modified its input", seed, round)
+		}
 		stage := stageAll
 		if rng.IntN(6) == 0 {
 			stage = stageFinish + rng.IntN(3) // crash after Finish, Lock or Grant

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -494,7 +495,12 @@ func (w *world) apply(name string, in Input, d Decision, stage int) {
 func (w *world) decide(name string, at time.Time, cfg Config) Decision {
 	w.t.Helper()
 	in := w.input(name, at, cfg)
+	before := w.input(name, at, cfg)
 	d := Decide(in)
+	// The controller hands Decide the informer cache's own objects: it must only read them.
+	if !equality.Semantic.DeepEqual(before.Lock, in.Lock) || !equality.Semantic.DeepEqual(before.Requests, in.Requests) {
+		w.t.Fatalf("Decide modified its input for %s", name)
+	}
 	w.apply(name, in, d, stageAll)
 	return d
 }
