@@ -126,6 +126,8 @@ func (r *LockReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 		return reconcile.Result{}, err
 	}
 	in.LostHolders = lost
+	// Only as many position refreshes as the key's write rate allows are worth building.
+	in.Refreshes = queue.RefreshBudget{Limited: true, N: int(r.limiter(req.NamespacedName).TokensAt(now))}
 	d := queue.Decide(in)
 	res, err := r.apply(ctx, req, in, d)
 	if err == nil && !lapse.IsZero() {
@@ -317,6 +319,9 @@ func (r *LockReconciler) apply(ctx context.Context, req reconcile.Request, in qu
 		if !u.Refresh {
 			newlyWaiting = append(newlyWaiting, u.Request)
 		}
+	}
+	if d.RefreshDeferred {
+		result.RequeueAfter = minPositive(result.RequeueAfter, time.Second/time.Duration(max(1, int(r.refreshRate))))
 	}
 	if len(d.Waiting) == 0 && len(d.Queue) == 0 {
 		r.forgetLimiter(req.NamespacedName)

@@ -56,7 +56,16 @@ type Input struct {
 	NextThaw time.Time
 	// LostHolders are requests whose holder Lease lapsed, with a message saying how.
 	LostHolders map[types.UID]string
-	Config      Config
+	// Refreshes bounds the refresh-only updates the caller will write now (its rate limit);
+	// the zero value is no bound.
+	Refreshes RefreshBudget
+	Config    Config
+}
+
+// RefreshBudget is how many refresh-only updates the caller can write now.
+type RefreshBudget struct {
+	Limited bool
+	N       int
 }
 
 // Update is a request status to write, and the event to emit once written.
@@ -94,6 +103,9 @@ type Decision struct {
 	// RequeueAfter is when the key needs deciding again without any event (a TTL, a wait
 	// timeout, an aging step); zero when nothing is due.
 	RequeueAfter time.Duration
+	// RefreshDeferred is true when waiters whose position moved were left for later because
+	// the refresh budget ran out: decide again once the caller can write more.
+	RefreshDeferred bool
 }
 
 // entry is one request as seen from this key.
@@ -357,12 +369,26 @@ func Decide(in Input) Decision {
 		}
 		d.Grant = append(d.Grant, u)
 	}
+	refreshes := 0
 	for i, e := range waiting {
+		refresh := e.stamped && e.req.Status.Phase == locksv1.PhasePending
+		// Past the budget, a waiter whose position visibly moved is left for a later decision
+		// without building its status: in a deep queue every hand-off moves them all, and only
+		// the budget's worth can be written anyway. One that may not have moved is still
+		// checked exactly, so nothing is deferred that would not be written.
+		if refresh && in.Refreshes.Limited && refreshes >= in.Refreshes.N &&
+			e.req.Status.QueuePosition != 0 && e.req.Status.QueuePosition != int32(i+1) {
+			d.RefreshDeferred = true
+			continue
+		}
 		st := waitingStatus(e, i, len(waiting), holders, granted, waiting, now)
 		if equalStatus(e.req.Status, st) {
 			continue
 		}
-		u := Update{Request: e.req, Status: st, Refresh: e.stamped && e.req.Status.Phase == locksv1.PhasePending, Order: i}
+		if refresh {
+			refreshes++
+		}
+		u := Update{Request: e.req, Status: st, Refresh: refresh, Order: i}
 		if !e.stamped {
 			u.Event = &Event{"Normal", condReason(st), condMessage(st)}
 		}

@@ -1,0 +1,85 @@
+package queue
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// deepQueue is a key with a holder and n stamped waiters whose statuses are up to date.
+func deepQueue(t testing.TB, n int) *world {
+	w := newWorld(t)
+	w.add(makeReq("holder").owner("h", 1).obj())
+	w.decide(name1, now, testConfig())
+	for i := range n {
+		w.add(makeReq(fmt.Sprintf("w%04d", i)).owner("w", int64(i+2)).obj())
+	}
+	w.decide(name1, now.Add(time.Second), testConfig())
+	return w
+}
+
+func TestRefreshBudget(t *testing.T) {
+	cases := map[string]struct {
+		budget       RefreshBudget
+		handOff      bool
+		wantRefresh  []int32 // positions written by refresh-only updates
+		wantDeferred bool
+	}{
+		"a hand-off with no bound refreshes every waiter": {
+			handOff: true, wantRefresh: []int32{1, 2, 3, 4},
+		},
+		"a hand-off with a budget of 2 refreshes the head and defers the rest": {
+			budget: RefreshBudget{Limited: true, N: 2}, handOff: true, wantRefresh: []int32{1, 2}, wantDeferred: true,
+		},
+		"a budget of 0 defers them all": {
+			budget: RefreshBudget{Limited: true, N: 0}, handOff: true, wantDeferred: true,
+		},
+		"a budget larger than the queue defers nothing": {
+			budget: RefreshBudget{Limited: true, N: 10}, handOff: true, wantRefresh: []int32{1, 2, 3, 4},
+		},
+		"nothing moved: nothing deferred, even with no budget": {
+			budget: RefreshBudget{Limited: true, N: 0},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			w := deepQueue(t, 5)
+			if tc.handOff {
+				w.del("uid-holder")
+			}
+			in := w.input(name1, now.Add(2*time.Second), testConfig())
+			in.Refreshes = tc.budget
+			d := Decide(in)
+			var got []int32
+			for _, u := range d.Waiting {
+				if u.Refresh {
+					got = append(got, u.Status.QueuePosition)
+				}
+			}
+			if diff := cmp.Diff(tc.wantRefresh, got); diff != "" {
+				t.Errorf("refreshed positions (-want +got):\n%s", diff)
+			}
+			if d.RefreshDeferred != tc.wantDeferred {
+				t.Errorf("RefreshDeferred = %v, want %v", d.RefreshDeferred, tc.wantDeferred)
+			}
+			if tc.handOff && len(d.Grant) != 1 {
+				t.Errorf("the hand-off must grant the head whatever the budget, got %d grants", len(d.Grant))
+			}
+		})
+	}
+}
+
+// BenchmarkDecideHandOffDepth1000 is the reconcile after a hand-off in a deep queue, with the
+// refresh budget a key's default write rate allows at once.
+func BenchmarkDecideHandOffDepth1000(b *testing.B) {
+	w := deepQueue(b, 1000)
+	w.del("uid-holder")
+	in := w.input(name1, now.Add(2*time.Second), testConfig())
+	in.Refreshes = RefreshBudget{Limited: true, N: 20}
+	b.ReportAllocs()
+	for b.Loop() {
+		Decide(in)
+	}
+}
