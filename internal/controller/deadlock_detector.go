@@ -168,7 +168,7 @@ func (d *DeadlockDetector) Check(ctx context.Context, namespace string) error {
 // snapshot builds the namespace's wait-for graph from the cache.
 func (d *DeadlockDetector) snapshot(ctx context.Context, namespace string) (*deadlock.Graph, error) {
 	var locks locksv1.ProjectLockList
-	// The cache's own objects: waitsFor only reads them.
+	// The cache's own objects: WaitsFor only reads them.
 	if err := d.client.List(ctx, &locks, client.InNamespace(namespace), client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("list projectlocks: %w", err)
 	}
@@ -182,10 +182,10 @@ func (d *DeadlockDetector) snapshot(ctx context.Context, namespace string) (*dea
 	}
 	now := d.clock.Now()
 	freezes, _ := queue.ResolveFreezes(cls.Items, d.freezes, now)
-	return deadlock.Build(waitsFor(locks.Items, reqs.Items, freezes, now, d.cfg)), nil
+	return deadlock.Build(WaitsFor(locks.Items, reqs.Items, freezes, now, d.cfg)), nil
 }
 
-// waitsFor is the wait-for input of one namespace: every key with its holder and its queue in
+// WaitsFor is the wait-for input of one namespace: every key with its holder and its queue in
 // grant order. Pure.
 //
 // A request waits on the first key it does not hold yet (keys are taken in order); a frozen
@@ -194,7 +194,7 @@ func (d *DeadlockDetector) snapshot(ctx context.Context, namespace string) (*dea
 // deleted): the ProjectLock is written after the outgoing holder's requests, so for a moment it
 // names a holder that has let go, and an edge to it could close a cycle that never exists (bob
 // deletes his request for k2 and asks for k1, which alice holds, while alice waits for k2).
-func waitsFor(locks []locksv1.ProjectLock, reqs []locksv1.LockRequest, freezes queue.Freezes, now time.Time, cfg queue.Config) []deadlock.KeyState {
+func WaitsFor(locks []locksv1.ProjectLock, reqs []locksv1.LockRequest, freezes queue.Freezes, now time.Time, cfg queue.Config) []deadlock.KeyState {
 	live := map[string]bool{}
 	for i := range reqs {
 		lr := &reqs[i]

@@ -198,7 +198,7 @@ func TestWaitsFor(t *testing.T) {
 				reqs[i] = r.obj()
 			}
 			cfg := queue.DefaultConfig()
-			states := waitsFor(tc.locks, reqs, tc.freezes, dlNow, cfg)
+			states := WaitsFor(tc.locks, reqs, tc.freezes, dlNow, cfg)
 			if diff := cmp.Diff(tc.wantKeys, viewKeys(states)); diff != "" {
 				t.Errorf("keys (-want +got):\n%s", diff)
 			}
@@ -214,7 +214,7 @@ func TestWaitsFor(t *testing.T) {
 }
 
 // BenchmarkCheck is the detector's work per check, cache reads aside: the snapshot of a
-// namespace with 10,000 waiting requests over 1,000 keys (waitsFor), the graph and its cycles.
+// namespace with 10,000 waiting requests over 1,000 keys (WaitsFor), the graph and its cycles.
 func BenchmarkCheck(b *testing.B) {
 	const keys, perKey = 1000, 10
 	var locks []locksv1.ProjectLock
@@ -241,7 +241,7 @@ func BenchmarkCheck(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		if cycles := deadlock.Build(waitsFor(locks, reqs, queue.Freezes{}, dlNow, cfg)).FindCycles(); len(cycles) != 0 {
+		if cycles := deadlock.Build(WaitsFor(locks, reqs, queue.Freezes{}, dlNow, cfg)).FindCycles(); len(cycles) != 0 {
 			b.Fatalf("want no cycle, got %v", cycles[0])
 		}
 	}

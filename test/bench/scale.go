@@ -11,7 +11,6 @@ import (
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
 	"github.com/turnstile-dev/turnstile/internal/controller"
 	"github.com/turnstile-dev/turnstile/internal/deadlock"
-	"github.com/turnstile-dev/turnstile/internal/lockkey"
 	"github.com/turnstile-dev/turnstile/internal/queue"
 	"github.com/turnstile-dev/turnstile/internal/testing/framework"
 )
@@ -145,7 +144,11 @@ func (b *bench) deadlockCheck(ctx context.Context, ns string, runs int) (Deadloc
 			return res, err
 		}
 		list = append(list, ms(time.Since(t)))
-		states, waiters := graphStates(locks.Items, reqs.Items, time.Now(), cfg)
+		states := controller.WaitsFor(locks.Items, reqs.Items, queue.Freezes{}, time.Now(), cfg)
+		waiters := 0
+		for _, st := range states {
+			waiters += len(st.Queue)
+		}
 		t = time.Now()
 		cycles := deadlock.Build(states).FindCycles()
 		graph = append(graph, ms(time.Since(t)))
@@ -162,60 +165,6 @@ func (b *bench) deadlockCheck(ctx context.Context, ns string, runs int) (Deadloc
 	}
 	res.FullMs, res.ListMs, res.GraphMs = median(full), median(list), median(graph)
 	return res, nil
-}
-
-// graphStates builds the detector's input from listed objects the way the manager's detector
-// does (no CommandLocks here, so no freezes), to time deadlock.Build on its own.
-func graphStates(locks []locksv1.ProjectLock, reqs []locksv1.LockRequest, now time.Time, cfg queue.Config) ([]deadlock.KeyState, int) {
-	type keyInfo struct {
-		key     string
-		holder  *deadlock.Identity
-		waiting []*locksv1.LockRequest
-	}
-	keys := map[string]*keyInfo{}
-	get := func(name string) *keyInfo {
-		if keys[name] == nil {
-			keys[name] = &keyInfo{}
-		}
-		return keys[name]
-	}
-	for i := range locks {
-		pl := &locks[i]
-		k := get(pl.Name)
-		k.key = lockkey.String(pl.Spec.LockTarget)
-		if h := pl.Status.Holder; h != nil {
-			k.holder = &deadlock.Identity{Owner: h.Owner, Pull: h.Pull}
-		}
-	}
-	waiters := 0
-	for i := range reqs {
-		lr := &reqs[i]
-		if lr.Status.Phase != locksv1.PhasePending || lr.Spec.Release || lr.DeletionTimestamp != nil {
-			continue
-		}
-		ref, ok := queue.FirstUnheld(lr)
-		if !ok {
-			continue
-		}
-		k := get(ref.Name)
-		if k.key == "" {
-			k.key = ref.Key
-		}
-		k.waiting = append(k.waiting, lr)
-		waiters++
-	}
-	states := make([]deadlock.KeyState, 0, len(keys))
-	for name, k := range keys {
-		st := deadlock.KeyState{Key: k.key, Holder: k.holder}
-		for _, w := range queue.Order(name, k.waiting, now, cfg) {
-			st.Queue = append(st.Queue, deadlock.Waiter{
-				Identity: deadlock.Identity{Owner: w.Request.Spec.Holder.Owner, Pull: w.Request.Spec.Holder.Pull},
-				Request:  w.Request.Name, Priority: w.Priority, Arrival: w.Arrival,
-			})
-		}
-		states = append(states, st)
-	}
-	return states, waiters
 }
 
 // DetectionRound is one manager run with deadlock detection on or off.
