@@ -3,89 +3,33 @@ package controller_test
 import (
 	"context"
 	"fmt"
-	"math/rand"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
 	"github.com/turnstile-dev/turnstile/internal/lockkey"
 	"github.com/turnstile-dev/turnstile/internal/testing/framework"
-	. "github.com/turnstile-dev/turnstile/internal/testing/wrappers"
 )
 
-// churn runs requesters that each loop: create a request on a random key, wait until it is
-// granted, hold it briefly, release it (by delete or spec.release, at random). It returns the
-// number of grants the requesters saw.
+// churn runs framework.Churn: requesters that each loop creating a request on a random key,
+// waiting for its grant, holding it briefly and releasing it (by delete or spec.release, at
+// random). It returns the number of grants the requesters saw. No churn request may fail, and
+// Churn stops at the first that ends without its grant: none has a wait timeout, the queue cap is
+// above the number of requesters, and each names one key while its identity holds nothing else,
+// so no wait-for cycle is possible and a Deadlock failure would be a false positive.
 func churn(ns string, requesters, rounds, keys int, seed int64) int64 {
-	var grants atomic.Int64
-	var wg sync.WaitGroup
-	for w := 0; w < requesters; w++ {
-		wg.Add(1)
-		go func(w int) {
-			defer GinkgoRecover()
-			defer wg.Done()
-			rng := rand.New(rand.NewSource(seed + int64(w)))
-			for i := 0; i < rounds; i++ {
-				name := fmt.Sprintf("r%02d-%03d", w, i)
-				key := rng.Intn(keys)
-				lr := MakeLockRequest(name, ns).Lock("acme/churn", fmt.Sprintf("k%03d", key), "default").Owner(fmt.Sprintf("w%02d", w), int64(i+1)).Obj()
-				if rng.Intn(4) == 0 {
-					lr.Spec.Priority = locksv1.PriorityHigh
-				}
-				Expect(k8s.Create(ctx, lr)).To(Succeed())
-				Eventually(grantedOrFailed(ns, name), 180*time.Second, 50*time.Millisecond).Should(Equal(locksv1.PhaseGranted), func() string { return dump(ns) })
-				grants.Add(1)
-				time.Sleep(time.Duration(rng.Intn(5)) * time.Millisecond)
-				if rng.Intn(2) == 0 {
-					Expect(k8s.Delete(ctx, lr)).To(Succeed())
-				} else {
-					Eventually(func() error {
-						cur := &locksv1.LockRequest{}
-						if err := k8s.Get(ctx, client.ObjectKeyFromObject(lr), cur); err != nil {
-							return err
-						}
-						cur.Spec.Release = true
-						return k8s.Update(ctx, cur)
-					}, timeout, interval).Should(Succeed())
-				}
-			}
-		}(w)
-	}
-	wg.Wait()
-	return grants.Load()
-}
-
-// grantedOrFailed polls a churn request's phase and stops at once if it failed. No churn request
-// may fail: none has a wait timeout, the queue cap is above the number of requesters, and each
-// names one key and its identity holds nothing else, so no wait-for cycle is possible and a
-// Deadlock failure would be a false positive of the detector.
-func grantedOrFailed(ns, name string) func() (locksv1.LockRequestPhase, error) {
-	return func() (locksv1.LockRequestPhase, error) {
-		var lr locksv1.LockRequest
-		if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &lr); err != nil {
-			return "", err
-		}
-		if lr.Status.Phase == locksv1.PhaseFailed {
-			reason, msg := "", ""
-			if c := meta.FindStatusCondition(lr.Status.Conditions, locksv1.ConditionStalled); c != nil {
-				reason, msg = c.Reason, c.Message
-			}
-			what := "failed"
-			if reason == locksv1.ReasonDeadlock {
-				what = "was failed as a false deadlock (its identity holds nothing, so it closes no cycle)"
-			}
-			return lr.Status.Phase, StopTrying(fmt.Sprintf("lockrequest %s %s: %s: %s", name, what, reason, msg))
-		}
-		return lr.Status.Phase, nil
-	}
+	GinkgoHelper()
+	grants, err := framework.Churn{
+		Namespace: ns, Requesters: requesters, Rounds: rounds, Keys: keys,
+		WaitLimit: 180 * time.Second, Poll: 50 * time.Millisecond, Seed: seed,
+	}.Run(ctx, k8s)
+	Expect(err).NotTo(HaveOccurred(), func() string { return dump(ns) })
+	return grants
 }
 
 // dump describes a namespace's locks and requests, for a failure message.
