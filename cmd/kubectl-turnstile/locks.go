@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -191,17 +190,7 @@ func acquire(cmd *cobra.Command, c ctrlclient.Client, tc *client.Client, r clien
 	stop := make(chan struct{})
 	defer close(stop)
 	go reportWaiting(cmd, c, tc.Namespace(), lr.Name, stop)
-	lock, err := tc.Wait(ctx, lr.Name)
-	if err != nil {
-		// Leave nothing queued behind.
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-		if derr := tc.LockFor(lr).Delete(dctx); derr != nil {
-			err = errors.Join(err, derr)
-		}
-		return nil, err
-	}
-	return lock, nil
+	return tc.Await(ctx, lr)
 }
 
 // reportWaiting prints the request's Granted message to stderr whenever it changes, until stop.

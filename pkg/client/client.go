@@ -182,6 +182,12 @@ func (c *Client) Acquire(ctx context.Context, r Request) (*Lock, error) {
 	if err != nil {
 		return nil, err
 	}
+	return c.Await(ctx, lr)
+}
+
+// Await waits for the grant of a request this caller created (Create), and deletes the request
+// if ctx ends first or it ends without a grant, as Acquire does.
+func (c *Client) Await(ctx context.Context, lr *locksv1.LockRequest) (*Lock, error) {
 	lock, err := c.Wait(ctx, lr.Name)
 	if err != nil {
 		// Leave nothing queued behind: a caller that gave up must not be granted later.
