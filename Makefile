@@ -28,10 +28,15 @@ help: ## Show this help.
 
 ##@ Development
 
+# Where `make dev` writes its kubeconfig, and extra flags for hack/dev and the manager (e.g.
+# DEV_ARGS="--metrics-bind-address=0 --health-probe-bind-address=0 -- --default-ttl=5m").
+DEV_STATE ?= $(BIN)/dev
+DEV_ARGS ?=
+
 .PHONY: dev
-dev: k8s-bins manifests build ## Start a local control plane + the manager; prints a KUBECONFIG. Ctrl-C stops all.
+dev: k8s-bins build ## Start a local control plane + the manager; prints a KUBECONFIG. Ctrl-C stops all.
 	go build -o $(BIN)/turnstile-dev ./hack/dev
-	$(BIN)/turnstile-dev --assets $(K8S_BIN) --manager $(BIN)/manager --state $(BIN)/dev
+	$(BIN)/turnstile-dev --assets $(K8S_BIN) --manager $(BIN)/manager --state $(DEV_STATE) $(DEV_ARGS)
 
 .PHONY: manifests
 manifests: $(CONTROLLER_GEN) ## Generate CRDs and RBAC from the API types and markers.

@@ -1,6 +1,7 @@
 // Command dev runs Turnstile locally for `make dev`: a kube-apiserver and etcd built from the Go
 // module proxy, the CRDs, and the manager binary in the foreground. It writes a kubeconfig,
-// prints how to use it, and on Ctrl-C stops everything it started.
+// prints how to use it, and on Ctrl-C (or SIGTERM, or the terminal closing) stops everything it
+// started. Flags after "--" go to the manager.
 package main
 
 import (
@@ -30,7 +31,9 @@ func main() {
 
 func run(assets, manager, state, metrics, probes string, extra []string) error {
 	sig := make(chan os.Signal, 2)
-	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	// SIGHUP too: closing the terminal must not orphan etcd, kube-apiserver and the manager,
+	// which run in process groups of their own.
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 
 	fmt.Println("Starting a local kube-apiserver and etcd ...")
 	env, err := framework.Start(assets)
@@ -50,19 +53,22 @@ func run(assets, manager, state, metrics, probes string, extra []string) error {
 	if err := env.WriteKubeconfig(kubeconfig); err != nil {
 		return err
 	}
+	kubectl, err := filepath.Abs(env.Kubectl())
+	if err != nil {
+		return err
+	}
 	args := append([]string{"--metrics-bind-address=" + metrics, "--health-probe-bind-address=" + probes}, extra...)
 	proc, err := framework.StartProcess(manager, kubeconfig, os.Stdout, args...)
 	if err != nil {
 		return err
 	}
-	kubectl, _ := filepath.Abs(env.Kubectl())
 	fmt.Printf(`
-Turnstile is running (manager pid %d; metrics on %s/metrics, probes on %s/healthz).
+Turnstile is running (manager pid %d%s).
 
 In another shell:
 
     export KUBECONFIG=%s
-    export PATH=%s:$PATH   # kubectl %s, built from the Go module proxy
+    export PATH=%s:$PATH   # kubectl, built from the Go module proxy
 
     kubectl get crds
     kubectl apply -f config/samples/locks_v1alpha1_lockrequest.yaml
@@ -71,7 +77,7 @@ In another shell:
 
 Press Ctrl-C to stop the manager, kube-apiserver and etcd.
 
-`, proc.Pid(), metrics, probes, kubeconfig, filepath.Dir(kubectl), "v1.36.3")
+`, proc.Pid(), endpoints(metrics, probes), kubeconfig, filepath.Dir(kubectl))
 
 	select {
 	case s := <-sig:
@@ -83,4 +89,16 @@ Press Ctrl-C to stop the manager, kube-apiserver and etcd.
 	case <-proc.Done():
 		return fmt.Errorf("manager exited: %w", proc.Err())
 	}
+}
+
+// endpoints describes where the manager serves metrics and probes; "0" turns either off.
+func endpoints(metrics, probes string) string {
+	var out string
+	if metrics != "0" {
+		out += fmt.Sprintf("; metrics on %s/metrics", metrics)
+	}
+	if probes != "0" {
+		out += fmt.Sprintf("; probes on %s/healthz", probes)
+	}
+	return out
 }
