@@ -1,0 +1,305 @@
+// Package dev proves the README's first command, literally: `make dev` starts a local
+// kube-apiserver + etcd and the manager, prints a KUBECONFIG and PATH that a person can use with
+// kubectl, and Ctrl-C stops every process it started and frees the API server's port.
+//
+// Run it with `make test`, or alone with:
+//
+//	make k8s-bins build && KUBEBUILDER_ASSETS=$PWD/bin/k8s/1.36.3-linux-amd64 go test -count=1 -v ./test/dev/
+package dev
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/turnstile-dev/turnstile/internal/testing/framework"
+)
+
+const (
+	// startTimeout covers `make dev` finding everything built (make test built it), compiling
+	// hack/dev and starting the control plane on a loaded 2-core machine.
+	startTimeout = 3 * time.Minute
+	// stopTimeout is how long Ctrl-C may take to stop the manager, kube-apiserver and etcd.
+	stopTimeout = 60 * time.Second
+)
+
+var (
+	exportKubeconfig = regexp.MustCompile(`(?m)^\s*export KUBECONFIG=(\S+)\s*$`)
+	exportPath       = regexp.MustCompile(`(?m)^\s*export PATH=([^:\s]+):\$PATH`)
+)
+
+func TestMakeDev(t *testing.T) {
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		t.Fatal("KUBEBUILDER_ASSETS is not set: run through `make test` (it builds kube-apiserver, etcd and kubectl first)")
+	}
+	root, err := framework.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	state := t.TempDir()
+
+	// The manager's metrics and probe ports are turned off so the test never collides with a
+	// `make dev` a developer has running; everything else is the README's command.
+	cmd := exec.Command("make", "--no-print-directory", "dev",
+		"DEV_STATE="+state,
+		"DEV_ARGS=--metrics-bind-address=0 --health-probe-bind-address=0")
+	cmd.Dir = root
+	cmd.Env = withoutMakeVars(os.Environ())
+	// A process group of its own, like a shell's foreground job: Ctrl-C is SIGINT to the group.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	out := &lines{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start make dev: %v", err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+
+	// Whatever happens, leave nothing behind, even when the test fails half way.
+	var seen []proc
+	t.Cleanup(func() {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		for _, p := range append(seen, descendants(cmd.Process.Pid)...) {
+			_ = syscall.Kill(p.pid, syscall.SIGKILL)
+		}
+		if t.Failed() {
+			t.Logf("make dev printed:\n%s", out)
+		}
+	})
+
+	var kubeconfig, binDir string
+	waitFor(t, exited, startTimeout, "make dev to print how to use it", func() bool {
+		text := out.String()
+		k, p := exportKubeconfig.FindStringSubmatch(text), exportPath.FindStringSubmatch(text)
+		if k == nil || p == nil {
+			return false
+		}
+		kubeconfig, binDir = k[1], p[1]
+		return true
+	})
+	if !strings.HasPrefix(kubeconfig, state) {
+		t.Errorf("KUBECONFIG %s is not under DEV_STATE %s", kubeconfig, state)
+	}
+
+	kubectl := func(args ...string) string {
+		t.Helper()
+		c := exec.Command(filepath.Join(binDir, "kubectl"), append([]string{"--cache-dir", filepath.Join(state, "cache")}, args...)...)
+		c.Dir = root
+		c.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
+		var stderr bytes.Buffer
+		c.Stderr = &stderr
+		stdout, err := c.Output()
+		if err != nil {
+			t.Fatalf("kubectl %s: %v\n%s%s", strings.Join(args, " "), err, stdout, stderr.String())
+		}
+		return string(stdout)
+	}
+
+	t.Run("kubectl get crds lists the three CRDs", func(t *testing.T) {
+		got := strings.Fields(kubectl("get", "crds", "-o", "name"))
+		want := []string{
+			"customresourcedefinition.apiextensions.k8s.io/commandlocks.locks.turnstile.dev",
+			"customresourcedefinition.apiextensions.k8s.io/lockrequests.locks.turnstile.dev",
+			"customresourcedefinition.apiextensions.k8s.io/projectlocks.locks.turnstile.dev",
+		}
+		for _, w := range want {
+			if !slices.Contains(got, w) {
+				t.Errorf("kubectl get crds: %s is missing from %v", w, got)
+			}
+		}
+	})
+
+	t.Run("the README walkthrough's first grant", func(t *testing.T) {
+		kubectl("apply", "-f", filepath.Join("config", "samples", "locks_v1alpha1_lockrequest.yaml"))
+		kubectl("wait", "--for=condition=Granted", "lockrequest/plan-pr-100", "--timeout=60s")
+		got := kubectl("get", "locks", "-A")
+		for _, w := range []string{"lockrequest.locks.turnstile.dev/plan-pr-100", "projectlock.locks.turnstile.dev/", "alice", "Granted"} {
+			if !strings.Contains(got, w) {
+				t.Errorf("kubectl get locks -A does not show %q:\n%s", w, got)
+			}
+		}
+	})
+
+	t.Run("kubectl explain documents the priority", func(t *testing.T) {
+		got := kubectl("explain", "lockrequest.spec.priority")
+		for _, w := range []*regexp.Regexp{
+			regexp.MustCompile(`FIELD: priority <string>`),
+			regexp.MustCompile(`ENUM:\s+Low\s+Normal\s+High\s+Critical\s`),
+			regexp.MustCompile(`priority orders the queue`),
+			regexp.MustCompile(`Unset\s+means\s+Normal`),
+		} {
+			if !w.MatchString(got) {
+				t.Errorf("kubectl explain lockrequest.spec.priority does not match %q:\n%s", w, got)
+			}
+		}
+	})
+
+	// What make dev started, found by walking the process tree: turnstile-dev and the manager,
+	// kube-apiserver and etcd (the last three in process groups of their own).
+	seen = descendants(cmd.Process.Pid)
+	for _, name := range []string{"turnstile-dev", "manager", "kube-apiserver", "etcd"} {
+		if !slices.ContainsFunc(seen, func(p proc) bool { return p.comm == name }) {
+			t.Fatalf("make dev is not running %s; its processes: %v", name, seen)
+		}
+	}
+	apiserver := apiserverAddress(t, kubeconfig)
+
+	// Ctrl-C: the terminal sends SIGINT to the foreground process group (make and hack/dev).
+	if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGINT); err != nil {
+		t.Fatalf("SIGINT: %v", err)
+	}
+	select {
+	case <-exited: // make reports the interrupt with a non-zero status; what matters is below
+	case <-time.After(stopTimeout):
+		t.Fatalf("make dev did not exit within %s of Ctrl-C", stopTimeout)
+	}
+	for _, p := range seen {
+		if alive(p) {
+			t.Errorf("after Ctrl-C, %s (pid %d) is still running", p.comm, p.pid)
+		}
+	}
+	if conn, err := net.DialTimeout("tcp", apiserver, time.Second); err == nil {
+		_ = conn.Close()
+		t.Errorf("after Ctrl-C, something still listens on the API server's address %s", apiserver)
+	}
+	if !strings.Contains(out.String(), "Stopping kube-apiserver and etcd") {
+		t.Errorf("make dev did not say it stopped the control plane")
+	}
+}
+
+// waitFor polls cond until it holds, failing the test when make exits first or after timeout.
+func waitFor(t *testing.T, exited <-chan error, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case err := <-exited:
+			t.Fatalf("make dev exited (%v) before %s", err, what)
+		case <-ctx.Done():
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		case <-tick.C:
+		}
+	}
+}
+
+func apiserverAddress(t *testing.T, kubeconfig string) string {
+	t.Helper()
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		t.Fatalf("read %s: %v", kubeconfig, err)
+	}
+	u, err := url.Parse(cfg.Host)
+	if err != nil {
+		t.Fatalf("kubeconfig server %q: %v", cfg.Host, err)
+	}
+	return u.Host
+}
+
+// withoutMakeVars drops the variables the outer `make test` exports, so the inner make behaves
+// as it does when a person types `make dev`.
+func withoutMakeVars(env []string) []string {
+	return slices.DeleteFunc(slices.Clone(env), func(kv string) bool {
+		name, _, _ := strings.Cut(kv, "=")
+		return name == "MAKEFLAGS" || name == "MAKELEVEL" || name == "MFLAGS" || name == "MAKEOVERRIDES"
+	})
+}
+
+// proc is a process seen in /proc.
+type proc struct {
+	pid, ppid int
+	comm      string
+	start     uint64 // start time in clock ticks since boot: tells a reused pid apart
+}
+
+func (p proc) String() string { return fmt.Sprintf("%s(%d)", p.comm, p.pid) }
+
+// readProc reads /proc/<pid>/stat. ok is false when the process is gone or a zombie.
+func readProc(pid int) (p proc, ok bool) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return proc{}, false
+	}
+	// pid (comm) state ppid ... field 22 is starttime; comm may hold spaces, so split after ')'.
+	open, closing := bytes.IndexByte(data, '('), bytes.LastIndexByte(data, ')')
+	if open < 0 || closing < open {
+		return proc{}, false
+	}
+	fields := strings.Fields(string(data[closing+1:]))
+	if len(fields) < 20 || fields[0] == "Z" || fields[0] == "X" {
+		return proc{}, false
+	}
+	ppid, _ := strconv.Atoi(fields[1])
+	start, _ := strconv.ParseUint(fields[19], 10, 64)
+	return proc{pid: pid, ppid: ppid, comm: string(data[open+1 : closing]), start: start}, true
+}
+
+// descendants lists the live processes below pid.
+func descendants(pid int) []proc {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	children := map[int][]proc{}
+	for _, e := range entries {
+		n, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if p, ok := readProc(n); ok {
+			children[p.ppid] = append(children[p.ppid], p)
+		}
+	}
+	var out []proc
+	queue := []int{pid}
+	for len(queue) > 0 {
+		next := queue[0]
+		queue = queue[1:]
+		for _, c := range children[next] {
+			out = append(out, c)
+			queue = append(queue, c.pid)
+		}
+	}
+	return out
+}
+
+// alive reports whether p still runs (the same process, not a later one that reused its pid).
+func alive(p proc) bool {
+	now, ok := readProc(p.pid)
+	return ok && now.start == p.start
+}
+
+// lines collects a process's output for the test to read while it runs.
+type lines struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *lines) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(b)
+}
+
+func (l *lines) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
