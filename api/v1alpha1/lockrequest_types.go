@@ -89,7 +89,7 @@ type LockRequestSpec struct {
 
 	// priority orders the queue: Critical, High, Normal, Low. Within one priority the queue is
 	// first come, first served, and waiting requests age upward (never above High) so a Low
-	// request is not starved.
+	// request is not starved. Unset means Normal.
 	// +optional
 	// +kubebuilder:default=Normal
 	Priority Priority `json:"priority,omitempty"`

@@ -15,8 +15,8 @@ type LockTarget struct {
 	Repo string `json:"repo"`
 
 	// path is the directory inside the repository, relative to its root, e.g. "modules/vpc".
-	// Use "." for the root. Absolute paths, "..", "." segments and trailing slashes are rejected so
-	// one directory always has one key.
+	// Use "." (the default) for the root. Absolute paths, "..", "." segments and trailing
+	// slashes are rejected so one directory always has one key.
 	// +optional
 	// +kubebuilder:default="."
 	// +kubebuilder:validation:MinLength=1
