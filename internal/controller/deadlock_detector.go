@@ -24,8 +24,10 @@ import (
 
 // DeadlockDetector looks for wait-for cycles between holder identities of one namespace and
 // fails one victim per cycle. It runs when a request starts waiting (the lock reconciler calls
-// Waiting, which only marks the namespace and returns, so detection never slows a grant) and
-// as a periodic full scan.
+// Waiting, which only notes the request and returns, so detection never slows a grant) and as
+// a periodic full scan. A new waiter that cannot be on a cycle (it holds nothing, nobody queues
+// behind it, and its identity has nothing else live) costs no check: that is the common
+// arrival, a new pull request at the back of a queue.
 type DeadlockDetector struct {
 	client   client.Client
 	recorder events.EventRecorder
@@ -36,12 +38,26 @@ type DeadlockDetector struct {
 	scan     time.Duration
 	metrics  *Metrics
 
-	mu    sync.Mutex
-	dirty map[string]bool
-	// awaiting holds, per namespace, the requests a check was asked for that the cache may not
-	// show yet: name -> the resourceVersion the caller read before its write.
-	awaiting map[string]map[string]string
-	kick     chan struct{}
+	mu sync.Mutex
+	// work is, per namespace, what asked for a check since the last round.
+	work map[string]*checkWork
+	kick chan struct{}
+}
+
+// checkWork is what asked for one namespace's check.
+type checkWork struct {
+	// full is set when the check must run whatever the new waits are: the periodic scan, or
+	// a victim that moved on since its snapshot.
+	full bool
+	// waits are the requests the check was asked for, by name. The cache may not show their
+	// waiting write yet: the check waits until it shows a version newer than staleRV.
+	waits map[string]pendingWait
+}
+
+type pendingWait struct {
+	staleRV string
+	// last: nobody waits behind the request in the queue it waits in (see NewWait).
+	last bool
 }
 
 const (
@@ -60,24 +76,48 @@ func NewDeadlockDetector(c client.Client, recorder events.EventRecorder, cfg que
 		clk = clock.RealClock{}
 	}
 	return &DeadlockDetector{client: c, recorder: recorder, clock: clk, cfg: cfg, freezes: flags, policy: policy,
-		scan: scan, metrics: m, dirty: map[string]bool{}, awaiting: map[string]map[string]string{}, kick: make(chan struct{}, 1)}
+		scan: scan, metrics: m, work: map[string]*checkWork{}, kick: make(chan struct{}, 1)}
 }
 
-// Waiting marks a namespace for a check because requests in it started waiting. requests are
-// the requests as read before the caller wrote their waiting status: the check waits until the
-// cache shows a newer version of each, since the cycle the new wait closes is not in the cache
-// before that.
-func (d *DeadlockDetector) Waiting(_ context.Context, namespace string, requests []*locksv1.LockRequest) {
+// Waiting asks for a check of namespace because requests in it started waiting. The check
+// waits until the cache shows a newer version of each request than the one in waits, since the
+// cycle a new wait closes is not in the cache before that.
+func (d *DeadlockDetector) Waiting(_ context.Context, namespace string, waits []NewWait) {
 	d.mu.Lock()
-	d.dirty[namespace] = true
-	for _, r := range requests {
-		if d.awaiting[namespace] == nil {
-			d.awaiting[namespace] = map[string]string{}
+	w := d.workFor(namespace)
+	for _, nw := range waits {
+		last := nw.Last
+		if prev, ok := w.waits[nw.Request.Name]; ok {
+			// A request with several keys is reported by each: it is last only if all agree.
+			last = last && prev.last
 		}
-		d.awaiting[namespace][r.Name] = r.ResourceVersion
+		w.waits[nw.Request.Name] = pendingWait{staleRV: nw.Request.ResourceVersion, last: last}
 	}
 	d.mu.Unlock()
 	d.wake()
+}
+
+// recheck asks for a full check of namespace, once the cache shows a newer version of lr than
+// the one read when lr is not nil.
+func (d *DeadlockDetector) recheck(namespace string, lr *locksv1.LockRequest) {
+	d.mu.Lock()
+	w := d.workFor(namespace)
+	w.full = true
+	if lr != nil {
+		w.waits[lr.Name] = pendingWait{staleRV: lr.ResourceVersion}
+	}
+	d.mu.Unlock()
+	d.wake()
+}
+
+// workFor is namespace's pending work; d.mu must be held.
+func (d *DeadlockDetector) workFor(namespace string) *checkWork {
+	w, ok := d.work[namespace]
+	if !ok {
+		w = &checkWork{waits: map[string]pendingWait{}}
+		d.work[namespace] = w
+	}
+	return w
 }
 
 func (d *DeadlockDetector) wake() {
@@ -105,22 +145,28 @@ func (d *DeadlockDetector) Start(ctx context.Context) error {
 			if err := d.client.List(ctx, &all); err == nil {
 				d.mu.Lock()
 				for i := range all.Items {
-					d.dirty[all.Items[i].Namespace] = true
+					d.workFor(all.Items[i].Namespace).full = true
 				}
 				d.mu.Unlock()
 			}
 		}
 		d.mu.Lock()
-		namespaces := make([]string, 0, len(d.dirty))
-		for ns := range d.dirty {
+		work := d.work
+		d.work = map[string]*checkWork{}
+		d.mu.Unlock()
+		namespaces := make([]string, 0, len(work))
+		for ns := range work {
 			namespaces = append(namespaces, ns)
 		}
-		awaiting := d.awaiting
-		d.dirty, d.awaiting = map[string]bool{}, map[string]map[string]string{}
-		d.mu.Unlock()
 		sort.Strings(namespaces)
 		for _, ns := range namespaces {
-			d.awaitCache(ctx, ns, awaiting[ns])
+			w := work[ns]
+			d.awaitCache(ctx, ns, w.waits)
+			if !w.full && d.noCycleThrough(ctx, ns, w.waits) {
+				d.metrics.DeadlockChecks.WithLabelValues(checkSkipped).Inc()
+				continue
+			}
+			d.metrics.DeadlockChecks.WithLabelValues(checkRun).Inc()
 			if err := d.Check(ctx, ns); err != nil {
 				log.FromContext(ctx).Error(err, "deadlock check", "namespace", ns)
 			}
@@ -128,13 +174,23 @@ func (d *DeadlockDetector) Start(ctx context.Context) error {
 	}
 }
 
+// Outcomes of a round's look at one namespace, for turnstile_deadlock_checks_total.
+const (
+	checkRun     = "checked"
+	checkSkipped = "skipped"
+)
+
 // awaitCache waits until the cache shows a newer version of each awaited request than the one
 // read before its write, so the check sees the waits it was told about. The wait is bounded by
 // cacheWait (the periodic scan covers whatever a check misses), and the set is fixed when the
 // round starts, so waiters that keep arriving cannot postpone a check for ever.
-func (d *DeadlockDetector) awaitCache(ctx context.Context, namespace string, staleRV map[string]string) {
-	if len(staleRV) == 0 {
+func (d *DeadlockDetector) awaitCache(ctx context.Context, namespace string, waits map[string]pendingWait) {
+	if len(waits) == 0 {
 		return
+	}
+	staleRV := make(map[string]string, len(waits))
+	for name, w := range waits {
+		staleRV[name] = w.staleRV
 	}
 	caughtUp := func(ctx context.Context) (bool, error) {
 		for name, rv := range staleRV {
@@ -148,6 +204,65 @@ func (d *DeadlockDetector) awaitCache(ctx context.Context, namespace string, sta
 	}
 	// A timeout or a cancelled context both mean: check with what the cache has.
 	_ = wait.PollUntilContextTimeout(ctx, cacheRetry, cacheWait, true, caughtUp)
+}
+
+// noCycleThrough reports, from the cache, whether none of the new waits can be on a wait-for
+// cycle (see cannotCloseCycle), so the namespace needs no check for them. Any read it cannot
+// make means: check.
+func (d *DeadlockDetector) noCycleThrough(ctx context.Context, namespace string, waits map[string]pendingWait) bool {
+	for name, w := range waits {
+		var lr locksv1.LockRequest
+		if err := d.client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &lr); err != nil {
+			if apierrors.IsNotFound(err) {
+				continue // gone: it waits for nobody
+			}
+			return false
+		}
+		var same locksv1.LockRequestList
+		if err := d.client.List(ctx, &same, client.InNamespace(namespace),
+			client.MatchingFields{IndexHolderIdentity: queue.Identity(lr.Spec.Holder)}, client.UnsafeDisableDeepCopy); err != nil {
+			return false
+		}
+		if !cannotCloseCycle(&lr, w.last, same.Items) {
+			return false
+		}
+	}
+	return true
+}
+
+// cannotCloseCycle reports whether w, a request that started waiting, is on no wait-for cycle.
+// A cycle through w's identity needs someone who waits for that identity: on a key it holds,
+// or behind one of its requests in a queue. Nobody can while w holds nothing, nobody waits
+// behind it (last), and no other request of its identity is live. same is every request of w's
+// identity in the namespace, w included. Pure.
+//
+// This is enough for the check a new wait asks for. Whoever later queues behind w asks for its
+// own check, which is skipped only when nobody can wait for it in turn; and a grant to another
+// request of w's identity creates no edge that its queue did not have.
+func cannotCloseCycle(w *locksv1.LockRequest, last bool, same []locksv1.LockRequest) bool {
+	if w.Status.Phase != locksv1.PhasePending || !isLive(w) {
+		return true // waits for nobody: no edge leaves it
+	}
+	if !last {
+		return false
+	}
+	for _, l := range w.Status.Locks {
+		if l.Held {
+			return false
+		}
+	}
+	for i := range same {
+		if same[i].UID != w.UID && isLive(&same[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// isLive reports whether a request can still hold or wait: not finished, not released, not
+// being deleted.
+func isLive(lr *locksv1.LockRequest) bool {
+	return !lr.Status.Phase.IsFinal() && !lr.Spec.Release && lr.DeletionTimestamp == nil
 }
 
 // Check finds the cycles of one namespace and fails one victim per cycle.
@@ -197,9 +312,8 @@ func (d *DeadlockDetector) snapshot(ctx context.Context, namespace string) (*dea
 func WaitsFor(locks []locksv1.ProjectLock, reqs []locksv1.LockRequest, freezes queue.Freezes, now time.Time, cfg queue.Config) []deadlock.KeyState {
 	live := map[string]bool{}
 	for i := range reqs {
-		lr := &reqs[i]
-		if !lr.Status.Phase.IsFinal() && !lr.Spec.Release && lr.DeletionTimestamp == nil {
-			live[string(lr.UID)] = true
+		if isLive(&reqs[i]) {
+			live[string(reqs[i].UID)] = true
 		}
 	}
 	type keyInfo struct {
@@ -303,10 +417,10 @@ func (d *DeadlockDetector) fail(ctx context.Context, namespace string, victim de
 		switch {
 		case apierrors.IsConflict(err):
 			// The victim moved on since the cache's version: look again once the cache shows it.
-			d.Waiting(ctx, namespace, []*locksv1.LockRequest{&lr})
+			d.recheck(namespace, &lr)
 			return nil
 		case apierrors.IsNotFound(err):
-			d.Waiting(ctx, namespace, nil)
+			d.recheck(namespace, nil)
 			return nil
 		}
 		return fmt.Errorf("fail deadlock victim %s/%s: %w", namespace, lr.Name, err)

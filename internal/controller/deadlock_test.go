@@ -236,5 +236,35 @@ var _ = Describe("Deadlock detection", func() {
 			Entry("oldest: the request that waited first", deadlock.PolicyOldest, "a2", "b2", "a1"),
 			Entry("lowest-priority: the Normal request, not the High one", deadlock.PolicyLowestPriority, "a2", "b2", "a1"),
 		)
+
+		It("skips the check for newcomers nobody can wait for, and still checks, and breaks, a cycle", func() {
+			reg := withMetrics(func(o *controller.SetupOptions) { o.DeadlockScan = 0 })
+			checks := func(outcome string) func() float64 {
+				return metric(reg, "turnstile_deadlock_checks_total", "outcome", outcome)
+			}
+			create(on("a1", "k1").Owner("alice", 1).Obj(), on("b1", "k2").Owner("bob", 2).Obj())
+			expectPhase(ns, "a1", locksv1.PhaseGranted)
+			expectPhase(ns, "b1", locksv1.PhaseGranted)
+
+			By("carol#3 and then dave#4 queue at the back of k1, holding nothing else: no check")
+			create(on("c1", "k1").Owner("carol", 3).Obj())
+			Eventually(checks("skipped"), timeout, interval).Should(Equal(1.0))
+			create(on("d1", "k1").Owner("dave", 4).Obj())
+			Eventually(checks("skipped"), timeout, interval).Should(Equal(2.0))
+			Expect(checks("checked")()).To(BeNumerically("<=", 0), "no namespace check for them")
+
+			By("alice#1 holds k1 and queues for k2: checked, no cycle")
+			create(on("a2", "k2").Owner("alice", 1).Obj())
+			Eventually(checks("checked"), timeout, interval).Should(Equal(1.0))
+			expectPhase(ns, "a2", locksv1.PhasePending)
+
+			By("bob#2 holds k2 and queues for k1, behind carol and dave: checked, and the cycle is broken")
+			create(on("b2", "k1").Owner("bob", 2).Obj())
+			v := expectVictim("b2", twoCycle)
+			expectDetectedWithin(v, detectionBound)
+			Expect(checks("checked")()).To(BeNumerically(">=", 2.0))
+			Expect(checks("skipped")()).To(Equal(2.0))
+			Expect(metric(reg, "turnstile_deadlocks_total")()).To(Equal(1.0))
+		})
 	})
 })

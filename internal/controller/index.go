@@ -10,6 +10,7 @@ import (
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
 	"github.com/turnstile-dev/turnstile/internal/lockkey"
+	"github.com/turnstile-dev/turnstile/internal/queue"
 )
 
 const (
@@ -20,6 +21,9 @@ const (
 	IndexCommand = "spec.command"
 	// IndexHolderLease indexes LockRequests by spec.holder.lease.
 	IndexHolderLease = "spec.holder.lease"
+	// IndexHolderIdentity indexes LockRequests by holder identity (owner#pull), so the deadlock
+	// detector can tell whether anyone could be waiting for an identity.
+	IndexHolderIdentity = "spec.holder.identity"
 )
 
 // SetupIndexes registers the field indexes the reconcilers list by.
@@ -37,10 +41,15 @@ func SetupIndexes(ctx context.Context, indexer client.FieldIndexer) error {
 	}); err != nil {
 		return err
 	}
-	return indexer.IndexField(ctx, &locksv1.LockRequest{}, IndexHolderLease, func(o client.Object) []string {
+	if err := indexer.IndexField(ctx, &locksv1.LockRequest{}, IndexHolderLease, func(o client.Object) []string {
 		if l := o.(*locksv1.LockRequest).Spec.Holder.Lease; l != "" {
 			return []string{l}
 		}
 		return nil
+	}); err != nil {
+		return err
+	}
+	return indexer.IndexField(ctx, &locksv1.LockRequest{}, IndexHolderIdentity, func(o client.Object) []string {
+		return []string{queue.Identity(o.(*locksv1.LockRequest).Spec.Holder)}
 	})
 }

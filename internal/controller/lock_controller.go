@@ -58,7 +58,15 @@ var _ reconcile.Reconciler = (*LockReconciler)(nil)
 
 // DeadlockChecker is told when requests start waiting, so it can look for a cycle through them.
 type DeadlockChecker interface {
-	Waiting(ctx context.Context, namespace string, requests []*locksv1.LockRequest)
+	Waiting(ctx context.Context, namespace string, waits []NewWait)
+}
+
+// NewWait is a request that started waiting.
+type NewWait struct {
+	// Request is the request as read before its waiting status was written.
+	Request *locksv1.LockRequest
+	// Last is true when it waits on the decided key and nobody waits behind it there.
+	Last bool
 }
 
 // LockOption configures a LockReconciler.
@@ -303,7 +311,7 @@ func (r *LockReconciler) apply(ctx context.Context, req reconcile.Request, in qu
 		// A freeze thaws by the clock: decide again then, no event will say so.
 		result.RequeueAfter = minPositive(result.RequeueAfter, in.NextThaw.Sub(in.Now)+time.Millisecond)
 	}
-	var newlyWaiting []*locksv1.LockRequest
+	var newlyWaiting []NewWait
 	limiter := r.limiter(req.NamespacedName)
 	for _, u := range d.Waiting {
 		if u.Refresh {
@@ -317,7 +325,7 @@ func (r *LockReconciler) apply(ctx context.Context, req reconcile.Request, in qu
 			return r.retry(err, "update waiting lockrequest %s", u.Request.Name)
 		}
 		if !u.Refresh {
-			newlyWaiting = append(newlyWaiting, u.Request)
+			newlyWaiting = append(newlyWaiting, NewWait{Request: u.Request, Last: waitsLast(req.Name, u, d.Queue)})
 		}
 	}
 	if d.RefreshDeferred {
@@ -331,6 +339,18 @@ func (r *LockReconciler) apply(ctx context.Context, req reconcile.Request, in qu
 	}
 	logger.V(1).Info("decided", "holder", d.Holder, "queue", len(d.Queue), "finished", len(d.Finish), "granted", len(d.Grant))
 	return result, nil
+}
+
+// waitsLast reports whether the waiting update u leaves its request last in the queue of key
+// name, and that queue is the one it waits in (its first key not held yet).
+func waitsLast(name string, u queue.Update, q []*locksv1.LockRequest) bool {
+	if len(q) == 0 || q[len(q)-1].UID != u.Request.UID {
+		return false
+	}
+	after := *u.Request
+	after.Status = u.Status
+	ref, ok := queue.FirstUnheld(&after)
+	return ok && ref.Name == name
 }
 
 // writeRequest writes one request's status with the resourceVersion it was read at, then emits

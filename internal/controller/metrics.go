@@ -13,16 +13,19 @@ import (
 
 // Metrics are Turnstile's Prometheus metrics, served on the manager's metrics endpoint.
 type Metrics struct {
-	QueueDepth    *prometheus.GaugeVec
-	GrantLatency  prometheus.Histogram
-	WaitDuration  prometheus.Histogram
-	HoldDuration  prometheus.Histogram
-	Grants        prometheus.Counter
-	Finished      *prometheus.CounterVec
-	Conflicts     prometheus.Counter
-	Deadlocks     prometheus.Counter
-	FrozenCommand *prometheus.GaugeVec
-	Blocked       *prometheus.GaugeVec
+	QueueDepth   *prometheus.GaugeVec
+	GrantLatency prometheus.Histogram
+	WaitDuration prometheus.Histogram
+	HoldDuration prometheus.Histogram
+	Grants       prometheus.Counter
+	Finished     *prometheus.CounterVec
+	Conflicts    prometheus.Counter
+	Deadlocks    prometheus.Counter
+	// DeadlockChecks counts each namespace a detector round looked at: checked, or skipped
+	// because no new wait could close a cycle.
+	DeadlockChecks *prometheus.CounterVec
+	FrozenCommand  *prometheus.GaugeVec
+	Blocked        *prometheus.GaugeVec
 }
 
 var latencyBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600}
@@ -55,6 +58,9 @@ func NewMetrics(reg prometheus.Registerer, requests ...client.Reader) *Metrics {
 		Deadlocks: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "turnstile_deadlocks_total", Help: "Deadlock cycles detected and broken.",
 		}),
+		DeadlockChecks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "turnstile_deadlock_checks_total", Help: "Namespace deadlock checks: checked, or skipped because no new waiter could close a cycle.",
+		}, []string{"outcome"}),
 		FrozenCommand: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "turnstile_command_frozen", Help: "1 while a CommandLock freezes its command.",
 		}, []string{"command"}),
@@ -64,7 +70,7 @@ func NewMetrics(reg prometheus.Registerer, requests ...client.Reader) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.QueueDepth, m.GrantLatency, m.WaitDuration, m.HoldDuration, m.Grants, m.Finished,
-			m.Conflicts, m.Deadlocks, m.FrozenCommand, m.Blocked)
+			m.Conflicts, m.Deadlocks, m.DeadlockChecks, m.FrozenCommand, m.Blocked)
 		if len(requests) > 0 {
 			reg.MustRegister(&phaseCollector{reader: requests[0]})
 		}
