@@ -372,12 +372,12 @@ func Decide(in Input) Decision {
 	refreshes := 0
 	for i, e := range waiting {
 		refresh := e.stamped && e.req.Status.Phase == locksv1.PhasePending
-		// Past the budget, a waiter whose position visibly moved is left for a later decision
-		// without building its status: in a deep queue every hand-off moves them all, and only
-		// the budget's worth can be written anyway. One that may not have moved is still
-		// checked exactly, so nothing is deferred that would not be written.
-		if refresh && in.Refreshes.Limited && refreshes >= in.Refreshes.N &&
-			e.req.Status.QueuePosition != 0 && e.req.Status.QueuePosition != int32(i+1) {
+		// Past the budget, a waiter whose position or message visibly changed is left for a
+		// later decision without building its status: in a deep queue every hand-off moves them
+		// all and every arrival changes the length their messages quote, and only the budget's
+		// worth can be written anyway. One that may not have changed is still checked exactly,
+		// so nothing is deferred that would not be written.
+		if refresh && in.Refreshes.Limited && refreshes >= in.Refreshes.N && visiblyChanged(e, i, len(waiting), holders, granted, waiting) {
 			d.RefreshDeferred = true
 			continue
 		}
@@ -743,15 +743,39 @@ func waitingStatus(e *entry, i, n int, holders, granted, waiting []*entry, now t
 		}
 	}
 	st.QueuePosition = int32(i + 1)
+	reason, blockedBy, msg := queuedText(e, i, n, holders, granted, waiting)
+	st.BlockedBy = blockedBy
+	pendingConds(&st, reason, msg, now)
+	return st
+}
+
+// queuedText is what a waiter at index i of n that has reached this key is told: the reason,
+// who or what blocks it, and the message of its conditions.
+func queuedText(e *entry, i, n int, holders, granted, waiting []*entry) (reason, blockedBy, msg string) {
 	if e.frozen != nil {
-		st.BlockedBy = e.frozen.Source
-		pendingConds(&st, locksv1.ReasonCommandLocked, fmt.Sprintf("%s; position %d of %d", e.frozen.Message, i+1, n), now)
-		return st
+		return locksv1.ReasonCommandLocked, e.frozen.Source, fmt.Sprintf("%s; position %d of %d", e.frozen.Message, i+1, n)
 	}
 	blocker := blockerText(holders, granted, waiting, e)
-	st.BlockedBy = blocker
-	pendingConds(&st, locksv1.ReasonQueued, fmt.Sprintf("%s; position %d of %d", blocker, i+1, n), now)
-	return st
+	return locksv1.ReasonQueued, blocker, fmt.Sprintf("%s; position %d of %d", blocker, i+1, n)
+}
+
+// visiblyChanged reports, without building its status, that the status waitingStatus builds
+// for a waiter at index i of n differs from the one it has: another position, blocker or
+// message. false means only that a cheap look found no change.
+func visiblyChanged(e *entry, i, n int, holders, granted, waiting []*entry) bool {
+	st := &e.req.Status
+	if !reached(e) {
+		return false // its earlier key speaks for it
+	}
+	if st.QueuePosition != int32(i+1) {
+		return true
+	}
+	_, blockedBy, msg := queuedText(e, i, n, holders, granted, waiting)
+	if st.BlockedBy != blockedBy {
+		return true
+	}
+	c := findCond(st.Conditions, locksv1.ConditionGranted)
+	return c == nil || c.Message != msg
 }
 
 // blockerText says who is in e's way: the holder, or the first waiter ahead of it.

@@ -24,6 +24,7 @@ func TestRefreshBudget(t *testing.T) {
 	cases := map[string]struct {
 		budget       RefreshBudget
 		handOff      bool
+		arrival      bool    // a newcomer joins the back of the queue
 		wantRefresh  []int32 // positions written by refresh-only updates
 		wantDeferred bool
 	}{
@@ -42,12 +43,24 @@ func TestRefreshBudget(t *testing.T) {
 		"nothing moved: nothing deferred, even with no budget": {
 			budget: RefreshBudget{Limited: true, N: 0},
 		},
+		"an arrival with no bound refreshes every waiter: their messages quote the new length": {
+			arrival: true, wantRefresh: []int32{1, 2, 3, 4, 5},
+		},
+		"an arrival with a budget of 2 refreshes the head and defers the rest": {
+			budget: RefreshBudget{Limited: true, N: 2}, arrival: true, wantRefresh: []int32{1, 2}, wantDeferred: true,
+		},
+		"an arrival with a budget of 0 defers them all, and still enqueues the newcomer": {
+			budget: RefreshBudget{Limited: true, N: 0}, arrival: true, wantDeferred: true,
+		},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			w := deepQueue(t, 5)
 			if tc.handOff {
 				w.del("uid-holder")
+			}
+			if tc.arrival {
+				w.add(makeReq("late").owner("late", 99).obj())
 			}
 			in := w.input(name1, now.Add(2*time.Second), testConfig())
 			in.Refreshes = tc.budget
@@ -67,6 +80,17 @@ func TestRefreshBudget(t *testing.T) {
 			if tc.handOff && len(d.Grant) != 1 {
 				t.Errorf("the hand-off must grant the head whatever the budget, got %d grants", len(d.Grant))
 			}
+			if tc.arrival {
+				var enqueued []int32
+				for _, u := range d.Waiting {
+					if !u.Refresh {
+						enqueued = append(enqueued, u.Status.QueuePosition)
+					}
+				}
+				if diff := cmp.Diff([]int32{6}, enqueued); diff != "" {
+					t.Errorf("the newcomer is enqueued whatever the budget (-want +got):\n%s", diff)
+				}
+			}
 		})
 	}
 }
@@ -76,6 +100,19 @@ func TestRefreshBudget(t *testing.T) {
 func BenchmarkDecideHandOffDepth1000(b *testing.B) {
 	w := deepQueue(b, 1000)
 	w.del("uid-holder")
+	in := w.input(name1, now.Add(2*time.Second), testConfig())
+	in.Refreshes = RefreshBudget{Limited: true, N: 20}
+	b.ReportAllocs()
+	for b.Loop() {
+		Decide(in)
+	}
+}
+
+// BenchmarkDecideArrivalDepth1000 is the reconcile an arrival at the back of a settled deep
+// queue pays, with the refresh budget a key's default write rate allows at once.
+func BenchmarkDecideArrivalDepth1000(b *testing.B) {
+	w := deepQueue(b, 1000)
+	w.add(makeReq("late").owner("late", 5000).obj())
 	in := w.input(name1, now.Add(2*time.Second), testConfig())
 	in.Refreshes = RefreshBudget{Limited: true, N: 20}
 	b.ReportAllocs()
