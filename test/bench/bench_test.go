@@ -94,6 +94,10 @@ func TestSmoke(t *testing.T) {
 	}
 	check("detection rounds", len(back.Detection.Rounds) == 2*cfg.DetectionRounds)
 	check("detection on and off must both hand off", back.Detection.HandoffsPerSecOn > 0 && back.Detection.HandoffsPerSecOff > 0)
+	for _, r := range back.Detection.Rounds {
+		asked := r.ChecksPerHandoff + r.SkipsPerHandoff
+		check("the detector looks at arrivals only when it is on", (asked > 0) == r.Detection)
+	}
 	s := back.Scale
 	check("scale must reconcile", s.ReconcileSeconds > 0 && s.FirstPhaseSeconds > 0 && s.FirstPhaseSeconds <= s.ReconcileSeconds)
 	check("scale must measure memory", s.RSSBytes > 0 && s.PeakRSSBytes >= s.RSSBytes && s.IdleRSSBytes > 0)

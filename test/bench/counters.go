@@ -150,6 +150,8 @@ type managerCounts struct {
 	pid        int     // the process counted; 0 when no manager ran
 	conflicts  float64 // turnstile_write_conflicts_total
 	reconciles float64 // controller_runtime_reconcile_total of the lock controller
+	checks     float64 // turnstile_deadlock_checks_total{outcome="checked"}
+	skips      float64 // turnstile_deadlock_checks_total{outcome="skipped"}
 	cpu        float64 // user+system CPU seconds of the process
 }
 
@@ -242,6 +244,10 @@ type Writes struct {
 	Reconciles       float64 `json:"reconciles"`
 	ManagerConflicts float64 `json:"managerConflicts"`
 	ManagerCPU       float64 `json:"managerCPUSeconds"`
+	// DeadlockChecks are the namespace checks the detector ran; DeadlockSkips the ones it
+	// skipped because no new waiter could close a cycle.
+	DeadlockChecks float64 `json:"deadlockChecks"`
+	DeadlockSkips  float64 `json:"deadlockSkips"`
 	// Transitions are the LockRequest status writes of the window's namespace as the watch saw
 	// them.
 	Transitions Transitions `json:"transitions"`
@@ -300,5 +306,7 @@ func (w *window) close(ctx context.Context) (Writes, error) {
 	out.Reconciles = mgr.reconciles - w.mgr.reconciles
 	out.ManagerConflicts = mgr.conflicts - w.mgr.conflicts
 	out.ManagerCPU = mgr.cpu - w.mgr.cpu
+	out.DeadlockChecks = mgr.checks - w.mgr.checks
+	out.DeadlockSkips = mgr.skips - w.mgr.skips
 	return out, nil
 }

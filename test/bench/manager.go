@@ -144,6 +144,10 @@ func (m *managerProc) counts(ctx context.Context) (managerCounts, error) {
 			c.conflicts += v
 		case name == "controller_runtime_reconcile_total" && labels["controller"] == "lock":
 			c.reconciles += v
+		case name == "turnstile_deadlock_checks_total" && labels["outcome"] == "checked":
+			c.checks += v
+		case name == "turnstile_deadlock_checks_total" && labels["outcome"] == "skipped":
+			c.skips += v
 		}
 	})
 	if err != nil {

@@ -116,6 +116,8 @@ func (r *Result) WriteTable(out io.Writer) {
 		fmt.Sprintf("%s / %s", num(d.HandoffsPerSecOn), num(d.HandoffsPerSecOff)))
 	add(fmt.Sprintf("Manager CPU per hand-off at depth %d, deadlock detection on / off", d.Depth),
 		fmt.Sprintf("%s / %s ms", num(d.CPUPerHandoffMsOn), num(d.CPUPerHandoffMsOff)))
+	add(fmt.Sprintf("Deadlock checks per hand-off at depth %d (one arrival each): run / skipped", d.Depth),
+		fmt.Sprintf("%s / %s", num(d.ChecksPerHandoffOn), num(d.SkipsPerHandoffOn)))
 	add("Grants/s (uncontended, detection never runs), deadlock detection on / off",
 		fmt.Sprintf("%s / %s (manager CPU per grant %s / %s ms)", num(d.GrantsPerSecOn), num(d.GrantsPerSecOff), num(d.CPUPerGrantMsOn), num(d.CPUPerGrantMsOff)))
 	s := r.Scale

@@ -175,10 +175,14 @@ type DetectionRound struct {
 	CPUPerHandoffMs  float64 `json:"managerCPUPerHandoffMs"`
 	GrantsPerSec     float64 `json:"grantsPerSec"`
 	CPUPerGrantMs    float64 `json:"managerCPUPerGrantMs"`
+	// ChecksPerHandoff and SkipsPerHandoff are the detector's namespace checks run and skipped
+	// per hand-off (each with one arrival); zero with detection off.
+	ChecksPerHandoff float64 `json:"deadlockChecksPerHandoff"`
+	SkipsPerHandoff  float64 `json:"deadlockSkipsPerHandoff"`
 }
 
 // DetectionResult compares throughput with deadlock detection on and off: hand-offs on the
-// deepest queue, where every arrival makes the detector check the namespace, and uncontended
+// deepest queue, where every arrival asks the detector for a check, and uncontended
 // grants, where nobody waits and detection never runs.
 type DetectionResult struct {
 	Depth  int              `json:"depth"`
@@ -193,13 +197,16 @@ type DetectionResult struct {
 	CPUPerHandoffMsOff float64 `json:"managerCPUPerHandoffMsOff"`
 	CPUPerGrantMsOn    float64 `json:"managerCPUPerGrantMsOn"`
 	CPUPerGrantMsOff   float64 `json:"managerCPUPerGrantMsOff"`
+	// The detector's checks run and skipped per hand-off with detection on (median).
+	ChecksPerHandoffOn float64 `json:"deadlockChecksPerHandoffOn"`
+	SkipsPerHandoffOn  float64 `json:"deadlockSkipsPerHandoffOn"`
 }
 
 // detection alternates managers with detection off and on, so drift in the machine's load
 // falls on both alike.
 func (b *bench) detection(ctx context.Context, q *queueState) (DetectionResult, error) {
 	res := DetectionResult{Depth: q.depth}
-	var hOn, hOff, gOn, gOff, chOn, chOff, cgOn, cgOff []float64
+	var hOn, hOff, gOn, gOff, chOn, chOff, cgOn, cgOff, checks, skips []float64
 	for r := range b.cfg.DetectionRounds {
 		for _, on := range []bool{false, true} {
 			b.step(fmt.Sprintf("deadlock detection %s, round %d of %d: hand-offs at depth %d, then grant throughput",
@@ -227,10 +234,12 @@ func (b *bench) detection(ctx context.Context, q *queueState) (DetectionResult, 
 			round := DetectionRound{Detection: on, HandoffsPerSec: perSecond(n, elapsed), GrantsPerSec: tp.GrantsPerSec,
 				CPUPerHandoffMs: win.ManagerCPU * 1000 / float64(n), CPUPerGrantMs: tp.Windows[0].ManagerCPU * 1000 / float64(max(1, tp.Grants))}
 			round.WritesPerHandoff = win.Controller / float64(n)
+			round.ChecksPerHandoff, round.SkipsPerHandoff = win.DeadlockChecks/float64(n), win.DeadlockSkips/float64(n)
 			res.Rounds = append(res.Rounds, round)
 			if on {
 				hOn, gOn = append(hOn, round.HandoffsPerSec), append(gOn, round.GrantsPerSec)
 				chOn, cgOn = append(chOn, round.CPUPerHandoffMs), append(cgOn, round.CPUPerGrantMs)
+				checks, skips = append(checks, round.ChecksPerHandoff), append(skips, round.SkipsPerHandoff)
 			} else {
 				hOff, gOff = append(hOff, round.HandoffsPerSec), append(gOff, round.GrantsPerSec)
 				chOff, cgOff = append(chOff, round.CPUPerHandoffMs), append(cgOff, round.CPUPerGrantMs)
@@ -241,5 +250,6 @@ func (b *bench) detection(ctx context.Context, q *queueState) (DetectionResult, 
 	res.GrantsPerSecOn, res.GrantsPerSecOff = median(gOn), median(gOff)
 	res.CPUPerHandoffMsOn, res.CPUPerHandoffMsOff = median(chOn), median(chOff)
 	res.CPUPerGrantMsOn, res.CPUPerGrantMsOff = median(cgOn), median(cgOff)
+	res.ChecksPerHandoffOn, res.SkipsPerHandoffOn = median(checks), median(skips)
 	return res, nil
 }
