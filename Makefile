@@ -73,9 +73,12 @@ test: k8s-bins build ## Unit + envtest + e2e tests (real kube-apiserver, etcd, k
 test-unit: ## Only the pure unit tests (no control plane).
 	go test -race ./internal/queue/... ./internal/deadlock/... ./internal/lockkey/... ./pkg/workdir/...
 
+# BENCH_PROFILE=10 records 10 s of manager CPU profile per hand-off depth into bin/bench/*.pprof.
+BENCH_PROFILE ?= 0
+
 .PHONY: bench
 bench: k8s-bins build ## Benchmark harness (test/bench): Turnstile vs the raw API server and leaderelection; a table + bin/bench/results.json.
-	go run ./test/bench/cmd --size full --manager $(BIN)/manager --out $(BIN)/bench
+	go run ./test/bench/cmd --size full --manager $(BIN)/manager --out $(BIN)/bench --profile $(BENCH_PROFILE)
 
 ##@ Build
 

@@ -26,6 +26,7 @@ import (
 
 type options struct {
 	metricsAddr, probeAddr          string
+	pprofAddr                       string
 	metricsSecure                   bool
 	leaderElect                     bool
 	leaderElectionID, leaderElectNS string
@@ -49,6 +50,7 @@ func parseFlags(args []string) (options, zap.Options, error) {
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "Address the metrics endpoint binds to; \"0\" disables it.")
 	fs.BoolVar(&o.metricsSecure, "metrics-secure", false, "Serve metrics over HTTPS with Kubernetes authentication and authorization (on in the deployed configuration).")
 	fs.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "Address the /healthz and /readyz probes bind to.")
+	fs.StringVar(&o.pprofAddr, "pprof-bind-address", "0", "Address net/http/pprof binds to, e.g. 127.0.0.1:8082; \"0\" (the default) disables it. Profiles show internals: keep it off a public address.")
 	fs.BoolVar(&o.leaderElect, "leader-elect", false, "Elect one active manager among replicas. For efficiency only: safety never depends on it.")
 	fs.StringVar(&o.leaderElectionID, "leader-election-id", "turnstile.locks.turnstile.dev", "Name of the leader election Lease.")
 	fs.StringVar(&o.leaderElectNS, "leader-election-namespace", "", "Namespace of the leader election Lease (default: the pod's namespace).")
@@ -122,6 +124,7 @@ func run(ctx context.Context, o options) error {
 		Scheme:                        scheme,
 		Metrics:                       metricsOpts,
 		HealthProbeBindAddress:        o.probeAddr,
+		PprofBindAddress:              o.pprofAddr,
 		LeaderElection:                o.leaderElect,
 		LeaderElectionID:              o.leaderElectionID,
 		LeaderElectionNamespace:       o.leaderElectNS,

@@ -76,6 +76,12 @@ type Config struct {
 	DetectionSamples  int      `json:"detectionSamples"`
 	DetectionDuration Duration `json:"detectionDuration"`
 
+	// ProfileSeconds, when positive, serves pprof from the manager and records a CPU profile
+	// of that many seconds from the start of each back-to-back hand-off run, as
+	// OutDir/cpu-handoff-depth<N>.pprof (`go tool pprof bin/manager FILE`). It adds up to that
+	// long of idle time per depth; no number in the result depends on it.
+	ProfileSeconds int `json:"profileSeconds,omitempty"`
+
 	// Progress receives one line per step (nil: discarded).
 	Progress io.Writer `json:"-"`
 }

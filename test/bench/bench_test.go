@@ -34,6 +34,7 @@ func TestSmoke(t *testing.T) {
 		t.Fatalf("manager binary %s not found: run `make build` (or set TURNSTILE_MANAGER): %v", cfg.Manager, err)
 	}
 	cfg.OutDir = t.TempDir()
+	cfg.ProfileSeconds = 1
 	cfg.Progress = testWriter{t}
 	log.SetLogger(logr.Discard())
 
@@ -55,6 +56,13 @@ func TestSmoke(t *testing.T) {
 	var back Result
 	if err := json.Unmarshal(data, &back); err != nil {
 		t.Fatalf("results.json does not parse: %v", err)
+	}
+	for _, depth := range cfg.HandoffDepths {
+		// A CPU profile is gzipped protobuf: at least a gzip header, never an HTML error page.
+		p, err := os.ReadFile(filepath.Join(cfg.OutDir, "cpu-handoff-depth"+strconv.Itoa(depth)+".pprof"))
+		if err != nil || len(p) < 2 || p[0] != 0x1f || p[1] != 0x8b {
+			t.Errorf("no CPU profile of the manager at depth %d (%d bytes): %v", depth, len(p), err)
+		}
 	}
 
 	check := func(what string, ok bool) {

@@ -3,8 +3,11 @@ package bench
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -29,6 +32,7 @@ const (
 type managerProc struct {
 	p          *framework.Process
 	metricsURL string
+	pprofURL   string // "" unless Config.ProfileSeconds is set
 	http       *http.Client
 	detection  bool
 }
@@ -40,19 +44,71 @@ func (b *bench) launch(detection bool) error {
 		return err
 	}
 	addr := "127.0.0.1:" + strconv.Itoa(port)
-	fmt.Fprintf(b.mgrLog, "\n===== %s starting manager (deadlock detection %t)\n", time.Now().Format(time.RFC3339), detection)
-	p, err := framework.StartProcess(b.cfg.Manager, b.kubeconfig, b.mgrLog,
-		"--metrics-bind-address="+addr,
+	args := []string{
+		"--metrics-bind-address=" + addr,
 		"--health-probe-bind-address=0",
-		"--kube-api-qps="+strconv.Itoa(managerQPS),
-		"--kube-api-burst="+strconv.Itoa(managerBurst),
-		"--deadlock-detection="+strconv.FormatBool(detection),
-	)
+		"--kube-api-qps=" + strconv.Itoa(managerQPS),
+		"--kube-api-burst=" + strconv.Itoa(managerBurst),
+		"--deadlock-detection=" + strconv.FormatBool(detection),
+	}
+	pprofURL := ""
+	if b.cfg.ProfileSeconds > 0 {
+		pport, err := freePort()
+		if err != nil {
+			return err
+		}
+		paddr := "127.0.0.1:" + strconv.Itoa(pport)
+		args = append(args, "--pprof-bind-address="+paddr)
+		pprofURL = "http://" + paddr + "/debug/pprof/profile"
+	}
+	fmt.Fprintf(b.mgrLog, "\n===== %s starting manager (deadlock detection %t)\n", time.Now().Format(time.RFC3339), detection)
+	p, err := framework.StartProcess(b.cfg.Manager, b.kubeconfig, b.mgrLog, args...)
 	if err != nil {
 		return err
 	}
-	b.mgr = &managerProc{p: p, metricsURL: "http://" + addr + "/metrics", http: &http.Client{Timeout: 10 * time.Second}, detection: detection}
+	b.mgr = &managerProc{p: p, metricsURL: "http://" + addr + "/metrics", pprofURL: pprofURL,
+		http: &http.Client{Timeout: 10 * time.Second}, detection: detection}
 	return nil
+}
+
+// profile starts a CPU profile of the manager of Config.ProfileSeconds, written to
+// OutDir/name.pprof; the returned func waits for it. Without profiling it does nothing. A
+// profile longer than the work it covers only adds idle time, which has no samples.
+func (b *bench) profile(ctx context.Context, name string) (wait func() error) {
+	m := b.mgr
+	if m == nil || m.pprofURL == "" {
+		return func() error { return nil }
+	}
+	done := make(chan error, 1)
+	go func() {
+		done <- fetchProfile(ctx, fmt.Sprintf("%s?seconds=%d", m.pprofURL, b.cfg.ProfileSeconds),
+			filepath.Join(b.cfg.OutDir, name+".pprof"))
+	}()
+	return func() error { return <-done }
+}
+
+func fetchProfile(ctx context.Context, url, path string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("profile the manager: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("profile the manager: %s", resp.Status)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // startManager starts the manager and returns once it has granted a lock: its caches are
@@ -75,7 +131,22 @@ func (b *bench) warmup(ctx context.Context) error {
 	if err := b.create(ctx, lr); err != nil {
 		return err
 	}
-	if _, err := b.tracker.WaitGranted(ctx, ns, lr.Name, waitLimit); err != nil {
+	// A manager that exits (a bad flag, a crash) fails the run now, not after waitLimit.
+	waitCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-b.mgr.p.Done():
+			cancel()
+		case <-waitCtx.Done():
+		}
+	}()
+	if _, err := b.tracker.WaitGranted(waitCtx, ns, lr.Name, waitLimit); err != nil {
+		select {
+		case <-b.mgr.p.Done():
+			return fmt.Errorf("the manager exited before granting a free lock (see %s): %v", b.mgrLog.Name(), b.mgr.p.Err())
+		default:
+		}
 		return fmt.Errorf("the manager never granted a free lock (see %s): %w", b.mgrLog.Name(), err)
 	}
 	if err := b.remove(ctx, ns, lr.Name); err != nil {

@@ -371,11 +371,15 @@ func (b *bench) handoffDepth(ctx context.Context, depth int) (HandoffResult, *qu
 	if err != nil {
 		return res, nil, err
 	}
+	profiled := b.profile(ctx, fmt.Sprintf("cpu-handoff-depth%d", depth))
 	lat, elapsed, err := b.handoffs(ctx, q, n, false)
 	if err != nil {
 		return res, nil, err
 	}
 	if res.BackToBack, err = w.close(ctx); err != nil {
+		return res, nil, err
+	}
+	if err := profiled(); err != nil {
 		return res, nil, err
 	}
 	res.HandoffsPerSec = perSecond(n, elapsed)

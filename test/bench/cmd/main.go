@@ -24,6 +24,7 @@ func main() {
 		manager = flag.String("manager", "bin/manager", "the manager binary")
 		out     = flag.String("out", "bin/bench", "directory for results.json and manager.log")
 		assets  = flag.String("assets", "", "directory with kube-apiserver and etcd (default $KUBEBUILDER_ASSETS)")
+		profile = flag.Int("profile", 0, "seconds of manager CPU profile to record from the start of each back-to-back hand-off run into <out>/cpu-handoff-depth<N>.pprof (0: none)")
 	)
 	flag.Parse()
 	var cfg bench.Config
@@ -37,6 +38,7 @@ func main() {
 		os.Exit(2)
 	}
 	cfg.Manager, cfg.OutDir, cfg.Assets, cfg.Progress = *manager, *out, *assets, os.Stderr
+	cfg.ProfileSeconds = *profile
 	// The harness's own informers would log through controller-runtime; nothing there is news.
 	log.SetLogger(logr.Discard())
 
