@@ -7,7 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"path"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 
@@ -38,19 +38,22 @@ func Normalize(t locksv1.LockTarget) locksv1.LockTarget {
 
 // String is the readable key: repo/path/workspace, plus /project when set.
 func String(t locksv1.LockTarget) string {
-	t = Normalize(t)
-	s := t.Repo + "/" + t.Path + "/" + t.Workspace
+	return key(Normalize(t))
+}
+
+// key is String of a target already normalized.
+func key(t locksv1.LockTarget) string {
 	if t.Project != "" {
-		s += "/" + t.Project
+		return t.Repo + "/" + t.Path + "/" + t.Workspace + "/" + t.Project
 	}
-	return s
+	return t.Repo + "/" + t.Path + "/" + t.Workspace
 }
 
 // canonical is an unambiguous encoding: the readable key can collide (a path may contain what
 // looks like a workspace), this cannot, because no field may contain a NUL.
 func canonical(t locksv1.LockTarget) string {
 	t = Normalize(t)
-	return strings.Join([]string{t.Repo, t.Path, t.Workspace, t.Project}, "\x00")
+	return t.Repo + "\x00" + t.Path + "\x00" + t.Workspace + "\x00" + t.Project
 }
 
 // Less orders targets canonically. Every request acquires its locks in this order, so two
@@ -134,14 +137,22 @@ type Ref struct {
 	Name   string
 }
 
-// Refs returns the request's targets in canonical acquisition order.
+// Refs returns the request's targets in canonical acquisition order. Every decision of a key
+// asks it of every request in the key's queue, so the usual single target takes no sort.
 func Refs(targets []locksv1.LockTarget) []Ref {
 	refs := make([]Ref, len(targets))
 	for i, t := range targets {
 		t = Normalize(t)
-		refs[i] = Ref{Index: i, Target: t, Key: String(t), Name: Name(t)}
+		refs[i] = Ref{Index: i, Target: t, Key: key(t), Name: Name(t)}
 	}
-	sort.SliceStable(refs, func(i, j int) bool { return Less(refs[i].Target, refs[j].Target) })
+	if len(refs) < 2 {
+		return refs
+	}
+	order := make([]string, len(refs)) // canonical keys, by Index
+	for i := range refs {
+		order[i] = canonical(refs[i].Target)
+	}
+	slices.SortStableFunc(refs, func(a, b Ref) int { return strings.Compare(order[a.Index], order[b.Index]) })
 	return refs
 }
 

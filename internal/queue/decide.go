@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -370,6 +371,7 @@ func Decide(in Input) Decision {
 		d.Grant = append(d.Grant, u)
 	}
 	refreshes := 0
+	told := newBlockers(holders, granted, waiting)
 	for i, e := range waiting {
 		refresh := e.stamped && e.req.Status.Phase == locksv1.PhasePending
 		// Past the budget, a waiter whose position or message visibly changed is left for a
@@ -377,11 +379,11 @@ func Decide(in Input) Decision {
 		// all and every arrival changes the length their messages quote, and only the budget's
 		// worth can be written anyway. One that may not have changed is still checked exactly,
 		// so nothing is deferred that would not be written.
-		if refresh && in.Refreshes.Limited && refreshes >= in.Refreshes.N && visiblyChanged(e, i, len(waiting), holders, granted, waiting) {
+		if refresh && in.Refreshes.Limited && refreshes >= in.Refreshes.N && visiblyChanged(e, i, len(waiting), told) {
 			d.RefreshDeferred = true
 			continue
 		}
-		st := waitingStatus(e, i, len(waiting), holders, granted, waiting, now)
+		st := waitingStatus(e, i, len(waiting), told, now)
 		if equalStatus(e.req.Status, st) {
 			continue
 		}
@@ -726,7 +728,7 @@ func pendingConds(st *locksv1.LockRequestStatus, reason, msg string, now time.Ti
 }
 
 // waitingStatus is the status of a request still in this key's queue at index i of n.
-func waitingStatus(e *entry, i, n int, holders, granted, waiting []*entry, now time.Time) locksv1.LockRequestStatus {
+func waitingStatus(e *entry, i, n int, told blockers, now time.Time) locksv1.LockRequestStatus {
 	st := baseStatus(e.req)
 	if st.QueuedAt == nil {
 		t := newMicroTime(e.arrival)
@@ -743,26 +745,42 @@ func waitingStatus(e *entry, i, n int, holders, granted, waiting []*entry, now t
 		}
 	}
 	st.QueuePosition = int32(i + 1)
-	reason, blockedBy, msg := queuedText(e, i, n, holders, granted, waiting)
+	reason, blockedBy, prefix := queuedText(e, told)
 	st.BlockedBy = blockedBy
-	pendingConds(&st, reason, msg, now)
+	pendingConds(&st, reason, positionText(prefix, i, n), now)
 	return st
 }
 
-// queuedText is what a waiter at index i of n that has reached this key is told: the reason,
-// who or what blocks it, and the message of its conditions.
-func queuedText(e *entry, i, n int, holders, granted, waiting []*entry) (reason, blockedBy, msg string) {
+// queuedText is what a waiter that has reached this key is told: the reason, who or what
+// blocks it, and the message of its conditions up to its place in the queue (positionText).
+func queuedText(e *entry, told blockers) (reason, blockedBy, prefix string) {
 	if e.frozen != nil {
-		return locksv1.ReasonCommandLocked, e.frozen.Source, fmt.Sprintf("%s; position %d of %d", e.frozen.Message, i+1, n)
+		return locksv1.ReasonCommandLocked, e.frozen.Source, e.frozen.Message
 	}
-	blocker := blockerText(holders, granted, waiting, e)
-	return locksv1.ReasonQueued, blocker, fmt.Sprintf("%s; position %d of %d", blocker, i+1, n)
+	blocker := told.of(e)
+	return locksv1.ReasonQueued, blocker, blocker
+}
+
+// positionText ends a waiter's message with its place: "<prefix>; position 3 of 5".
+func positionText(prefix string, i, n int) string {
+	return prefix + "; position " + strconv.Itoa(i+1) + " of " + strconv.Itoa(n)
+}
+
+// isPositionText reports msg == positionText(prefix, i, n) without building it: deep queues
+// ask it of every waiter past the refresh budget.
+func isPositionText(msg, prefix string, i, n int) bool {
+	var buf [48]byte
+	tail := append(buf[:0], "; position "...)
+	tail = strconv.AppendInt(tail, int64(i+1), 10)
+	tail = append(tail, " of "...)
+	tail = strconv.AppendInt(tail, int64(n), 10)
+	return len(msg) == len(prefix)+len(tail) && strings.HasPrefix(msg, prefix) && msg[len(prefix):] == string(tail)
 }
 
 // visiblyChanged reports, without building its status, that the status waitingStatus builds
 // for a waiter at index i of n differs from the one it has: another position, blocker or
 // message. false means only that a cheap look found no change.
-func visiblyChanged(e *entry, i, n int, holders, granted, waiting []*entry) bool {
+func visiblyChanged(e *entry, i, n int, told blockers) bool {
 	st := &e.req.Status
 	if !reached(e) {
 		return false // its earlier key speaks for it
@@ -770,27 +788,46 @@ func visiblyChanged(e *entry, i, n int, holders, granted, waiting []*entry) bool
 	if st.QueuePosition != int32(i+1) {
 		return true
 	}
-	_, blockedBy, msg := queuedText(e, i, n, holders, granted, waiting)
+	_, blockedBy, prefix := queuedText(e, told)
 	if st.BlockedBy != blockedBy {
 		return true
 	}
 	c := findCond(st.Conditions, locksv1.ConditionGranted)
-	return c == nil || c.Message != msg
+	return c == nil || !isPositionText(c.Message, prefix, i, n)
+}
+
+// blockers is who is in the way of a key's waiters. Every waiter is told the same, but for the
+// head of a queue nobody holds, so it is built once per decision, not once per waiter.
+type blockers struct {
+	ahead string // "locked by <holder>" or "waiting behind <head>"; "" when nobody is
+	head  *entry // the head of a queue nobody holds: it waits for the key alone
+}
+
+func newBlockers(holders, granted, waiting []*entry) blockers {
+	for _, set := range [][]*entry{holders, granted} {
+		if len(set) > 0 {
+			h := set[0].req.Spec.Holder
+			return blockers{ahead: "locked by " + Describe(h.Owner, h.Pull)}
+		}
+	}
+	if len(waiting) > 0 {
+		h := waiting[0].req.Spec.Holder
+		return blockers{ahead: "waiting behind " + Describe(h.Owner, h.Pull), head: waiting[0]}
+	}
+	return blockers{}
+}
+
+// of says who is in e's way: the holder, or the first waiter ahead of it.
+func (b blockers) of(e *entry) string {
+	if b.ahead == "" || e == b.head {
+		return "waiting for " + e.ref.Key
+	}
+	return b.ahead
 }
 
 // blockerText says who is in e's way: the holder, or the first waiter ahead of it.
 func blockerText(holders, granted, waiting []*entry, e *entry) string {
-	for _, set := range [][]*entry{holders, granted} {
-		if len(set) > 0 {
-			h := set[0].req.Spec.Holder
-			return "locked by " + Describe(h.Owner, h.Pull)
-		}
-	}
-	if len(waiting) > 0 && waiting[0] != e {
-		h := waiting[0].req.Spec.Holder
-		return "waiting behind " + Describe(h.Owner, h.Pull)
-	}
-	return "waiting for " + e.ref.Key
+	return newBlockers(holders, granted, waiting).of(e)
 }
 
 func grantedMessage(e *entry, st locksv1.LockRequestStatus) string {

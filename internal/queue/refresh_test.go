@@ -120,3 +120,34 @@ func BenchmarkDecideArrivalDepth1000(b *testing.B) {
 		Decide(in)
 	}
 }
+
+// TestIsPositionText: the budget check compares a stored message with the one a waiter would
+// be given without building it; it must agree with positionText exactly, or a waiter whose
+// message changed would be skipped (or one that did not, rewritten).
+func TestIsPositionText(t *testing.T) {
+	const prefix = "locked by pull #100 (alice)"
+	cases := map[string]struct {
+		msg  string
+		i, n int
+		want bool
+	}{
+		"same":                          {msg: prefix + "; position 3 of 5", i: 2, n: 5, want: true},
+		"other length of queue":         {msg: prefix + "; position 3 of 5", i: 2, n: 6},
+		"other position":                {msg: prefix + "; position 3 of 5", i: 3, n: 5},
+		"digits that only share a head": {msg: prefix + "; position 1 of 10", i: 0, n: 1},
+		"digits that only share a tail": {msg: prefix + "; position 11 of 12", i: 0, n: 12},
+		"other prefix, same length":     {msg: "locked by pull #101 (alice); position 3 of 5", i: 2, n: 5},
+		"deep queue":                    {msg: prefix + "; position 1000 of 1001", i: 999, n: 1001, want: true},
+		"empty message":                 {msg: "", i: 0, n: 1},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if got := isPositionText(tc.msg, prefix, tc.i, tc.n); got != tc.want {
+				t.Errorf("isPositionText(%q, %d, %d) = %t, want %t", tc.msg, tc.i, tc.n, got, tc.want)
+			}
+			if built := positionText(prefix, tc.i, tc.n) == tc.msg; built != tc.want {
+				t.Errorf("positionText agrees %t, want %t", built, tc.want)
+			}
+		})
+	}
+}
