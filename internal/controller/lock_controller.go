@@ -16,8 +16,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
@@ -267,7 +269,7 @@ func (r *LockReconciler) apply(ctx context.Context, req reconcile.Request, in qu
 	logger := log.FromContext(ctx)
 
 	for _, u := range d.Finish {
-		if err := r.writeRequest(ctx, u); err != nil {
+		if err := r.writeRequest(ctx, req.NamespacedName, u); err != nil {
 			return r.retry(err, "finish lockrequest %s", u.Request.Name)
 		}
 		r.metrics.finished(u, r.clock.Now())
@@ -298,7 +300,7 @@ func (r *LockReconciler) apply(ctx context.Context, req reconcile.Request, in qu
 	r.metrics.queueDepth(req.Namespace, req.Name, len(d.Queue))
 
 	for _, u := range d.Grant {
-		if err := r.writeRequest(ctx, u); err != nil {
+		if err := r.writeRequest(ctx, req.NamespacedName, u); err != nil {
 			return r.retry(err, "grant lockrequest %s", u.Request.Name)
 		}
 		if u.Event != nil {
@@ -321,7 +323,7 @@ func (r *LockReconciler) apply(ctx context.Context, req reconcile.Request, in qu
 				continue
 			}
 		}
-		if err := r.writeRequest(ctx, u); err != nil {
+		if err := r.writeRequest(ctx, req.NamespacedName, u); err != nil {
 			return r.retry(err, "update waiting lockrequest %s", u.Request.Name)
 		}
 		if !u.Refresh {
@@ -353,16 +355,16 @@ func waitsLast(name string, u queue.Update, q []*locksv1.LockRequest) bool {
 	return ok && ref.Name == name
 }
 
-// writeRequest writes one request's status with the resourceVersion it was read at, then emits
-// its event.
-func (r *LockReconciler) writeRequest(ctx context.Context, u queue.Update) error {
+// writeRequest writes one request's status, as key's decision, with the resourceVersion it was
+// read at, then emits its event.
+func (r *LockReconciler) writeRequest(ctx context.Context, key types.NamespacedName, u queue.Update) error {
 	obj := u.Request.DeepCopy()
 	obj.Status = u.Status
 	if err := r.client.Status().Update(ctx, obj); err != nil {
 		r.overlay.forgetRequest(obj.UID)
 		return err
 	}
-	r.overlay.wroteRequest(u.Request.ResourceVersion, obj, r.clock.Now())
+	r.overlay.wroteRequest(u.Request.ResourceVersion, obj, key, r.clock.Now())
 	if u.Event != nil {
 		r.recorder.Eventf(obj, nil, u.Event.Type, u.Event.Reason, "Reconcile", "%s", u.Event.Message)
 	}
@@ -422,12 +424,21 @@ func requestKeys(_ context.Context, o client.Object) []reconcile.Request {
 func (r *LockReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("lock").
-		For(&locksv1.ProjectLock{}).
+		For(&locksv1.ProjectLock{}, builder.WithPredicates(r.notOwnEcho())).
 		Watches(&locksv1.LockRequest{}, r.requestEvents()).
 		Watches(&locksv1.CommandLock{}, handler.EnqueueRequestsFromMapFunc(r.commandKeys)).
 		Watches(&coordinationv1.Lease{}, handler.EnqueueRequestsFromMapFunc(r.leaseKeys), builder.WithPredicates(leaseShortened())).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.workers}).
 		Complete(r)
+}
+
+// notOwnEcho drops the update event of a ProjectLock status this reconciler just wrote: the
+// key decided on it already (see overlay.echoesRequest).
+func (r *LockReconciler) notOwnEcho() predicate.Funcs {
+	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+		pl, ok := e.ObjectNew.(*locksv1.ProjectLock)
+		return !ok || !r.overlay.echoesLock(pl)
+	}}
 }
 
 // commandKeys maps a CommandLock event to the keys of requests for its command.

@@ -27,8 +27,9 @@ type overlay struct {
 }
 
 type written[T any] struct {
-	replaced string // the resourceVersion the write replaced
-	obj      T      // the object as the API server returned it
+	replaced string               // the resourceVersion the write replaced
+	obj      T                    // the object as the API server returned it
+	by       types.NamespacedName // the key whose reconcile wrote it
 	at       time.Time
 }
 
@@ -40,20 +41,51 @@ func newOverlay() *overlay {
 	}
 }
 
-// wroteRequest records a LockRequest status write that replaced resourceVersion replaced.
-func (o *overlay) wroteRequest(replaced string, obj *locksv1.LockRequest, now time.Time) {
+// wroteRequest records a LockRequest status write by key's reconcile that replaced
+// resourceVersion replaced.
+func (o *overlay) wroteRequest(replaced string, obj *locksv1.LockRequest, key types.NamespacedName, now time.Time) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	o.requests[obj.UID] = written[*locksv1.LockRequest]{replaced, obj.DeepCopy(), now}
+	o.requests[obj.UID] = written[*locksv1.LockRequest]{replaced, obj.DeepCopy(), key, now}
 	o.sweep(now)
 }
 
 // wroteLock records a ProjectLock status write that replaced resourceVersion replaced.
 func (o *overlay) wroteLock(replaced string, obj *locksv1.ProjectLock, now time.Time) {
+	key := types.NamespacedName{Namespace: obj.Namespace, Name: obj.Name}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	o.locks[types.NamespacedName{Namespace: obj.Namespace, Name: obj.Name}] = written[*locksv1.ProjectLock]{replaced, obj.DeepCopy(), now}
+	o.locks[key] = written[*locksv1.ProjectLock]{replaced, obj.DeepCopy(), key, now}
 	o.sweep(now)
+}
+
+// echoesRequest reports whether a watched LockRequest is exactly the version key's reconcile
+// wrote last: that key decided on it already, so the event has nothing new for it (a decision
+// fed its own writes decides nothing; queue.TestDecideWritesOnlyChanges). Other keys the
+// request names still need it. The informer updates its cache before it tells handlers, so the
+// cache shows this version now and the memory is no longer needed.
+func (o *overlay) echoesRequest(obj *locksv1.LockRequest, key types.NamespacedName) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	w, ok := o.requests[obj.UID]
+	if !ok || w.obj.ResourceVersion != obj.ResourceVersion || w.by != key {
+		return false
+	}
+	delete(o.requests, obj.UID)
+	return true
+}
+
+// echoesLock is echoesRequest for a ProjectLock, which only its own key writes.
+func (o *overlay) echoesLock(obj *locksv1.ProjectLock) bool {
+	key := types.NamespacedName{Namespace: obj.Namespace, Name: obj.Name}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	w, ok := o.locks[key]
+	if !ok || w.obj.ResourceVersion != obj.ResourceVersion || w.obj.UID != obj.UID {
+		return false
+	}
+	delete(o.locks, key)
+	return true
 }
 
 // forget drops what is remembered of a request or lock whose write failed.

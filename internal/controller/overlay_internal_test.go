@@ -1,14 +1,23 @@
 package controller
 
 import (
+	"context"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
+	"github.com/turnstile-dev/turnstile/internal/lockkey"
 )
+
+var keyK1 = types.NamespacedName{Namespace: "ns", Name: "k1"}
 
 func lrAt(rv string, phase locksv1.LockRequestPhase) *locksv1.LockRequest {
 	lr := &locksv1.LockRequest{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "a", UID: "uid-a", ResourceVersion: rv}}
@@ -31,7 +40,7 @@ func TestOverlayRequest(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			o := newOverlay()
-			o.wroteRequest("10", lrAt("11", locksv1.PhaseGranted), now)
+			o.wroteRequest("10", lrAt("11", locksv1.PhaseGranted), keyK1, now)
 			phase := map[string]locksv1.LockRequestPhase{"9": locksv1.PhasePending, "10": locksv1.PhasePending, "11": locksv1.PhaseGranted, "12": locksv1.PhaseReleased}[tc.cachedRV]
 			got := o.request(lrAt(tc.cachedRV, phase))
 			if got.ResourceVersion != tc.wantRV || got.Status.Phase != tc.wantPhase {
@@ -47,7 +56,7 @@ func TestOverlayRequest(t *testing.T) {
 func TestOverlayForgetsFailedWritesAndOldMemories(t *testing.T) {
 	now := time.Date(2026, 3, 14, 9, 0, 0, 0, time.UTC)
 	o := newOverlay()
-	o.wroteRequest("10", lrAt("11", locksv1.PhaseGranted), now)
+	o.wroteRequest("10", lrAt("11", locksv1.PhaseGranted), keyK1, now)
 	o.forgetRequest("uid-a")
 	if got := o.request(lrAt("10", locksv1.PhasePending)); got.ResourceVersion != "10" {
 		t.Errorf("a forgotten write must not be overlaid, got rv %s", got.ResourceVersion)
@@ -107,5 +116,77 @@ func TestDecisionInputChanged(t *testing.T) {
 				t.Errorf("decisionInputChanged = %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestOwnEchoes: the watch event of a status a key just wrote wakes every other key the request
+// names, but not the writer; anything else still wakes them all.
+func TestOwnEchoes(t *testing.T) {
+	now := time.Date(2026, 3, 14, 9, 0, 0, 0, time.UTC)
+	// A request on two keys, granted k1 of them; the event's old object is what the write replaced.
+	twoKeys := func(rv string) *locksv1.LockRequest {
+		lr := lrAt(rv, locksv1.PhasePending)
+		lr.Spec.Locks = []locksv1.LockTarget{{Repo: "acme/infra", Path: "a", Workspace: "default"}, {Repo: "acme/infra", Path: "b", Workspace: "default"}}
+		return lr
+	}
+	names := lockkey.Names(twoKeys("1").Spec.Locks)
+	writer := types.NamespacedName{Namespace: "ns", Name: names[0]}
+	other := types.NamespacedName{Namespace: "ns", Name: names[1]}
+	held := func(lr *locksv1.LockRequest) *locksv1.LockRequest {
+		lr.Status.Locks = []locksv1.LockStatus{{Name: names[0], Held: true}, {Name: names[1]}}
+		return lr
+	}
+	cases := map[string]struct {
+		wrote     *locksv1.LockRequest // what writer's reconcile wrote, if anything
+		event     *locksv1.LockRequest // the new object of the update event
+		wantWoken []string
+	}{
+		"our own write: only the other key": {
+			wrote: held(twoKeys("11")), event: held(twoKeys("11")), wantWoken: []string{other.Name},
+		},
+		"nothing written by us: both keys": {
+			event: held(twoKeys("11")), wantWoken: []string{writer.Name, other.Name},
+		},
+		"a later write by someone else: both keys": {
+			wrote: held(twoKeys("11")), event: held(twoKeys("12")), wantWoken: []string{writer.Name, other.Name},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			r := NewLockReconciler(nil, nil, nil)
+			if tc.wrote != nil {
+				r.overlay.wroteRequest("10", tc.wrote, writer, now)
+			}
+			q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())
+			defer q.ShutDown()
+			r.requestEvents().Update(context.Background(), event.UpdateEvent{ObjectOld: twoKeys("10"), ObjectNew: tc.event}, q)
+			var woken []string
+			for q.Len() > 0 {
+				k, _ := q.Get()
+				woken = append(woken, k.Name)
+				q.Done(k)
+			}
+			if diff := cmp.Diff(tc.wantWoken, woken, cmpopts.SortSlices(func(a, b string) bool { return a < b })); diff != "" {
+				t.Errorf("keys woken (-want +got):\n%s", diff)
+			}
+			if tc.wrote != nil && tc.event.ResourceVersion == tc.wrote.ResourceVersion && len(r.overlay.requests) != 0 {
+				t.Errorf("an echoed write must be forgotten: the cache shows it now")
+			}
+		})
+	}
+
+	// The ProjectLock: only its own key writes it, so its echo wakes nobody.
+	r := NewLockReconciler(nil, nil, nil)
+	pl := &locksv1.ProjectLock{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "k", UID: "uid-k", ResourceVersion: "21"}}
+	r.overlay.wroteLock("20", pl, now)
+	older, newer := pl.DeepCopy(), pl.DeepCopy()
+	older.ResourceVersion, newer.ResourceVersion = "20", "22"
+	echo := r.notOwnEcho()
+	if !echo.Update(event.UpdateEvent{ObjectOld: older, ObjectNew: newer}) {
+		t.Errorf("a ProjectLock version we did not write must wake its key")
+	}
+	r.overlay.wroteLock("20", pl, now)
+	if echo.Update(event.UpdateEvent{ObjectOld: older, ObjectNew: pl.DeepCopy()}) {
+		t.Errorf("the echo of our own ProjectLock write must not wake its key")
 	}
 }

@@ -17,8 +17,10 @@ type requestQueue = workqueue.TypedRateLimitingInterface[reconcile.Request]
 
 // requestEvents enqueues the keys a LockRequest names. Updates that change nothing a decision
 // reads — a refreshed queue position or message, written by this controller — are dropped, so
-// deep queues do not reconcile once per refresh. Deletions are remembered, so the reconcile
-// that hands the lock on need not ask the API server whether the holder is really gone.
+// deep queues do not reconcile once per refresh, and so is the echo of a status a key just
+// wrote, for that key (the others it names still hear of it). Deletions are remembered, so the
+// reconcile that hands the lock on need not ask the API server whether the holder is really
+// gone.
 func (r *LockReconciler) requestEvents() handler.Funcs {
 	add := func(ctx context.Context, o client.Object, q requestQueue) {
 		for _, k := range requestKeys(ctx, o) {
@@ -30,10 +32,18 @@ func (r *LockReconciler) requestEvents() handler.Funcs {
 		UpdateFunc: func(ctx context.Context, e event.UpdateEvent, q requestQueue) {
 			oldReq, ok1 := e.ObjectOld.(*locksv1.LockRequest)
 			newReq, ok2 := e.ObjectNew.(*locksv1.LockRequest)
-			if ok1 && ok2 && !decisionInputChanged(oldReq, newReq) {
+			if !ok1 || !ok2 {
+				add(ctx, e.ObjectNew, q)
 				return
 			}
-			add(ctx, e.ObjectNew, q)
+			if !decisionInputChanged(oldReq, newReq) {
+				return
+			}
+			for _, k := range requestKeys(ctx, newReq) {
+				if !r.overlay.echoesRequest(newReq, k.NamespacedName) {
+					q.Add(k)
+				}
+			}
 		},
 		DeleteFunc: func(ctx context.Context, e event.DeleteEvent, q requestQueue) {
 			r.overlay.sawDeleted(e.Object.GetUID(), r.clock.Now())
