@@ -62,17 +62,14 @@ func (o *overlay) wroteLock(replaced string, obj *locksv1.ProjectLock, now time.
 // echoesRequest reports whether a watched LockRequest is exactly the version key's reconcile
 // wrote last: that key decided on it already, so the event has nothing new for it (a decision
 // fed its own writes decides nothing; queue.TestDecideWritesOnlyChanges). Other keys the
-// request names still need it. The informer updates its cache before it tells handlers, so the
-// cache shows this version now and the memory is no longer needed.
+// request names still need it. The memory stays: a reconcile of the key that listed the cache
+// just before this version reached it still needs the overlay, or it would write over a
+// version it has itself superseded (a 409). Reads drop it once the cache moves on.
 func (o *overlay) echoesRequest(obj *locksv1.LockRequest, key types.NamespacedName) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	w, ok := o.requests[obj.UID]
-	if !ok || w.obj.ResourceVersion != obj.ResourceVersion || w.by != key {
-		return false
-	}
-	delete(o.requests, obj.UID)
-	return true
+	return ok && w.obj.ResourceVersion == obj.ResourceVersion && w.by == key
 }
 
 // echoesLock is echoesRequest for a ProjectLock, which only its own key writes.
@@ -81,11 +78,7 @@ func (o *overlay) echoesLock(obj *locksv1.ProjectLock) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	w, ok := o.locks[key]
-	if !ok || w.obj.ResourceVersion != obj.ResourceVersion || w.obj.UID != obj.UID {
-		return false
-	}
-	delete(o.locks, key)
-	return true
+	return ok && w.obj.ResourceVersion == obj.ResourceVersion && w.obj.UID == obj.UID
 }
 
 // forget drops what is remembered of a request or lock whose write failed.
