@@ -5,7 +5,9 @@
 package queue
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -475,27 +477,31 @@ func AgedPriority(p locksv1.Priority, waited, step time.Duration) int {
 // sortQueue orders waiters: higher (aged) priority first, then arrival, then — for requests
 // first seen in the same decision — creation order, then name.
 func sortQueue(q []*entry) {
-	sort.SliceStable(q, func(i, j int) bool {
-		a, b := q[i], q[j]
-		if a.priority != b.priority {
-			return a.priority > b.priority
+	slices.SortStableFunc(q, compareQueued)
+}
+
+func compareQueued(a, b *entry) int {
+	if a.priority != b.priority {
+		return cmp.Compare(b.priority, a.priority)
+	}
+	if c := a.arrival.Compare(b.arrival); c != 0 {
+		return c
+	}
+	if a.stamped != b.stamped {
+		if a.stamped {
+			return -1
 		}
-		if !a.arrival.Equal(b.arrival) {
-			return a.arrival.Before(b.arrival)
+		return 1
+	}
+	if !a.stamped {
+		if c := a.req.CreationTimestamp.Compare(b.req.CreationTimestamp.Time); c != 0 {
+			return c
 		}
-		if a.stamped != b.stamped {
-			return a.stamped
+		if a.rvOrder != b.rvOrder && a.rvOrder != 0 && b.rvOrder != 0 {
+			return cmp.Compare(a.rvOrder, b.rvOrder)
 		}
-		if !a.stamped {
-			if !a.req.CreationTimestamp.Equal(&b.req.CreationTimestamp) {
-				return a.req.CreationTimestamp.Before(&b.req.CreationTimestamp)
-			}
-			if a.rvOrder != b.rvOrder && a.rvOrder != 0 && b.rvOrder != 0 {
-				return a.rvOrder < b.rvOrder
-			}
-		}
-		return a.req.Name < b.req.Name
-	})
+	}
+	return strings.Compare(a.req.Name, b.req.Name)
 }
 
 // nextToken is the fencing token of a new grant. Within one ProjectLock's life it is the last
