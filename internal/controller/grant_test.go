@@ -45,6 +45,28 @@ var _ = Describe("Grant engine", func() {
 		Expect(meta.IsStatusConditionTrue(pl.Status.Conditions, locksv1.ConditionLocked)).To(BeTrue())
 	})
 
+	It("caches requests without managedFields, and its status writes keep the stored ones", func() {
+		create(req("a", ns).Owner("alice", 100).Obj())
+		expectPhase(ns, "a", locksv1.PhaseGranted)
+		managers := func(lr *locksv1.LockRequest) []string {
+			var out []string
+			for _, f := range lr.ManagedFields {
+				out = append(out, string(f.Operation)+"/"+f.Subresource)
+			}
+			return out
+		}
+		// The creator's entry survives the controller's status writes from a stripped copy, and
+		// the controller's own status entry is there too.
+		Expect(managers(get(ns, "a"))).To(ContainElements("Update/", "Update/status"))
+
+		var cached locksv1.LockRequest
+		Eventually(func() string {
+			Expect(mgr.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "a"}, &cached)).To(Succeed())
+			return string(cached.Status.Phase)
+		}, timeout, interval).Should(Equal(string(locksv1.PhaseGranted)))
+		Expect(cached.ManagedFields).To(BeNil())
+	})
+
 	It("queues a contended request behind the holder, says who holds it, and hands off on delete", func() {
 		create(req("a", ns).Owner("alice", 100).Obj())
 		expectPhase(ns, "a", locksv1.PhaseGranted)

@@ -6,6 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 
 	"github.com/turnstile-dev/turnstile/internal/deadlock"
 	"github.com/turnstile-dev/turnstile/internal/queue"
@@ -25,6 +26,15 @@ type SetupOptions struct {
 	DisableDeadlockDetection bool
 	// Registry receives the metrics; nil leaves them unregistered.
 	Registry prometheus.Registerer
+}
+
+// CacheOptions are the cache settings the controllers are written for. Cached objects carry no
+// managedFields: nothing here reads them, they are a large part of a small object such as a
+// LockRequest or a Lease, and the manager caches every request of a deep queue and every Lease
+// in the cluster. Status updates of such an object keep the stored managedFields (the API
+// server reads a missing list as "unchanged").
+func CacheOptions() cache.Options {
+	return cache.Options{DefaultTransform: cache.TransformStripManagedFields()}
 }
 
 // Setup registers the indexes, controllers and the deadlock detector with mgr.
