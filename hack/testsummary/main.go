@@ -20,8 +20,24 @@ type event struct {
 	Output  string
 }
 
-// ginkgoResult matches Ginkgo's closing line, e.g. "SUCCESS! -- 12 Passed | 0 Failed | 0 Pending | 1 Skipped".
+// ginkgoResult matches Ginkgo's closing line, e.g. "SUCCESS! -- 12 Passed | 0 Failed | 0 Pending | 1 Skipped",
+// once its colors are gone.
 var ginkgoResult = regexp.MustCompile(`(\d+) Passed \| (\d+) Failed \| \d+ Pending \| (\d+) Skipped`)
+
+// ansiEscape matches the terminal color codes Ginkgo writes around each number.
+var ansiEscape = regexp.MustCompile(`\x1b\[[0-9;]*m`)
+
+// ginkgoCounts reads a Ginkgo closing line: its passed, failed and skipped specs.
+func ginkgoCounts(line string) (passed, failed, skipped int, ok bool) {
+	m := ginkgoResult.FindStringSubmatch(ansiEscape.ReplaceAllString(line, ""))
+	if m == nil {
+		return 0, 0, 0, false
+	}
+	passed, _ = strconv.Atoi(m[1])
+	failed, _ = strconv.Atoi(m[2])
+	skipped, _ = strconv.Atoi(m[3])
+	return passed, failed, skipped, true
+}
 
 func main() {
 	var passed, failed, skipped int
@@ -44,10 +60,7 @@ func main() {
 		switch ev.Action {
 		case "output":
 			fmt.Print(ev.Output)
-			if m := ginkgoResult.FindStringSubmatch(ev.Output); m != nil {
-				p, _ := strconv.Atoi(m[1])
-				f, _ := strconv.Atoi(m[2])
-				s, _ := strconv.Atoi(m[3])
+			if p, f, s, ok := ginkgoCounts(ev.Output); ok {
 				passed, failed, skipped = passed+p, failed+f, skipped+s
 				ginkgoTests[ev.Package+"/"+ev.Test] = true
 			}
