@@ -144,7 +144,7 @@ func (b *bench) warmup(ctx context.Context) error {
 	if _, err := b.tracker.WaitGranted(waitCtx, ns, lr.Name, waitLimit); err != nil {
 		select {
 		case <-b.mgr.p.Done():
-			return fmt.Errorf("the manager exited before granting a free lock (see %s): %v", b.mgrLog.Name(), b.mgr.p.Err())
+			return fmt.Errorf("the manager exited before granting a free lock (see %s): %w", b.mgrLog.Name(), b.mgr.p.Err())
 		default:
 		}
 		return fmt.Errorf("the manager never granted a free lock (see %s): %w", b.mgrLog.Name(), err)
