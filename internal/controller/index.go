@@ -26,30 +26,36 @@ const (
 	IndexHolderIdentity = "spec.holder.identity"
 )
 
-// SetupIndexes registers the field indexes the reconcilers list by.
+// Index is one field index of LockRequests: Field's values for an object.
+type Index struct {
+	Field  string
+	Values func(*locksv1.LockRequest) []string
+}
+
+// Indexes are the field indexes the reconcilers list LockRequests by.
+var Indexes = []Index{
+	{IndexLockName, func(lr *locksv1.LockRequest) []string { return lockkey.Names(lr.Spec.Locks) }},
+	{IndexCommand, func(lr *locksv1.LockRequest) []string { return nonEmpty(lr.Spec.Command) }},
+	{IndexHolderLease, func(lr *locksv1.LockRequest) []string { return nonEmpty(lr.Spec.Holder.Lease) }},
+	{IndexHolderIdentity, func(lr *locksv1.LockRequest) []string { return []string{queue.Identity(lr.Spec.Holder)} }},
+}
+
+func nonEmpty(s string) []string {
+	if s == "" {
+		return nil
+	}
+	return []string{s}
+}
+
+// SetupIndexes registers Indexes with indexer.
 func SetupIndexes(ctx context.Context, indexer client.FieldIndexer) error {
-	if err := indexer.IndexField(ctx, &locksv1.LockRequest{}, IndexLockName, func(o client.Object) []string {
-		return lockkey.Names(o.(*locksv1.LockRequest).Spec.Locks)
-	}); err != nil {
-		return err
-	}
-	if err := indexer.IndexField(ctx, &locksv1.LockRequest{}, IndexCommand, func(o client.Object) []string {
-		if c := o.(*locksv1.LockRequest).Spec.Command; c != "" {
-			return []string{c}
+	for _, ix := range Indexes {
+		values := ix.Values
+		if err := indexer.IndexField(ctx, &locksv1.LockRequest{}, ix.Field, func(o client.Object) []string {
+			return values(o.(*locksv1.LockRequest))
+		}); err != nil {
+			return err
 		}
-		return nil
-	}); err != nil {
-		return err
 	}
-	if err := indexer.IndexField(ctx, &locksv1.LockRequest{}, IndexHolderLease, func(o client.Object) []string {
-		if l := o.(*locksv1.LockRequest).Spec.Holder.Lease; l != "" {
-			return []string{l}
-		}
-		return nil
-	}); err != nil {
-		return err
-	}
-	return indexer.IndexField(ctx, &locksv1.LockRequest{}, IndexHolderIdentity, func(o client.Object) []string {
-		return []string{queue.Identity(o.(*locksv1.LockRequest).Spec.Holder)}
-	})
+	return nil
 }

@@ -1,0 +1,179 @@
+package lag
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
+	"github.com/turnstile-dev/turnstile/internal/queue"
+)
+
+// Invariants checks states of the store, read live, against Turnstile's promises. It remembers
+// the fencing tokens it has seen, so token order is checked across the states it is shown.
+type Invariants struct {
+	c client.Reader
+	// Structural also checks the protocol's own invariant, which the promises rest on: a
+	// request that holds a key is listed by that key's ProjectLock.
+	Structural bool
+
+	tokens map[string]tenure // namespace/projectlock name -> the last holder seen
+}
+
+// tenure is what was seen of one key's current holder identity.
+type tenure struct {
+	identity string
+	request  string
+	start    int64 // the lowest per-key token the identity was seen with on the key
+	ceiling  int64 // the highest token, per key or request-level, it was seen with
+	before   int64 // the highest token any earlier holder of the key was seen with
+}
+
+// NewInvariants checks states read through c (a live client).
+func NewInvariants(c client.Reader) *Invariants {
+	return &Invariants{c: c, tokens: map[string]tenure{}}
+}
+
+// Check reads namespace ns (every namespace if "") and returns every broken promise:
+//   - mutual exclusion: no key is held by two holder identities at once, by the requests' own
+//     statuses (phase Granted, or a held flag);
+//   - fencing: a key's token, as a reader of any of its holders sees it (the per-key token in
+//     status.locks[], and the request-level status.fencingToken), never goes down, and a new
+//     holder identity's tokens are above every token a previous holder of the key showed;
+//   - Drained: a CommandLock in force that says Drained has no granted request of its command;
+//   - with Structural, every request that holds a key is listed by the key's ProjectLock.
+func (inv *Invariants) Check(ctx context.Context, ns string) ([]string, error) {
+	var lrs locksv1.LockRequestList
+	if err := inv.c.List(ctx, &lrs, client.InNamespace(ns)); err != nil {
+		return nil, err
+	}
+	var pls locksv1.ProjectLockList
+	if err := inv.c.List(ctx, &pls, client.InNamespace(ns)); err != nil {
+		return nil, err
+	}
+	var cls locksv1.CommandLockList
+	if err := inv.c.List(ctx, &cls); err != nil {
+		return nil, err
+	}
+	var out []string
+
+	type holding struct {
+		lr    *locksv1.LockRequest
+		token int64 // per key, as the request reports it
+	}
+	holders := map[string][]holding{}
+	for i := range lrs.Items {
+		lr := &lrs.Items[i]
+		if lr.Status.Phase.IsFinal() {
+			continue
+		}
+		for _, l := range lr.Status.Locks {
+			if !l.Held && lr.Status.Phase != locksv1.PhaseGranted {
+				continue
+			}
+			key := lr.Namespace + "/" + l.Name
+			holders[key] = append(holders[key], holding{lr, keyToken(lr, l)})
+		}
+	}
+	listed := map[string]map[string]bool{}
+	for i := range pls.Items {
+		pl := &pls.Items[i]
+		set := map[string]bool{}
+		if h := pl.Status.Holder; h != nil {
+			for _, r := range h.Requests {
+				set[r.UID] = true
+			}
+		}
+		listed[pl.Namespace+"/"+pl.Name] = set
+	}
+
+	keys := make([]string, 0, len(holders))
+	for k := range holders {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, key := range keys {
+		hs := holders[key]
+		ids := map[string][]string{}
+		for _, h := range hs {
+			id := queue.Identity(h.lr.Spec.Holder)
+			ids[id] = append(ids[id], h.lr.Name)
+		}
+		if len(ids) > 1 {
+			var parts []string
+			for id, names := range ids {
+				parts = append(parts, fmt.Sprintf("%s via %v", id, names))
+			}
+			sort.Strings(parts)
+			out = append(out, fmt.Sprintf("mutual exclusion: %s is held by %d identities: %s", key, len(ids), strings.Join(parts, "; ")))
+		}
+		for _, h := range hs {
+			out = append(out, inv.observeToken(key, h.lr, h.token)...)
+			if inv.Structural && !listed[key][string(h.lr.UID)] {
+				out = append(out, fmt.Sprintf("structure: %s holds %s but the ProjectLock does not list it (exists: %v)", h.lr.Name, key, listed[key] != nil))
+			}
+		}
+	}
+
+	for i := range cls.Items {
+		cl := &cls.Items[i]
+		if !cl.Spec.Locked || cl.Status.ObservedGeneration != cl.Generation ||
+			!meta.IsStatusConditionTrue(cl.Status.Conditions, locksv1.ConditionLocked) ||
+			!meta.IsStatusConditionTrue(cl.Status.Conditions, locksv1.ConditionDrained) {
+			continue
+		}
+		for j := range lrs.Items {
+			lr := &lrs.Items[j]
+			if lr.Status.Phase == locksv1.PhaseGranted && lr.Spec.Command != "" &&
+				(cl.Name == locksv1.CommandAll || lr.Spec.Command == cl.Name) {
+				out = append(out, fmt.Sprintf("drained: commandlock/%s says Drained while %s/%s (%s) is Granted", cl.Name, lr.Namespace, lr.Name, lr.Spec.Command))
+			}
+		}
+	}
+	return out, nil
+}
+
+// keyToken is the token a request reports for one of its keys: the per-key token where the API
+// has one, else the request's token.
+func keyToken(lr *locksv1.LockRequest, l locksv1.LockStatus) int64 {
+	if t := perKeyToken(l); t != 0 {
+		return t
+	}
+	return lr.Status.FencingToken
+}
+
+// observeToken checks one holder of key against what was seen of the key before. A reader may
+// pass the holder's per-key token or its request-level token to the system it fences: a new
+// holder identity's tokens must be above every token an earlier holder showed, and within one
+// identity's tenure the per-key token may rise (a re-issued grant) but never fall.
+func (inv *Invariants) observeToken(key string, lr *locksv1.LockRequest, keyTok int64) []string {
+	var out []string
+	id := queue.Identity(lr.Spec.Holder)
+	reqTok := lr.Status.FencingToken
+	if reqTok < keyTok {
+		out = append(out, fmt.Sprintf("fencing: %s reports token %d for the request, below its token %d for %s", lr.Name, reqTok, keyTok, key))
+	}
+	t, seen := inv.tokens[key]
+	switch {
+	case !seen || t.identity != id:
+		before := max(t.before, t.ceiling)
+		if seen && keyTok <= before {
+			out = append(out, fmt.Sprintf("fencing: %s (%s) holds %s with token %d, not above %d that %s (%s) or an earlier holder showed",
+				lr.Name, id, key, keyTok, before, t.request, t.identity))
+		}
+		t = tenure{identity: id, request: lr.Name, start: keyTok, before: before}
+	case keyTok < t.start:
+		out = append(out, fmt.Sprintf("fencing: %s holds %s with token %d, below %d its identity %s held it with before", lr.Name, key, keyTok, t.start, id))
+	}
+	t.request = lr.Name
+	t.ceiling = max(t.ceiling, keyTok, reqTok)
+	inv.tokens[key] = t
+	return out
+}
+
+// perKeyToken is the token status.locks[] reports for one key; 0 where the API has none.
+func perKeyToken(locksv1.LockStatus) int64 { return 0 }

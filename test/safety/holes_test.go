@@ -1,0 +1,273 @@
+package safety
+
+import (
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
+	"github.com/turnstile-dev/turnstile/internal/queue"
+	"github.com/turnstile-dev/turnstile/internal/testing/lag"
+	. "github.com/turnstile-dev/turnstile/internal/testing/wrappers"
+)
+
+// The interleavings an adversarial review found (issue #12), one named test each. Every step
+// runs the real reconcilers on caches the test holds back, and the store is checked after each.
+var _ = Describe("Holes in the grant protocol", func() {
+	var (
+		ns  string
+		inv *lag.Invariants
+		cfg queue.Config
+	)
+	BeforeEach(func() {
+		ns = newNamespace()
+		inv = lag.NewInvariants(k8s)
+		cfg = queue.DefaultConfig()
+	})
+
+	create := func(w *LockRequestWrapper) {
+		GinkgoHelper()
+		Expect(k8s.Create(ctx, w.Obj())).To(Succeed())
+		syncHistory()
+	}
+	remove := func(o client.Object) {
+		GinkgoHelper()
+		Expect(k8s.Delete(ctx, o)).To(Succeed())
+		syncHistory()
+	}
+	request := func(name string) *locksv1.LockRequest {
+		return &locksv1.LockRequest{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+	}
+	projectLock := func(k types.NamespacedName) *locksv1.ProjectLock {
+		return &locksv1.ProjectLock{ObjectMeta: metav1.ObjectMeta{Namespace: k.Namespace, Name: k.Name}}
+	}
+	// fresh decides key with m's cache caught up with the store.
+	fresh := func(m *manager, k types.NamespacedName) {
+		GinkgoHelper()
+		syncHistory()
+		m.view.CatchUp()
+		m.decide(k)
+		expectSafe(inv, ns, m.name+" decided "+k.Name)
+	}
+	reasonOf := func(name string) string {
+		GinkgoHelper()
+		c := meta.FindStatusCondition(getRequest(ns, name).Status.Conditions, locksv1.ConditionGranted)
+		Expect(c).NotTo(BeNil())
+		return c.Reason
+	}
+
+	It("hole 1: a force-unlock decided from a lagging request cache never grants the key to a second holder", func() {
+		a, b := newManager("A", 0, cfg), newManager("B", 0, cfg)
+		net := target("net")
+		k := keyOf(ns, net)
+		create(MakeLockRequest("r", ns).Lock(net.Repo, net.Path, net.Workspace).Owner("alice", 1))
+		onlyR := history.Mark()
+		create(MakeLockRequest("w", ns).Lock(net.Repo, net.Path, net.Workspace).Owner("bob", 2).Priority(locksv1.PriorityHigh))
+		withW := history.Mark()
+
+		By("B, whose cache does not have W yet, grants R")
+		b.view.AdvanceToMark(onlyR)
+		b.decide(k)
+		expectSafe(inv, ns, "B granted R")
+		Expect(phase(ns, "r")).To(Equal(locksv1.PhaseGranted))
+
+		By("an admin force-unlocks the key")
+		remove(projectLock(k))
+		expectSafe(inv, ns, "the force-unlock")
+
+		By("A, whose ProjectLock cache is current but whose request cache has W and not R's grant, decides")
+		cur := history.Mark()
+		cur[lag.LockRequests] = withW[lag.LockRequests]
+		a.view.AdvanceToMark(cur)
+		a.decide(k)
+		expectSafe(inv, ns, "A decided from a request cache without R's grant")
+
+		By("once the caches catch up, R is force-unlocked and W holds the key")
+		settle(inv, ns, []types.NamespacedName{k}, a, b)
+		Expect(phase(ns, "r")).To(Equal(locksv1.PhaseReleased))
+		Expect(reasonOf("r")).To(Equal(locksv1.ReasonForceUnlocked))
+		Expect(phase(ns, "w")).To(Equal(locksv1.PhaseGranted))
+	})
+
+	It("hole 2: a manager remembers its own writes over a cache that missed two of them", func() {
+		m := newManager("M", 0, cfg)
+		one, two := target("a"), target("b")
+		k1, k2 := keyOf(ns, one), keyOf(ns, two)
+		create(MakeLockRequest("r", ns).Lock(one.Repo, one.Path, one.Workspace).Lock(two.Repo, two.Path, two.Workspace).Owner("alice", 1))
+		create(MakeLockRequest("w", ns).Lock(one.Repo, one.Path, one.Workspace).Owner("bob", 2))
+		m.view.CatchUp()
+		requestsSeen := history.Mark()[lag.LockRequests]
+
+		By("M grants R both keys, one write each, while its request cache stays where it was")
+		for _, k := range []types.NamespacedName{k1, k2} {
+			syncHistory()
+			cur := history.Mark()
+			cur[lag.LockRequests] = requestsSeen
+			m.view.AdvanceToMark(cur)
+			m.decide(k)
+			expectSafe(inv, ns, "M decided "+k.Name)
+		}
+		Expect(phase(ns, "r")).To(Equal(locksv1.PhaseGranted))
+
+		By("an admin force-unlocks the first key; M sees the ProjectLock go, its request cache still behind")
+		remove(projectLock(k1))
+		for range 3 {
+			syncHistory()
+			cur := history.Mark()
+			cur[lag.LockRequests] = requestsSeen
+			m.view.AdvanceToMark(cur)
+			m.decide(k1)
+			expectSafe(inv, ns, "M decided the force-unlocked key from its own memory")
+		}
+		Expect(phase(ns, "r")).To(Equal(locksv1.PhaseReleased), "M knows R holds the key: it wrote that itself")
+		Expect(reasonOf("r")).To(Equal(locksv1.ReasonForceUnlocked))
+
+		settle(inv, ns, []types.NamespacedName{k1, k2}, m)
+		Expect(phase(ns, "w")).To(Equal(locksv1.PhaseGranted))
+	})
+
+	It("hole 3: the next holder of a key gets a token above the one a deleted multi-lock holder showed for it", func() {
+		m := newManager("M", 0, cfg)
+		one, two := target("one"), target("two")
+		k1, k2 := keyOf(ns, one), keyOf(ns, two)
+		// Each key gets its counter: k2's is made after k1's, so it is the larger.
+		for i, t := range []struct {
+			name string
+			tgt  types.NamespacedName
+			path string
+		}{{"a", k1, "one"}, {"b", k2, "two"}} {
+			create(MakeLockRequest(t.name, ns).Lock("acme/infra", t.path, "default").Owner("early", int64(i+1)))
+			fresh(m, t.tgt)
+			Expect(phase(ns, t.name)).To(Equal(locksv1.PhaseGranted))
+			remove(request(t.name))
+			fresh(m, t.tgt)
+		}
+
+		create(MakeLockRequest("m", ns).Lock(one.Repo, one.Path, one.Workspace).Lock(two.Repo, two.Path, two.Workspace).Owner("carol", 3))
+		for _, k := range []types.NamespacedName{k1, k2, k1, k2} {
+			fresh(m, k)
+		}
+		Expect(phase(ns, "m")).To(Equal(locksv1.PhaseGranted))
+
+		By("the multi-lock holder is deleted, and a new holder takes the first key")
+		remove(request("m"))
+		fresh(m, k1)
+		fresh(m, k2)
+		create(MakeLockRequest("n", ns).Lock(one.Repo, one.Path, one.Workspace).Owner("dave", 4))
+		fresh(m, k1)
+		Expect(phase(ns, "n")).To(Equal(locksv1.PhaseGranted))
+	})
+
+	It("hole 4: a key's token keeps rising across re-creation when the deciding clock is behind", func() {
+		ahead := newManager("ahead", 0, cfg)
+		net := target("net")
+		k := keyOf(ns, net)
+		create(MakeLockRequest("a", ns).Lock(net.Repo, net.Path, net.Workspace).Owner("alice", 1))
+		fresh(ahead, k)
+		Expect(phase(ns, "a")).To(Equal(locksv1.PhaseGranted))
+		remove(request("a"))
+		fresh(ahead, k)
+
+		By("an admin deletes the idle ProjectLock, so no object remembers its counter")
+		remove(projectLock(k))
+		fresh(ahead, k)
+
+		By("a manager whose clock is an hour behind grants the key again")
+		behind := newManager("behind", -time.Hour, cfg)
+		create(MakeLockRequest("b", ns).Lock(net.Repo, net.Path, net.Workspace).Owner("bob", 2))
+		fresh(behind, k)
+		fresh(behind, k)
+		Expect(phase(ns, "b")).To(Equal(locksv1.PhaseGranted))
+	})
+
+	It("hole 5: a holder that is being deleted is written Released before its lock moves on", func() {
+		m := newManager("M", 0, cfg)
+		net := target("net")
+		k := keyOf(ns, net)
+		r := MakeLockRequest("r", ns).Lock(net.Repo, net.Path, net.Workspace).Owner("alice", 1).Obj()
+		r.Finalizers = []string{"safety.turnstile.dev/keep"}
+		Expect(k8s.Create(ctx, r)).To(Succeed())
+		DeferCleanup(func() {
+			lr := request("r")
+			if k8s.Get(ctx, client.ObjectKeyFromObject(lr), lr) == nil {
+				lr.Finalizers = nil
+				Expect(client.IgnoreNotFound(k8s.Update(ctx, lr))).To(Succeed())
+			}
+		})
+		fresh(m, k)
+		Expect(phase(ns, "r")).To(Equal(locksv1.PhaseGranted))
+		create(MakeLockRequest("w", ns).Lock(net.Repo, net.Path, net.Workspace).Owner("bob", 2))
+		fresh(m, k)
+
+		By("someone deletes the holder, and a finalizer keeps its object")
+		remove(request("r"))
+		fresh(m, k)
+		fresh(m, k)
+		Expect(phase(ns, "w")).To(Equal(locksv1.PhaseGranted))
+		Expect(phase(ns, "r")).To(Equal(locksv1.PhaseReleased), "its runner must be told before the next holder starts")
+	})
+
+	It("hole 6: Drained is never True while a grant decided from a stale freeze lands", func() {
+		a, b := newManager("A", 0, cfg), newManager("B", 0, cfg)
+		apply := &locksv1.CommandLock{ObjectMeta: metav1.ObjectMeta{Name: "apply"}}
+		Expect(k8s.Create(ctx, apply)).To(Succeed())
+		DeferCleanup(func() { Expect(client.IgnoreNotFound(k8s.Delete(ctx, apply))).To(Succeed()) })
+		net := target("net")
+		k := keyOf(ns, net)
+		create(MakeLockRequest("h", ns).Lock(net.Repo, net.Path, net.Workspace).Owner("alice", 1).Command("plan"))
+		fresh(a, k)
+		create(MakeLockRequest("x", ns).Lock(net.Repo, net.Path, net.Workspace).Owner("bob", 2).Command("apply"))
+		fresh(a, k)
+		Expect(phase(ns, "h")).To(Equal(locksv1.PhaseGranted))
+		syncHistory()
+		unfrozen := history.Mark()
+
+		By("an admin freezes apply, and A reports it drained: no apply holds a lock")
+		patch := client.MergeFrom(apply.DeepCopy())
+		apply.Spec.Locked, apply.Spec.Reason = true, "maintenance"
+		Expect(k8s.Patch(ctx, apply, patch)).To(Succeed())
+		syncHistory()
+		a.view.CatchUp()
+		_, err := a.reconcileCommand("apply")
+		Expect(err).NotTo(HaveOccurred())
+		expectSafe(inv, ns, "A reported the freeze")
+
+		By("the plan holder releases, and B, whose CommandLock cache is from before the freeze, decides")
+		remove(request("h"))
+		cur := history.Mark()
+		cur[lag.CommandLocks] = unfrozen[lag.CommandLocks]
+		b.view.AdvanceToMark(cur)
+		b.decide(k)
+		expectSafe(inv, ns, "B decided with a stale freeze")
+		_, err = a.reconcileCommand("apply")
+		Expect(err).NotTo(HaveOccurred())
+		expectSafe(inv, ns, "A reported the freeze again")
+		Expect(phase(ns, "x")).To(Equal(locksv1.PhasePending))
+	})
+
+	It("hole 7: requests are served first come, first served whichever manager's clock saw them first", func() {
+		cfg.AgingStep = 10 * time.Minute
+		fast, slow := newManager("fast", 0, cfg), newManager("slow", -5*time.Second, cfg)
+		net := target("net")
+		k := keyOf(ns, net)
+		create(MakeLockRequest("h", ns).Lock(net.Repo, net.Path, net.Workspace).Owner("alice", 1))
+		fresh(fast, k)
+		create(MakeLockRequest("x", ns).Lock(net.Repo, net.Path, net.Workspace).Owner("bob", 2))
+		fresh(fast, k)
+		create(MakeLockRequest("y", ns).Lock(net.Repo, net.Path, net.Workspace).Owner("carol", 3))
+		fresh(slow, k)
+		Expect(phase(ns, "x")).To(Equal(locksv1.PhasePending))
+		Expect(phase(ns, "y")).To(Equal(locksv1.PhasePending))
+
+		remove(request("h"))
+		fresh(fast, k)
+		fresh(slow, k)
+		Expect(phase(ns, "x")).To(Equal(locksv1.PhaseGranted), "x was created first")
+		Expect(phase(ns, "y")).To(Equal(locksv1.PhasePending))
+	})
+})
