@@ -7,17 +7,19 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
+	"github.com/turnstile-dev/turnstile/internal/queue"
 )
 
 // overlayTTL bounds how long a written object is remembered; a cache lags by milliseconds.
 const overlayTTL = 30 * time.Second
 
-// overlay remembers the objects this reconciler has just written, with the resourceVersion each
-// replaced. A read through a cache that still shows exactly that replaced version uses the
-// written object instead: the controller then never decides on a state it has itself
-// superseded, and never pays a 409 for it. Any other version in the cache — the write seen, or
-// a newer write by someone else — is used as it is and the memory dropped. Writes still carry
-// their resourceVersion, so a wrong overlay could only cost a conflict, never a double grant.
+// overlay remembers the objects this reconciler has just written. A read through a cache that
+// shows an older version of the object — resourceVersions of one resource are comparable and
+// grow with every write (KEP-5504) — uses the written object instead, however many writes the
+// cache is behind: the controller then never decides on a state it has itself superseded, and
+// never pays a 409 for it. A cache that shows the write, or a newer one by someone else, is used
+// as it is and the memory dropped. Writes still carry their resourceVersion, so a wrong overlay
+// could only cost a conflict, never a double grant (docs/protocol.md).
 type overlay struct {
 	mu       sync.Mutex
 	requests map[types.UID]written[*locksv1.LockRequest]
@@ -27,10 +29,9 @@ type overlay struct {
 }
 
 type written[T any] struct {
-	replaced string               // the resourceVersion the write replaced
-	obj      T                    // the object as the API server returned it
-	by       types.NamespacedName // the key whose reconcile wrote it
-	at       time.Time
+	obj T                    // the object as the API server returned it
+	by  types.NamespacedName // the key whose reconcile wrote it
+	at  time.Time
 }
 
 func newOverlay() *overlay {
@@ -41,23 +42,31 @@ func newOverlay() *overlay {
 	}
 }
 
-// wroteRequest records a LockRequest status write by key's reconcile that replaced
-// resourceVersion replaced.
-func (o *overlay) wroteRequest(replaced string, obj *locksv1.LockRequest, key types.NamespacedName, now time.Time) {
+// wroteRequest records a LockRequest status write by key's reconcile.
+func (o *overlay) wroteRequest(obj *locksv1.LockRequest, key types.NamespacedName, now time.Time) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	o.requests[obj.UID] = written[*locksv1.LockRequest]{replaced, obj.DeepCopy(), key, now}
+	o.requests[obj.UID] = written[*locksv1.LockRequest]{obj.DeepCopy(), key, now}
 	o.sweep(now)
 }
 
-// wroteLock records a ProjectLock status write that replaced resourceVersion replaced.
-func (o *overlay) wroteLock(replaced string, obj *locksv1.ProjectLock, now time.Time) {
+// wroteLock records a ProjectLock write.
+func (o *overlay) wroteLock(obj *locksv1.ProjectLock, now time.Time) {
 	key := types.NamespacedName{Namespace: obj.Namespace, Name: obj.Name}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	o.locks[key] = written[*locksv1.ProjectLock]{replaced, obj.DeepCopy(), key, now}
+	o.locks[key] = written[*locksv1.ProjectLock]{obj.DeepCopy(), key, now}
 	o.sweep(now)
 }
+
+// older reports whether the cached version precedes the written one; newer, whether it follows
+// it (the cache moved past the write: the memory has served its purpose).
+func older(cached, wrote string) bool {
+	c, w := queue.Revision(cached), queue.Revision(wrote)
+	return c != 0 && w != 0 && c < w
+}
+
+func newer(cached, wrote string) bool { return !older(cached, wrote) && cached != wrote }
 
 // echoesRequest reports whether a watched LockRequest is exactly the version key's reconcile
 // wrote last: that key decided on it already, so the event has nothing new for it (a decision
@@ -102,12 +111,12 @@ func (o *overlay) request(cached *locksv1.LockRequest) *locksv1.LockRequest {
 	switch {
 	case !ok:
 		return cached
-	case cached.ResourceVersion == w.replaced:
+	case older(cached.ResourceVersion, w.obj.ResourceVersion):
 		return w.obj.DeepCopy()
-	default:
+	case newer(cached.ResourceVersion, w.obj.ResourceVersion):
 		delete(o.requests, cached.UID)
-		return cached
 	}
+	return cached
 }
 
 // lock returns the freshest known version of a cached ProjectLock.
@@ -119,12 +128,12 @@ func (o *overlay) lock(cached *locksv1.ProjectLock) *locksv1.ProjectLock {
 	switch {
 	case !ok:
 		return cached
-	case cached.ResourceVersion == w.replaced && cached.UID == w.obj.UID:
-		return w.obj.DeepCopy()
-	default:
+	case cached.UID != w.obj.UID || newer(cached.ResourceVersion, w.obj.ResourceVersion):
 		delete(o.locks, key)
-		return cached
+	case older(cached.ResourceVersion, w.obj.ResourceVersion):
+		return w.obj.DeepCopy()
 	}
+	return cached
 }
 
 // sawDeleted records a request the watch reported deleted: UIDs are never reused, so it is

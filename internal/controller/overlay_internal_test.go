@@ -35,35 +35,63 @@ func TestOverlayRequest(t *testing.T) {
 		"cache still shows the version our write replaced: use ours": {cachedRV: "10", wantRV: "11", wantPhase: locksv1.PhaseGranted},
 		"cache caught up with our write":                             {cachedRV: "11", wantRV: "11", wantPhase: locksv1.PhaseGranted},
 		"someone wrote after us: the cache wins":                     {cachedRV: "12", wantRV: "12", wantPhase: locksv1.PhaseReleased},
-		"cache older than what our write replaced: the cache as is":  {cachedRV: "9", wantRV: "9", wantPhase: locksv1.PhasePending},
+		"cache several writes behind ours: still ours":               {cachedRV: "9", wantRV: "11", wantPhase: locksv1.PhaseGranted},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			o := newOverlay()
-			o.wroteRequest("10", lrAt("11", locksv1.PhaseGranted), keyK1, now)
+			o.wroteRequest(lrAt("11", locksv1.PhaseGranted), keyK1, now)
 			phase := map[string]locksv1.LockRequestPhase{"9": locksv1.PhasePending, "10": locksv1.PhasePending, "11": locksv1.PhaseGranted, "12": locksv1.PhaseReleased}[tc.cachedRV]
 			got := o.request(lrAt(tc.cachedRV, phase))
 			if got.ResourceVersion != tc.wantRV || got.Status.Phase != tc.wantPhase {
 				t.Errorf("request() = rv %s phase %s, want rv %s phase %s", got.ResourceVersion, got.Status.Phase, tc.wantRV, tc.wantPhase)
 			}
-			if tc.cachedRV != "10" && len(o.requests) != 0 {
-				t.Errorf("the memory should be dropped once the cache moved on")
+			if kept := len(o.requests) != 0; kept != (tc.cachedRV != "12") {
+				t.Errorf("memory kept = %v: it should last until the cache moves past our write", kept)
 			}
 		})
+	}
+}
+
+// Hole 2 of issue #12: two writes in a row over a cache that shows neither. The second write is
+// made over the first (the overlay's own version), and the cache still holds the version
+// before both: the latest write must be served, not the stale cache.
+func TestOverlayRemembersWritesOverItsOwn(t *testing.T) {
+	now := time.Date(2026, 3, 14, 9, 0, 0, 0, time.UTC)
+	o := newOverlay()
+	cached := lrAt("10", locksv1.PhasePending)
+	o.wroteRequest(lrAt("11", locksv1.PhasePending), keyK1, now) // held the first key
+	first := o.request(cached)
+	o.wroteRequest(lrAt("12", locksv1.PhaseGranted), keyK1, now) // written over `first`
+	if first.ResourceVersion != "11" {
+		t.Fatalf("after one write, request() = rv %s, want 11", first.ResourceVersion)
+	}
+	if got := o.request(cached); got.ResourceVersion != "12" || got.Status.Phase != locksv1.PhaseGranted {
+		t.Errorf("after two writes over cached rv 10, request() = rv %s %s, want our latest 12 Granted", got.ResourceVersion, got.Status.Phase)
+	}
+
+	pl := &locksv1.ProjectLock{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "k", UID: "uid-k", ResourceVersion: "20"}}
+	for _, rv := range []string{"21", "22"} {
+		w := pl.DeepCopy()
+		w.ResourceVersion = rv
+		o.wroteLock(w, now)
+	}
+	if got := o.lock(pl); got.ResourceVersion != "22" {
+		t.Errorf("after two ProjectLock writes over cached rv 20, lock() = rv %s, want 22", got.ResourceVersion)
 	}
 }
 
 func TestOverlayForgetsFailedWritesAndOldMemories(t *testing.T) {
 	now := time.Date(2026, 3, 14, 9, 0, 0, 0, time.UTC)
 	o := newOverlay()
-	o.wroteRequest("10", lrAt("11", locksv1.PhaseGranted), keyK1, now)
+	o.wroteRequest(lrAt("11", locksv1.PhaseGranted), keyK1, now)
 	o.forgetRequest("uid-a")
 	if got := o.request(lrAt("10", locksv1.PhasePending)); got.ResourceVersion != "10" {
 		t.Errorf("a forgotten write must not be overlaid, got rv %s", got.ResourceVersion)
 	}
 
 	pl := &locksv1.ProjectLock{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "k", UID: "uid-k", ResourceVersion: "21"}}
-	o.wroteLock("20", pl, now)
+	o.wroteLock(pl, now)
 	stale := pl.DeepCopy()
 	stale.ResourceVersion = "20"
 	if got := o.lock(stale); got.ResourceVersion != "21" {
@@ -71,7 +99,7 @@ func TestOverlayForgetsFailedWritesAndOldMemories(t *testing.T) {
 	}
 	recreated := stale.DeepCopy()
 	recreated.UID = "uid-other"
-	o.wroteLock("20", pl, now)
+	o.wroteLock(pl, now)
 	if got := o.lock(recreated); got.UID != "uid-other" {
 		t.Errorf("a re-created ProjectLock must not be overlaid by the old one's write")
 	}
@@ -80,7 +108,7 @@ func TestOverlayForgetsFailedWritesAndOldMemories(t *testing.T) {
 	if !o.isDeleted("uid-gone") || o.isDeleted("uid-a") {
 		t.Errorf("isDeleted wrong")
 	}
-	o.wroteLock("30", pl, now.Add(overlayTTL+2*time.Second)) // sweeps
+	o.wroteLock(pl, now.Add(overlayTTL+2*time.Second)) // sweeps
 	if o.isDeleted("uid-gone") {
 		t.Errorf("deletions should be forgotten after %s", overlayTTL)
 	}
@@ -155,7 +183,7 @@ func TestOwnEchoes(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			r := NewLockReconciler(nil, nil, nil)
 			if tc.wrote != nil {
-				r.overlay.wroteRequest("10", tc.wrote, writer, now)
+				r.overlay.wroteRequest(tc.wrote, writer, now)
 			}
 			q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())
 			defer q.ShutDown()
@@ -182,7 +210,7 @@ func TestOwnEchoes(t *testing.T) {
 	// The ProjectLock: only its own key writes it, so its echo wakes nobody.
 	r := NewLockReconciler(nil, nil, nil)
 	pl := &locksv1.ProjectLock{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "k", UID: "uid-k", ResourceVersion: "21"}}
-	r.overlay.wroteLock("20", pl, now)
+	r.overlay.wroteLock(pl, now)
 	older, newer := pl.DeepCopy(), pl.DeepCopy()
 	older.ResourceVersion, newer.ResourceVersion = "20", "22"
 	echo := r.notOwnEcho()
