@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -26,11 +27,12 @@ import (
 // maintenance window), how many requests it blocks, and whether it is in force. It requeues at
 // spec.until so the status thaws on time; the lock keys requeue at that time themselves.
 type CommandLockReconciler struct {
-	client   client.Client
-	recorder events.EventRecorder
-	clock    clock.PassiveClock
-	flags    queue.FreezeFlags
-	metrics  *Metrics
+	client    client.Client
+	apiReader client.Reader
+	recorder  events.EventRecorder
+	clock     clock.PassiveClock
+	flags     queue.FreezeFlags
+	metrics   *Metrics
 
 	// frozen remembers the CommandLocks last seen in force, by name, so that deleting one (which
 	// thaws its command) still gets its Thaw event.
@@ -40,12 +42,13 @@ type CommandLockReconciler struct {
 
 var _ reconcile.Reconciler = (*CommandLockReconciler)(nil)
 
-// NewCommandLockReconciler builds the reconciler.
-func NewCommandLockReconciler(c client.Client, recorder events.EventRecorder, flags queue.FreezeFlags, m *Metrics, clk clock.PassiveClock) *CommandLockReconciler {
+// NewCommandLockReconciler builds the reconciler. apiReader reads past the cache: Drained is
+// confirmed against the store before it is reported.
+func NewCommandLockReconciler(c client.Client, apiReader client.Reader, recorder events.EventRecorder, flags queue.FreezeFlags, m *Metrics, clk clock.PassiveClock) *CommandLockReconciler {
 	if clk == nil {
 		clk = clock.RealClock{}
 	}
-	return &CommandLockReconciler{client: c, recorder: recorder, clock: clk, flags: flags, metrics: m, frozen: map[string]types.UID{}}
+	return &CommandLockReconciler{client: c, apiReader: apiReader, recorder: recorder, clock: clk, flags: flags, metrics: m, frozen: map[string]types.UID{}}
 }
 
 // +kubebuilder:rbac:groups=locks.turnstile.dev,resources=commandlocks,verbs=get;list;watch
@@ -74,8 +77,17 @@ func (r *CommandLockReconciler) Reconcile(ctx context.Context, req reconcile.Req
 	if err := r.client.List(ctx, &list, opts...); err != nil {
 		return reconcile.Result{}, fmt.Errorf("list lockrequests for commandlock %s: %w", cl.Name, err)
 	}
-	st := CommandLockStatus(&cl, list.Items, r.flags, now)
+	st := CommandLockStatus(&cl, list.Items, r.flags, now, 0)
 	inForce := meta.IsStatusConditionTrue(st.Conditions, locksv1.ConditionLocked)
+	if inForce && meta.IsStatusConditionTrue(st.Conditions, locksv1.ConditionDrained) && !drainedAlready(&cl) {
+		// The cache says drained. Before saying so, ask the store: a grant decided from a cache
+		// without this freeze may be under way (docs/protocol.md, "Freezes and Drained").
+		granting, err := r.granting(ctx, &cl)
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+		st = CommandLockStatus(&cl, list.Items, r.flags, now, granting)
+	}
 	wasInForce := meta.IsStatusConditionTrue(cl.Status.Conditions, locksv1.ConditionLocked)
 
 	if !equality.Semantic.DeepEqual(cl.Status, st) {
@@ -109,6 +121,74 @@ func (r *CommandLockReconciler) Reconcile(ctx context.Context, req reconcile.Req
 	return reconcile.Result{}, nil
 }
 
+// drainedAlready reports whether cl's status says Drained for its current freeze: confirmed
+// then, it stays true until the freeze changes (nothing of the command is granted meanwhile).
+func drainedAlready(cl *locksv1.CommandLock) bool {
+	return cl.Status.ObservedGeneration == cl.Generation &&
+		meta.IsStatusConditionTrue(cl.Status.Conditions, locksv1.ConditionLocked) &&
+		meta.IsStatusConditionTrue(cl.Status.Conditions, locksv1.ConditionDrained)
+}
+
+// granting counts, from a live list of every ProjectLock read after the freeze was seen, the
+// requests of cl's command that a ProjectLock lists as holders and that are Granted or whose
+// grant is still being written (not yet held on that key). Each one was listed before this
+// read, so before any grant the freeze check lets through could be; once none is left, no
+// request of the command is granted until the freeze lifts.
+func (r *CommandLockReconciler) granting(ctx context.Context, cl *locksv1.CommandLock) (int, error) {
+	var pls locksv1.ProjectLockList
+	if err := r.apiReader.List(ctx, &pls); err != nil {
+		return 0, fmt.Errorf("list projectlocks to confirm %s drained: %w", cl.Name, err)
+	}
+	var cached locksv1.LockRequestList
+	if err := r.client.List(ctx, &cached); err != nil {
+		return 0, fmt.Errorf("list lockrequests: %w", err)
+	}
+	byUID := make(map[types.UID]*locksv1.LockRequest, len(cached.Items))
+	for i := range cached.Items {
+		byUID[cached.Items[i].UID] = &cached.Items[i]
+	}
+	n := 0
+	for _, pl := range pls.Items {
+		if pl.Status.Holder == nil {
+			continue
+		}
+		for _, h := range pl.Status.Holder.Requests {
+			lr := byUID[types.UID(h.UID)]
+			if lr == nil {
+				// Newer than the cache: its command (immutable) is in the store.
+				var live locksv1.LockRequest
+				err := r.apiReader.Get(ctx, client.ObjectKey{Namespace: pl.Namespace, Name: h.Name}, &live)
+				switch {
+				case apierrors.IsNotFound(err):
+					continue // gone: no write can grant it
+				case err != nil:
+					return 0, fmt.Errorf("read holder %s/%s: %w", pl.Namespace, h.Name, err)
+				case string(live.UID) != h.UID:
+					continue
+				}
+				lr = &live
+			}
+			if lr.Spec.Command == "" || (cl.Name != locksv1.CommandAll && lr.Spec.Command != cl.Name) || lr.Status.Phase.IsFinal() {
+				continue
+			}
+			if lr.Status.Phase == locksv1.PhaseGranted || !holds(lr, pl.Name) {
+				n++
+			}
+		}
+	}
+	return n, nil
+}
+
+// holds reports whether the request's status says it holds the ProjectLock named name.
+func holds(lr *locksv1.LockRequest, name string) bool {
+	for _, l := range lr.Status.Locks {
+		if l.Name == name && l.Held {
+			return true
+		}
+	}
+	return false
+}
+
 // remember records whether the CommandLock name (uid) is in force, and returns what was recorded
 // before.
 func (r *CommandLockReconciler) remember(name string, uid types.UID, inForce bool) (types.UID, bool) {
@@ -130,7 +210,9 @@ func (r *CommandLockReconciler) remember(name string, uid types.UID, inForce boo
 // unlocked, and is not Locked under --disable-global-apply-lock. blockedRequests counts the
 // requests waiting on this very freeze: an apply request blocked by "all" counts for "all", not
 // for an unlocked "apply". Requests without a command are not the business of any CommandLock.
-func CommandLockStatus(cl *locksv1.CommandLock, requests []locksv1.LockRequest, flags queue.FreezeFlags, now time.Time) locksv1.CommandLockStatus {
+// granting is how many requests of the command the store shows granted or being granted that the
+// requests (a cache) do not: Drained needs none of either.
+func CommandLockStatus(cl *locksv1.CommandLock, requests []locksv1.LockRequest, flags queue.FreezeFlags, now time.Time, granting int) locksv1.CommandLockStatus {
 	st := *cl.Status.DeepCopy()
 	st.ObservedGeneration = cl.Generation
 	freeze, inForce := queue.CommandLockFreeze(cl, flags, now)
@@ -159,9 +241,13 @@ func CommandLockStatus(cl *locksv1.CommandLock, requests []locksv1.LockRequest, 
 	} else {
 		set(locksv1.ConditionLocked, metav1.ConditionFalse, locksv1.ReasonThawed, "not frozen")
 	}
-	if st.ActiveHolders == 0 {
+	switch {
+	case st.ActiveHolders == 0 && granting == 0:
 		set(locksv1.ConditionDrained, metav1.ConditionTrue, locksv1.ReasonNoActiveHolders, "no granted request of this command is left")
-	} else {
+	case st.ActiveHolders == 0:
+		set(locksv1.ConditionDrained, metav1.ConditionFalse, locksv1.ReasonActiveHolders,
+			fmt.Sprintf("%d request(s) of this command are being granted", granting))
+	default:
 		set(locksv1.ConditionDrained, metav1.ConditionFalse, locksv1.ReasonActiveHolders,
 			fmt.Sprintf("%d granted request(s) of this command still hold their locks", st.ActiveHolders))
 	}

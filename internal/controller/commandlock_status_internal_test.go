@@ -116,7 +116,7 @@ func TestCommandLockStatus(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			got := CommandLockStatus(tc.tc, tc.reqs, tc.flags, now)
+			got := CommandLockStatus(tc.tc, tc.reqs, tc.flags, now, 0)
 			if diff := cmp.Diff(tc.want, viewCommandLock(got)); diff != "" {
 				t.Errorf("status (-want +got):\n%s", diff)
 			}
@@ -127,7 +127,7 @@ func TestCommandLockStatus(t *testing.T) {
 	frozenAt := metav1.NewTime(now.Add(-time.Hour))
 	c := cl("apply", true)
 	c.Status.Conditions = []metav1.Condition{{Type: locksv1.ConditionLocked, Status: metav1.ConditionTrue, Reason: locksv1.ReasonFrozen, LastTransitionTime: frozenAt}}
-	got := CommandLockStatus(c, nil, queue.FreezeFlags{}, now)
+	got := CommandLockStatus(c, nil, queue.FreezeFlags{}, now, 0)
 	if lt := meta.FindStatusCondition(got.Conditions, locksv1.ConditionLocked).LastTransitionTime; !lt.Equal(&frozenAt) {
 		t.Errorf("Locked lastTransitionTime = %v, want it kept at %v", lt, frozenAt)
 	}

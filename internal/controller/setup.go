@@ -66,7 +66,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o SetupOptions) error {
 	if err := locks.SetupWithManager(mgr); err != nil {
 		return err
 	}
-	if err := NewCommandLockReconciler(mgr.GetClient(), recorder, o.Freeze, m, nil).SetupWithManager(mgr); err != nil {
+	if err := NewCommandLockReconciler(mgr.GetClient(), mgr.GetAPIReader(), recorder, o.Freeze, m, nil).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	return NewRetentionReconciler(mgr.GetClient(), o.Retention, nil).SetupWithManager(mgr)
