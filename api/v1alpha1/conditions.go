@@ -12,7 +12,8 @@ const (
 	ConditionStalled = "Stalled"
 	// ConditionLocked is True while a ProjectLock is held, or while a CommandLock's freeze is in force.
 	ConditionLocked = "Locked"
-	// ConditionDrained is True when no granted holder of a frozen command is left.
+	// ConditionDrained is True when no request of a frozen command is granted or being granted,
+	// and none will be until the freeze lifts.
 	ConditionDrained = "Drained"
 )
 
@@ -62,3 +63,9 @@ const (
 	// ReasonNoActiveHolders: a frozen command has no granted holder left.
 	ReasonNoActiveHolders = "NoActiveHolders"
 )
+
+// ReleaseHoldersFinalizer is on every ProjectLock from its creation. A ProjectLock that is
+// deleted (an admin's force-unlock) keeps it until the controller has written every holder's
+// request Released (reason ForceUnlocked): until then no one else can be granted the key, so a
+// holder never learns of its loss after the next holder started. Do not remove it by hand.
+const ReleaseHoldersFinalizer = "locks.turnstile.dev/release-holders"

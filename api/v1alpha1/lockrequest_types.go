@@ -136,6 +136,12 @@ type LockStatus struct {
 	// held is true while this request holds the key.
 	// +optional
 	Held bool `json:"held,omitempty"`
+
+	// fencingToken is the token of this request's grant of the key: it is above the token of
+	// every earlier holder of the key, as those holders reported it per key or per request. Pass
+	// it with every write to the system this key guards. Kept after the request finishes.
+	// +optional
+	FencingToken int64 `json:"fencingToken,omitempty"`
 }
 
 // LockRequestStatus is what the controller decided.
@@ -161,16 +167,24 @@ type LockRequestStatus struct {
 	// +optional
 	BlockedBy string `json:"blockedBy,omitempty"`
 
-	// fencingToken strictly increases with every grant of a key. Pass it to the system you
-	// change so it can reject writes from a holder whose lock has since moved on. With several
-	// locks it is the highest token among them.
+	// fencingToken is the highest of status.locks[].fencingToken: the token of this request. A
+	// later holder of any of its keys gets a higher token than this one, so a system may fence
+	// with the request's token or with the per-key token alike. Tokens are large numbers that
+	// strictly increase per key; they are not consecutive. Pass one to the system you change so
+	// it can reject writes from a holder whose lock has since moved on.
 	// +optional
 	FencingToken int64 `json:"fencingToken,omitempty"`
 
-	// queuedAt is when the controller first saw the request, at microsecond resolution: the
-	// arrival that orders requests of one priority.
+	// queuedAt is when the controller first queued the request, by the clock of the manager
+	// that did: waitTimeout and aging count from here.
 	// +optional
 	QueuedAt *metav1.MicroTime `json:"queuedAt,omitempty"`
+
+	// arrivalRevision is the request's resourceVersion when the controller first queued it.
+	// Requests of one priority are served in the order the API server stored them: by
+	// metadata.creationTimestamp, then by arrivalRevision — never by a manager's clock.
+	// +optional
+	ArrivalRevision int64 `json:"arrivalRevision,omitempty"`
 
 	// grantedAt is when the request came to hold all its locks.
 	// +optional

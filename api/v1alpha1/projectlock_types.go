@@ -78,8 +78,10 @@ type ProjectLockStatus struct {
 	// +optional
 	Holder *LockHolder `json:"holder,omitempty"`
 
-	// fencingToken is the token of the latest grant. It strictly increases with every grant of
-	// this key, also across deletion and re-creation of the ProjectLock.
+	// fencingToken is the token of the latest grant: the resourceVersion of this ProjectLock
+	// that the grant's write replaced. It strictly increases from one holder to the next, also
+	// across deletion and re-creation of the ProjectLock (resourceVersions of one resource only
+	// grow), with no clock involved. A re-created ProjectLock has none until its first grant.
 	// +optional
 	FencingToken int64 `json:"fencingToken,omitempty"`
 
@@ -106,7 +108,9 @@ type ProjectLockStatus struct {
 }
 
 // ProjectLock is one lock key and its holder: the single point of serialization. The controller
-// creates and updates it; `kubectl delete projectlock NAME` force-unlocks it.
+// creates and updates it; `kubectl delete projectlock NAME` force-unlocks it: its finalizer
+// (locks.turnstile.dev/release-holders) keeps it until the controller has released the holder's
+// requests (reason ForceUnlocked), and waiting requests then create it anew.
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:shortName=pl,categories=locks

@@ -53,6 +53,7 @@ func (r dlReq) obj() locksv1.LockRequest {
 	lr.Status.Phase = r.phase
 	q := metav1.NewMicroTime(dlNow.Add(-time.Duration(r.queued) * time.Second))
 	lr.Status.QueuedAt = &q
+	lr.Status.ArrivalRevision = int64(1000 - r.queued) // stored in the order they were queued
 	if r.deleting {
 		lr.DeletionTimestamp = ptr.To(metav1.NewTime(dlNow))
 	}

@@ -34,7 +34,7 @@ var _ = Describe("Grant engine", func() {
 		Expect(lr.Status.GrantedAt).NotTo(BeNil())
 		Expect(lr.Status.ExpiresAt.Sub(lr.Status.GrantedAt.Time)).To(Equal(30 * time.Minute))
 		Expect(meta.IsStatusConditionTrue(lr.Status.Conditions, locksv1.ConditionReady)).To(BeTrue())
-		Expect(lr.Status.Locks).To(ConsistOf(locksv1.LockStatus{Key: "acme/infra/modules/vpc/default", Name: lockkey.Name(vpc), Held: true}))
+		Expect(lr.Status.Locks).To(ConsistOf(locksv1.LockStatus{Key: "acme/infra/modules/vpc/default", Name: lockkey.Name(vpc), Held: true, FencingToken: lr.Status.FencingToken}))
 
 		pl := projectLock(ns, vpc)
 		Expect(pl.Status.Holder).NotTo(BeNil())

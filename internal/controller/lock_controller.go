@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -139,7 +140,18 @@ func (r *LockReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 	// Only as many position refreshes as the key's write rate allows are worth building.
 	in.Refreshes = queue.RefreshBudget{Limited: true, N: int(r.limiter(req.NamespacedName).TokensAt(now))}
 	d := queue.Decide(in)
-	res, err := r.apply(ctx, req, in, d)
+	if d.CreateLock {
+		// The grant is decided on the created object: its token is that object's revision.
+		lock, res, err := r.createLock(ctx, req, in.Target)
+		if lock == nil {
+			return res, err
+		}
+		in.Lock = lock
+		if d = queue.Decide(in); d.CreateLock {
+			return reconcile.Result{}, fmt.Errorf("decide %s: asked to create the ProjectLock it was given", req)
+		}
+	}
+	res, err := r.apply(ctx, req, in, d, 0)
 	if err == nil && !lapse.IsZero() {
 		// A holder Lease lapses by the clock: decide again then, no event will say so.
 		res.RequeueAfter = minPositive(res.RequeueAfter, lapse.Sub(now)+time.Millisecond)
@@ -157,6 +169,17 @@ func (r *LockReconciler) read(ctx context.Context, req reconcile.Request) (queue
 		return in, false, fmt.Errorf("get projectlock %s: %w", req, err)
 	default:
 		in.Lock = r.overlay.lock(&lock)
+		if in.Lock.DeletionTimestamp == nil && !slices.Contains(in.Lock.Finalizers, locksv1.ReleaseHoldersFinalizer) {
+			// Made before ProjectLocks carried the finalizer: add it before anyone is granted
+			// on it, or a force-unlock could let a second holder in (docs/protocol.md).
+			withFinalizer := in.Lock.DeepCopy()
+			withFinalizer.Finalizers = append(withFinalizer.Finalizers, locksv1.ReleaseHoldersFinalizer)
+			if err := r.client.Update(ctx, withFinalizer); err != nil {
+				return in, false, fmt.Errorf("add finalizer to projectlock %s: %w", req, err)
+			}
+			r.overlay.wroteLock(withFinalizer, r.clock.Now())
+			in.Lock = withFinalizer
+		}
 	}
 
 	var list locksv1.LockRequestList
@@ -262,10 +285,30 @@ func listsAllClaimants(lock *locksv1.ProjectLock, reqs []*locksv1.LockRequest, n
 	return true
 }
 
-// apply writes a decision: finished requests first, so nobody still sees a grant that is moving
-// on; then the ProjectLock, whose resourceVersion precondition makes this the single point
-// where a key changes hands; then the new holder's requests; then waiting requests.
-func (r *LockReconciler) apply(ctx context.Context, req reconcile.Request, in queue.Input, d queue.Decision) (reconcile.Result, error) {
+// createLock creates the key's ProjectLock, with the finalizer that makes a force-unlock tell
+// the holders first. A nil lock means the caller returns res, err: someone created it first.
+func (r *LockReconciler) createLock(ctx context.Context, req reconcile.Request, target locksv1.LockTarget) (*locksv1.ProjectLock, reconcile.Result, error) {
+	lock := &locksv1.ProjectLock{}
+	lock.Namespace, lock.Name = req.Namespace, req.Name
+	lock.Finalizers = []string{locksv1.ReleaseHoldersFinalizer}
+	lock.Spec.LockTarget = target
+	if err := r.client.Create(ctx, lock); err != nil {
+		if apierrors.IsAlreadyExists(err) {
+			// Created by someone else, or a deleted one still going: decide again on it.
+			return nil, reconcile.Result{RequeueAfter: conflictRetry}, nil
+		}
+		return nil, reconcile.Result{}, fmt.Errorf("create projectlock %s: %w", req, err)
+	}
+	r.overlay.wroteLock(lock, r.clock.Now())
+	return lock, reconcile.Result{}, nil
+}
+
+// apply writes a decision in the order docs/protocol.md proves safe: every request that leaves
+// the holders (finished or demoted) first, so nobody still sees a grant that is moving on; then
+// the ProjectLock, whose resourceVersion precondition makes this the single point where a key
+// changes hands; then — once the API server says their commands are not frozen — the requests
+// it lists as holders; then the waiters. redecided counts re-decisions after a freeze check.
+func (r *LockReconciler) apply(ctx context.Context, req reconcile.Request, in queue.Input, d queue.Decision, redecided int) (reconcile.Result, error) {
 	logger := log.FromContext(ctx)
 
 	for _, u := range d.Finish {
@@ -274,28 +317,49 @@ func (r *LockReconciler) apply(ctx context.Context, req reconcile.Request, in qu
 		}
 		r.metrics.finished(u, r.clock.Now())
 	}
-
-	lock := in.Lock
-	if d.CreateLock {
-		lock = &locksv1.ProjectLock{}
-		lock.Namespace, lock.Name = req.Namespace, req.Name
-		lock.Spec.LockTarget = in.Target
-		if err := r.client.Create(ctx, lock); err != nil {
-			if apierrors.IsAlreadyExists(err) {
-				return reconcile.Result{RequeueAfter: conflictRetry}, nil
-			}
-			return reconcile.Result{}, fmt.Errorf("create projectlock %s: %w", req, err)
+	for _, u := range d.Demote {
+		if err := r.writeRequest(ctx, req.NamespacedName, u); err != nil {
+			return r.retry(err, "demote lockrequest %s", u.Request.Name)
 		}
 	}
+
+	lock := in.Lock
+	if d.ReleaseFinalizer {
+		// Every holder of the force-unlocked ProjectLock has been told: let it go. The
+		// resourceVersion read makes sure nobody was listed since.
+		lock = lock.DeepCopy()
+		lock.Finalizers = slices.DeleteFunc(lock.Finalizers, func(f string) bool { return f == locksv1.ReleaseHoldersFinalizer })
+		if err := r.client.Update(ctx, lock); err != nil {
+			r.overlay.forgetLock(req.NamespacedName)
+			return r.retry(err, "release projectlock %s", req)
+		}
+		r.overlay.forgetLock(req.NamespacedName)
+		return reconcile.Result{}, nil
+	}
 	if d.Lock != nil {
-		replaced := lock.ResourceVersion
 		lock = lock.DeepCopy()
 		lock.Status = *d.Lock
 		if err := r.client.Status().Update(ctx, lock); err != nil {
 			r.overlay.forgetLock(req.NamespacedName)
 			return r.retry(err, "update projectlock %s status", req)
 		}
-		r.overlay.wroteLock(replaced, lock, r.clock.Now())
+		r.overlay.wroteLock(lock, r.clock.Now())
+	}
+
+	if refreeze, err := r.frozenSince(ctx, &in, d); err != nil {
+		return reconcile.Result{}, err
+	} else if refreeze {
+		if redecided > 0 {
+			// The freezes changed under two decisions in a row: let the cache catch up.
+			return reconcile.Result{RequeueAfter: conflictRetry}, nil
+		}
+		// A command froze after the cache last said so: decide again on what was just written
+		// and the freezes the API server reports, which takes the grant back (demotes it).
+		in.Lock = lock
+		for i, lr := range in.Requests {
+			in.Requests[i] = r.overlay.request(lr)
+		}
+		return r.apply(ctx, req, in, queue.Decide(in), redecided+1)
 	}
 	r.metrics.queueDepth(req.Namespace, req.Name, len(d.Queue))
 
@@ -355,6 +419,34 @@ func waitsLast(name string, u queue.Update, q []*locksv1.LockRequest) bool {
 	return ok && ref.Name == name
 }
 
+// frozenSince reads the CommandLocks from the API server when d makes a request that names a
+// command hold the key: a freeze that the cache does not show yet must stop it, or Drained could
+// be True while it starts (docs/protocol.md, "Freezes and Drained"). It reports whether such a
+// request is frozen, and then puts the live freezes into in.
+func (r *LockReconciler) frozenSince(ctx context.Context, in *queue.Input, d queue.Decision) (bool, error) {
+	var commands []string
+	for _, u := range d.Grant {
+		if u.Acquires && u.Request.Spec.Command != "" {
+			commands = append(commands, u.Request.Spec.Command)
+		}
+	}
+	if len(commands) == 0 {
+		return false, nil
+	}
+	var cls locksv1.CommandLockList
+	if err := r.apiReader.List(ctx, &cls); err != nil {
+		return false, fmt.Errorf("read commandlocks: %w", err)
+	}
+	freezes, thaw := queue.ResolveFreezes(cls.Items, r.flags, r.clock.Now())
+	for _, c := range commands {
+		if _, frozen := freezes.For(c); frozen {
+			in.Freezes, in.NextThaw = freezes, thaw
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
 // writeRequest writes one request's status, as key's decision, with the resourceVersion it was
 // read at, then emits its event.
 func (r *LockReconciler) writeRequest(ctx context.Context, key types.NamespacedName, u queue.Update) error {
@@ -364,7 +456,7 @@ func (r *LockReconciler) writeRequest(ctx context.Context, key types.NamespacedN
 		r.overlay.forgetRequest(obj.UID)
 		return err
 	}
-	r.overlay.wroteRequest(u.Request.ResourceVersion, obj, key, r.clock.Now())
+	r.overlay.wroteRequest(obj, key, r.clock.Now())
 	if u.Event != nil {
 		r.recorder.Eventf(obj, nil, u.Event.Type, u.Event.Reason, "Reconcile", "%s", u.Event.Message)
 	}

@@ -80,7 +80,11 @@ type Update struct {
 	Refresh bool
 	// Order ranks refreshes: lower first (the queue position).
 	Order int
-	Event *Event
+	// Acquires marks a write that makes the request hold the key for the first time. It is
+	// written only after the ProjectLock write that lists it, and only if the request's command
+	// is not frozen as the API server says then (docs/protocol.md, steps 4-6).
+	Acquires bool
+	Event    *Event
 }
 
 // Event is a Kubernetes event about a request.
@@ -88,17 +92,29 @@ type Event struct {
 	Type, Reason, Message string
 }
 
-// Decision is what to write, in this order: Finish (outgoing holders and failed waiters),
-// then Lock (the ProjectLock status, with the resourceVersion read), then Grant (the new
-// holder's requests) and Waiting.
+// Decision is what to write, in this order: Finish (outgoing holders and failed waiters) and
+// Demote, then Lock (the ProjectLock status, with the resourceVersion read), then Grant (the
+// holders' requests) and Waiting. Every request that leaves the ProjectLock's holders is written
+// before the ProjectLock, and every request is written as newly holding the key only after the
+// ProjectLock write of the same decision listed it (docs/protocol.md).
 type Decision struct {
 	Finish []Update
+	// Demote takes back a grant that was listed but never written to its request (a crash or a
+	// lost race between the two writes) because its command froze since: the request waits
+	// again, and is written so before the ProjectLock stops listing it.
+	Demote []Update
 	// Lock is the ProjectLock status to write, or nil when unchanged.
 	Lock *locksv1.ProjectLockStatus
-	// CreateLock is true when the ProjectLock does not exist and must be created first.
+	// CreateLock is true when the ProjectLock does not exist and someone needs it: create it,
+	// and decide again on the created object (a grant's token is its resourceVersion). Nothing
+	// else is decided then.
 	CreateLock bool
-	Grant      []Update
-	Waiting    []Update
+	// ReleaseFinalizer is true when the ProjectLock is being deleted (a force-unlock) and, once
+	// Finish is written, none of its holders holds it any more: remove the finalizer, with the
+	// resourceVersion read, and let it go.
+	ReleaseFinalizer bool
+	Grant            []Update
+	Waiting          []Update
 	// Holder is the identity that holds the key after the decision, "" when free.
 	Holder string
 	// Queue is every waiting request in grant order.
@@ -128,7 +144,8 @@ type entry struct {
 	frozen   *Freeze
 	final    bool
 	outcome  *outcome // set when it leaves the queue or the holder set now
-	rvOrder  uint64
+	demoted  bool     // an unconfirmed grant taken back: it waits again
+	ticket   int64    // the arrival order the API server gave it (Revision)
 }
 
 type outcome struct {
@@ -182,11 +199,7 @@ func Decide(in Input) Decision {
 	}
 
 	entries := make([]*entry, 0, len(in.Requests))
-	maxReqToken := int64(0)
 	for _, req := range in.Requests {
-		if req.DeletionTimestamp != nil {
-			continue // deleting counts as released
-		}
 		e := newEntry(req, in.Name, in.Config, now)
 		if e == nil {
 			continue
@@ -195,10 +208,10 @@ func Decide(in Input) Decision {
 		if fr, ok := in.Freezes.For(req.Spec.Command); ok {
 			e.frozen = &fr
 		}
-		if req.Status.FencingToken > maxReqToken {
-			maxReqToken = req.Status.FencingToken
-		}
 		entries = append(entries, e)
+	}
+	if lock != nil && lock.DeletionTimestamp != nil {
+		return forceUnlock(lock, entries, now)
 	}
 
 	// 1. Who leaves the holder set or the queue now.
@@ -207,6 +220,14 @@ func Decide(in Input) Decision {
 		switch {
 		case e.final:
 			// Already final: if still listed as holder, it just drops out below.
+		case req.DeletionTimestamp != nil:
+			// Its object is going (a finalizer keeps it a while): its runner may still be
+			// watching it, so it is told before the key moves on.
+			msg := "deleted while it held the lock"
+			if !e.heldHere && req.Status.Phase != locksv1.PhaseGranted {
+				msg = "deleted before it was granted"
+			}
+			e.outcome = &outcome{locksv1.PhaseReleased, locksv1.ReasonReleased, msg, "Normal"}
 		case req.Spec.Release:
 			msg := "released"
 			if !e.heldHere && req.Status.Phase != locksv1.PhaseGranted {
@@ -232,12 +253,24 @@ func Decide(in Input) Decision {
 		}
 	}
 
-	// 2. The holders that stay.
+	// 2. The holders that stay. One listed but never written as holding (a crash, or a lost
+	// race, between the ProjectLock write and its own) is an unconfirmed grant: only a decision
+	// that writes the ProjectLock itself may write a holder, so it is re-issued, with a new
+	// token; or, if its command froze since, taken back (demoted) before anyone is told of it.
 	var holders []*entry
+	reissue := false
 	for _, e := range entries {
-		if e.heldHere && !e.final && e.outcome == nil {
-			holders = append(holders, e)
+		if !e.heldHere || e.final || e.outcome != nil {
+			continue
 		}
+		if !e.claims {
+			if e.frozen != nil {
+				e.heldHere, e.demoted = false, true
+				continue
+			}
+			reissue = true
+		}
+		holders = append(holders, e)
 	}
 	holderID := ""
 	if len(holders) > 0 {
@@ -334,19 +367,21 @@ func Decide(in Input) Decision {
 
 	// 7. The ProjectLock status.
 	allHolders := append(append([]*entry{}, holders...), granted...)
-	if newHolder {
-		token = nextToken(token, lock == nil || lock.Status.FencingToken == 0, maxReqToken, now)
-	}
-	status := lockStatus(lock, allHolders, waiting, token, newHolder, now, in.Config)
 	if lock == nil {
 		// Only a key somebody holds or waits for needs its ProjectLock: after a force-unlock
-		// with nobody waiting, the deleted ProjectLock stays deleted.
+		// with nobody waiting, the deleted ProjectLock stays deleted. A grant is decided on the
+		// created object: its token is that object's resourceVersion.
 		if len(allHolders) > 0 || len(waiting) > 0 {
-			d.CreateLock = true
+			return Decision{CreateLock: true}
+		}
+	} else {
+		if newHolder || reissue {
+			token = nextToken(token, Revision(lock.ResourceVersion))
+		}
+		status := lockStatus(lock, allHolders, waiting, token, newHolder, now, in.Config)
+		if !statusEqual(lock.Status, status) {
 			d.Lock = &status
 		}
-	} else if !statusEqual(lock.Status, status) {
-		d.Lock = &status
 	}
 	d.Holder = holderID
 	for _, e := range waiting {
@@ -364,7 +399,7 @@ func Decide(in Input) Decision {
 		if !changed {
 			continue
 		}
-		u := Update{Request: e.req, Status: st}
+		u := Update{Request: e.req, Status: st, Acquires: !e.claims}
 		if st.Phase == locksv1.PhaseGranted && e.req.Status.Phase != locksv1.PhaseGranted {
 			u.Event = &Event{"Normal", locksv1.ReasonGranted, grantedMessage(e, st)}
 		} else if ev := renewalEvent(e, st); ev != nil {
@@ -375,7 +410,7 @@ func Decide(in Input) Decision {
 	refreshes := 0
 	told := newBlockers(holders, granted, waiting)
 	for i, e := range waiting {
-		refresh := e.stamped && e.req.Status.Phase == locksv1.PhasePending
+		refresh := e.stamped && e.req.Status.Phase == locksv1.PhasePending && !e.demoted
 		// Past the budget, a waiter whose position or message visibly changed is left for a
 		// later decision without building its status: in a deep queue every hand-off moves them
 		// all and every arrival changes the length their messages quote, and only the budget's
@@ -393,13 +428,35 @@ func Decide(in Input) Decision {
 			refreshes++
 		}
 		u := Update{Request: e.req, Status: st, Refresh: refresh, Order: i}
-		if !e.stamped {
+		if !e.stamped || e.demoted {
 			u.Event = &Event{"Normal", condReason(st), condMessage(st)}
+		}
+		if e.demoted {
+			d.Demote = append(d.Demote, u)
+			continue
 		}
 		d.Waiting = append(d.Waiting, u)
 	}
 
 	d.RequeueAfter = nextDeadline(allHolders, waiting, now, in.Config)
+	return d
+}
+
+// forceUnlock decides a ProjectLock that is being deleted: every request it lists that is not
+// final yet is released (reason ForceUnlocked), then its finalizer goes. A listed request that
+// is not among the entries is gone (the caller confirmed it). Nobody is granted on it: the
+// waiters create it anew once it is gone.
+func forceUnlock(lock *locksv1.ProjectLock, entries []*entry, now time.Time) Decision {
+	var d Decision
+	for _, e := range entries {
+		if !e.heldHere || e.final {
+			continue
+		}
+		e.outcome = &outcome{locksv1.PhaseReleased, locksv1.ReasonForceUnlocked,
+			fmt.Sprintf("ProjectLock %s was deleted: the lock on %s was force-unlocked", lock.Name, e.ref.Key), "Warning"}
+		d.Finish = append(d.Finish, Update{Request: e.req, Status: finishedStatus(e, now), Event: &Event{e.outcome.event, e.outcome.reason, e.outcome.message}})
+	}
+	d.ReleaseFinalizer = slices.Contains(lock.Finalizers, locksv1.ReleaseHoldersFinalizer)
 	return d
 }
 
@@ -445,7 +502,10 @@ func newEntry(req *locksv1.LockRequest, name string, cfg Config, now time.Time) 
 			e.arrival = ct
 		}
 	}
-	e.rvOrder, _ = strconv.ParseUint(req.ResourceVersion, 10, 64)
+	e.ticket = req.Status.ArrivalRevision
+	if !e.stamped {
+		e.ticket = Revision(req.ResourceVersion)
+	}
 	e.priority = AgedPriority(req.Spec.Priority, now.Sub(e.arrival), cfg.AgingStep)
 	return e
 }
@@ -474,8 +534,9 @@ func AgedPriority(p locksv1.Priority, waited, step time.Duration) int {
 	return rank
 }
 
-// sortQueue orders waiters: higher (aged) priority first, then arrival, then — for requests
-// first seen in the same decision — creation order, then name.
+// sortQueue orders waiters: higher (aged) priority first, then the order the API server stored
+// them in — creation time, then arrival revision — then name. No manager's clock takes part,
+// so managers whose clocks disagree still serve one queue first come, first served.
 func sortQueue(q []*entry) {
 	slices.SortStableFunc(q, compareQueued)
 }
@@ -484,41 +545,33 @@ func compareQueued(a, b *entry) int {
 	if a.priority != b.priority {
 		return cmp.Compare(b.priority, a.priority)
 	}
-	if c := a.arrival.Compare(b.arrival); c != 0 {
+	if c := a.req.CreationTimestamp.Compare(b.req.CreationTimestamp.Time); c != 0 {
 		return c
 	}
-	if a.stamped != b.stamped {
-		if a.stamped {
-			return -1
-		}
-		return 1
-	}
-	if !a.stamped {
-		if c := a.req.CreationTimestamp.Compare(b.req.CreationTimestamp.Time); c != 0 {
-			return c
-		}
-		if a.rvOrder != b.rvOrder && a.rvOrder != 0 && b.rvOrder != 0 {
-			return cmp.Compare(a.rvOrder, b.rvOrder)
-		}
+	if a.ticket != b.ticket {
+		return cmp.Compare(a.ticket, b.ticket)
 	}
 	return strings.Compare(a.req.Name, b.req.Name)
 }
 
-// nextToken is the fencing token of a new grant. Within one ProjectLock's life it is the last
-// token plus one. A fresh ProjectLock (first grant, or re-created after a force-unlock that
-// erased its counter) starts from the wall clock in microseconds, and above every token its
-// requests remember, so tokens keep increasing across deletion and re-creation.
-func nextToken(prev int64, fresh bool, maxSeen int64, now time.Time) int64 {
-	next := prev + 1
-	if maxSeen >= next {
-		next = maxSeen + 1
+// Revision is a resourceVersion as the number it is: resourceVersions of one resource are
+// comparable integers that grow with every write (Kubernetes API, KEP-5504). 0 if rv is not one.
+func Revision(rv string) int64 {
+	n, err := strconv.ParseInt(rv, 10, 64)
+	if err != nil || n < 0 {
+		return 0
 	}
-	if fresh {
-		if us := now.UnixMicro(); us > next {
-			next = us
-		}
-	}
-	return next
+	return n
+}
+
+// nextToken is the fencing token of a new grant (or a re-issued one): the ProjectLock's
+// resourceVersion that the grant's write is preconditioned on. Every grant of a key writes its
+// ProjectLock, so the revisions it is made at grow with each grant, also across deletion and
+// re-creation of the ProjectLock — no clock and no surviving request is needed to remember
+// them. Above prev+1 in any case, so a token written before tokens were revisions never goes
+// down within one ProjectLock.
+func nextToken(prev, revision int64) int64 {
+	return max(prev+1, revision)
 }
 
 func lockStatus(lock *locksv1.ProjectLock, holders, waiting []*entry, token int64, newHolder bool, now time.Time, cfg Config) locksv1.ProjectLockStatus {
@@ -619,7 +672,18 @@ func rankName(rank int) locksv1.Priority {
 	}
 }
 
-// baseStatus is a request's status with its locks list rebuilt from spec, keeping held flags.
+// stampArrival records, the first time a request is written, when it was queued (for its
+// timeouts and aging) and its arrival revision (for its place in the queue).
+func stampArrival(st *locksv1.LockRequestStatus, e *entry) {
+	if st.QueuedAt == nil {
+		t := newMicroTime(e.arrival)
+		st.QueuedAt = &t
+		st.ArrivalRevision = e.ticket
+	}
+}
+
+// baseStatus is a request's status with its locks list rebuilt from spec, keeping held flags
+// and per-key tokens.
 func baseStatus(req *locksv1.LockRequest) locksv1.LockRequestStatus {
 	st := *req.Status.DeepCopy()
 	st.ObservedGeneration = req.Generation
@@ -627,7 +691,7 @@ func baseStatus(req *locksv1.LockRequest) locksv1.LockRequestStatus {
 	for i, t := range req.Spec.Locks {
 		locks[i] = locksv1.LockStatus{Key: lockkey.String(t), Name: lockkey.Name(t)}
 		if i < len(st.Locks) && st.Locks[i].Name == locks[i].Name {
-			locks[i].Held = st.Locks[i].Held
+			locks[i].Held, locks[i].FencingToken = st.Locks[i].Held, st.Locks[i].FencingToken
 		}
 	}
 	st.Locks = locks
@@ -640,10 +704,7 @@ func finishedStatus(e *entry, now time.Time) locksv1.LockRequestStatus {
 	for i := range st.Locks {
 		st.Locks[i].Held = false
 	}
-	if st.QueuedAt == nil {
-		t := newMicroTime(e.arrival)
-		st.QueuedAt = &t
-	}
+	stampArrival(&st, e)
 	st.Phase = o.phase
 	st.QueuePosition = 0
 	st.BlockedBy = ""
@@ -668,13 +729,9 @@ func finishedStatus(e *entry, now time.Time) locksv1.LockRequestStatus {
 func heldStatus(e *entry, token int64, now time.Time) (locksv1.LockRequestStatus, bool) {
 	st := baseStatus(e.req)
 	st.Locks[e.ref.Index].Held = true
-	if st.QueuedAt == nil {
-		t := newMicroTime(e.arrival)
-		st.QueuedAt = &t
-	}
-	if token > st.FencingToken {
-		st.FencingToken = token
-	}
+	st.Locks[e.ref.Index].FencingToken = token
+	stampArrival(&st, e)
+	st.FencingToken = max(st.FencingToken, token)
 	g := st.ObservedGeneration
 	all := true
 	for _, l := range st.Locks {
@@ -736,10 +793,7 @@ func pendingConds(st *locksv1.LockRequestStatus, reason, msg string, now time.Ti
 // waitingStatus is the status of a request still in this key's queue at index i of n.
 func waitingStatus(e *entry, i, n int, told blockers, now time.Time) locksv1.LockRequestStatus {
 	st := baseStatus(e.req)
-	if st.QueuedAt == nil {
-		t := newMicroTime(e.arrival)
-		st.QueuedAt = &t
-	}
+	stampArrival(&st, e)
 	// Position and message belong to the first key the request does not hold yet; a later key's
 	// queue does not speak for it.
 	for _, r := range e.refs[:e.pos] {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
 )
@@ -13,7 +14,7 @@ import (
 // Item 8: several targets are taken in canonical order (tgt1 before tgt2, whatever the spec
 // order), and the request is Granted only when it holds them all.
 func TestDecideMultiLock(t *testing.T) {
-	fresh := now.UnixMicro()
+	const fresh = createdRV
 	grant30 := t0.Add(30 * time.Minute)
 	// carol asks for tgt2 and tgt1, in that spec order: Held reads "<tgt2><tgt1>".
 	multi := func() *reqWrapper { return makeReq("m").owner("carol", 9).targets(tgt2, tgt1) }
@@ -30,18 +31,18 @@ func TestDecideMultiLock(t *testing.T) {
 
 	cases := map[string]decideCase{
 		"the second key does not grant before the first is held": {
-			key:        name2,
-			reqs:       reqs(multi()),
-			wantCreate: true,
-			wantLock:   &lockView{Queue: []string{"m:Normal"}, Length: 1},
+			key:      name2,
+			lock:     createdLockOf(tgt2),
+			reqs:     reqs(multi()),
+			wantLock: &lockView{Queue: []string{"m:Normal"}, Length: 1},
 			wantWaiting: map[string]reqView{"m": {Phase: locksv1.PhasePending, Reason: locksv1.ReasonQueued, Message: firstMsg,
 				Held: "00", True: truePending, Event: locksv1.ReasonQueued}},
 			wantQueue: []string{"m"},
 		},
 		"the first key is granted; the request stays Pending": {
 			key:        name1,
+			lock:       createdLockOf(tgt1),
 			reqs:       reqs(multi()),
-			wantCreate: true,
 			wantHolder: "carol#9",
 			wantLock:   &lockView{Holder: "pull #9 (carol)", Requests: []string{"m"}, Token: fresh},
 			wantGrant: map[string]reqView{"m": {Phase: locksv1.PhasePending, Reason: locksv1.ReasonQueued,
@@ -50,18 +51,18 @@ func TestDecideMultiLock(t *testing.T) {
 		},
 		"the second key is granted once the status holds the first: Granted": {
 			key:        name2,
+			lock:       createdLockOf(tgt2),
 			reqs:       reqs(multi().held(tgt1).tokenIs(77).queuedAt(t0.Add(-time.Minute))),
-			wantCreate: true,
 			wantHolder: "carol#9",
 			wantLock:   &lockView{Holder: "pull #9 (carol)", Requests: []string{"m"}, Token: fresh, Expires: grant30},
 			wantGrant: map[string]reqView{"m": {Phase: locksv1.PhaseGranted, Reason: locksv1.ReasonGranted,
-				Message: grantedMsg("2 locks", fresh, grant30), Token: fresh, Held: "11", True: trueGranted, Event: locksv1.ReasonGranted}},
+				Message: grantedMsg("2 locks", 77, grant30), Token: 77, Held: "11", True: trueGranted, Event: locksv1.ReasonGranted}},
 			wantRequeue: untilFromNow(grant30),
 		},
 		"a waiter that has not reached this key does not block the next": {
 			key:        name2,
+			lock:       createdLockOf(tgt2),
 			reqs:       reqs(multi().queuedAt(t0.Add(-time.Hour)).waiting(locksv1.ReasonQueued, firstMsg, 0, ""), daveOn2()),
-			wantCreate: true,
 			wantHolder: "dave#4",
 			wantLock:   &lockView{Holder: "pull #4 (dave)", Requests: []string{"d"}, Token: fresh, Queue: []string{"m:Normal"}, Length: 1, Expires: grant30},
 			wantGrant: map[string]reqView{"d": {Phase: locksv1.PhaseGranted, Reason: locksv1.ReasonGranted, Message: grantedMsg(key2, fresh, grant30),
@@ -153,9 +154,9 @@ func TestDecideMultiLockSettles(t *testing.T) {
 	}
 }
 
-// Item 9: `kubectl delete projectlock` is a force-unlock.
+// Item 9: `kubectl delete projectlock` is a force-unlock. The ProjectLock's finalizer keeps it
+// until its holders are told; the waiters then create it anew (docs/protocol.md, step 2).
 func TestDecideForceUnlock(t *testing.T) {
-	fresh := now.UnixMicro()
 	grant30 := t0.Add(30 * time.Minute)
 	claimant := func(token int64) *reqWrapper {
 		return makeReq("c").owner("alice", 100).granted(t0.Add(-5*time.Minute), token)
@@ -170,40 +171,77 @@ func TestDecideForceUnlock(t *testing.T) {
 		return reqView{Phase: locksv1.PhaseGranted, Reason: locksv1.ReasonGranted, Message: grantedMsg(key1, token, grant30),
 			Token: token, Held: "1", True: trueGranted, Event: locksv1.ReasonGranted}
 	}
-	cases := map[string]decideCase{
-		"the claimant is ForceUnlocked; the next waiter gets a fresh higher token": {
-			reqs:        reqs(claimant(41), bobWaits()),
-			wantCreate:  true,
-			wantHolder:  "bob#7",
-			wantLock:    &lockView{Holder: "pull #7 (bob)", Requests: []string{"w"}, Token: fresh, Expires: grant30},
-			wantFinish:  map[string]reqView{"c": unlocked(41, "0")},
-			wantGrant:   map[string]reqView{"w": bobGranted(fresh)},
-			wantRequeue: untilFromNow(grant30),
+	deleting := func(holders ...*locksv1.LockRequest) *locksv1.ProjectLock {
+		pl := makeLock(tgt1).token(41).holder(t0.Add(-5*time.Minute), holders...).obj()
+		pl.Finalizers = []string{locksv1.ReleaseHoldersFinalizer}
+		ts := metav1.NewTime(t0)
+		pl.DeletionTimestamp = &ts
+		return pl
+	}
+	cases := map[string]struct {
+		decideCase
+		wantRelease bool
+	}{
+		"a deleted ProjectLock: its holder is told, then the finalizer goes; nobody is granted on it": {
+			decideCase: decideCase{
+				lock:       deleting(claimant(41).obj()),
+				reqs:       reqs(claimant(41), bobWaits()),
+				wantFinish: map[string]reqView{"c": unlocked(41, "0")},
+			},
+			wantRelease: true,
 		},
-		"with nobody waiting the claimant is ForceUnlocked and the ProjectLock stays deleted": {
-			reqs:       reqs(claimant(41)),
-			wantFinish: map[string]reqView{"c": unlocked(41, "0")},
+		"a multi-lock holder loses all its locks": {
+			decideCase: decideCase{
+				lock:       deleting(makeReq("c").owner("alice", 100).targets(tgt1, tgt2).granted(t0.Add(-5*time.Minute), 41).obj()),
+				reqs:       reqs(makeReq("c").owner("alice", 100).targets(tgt1, tgt2).granted(t0.Add(-5*time.Minute), 41), bobWaits()),
+				wantFinish: map[string]reqView{"c": unlocked(41, "00")},
+			},
+			wantRelease: true,
 		},
-		"a claimant token ahead of the clock still orders the next": {
-			reqs:        reqs(claimant(fresh+1000), bobWaits()),
-			wantCreate:  true,
-			wantHolder:  "bob#7",
-			wantLock:    &lockView{Holder: "pull #7 (bob)", Requests: []string{"w"}, Token: fresh + 1001, Expires: grant30},
-			wantFinish:  map[string]reqView{"c": unlocked(fresh+1000, "0")},
-			wantGrant:   map[string]reqView{"w": bobGranted(fresh + 1001)},
-			wantRequeue: untilFromNow(grant30),
+		"a holder that is gone or already final needs no write": {
+			decideCase: decideCase{
+				lock: deleting(claimant(41).obj(), makeReq("gone").owner("alice", 100).granted(t0, 41).obj()),
+				reqs: reqs(claimant(41).phaseIs(locksv1.PhaseReleased), bobWaits()),
+			},
+			wantRelease: true,
 		},
-		"a multi-lock claimant loses all its locks": {
-			reqs:        reqs(makeReq("c").owner("alice", 100).targets(tgt1, tgt2).granted(t0.Add(-5*time.Minute), 41), bobWaits()),
-			wantCreate:  true,
-			wantHolder:  "bob#7",
-			wantLock:    &lockView{Holder: "pull #7 (bob)", Requests: []string{"w"}, Token: fresh, Expires: grant30},
-			wantFinish:  map[string]reqView{"c": unlocked(41, "00")},
-			wantGrant:   map[string]reqView{"w": bobGranted(fresh)},
-			wantRequeue: untilFromNow(grant30),
+		"without the finalizer (removed by hand) the holders are still told": {
+			decideCase: decideCase{
+				lock: func() *locksv1.ProjectLock {
+					pl := deleting(claimant(41).obj())
+					pl.Finalizers = nil
+					return pl
+				}(),
+				reqs:       reqs(claimant(41)),
+				wantFinish: map[string]reqView{"c": unlocked(41, "0")},
+			},
+		},
+		"a claimant the ProjectLock does not list (it was deleted past its finalizer) is told; the next is granted": {
+			decideCase: decideCase{
+				lock:        createdLock(),
+				reqs:        reqs(claimant(41), bobWaits()),
+				wantHolder:  "bob#7",
+				wantLock:    &lockView{Holder: "pull #7 (bob)", Requests: []string{"w"}, Token: createdRV, Expires: grant30},
+				wantFinish:  map[string]reqView{"c": unlocked(41, "0")},
+				wantGrant:   map[string]reqView{"w": bobGranted(createdRV)},
+				wantRequeue: untilFromNow(grant30),
+			},
+		},
+		"with nobody waiting such a claimant is told and no ProjectLock is created": {
+			decideCase: decideCase{
+				reqs:       reqs(claimant(41)),
+				wantFinish: map[string]reqView{"c": unlocked(41, "0")},
+			},
 		},
 	}
-	runDecideCases(t, cases)
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			runDecideCases(t, map[string]decideCase{name: tc.decideCase})
+			if got := Decide(tc.input()).ReleaseFinalizer; got != tc.wantRelease {
+				t.Errorf("ReleaseFinalizer = %v, want %v", got, tc.wantRelease)
+			}
+		})
+	}
 }
 
 // Item 10: the queue cap fails newcomers, never a request already queued.
@@ -299,4 +337,82 @@ func TestDecideQueueCap(t *testing.T) {
 		},
 	}
 	runDecideCases(t, cases)
+}
+
+// A grant listed by the ProjectLock whose own write never landed (a crash, or a lost race, between
+// the two writes) is re-issued by a decision that writes the ProjectLock again, with a new token;
+// or, if its command froze since, taken back before the ProjectLock stops listing it
+// (docs/protocol.md, steps 3 and 4).
+func TestDecideUnconfirmedGrant(t *testing.T) {
+	grant30 := t0.Add(30 * time.Minute)
+	applyFrozen, _ := ResolveFreezes([]locksv1.CommandLock{commandLock("apply", true, "maintenance window", nil)}, FreezeFlags{}, now)
+	maintenance := "Apply commands are locked globally: maintenance window"
+	// bob was listed at token 41; the ProjectLock has been written since (resourceVersion 90).
+	listed := func(holders ...*locksv1.LockRequest) *locksv1.ProjectLock {
+		pl := makeLock(tgt1).token(41).holder(now, holders...).obj()
+		pl.ResourceVersion = "90"
+		return pl
+	}
+	bob := func() *reqWrapper { return makeReq("w").owner("bob", 7).queuedAt(t0.Add(-time.Minute)) }
+	bobGranted := func(token int64) reqView {
+		return reqView{Phase: locksv1.PhaseGranted, Reason: locksv1.ReasonGranted, Message: grantedMsg(key1, token, grant30),
+			Token: token, Held: "1", True: trueGranted, Event: locksv1.ReasonGranted}
+	}
+	cases := map[string]struct {
+		decideCase
+		wantDemote map[string]reqView
+	}{
+		"re-issued with the ProjectLock's resourceVersion as its token": {
+			decideCase: decideCase{
+				lock:        listed(bob().obj()),
+				reqs:        reqs(bob()),
+				wantHolder:  "bob#7",
+				wantLock:    &lockView{Holder: "pull #7 (bob)", Requests: []string{"w"}, Token: 90, Expires: grant30},
+				wantGrant:   map[string]reqView{"w": bobGranted(90)},
+				wantRequeue: untilFromNow(grant30),
+			},
+		},
+		"a re-entrant request whose write never landed: its identity's holders all take the new token": {
+			decideCase: decideCase{
+				lock:       listed(bob().granted(now, 41).obj(), makeReq("w2").owner("bob", 7).obj()),
+				reqs:       reqs(bob().granted(now, 41), makeReq("w2").owner("bob", 7).queuedAt(t0.Add(-time.Minute))),
+				wantHolder: "bob#7",
+				wantLock:   &lockView{Holder: "pull #7 (bob)", Requests: []string{"w", "w2"}, Token: 90, Expires: grant30},
+				wantGrant: map[string]reqView{
+					"w":  {Phase: locksv1.PhaseGranted, Reason: locksv1.ReasonGranted, Message: grantedMsg(key1, 90, grant30), Token: 90, Held: "1", True: trueGranted},
+					"w2": bobGranted(90),
+				},
+				wantRequeue: untilFromNow(grant30),
+			},
+		},
+		"its command froze since: it waits again, and is told before the ProjectLock drops it": {
+			decideCase: decideCase{
+				lock:        listed(bob().command("apply").obj()),
+				reqs:        reqs(bob().command("apply")),
+				freezes:     applyFrozen,
+				wantLock:    &lockView{Token: 41, Queue: []string{"w:Normal"}, Length: 1},
+				wantQueue:   []string{"w"},
+				wantRequeue: 0,
+			},
+			wantDemote: map[string]reqView{"w": {Phase: locksv1.PhasePending, Reason: locksv1.ReasonCommandLocked,
+				Message: maintenance + "; position 1 of 1", Position: 1, Held: "0", True: truePending, Event: locksv1.ReasonCommandLocked}},
+		},
+		"a holder whose write landed keeps its grant under the freeze": {
+			decideCase: decideCase{
+				lock:        listed(bob().command("apply").granted(now, 41).obj()),
+				reqs:        reqs(bob().command("apply").granted(now, 41)),
+				freezes:     applyFrozen,
+				wantHolder:  "bob#7",
+				wantRequeue: untilFromNow(now.Truncate(time.Second).Add(30 * time.Minute)),
+			},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			runDecideCases(t, map[string]decideCase{name: tc.decideCase})
+			if diff := cmp.Diff(tc.wantDemote, views(Decide(tc.input()).Demote)); diff != "" {
+				t.Errorf("Demote (-want +got):\n%s", diff)
+			}
+		})
+	}
 }

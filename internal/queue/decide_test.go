@@ -24,6 +24,20 @@ func aliceHolder() *reqWrapper {
 	return makeReq("h").owner("alice", 100).granted(t0.Add(-5*time.Minute), 41)
 }
 
+// createdRV is the resourceVersion of createdLock: the token of its first grant.
+const createdRV = 57
+
+// createdLock is tgt1's ProjectLock as the controller has just created it.
+func createdLock() *locksv1.ProjectLock { return createdLockOf(tgt1) }
+
+// createdLockOf is t's ProjectLock as the controller has just created it.
+func createdLockOf(t locksv1.LockTarget) *locksv1.ProjectLock {
+	pl := makeLock(t).obj()
+	pl.ResourceVersion = fmt.Sprint(createdRV)
+	pl.Finalizers = []string{locksv1.ReleaseHoldersFinalizer}
+	return pl
+}
+
 func aliceLock(holders ...*locksv1.LockRequest) *locksv1.ProjectLock {
 	return makeLock(tgt1).token(41).holder(t0.Add(-5*time.Minute), holders...).obj()
 }
@@ -101,43 +115,59 @@ func untilFromNow(t time.Time) time.Duration { return t.Sub(now) }
 
 // Item 1: a free key and one request: the ProjectLock is created, the request granted, every
 // field of both statuses as written.
+// No ProjectLock yet: create it, and decide nothing else until it exists — a grant's token is
+// the resourceVersion of the object it is written to.
+func TestDecideCreatesProjectLockFirst(t *testing.T) {
+	in := Input{Now: now, Name: name1, Requests: reqs(makeReq("a").owner("alice", 100)), Config: testConfig()}
+	if diff := cmp.Diff(Decision{CreateLock: true}, Decide(in)); diff != "" {
+		t.Errorf("Decision (-want +got):\n%s", diff)
+	}
+	// Nobody needs it: a claimant of a ProjectLock that is gone is only told so.
+	in.Requests = reqs(makeReq("a").owner("alice", 100).granted(t0, 7))
+	d := Decide(in)
+	if d.CreateLock || len(d.Finish) != 1 || d.Finish[0].Event.Reason != locksv1.ReasonForceUnlocked {
+		t.Errorf("want only a ForceUnlocked finish, got create=%v:\n%s", d.CreateLock, describeDecision(d))
+	}
+}
+
 func TestDecideGrantsFreeKey(t *testing.T) {
-	fresh := now.UnixMicro()
+	withRV := func(w *lockWrapper, rv string) *locksv1.ProjectLock {
+		pl := w.obj()
+		pl.ResourceVersion = rv
+		return pl
+	}
 	cases := map[string]struct {
 		tc          *reqWrapper
 		lock        *locksv1.ProjectLock
-		others      []*locksv1.LockRequest
-		wantCreate  bool
 		wantToken   int64
 		wantExpires time.Time
 		wantLockGen int64 // a created ProjectLock is at generation 1
 	}{
-		"no ProjectLock yet, default ttl": {
+		"a created ProjectLock: the token is its resourceVersion": {
 			tc:          makeReq("a").owner("alice", 100),
-			wantCreate:  true,
-			wantToken:   fresh,
+			lock:        withRV(makeLock(tgt1), "57"),
+			wantToken:   57,
 			wantExpires: t0.Add(30 * time.Minute),
 			wantLockGen: 1,
 		},
 		"spec.ttl sets expiresAt": {
 			tc:          makeReq("a").owner("alice", 100).ttl(45 * time.Minute),
-			wantCreate:  true,
-			wantToken:   fresh,
+			lock:        withRV(makeLock(tgt1), "57"),
+			wantToken:   57,
 			wantExpires: t0.Add(45 * time.Minute),
 			wantLockGen: 1,
 		},
-		"a free ProjectLock counts on from its token": {
+		"a free ProjectLock: the token is the resourceVersion the write replaces, above the last": {
 			tc:          makeReq("a").owner("alice", 100),
-			lock:        makeLock(tgt1).token(41).obj(),
-			wantToken:   42,
+			lock:        withRV(makeLock(tgt1).token(41), "90"),
+			wantToken:   90,
 			wantExpires: t0.Add(30 * time.Minute),
 			wantLockGen: 1,
 		},
-		"a fresh ProjectLock starts above tokens its requests remember": {
+		"a token above the resourceVersion (written before tokens were revisions) counts on by one": {
 			tc:          makeReq("a").owner("alice", 100),
-			others:      []*locksv1.LockRequest{makeReq("old").owner("bob", 7).granted(t0.Add(-time.Hour), fresh+50).phaseIs(locksv1.PhaseReleased).obj()},
-			wantCreate:  true,
-			wantToken:   fresh + 51,
+			lock:        withRV(makeLock(tgt1).token(41), "7"),
+			wantToken:   42,
 			wantExpires: t0.Add(30 * time.Minute),
 			wantLockGen: 1,
 		},
@@ -145,17 +175,14 @@ func TestDecideGrantsFreeKey(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			req := tc.tc.obj()
-			in := Input{Now: now, Name: name1, Lock: tc.lock, Requests: append([]*locksv1.LockRequest{req}, tc.others...), Config: testConfig()}
+			in := Input{Now: now, Name: name1, Lock: tc.lock, Requests: []*locksv1.LockRequest{req}, Config: testConfig()}
 			d := Decide(in)
 
-			if diff := cmp.Diff(tc.wantCreate, d.CreateLock); diff != "" {
-				t.Errorf("CreateLock (-want +got):\n%s", diff)
+			if d.CreateLock {
+				t.Errorf("CreateLock with a ProjectLock")
 			}
 			if d.Lock == nil {
 				t.Fatalf("Decide wrote no ProjectLock status")
-			}
-			if d.Lock.FencingToken < tc.wantToken || (tc.wantCreate && d.Lock.FencingToken < now.UnixMicro()) {
-				t.Errorf("FencingToken = %d, want >= %d", d.Lock.FencingToken, tc.wantToken)
 			}
 			expires := metav1.NewTime(tc.wantExpires)
 			since := metav1.NewTime(t0)
@@ -180,9 +207,10 @@ func TestDecideGrantsFreeKey(t *testing.T) {
 			msg := grantedMsg(key1, tc.wantToken, tc.wantExpires)
 			wantReq := locksv1.LockRequestStatus{
 				Phase:              locksv1.PhaseGranted,
-				Locks:              []locksv1.LockStatus{{Key: key1, Name: name1, Held: true}},
+				Locks:              []locksv1.LockStatus{{Key: key1, Name: name1, Held: true, FencingToken: tc.wantToken}},
 				FencingToken:       tc.wantToken,
 				QueuedAt:           &queued,
+				ArrivalRevision:    1000000000000,
 				GrantedAt:          &since,
 				ExpiresAt:          &expires,
 				ObservedGeneration: 1,
@@ -299,11 +327,12 @@ func TestDecide(t *testing.T) {
 			wantGrant:   map[string]reqView{"w": bobGranted(42)},
 			wantRequeue: untilFromNow(grant30),
 		},
-		"a holder being deleted is replaced without a write to it": {
+		"a holder being deleted (a finalizer keeps it) is told before the next is granted": {
 			lock:        aliceLock(h),
 			reqs:        reqs(aliceHolder().deleting(), bobWaits()),
 			wantHolder:  "bob#7",
 			wantLock:    bobHolds(42),
+			wantFinish:  map[string]reqView{"h": finished(locksv1.PhaseReleased, locksv1.ReasonReleased, "deleted while it held the lock", 41)},
 			wantGrant:   map[string]reqView{"w": bobGranted(42)},
 			wantRequeue: untilFromNow(grant30),
 		},
@@ -359,11 +388,11 @@ func TestDecide(t *testing.T) {
 			wantRequeue: untilFromNow(hExpires),
 		},
 		"waitTimeout 0s on a free key is granted": {
+			lock:        createdLock(),
 			reqs:        reqs(makeReq("n").owner("bob", 7).waitTimeout(0)),
-			wantCreate:  true,
 			wantHolder:  "bob#7",
-			wantLock:    &lockView{Holder: "pull #7 (bob)", Requests: []string{"n"}, Token: now.UnixMicro(), Expires: grant30},
-			wantGrant:   map[string]reqView{"n": {Phase: locksv1.PhaseGranted, Reason: locksv1.ReasonGranted, Message: grantedMsg(key1, now.UnixMicro(), grant30), Token: now.UnixMicro(), Held: "1", True: trueGranted, Event: locksv1.ReasonGranted}},
+			wantLock:    &lockView{Holder: "pull #7 (bob)", Requests: []string{"n"}, Token: createdRV, Expires: grant30},
+			wantGrant:   map[string]reqView{"n": {Phase: locksv1.PhaseGranted, Reason: locksv1.ReasonGranted, Message: grantedMsg(key1, createdRV, grant30), Token: createdRV, Held: "1", True: trueGranted, Event: locksv1.ReasonGranted}},
 			wantRequeue: untilFromNow(grant30),
 		},
 		"an elapsed waitTimeout fails Timeout": {
@@ -441,11 +470,11 @@ func TestDecide(t *testing.T) {
 				"spec.ttl 3h0m0s is over this operator's maximum of 2h0m0s; ask for at most 2h0m0s")},
 		},
 		"ttl at MaxTTL is fine": {
+			lock:        createdLock(),
 			reqs:        reqs(makeReq("n").owner("bob", 7).ttl(2 * time.Hour)),
-			wantCreate:  true,
 			wantHolder:  "bob#7",
-			wantLock:    &lockView{Holder: "pull #7 (bob)", Requests: []string{"n"}, Token: now.UnixMicro(), Expires: t0.Add(2 * time.Hour)},
-			wantGrant:   map[string]reqView{"n": {Phase: locksv1.PhaseGranted, Reason: locksv1.ReasonGranted, Message: grantedMsg(key1, now.UnixMicro(), t0.Add(2*time.Hour)), Token: now.UnixMicro(), Held: "1", True: trueGranted, Event: locksv1.ReasonGranted}},
+			wantLock:    &lockView{Holder: "pull #7 (bob)", Requests: []string{"n"}, Token: createdRV, Expires: t0.Add(2 * time.Hour)},
+			wantGrant:   map[string]reqView{"n": {Phase: locksv1.PhaseGranted, Reason: locksv1.ReasonGranted, Message: grantedMsg(key1, createdRV, t0.Add(2*time.Hour)), Token: createdRV, Held: "1", True: trueGranted, Event: locksv1.ReasonGranted}},
 			wantRequeue: untilFromNow(t0.Add(2 * time.Hour)),
 		},
 		"final requests are left alone": {

@@ -71,13 +71,23 @@ func TestOrder(t *testing.T) {
 			wantNames:    []string{"c", "b", "a"},
 			wantPriority: []int{1, 1, 1},
 		},
-		"a request already queued goes before one not yet seen": {
+		"the API server's order, not the order a manager saw them in: an older request not yet seen goes first": {
 			tc: []*reqWrapper{
-				makeReq("a-new").created(t0.Add(-time.Hour)),
-				makeReq("z-seen").queuedAt(now),
+				makeReq("z-new").created(t0.Add(-time.Hour)),
+				makeReq("a-seen").queuedAt(now),
 			},
 			cfg:          testConfig(),
-			wantNames:    []string{"z-seen", "a-new"},
+			wantNames:    []string{"z-new", "a-seen"},
+			wantPriority: []int{1, 1},
+		},
+		"within one creation second the arrival revision decides, whoever's clock stamped queuedAt": {
+			tc: []*reqWrapper{
+				// b was queued by a manager whose clock is ahead: a later queuedAt, an earlier revision.
+				makeReq("a").queuedAt(t0.Add(-time.Minute)).created(t0.Add(-time.Minute)),
+				makeReq("b").queuedAt(t0.Add(-time.Minute + time.Hour)).created(t0.Add(-time.Minute)),
+			},
+			cfg:          testConfig(),
+			wantNames:    []string{"a", "b"},
 			wantPriority: []int{1, 1},
 		},
 		"unseen requests: creation second, then resourceVersion as a number, then name": {

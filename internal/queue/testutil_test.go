@@ -51,6 +51,7 @@ type reqWrapper struct {
 	token     int64
 	phase     locksv1.LockRequestPhase
 	waitMsg   *waitMsg
+	revision  int64 // status.arrivalRevision; 0: follow queuedAt
 }
 
 // waitMsg is the Pending status a key's decision last wrote for a waiter.
@@ -67,7 +68,7 @@ func makeReq(name string) *reqWrapper {
 	w.lr.Namespace = testNamespace
 	w.lr.UID = types.UID("uid-" + name)
 	w.lr.Generation = 1
-	w.lr.ResourceVersion = "1"
+	w.lr.ResourceVersion = requestRV
 	w.lr.CreationTimestamp = metav1.NewTime(t0.Add(-time.Minute))
 	w.lr.Spec.Locks = []locksv1.LockTarget{tgt1}
 	w.lr.Spec.Holder = locksv1.Holder{Owner: name}
@@ -123,6 +124,9 @@ func (w *reqWrapper) queuedAt(t time.Time) *reqWrapper {
 	return w
 }
 
+// arrival sets status.arrivalRevision, instead of one that follows queuedAt.
+func (w *reqWrapper) arrival(rev int64) *reqWrapper { w.revision = rev; return w }
+
 // held marks the targets as held in status.locks (a Pending request that holds some keys).
 func (w *reqWrapper) held(ts ...locksv1.LockTarget) *reqWrapper {
 	w.heldTgts = append(w.heldTgts, ts...)
@@ -165,7 +169,7 @@ func (w *reqWrapper) obj() *locksv1.LockRequest {
 		ls := locksv1.LockStatus{Key: lockkey.String(t), Name: lockkey.Name(t)}
 		for _, h := range w.heldTgts {
 			if lockkey.String(h) == ls.Key {
-				ls.Held = true
+				ls.Held, ls.FencingToken = true, w.token
 			}
 		}
 		st.Locks = append(st.Locks, ls)
@@ -178,6 +182,15 @@ func (w *reqWrapper) obj() *locksv1.LockRequest {
 	}
 	mt := metav1.NewMicroTime(q.Truncate(time.Microsecond))
 	st.QueuedAt = &mt
+	// A request the controller queued was created no later than that, and its arrival revision
+	// follows its queuedAt, as in a store where the two agree.
+	if c := metav1.NewTime(q.Truncate(time.Second)); c.Before(&lr.CreationTimestamp) {
+		lr.CreationTimestamp = c
+	}
+	st.ArrivalRevision = arrivalRevision(q)
+	if w.revision != 0 {
+		st.ArrivalRevision = w.revision
+	}
 	st.FencingToken = w.token
 	if m := w.waitMsg; m != nil {
 		st.QueuePosition, st.BlockedBy = m.position, m.blockedBy
@@ -211,6 +224,14 @@ func (w *reqWrapper) obj() *locksv1.LockRequest {
 	}
 	return lr
 }
+
+// arrivalRevision is the arrival revision of a request queued at q in these tests: it grows with
+// q, and stays below the resourceVersions of requests not queued yet (requestRV).
+func arrivalRevision(q time.Time) int64 { return q.Sub(t0.Add(-100 * time.Hour)).Microseconds() }
+
+// requestRV is the resourceVersion of a test request until the test says otherwise: above every
+// arrivalRevision, as a request seen later has a later revision.
+const requestRV = "1000000000000"
 
 func cond(typ string, status metav1.ConditionStatus, reason, msg string, gen int64, at time.Time) metav1.Condition {
 	return metav1.Condition{Type: typ, Status: status, Reason: reason, Message: msg, ObservedGeneration: gen,
@@ -443,8 +464,10 @@ const (
 	stageAll
 )
 
-// apply writes d for the key named name up to and including stage. Writes to a request that
-// is gone are dropped (the API server would answer NotFound).
+// apply writes d for the key named name up to and including stage, as the controller does:
+// finished and demoted requests, then the ProjectLock (every write of it takes a new
+// resourceVersion, the revision tokens come from), then the holders, then the waiters. Writes
+// to a request that is gone are dropped (the API server would answer NotFound).
 func (w *world) apply(name string, in Input, d Decision, stage int) {
 	w.t.Helper()
 	write := func(us []Update) {
@@ -459,27 +482,21 @@ func (w *world) apply(name string, in Input, d Decision, stage int) {
 		}
 	}
 	write(d.Finish)
+	write(d.Demote)
 	if stage < stageLock {
 		return
 	}
 	if d.CreateLock {
-		var target locksv1.LockTarget
-		if in.Lock != nil {
-			target = in.Lock.Spec.LockTarget
-		}
-		for _, r := range in.Requests {
-			for _, ref := range lockkey.Refs(r.Spec.Locks) {
-				if ref.Name == name {
-					target = ref.Target
-				}
-			}
-		}
-		pl := makeLock(target).obj()
-		pl.Status = locksv1.ProjectLockStatus{}
-		w.locks[name] = pl
+		w.create(name, in)
+	}
+	if d.ReleaseFinalizer {
+		delete(w.locks, name)
+		return
 	}
 	if d.Lock != nil {
 		w.locks[name].Status = roundTrip(w.t, *d.Lock)
+		w.rv++
+		w.locks[name].ResourceVersion = fmt.Sprint(w.rv)
 	}
 	if stage < stageGrant {
 		return
@@ -491,8 +508,54 @@ func (w *world) apply(name string, in Input, d Decision, stage int) {
 	write(d.Waiting)
 }
 
-// decide runs Decide for one key and applies the whole decision.
+// create creates the ProjectLock of the key named name, for the requests in `in`, with the
+// finalizer the controller puts on it.
+func (w *world) create(name string, in Input) {
+	var target locksv1.LockTarget
+	for _, r := range in.Requests {
+		for _, ref := range lockkey.Refs(r.Spec.Locks) {
+			if ref.Name == name {
+				target = ref.Target
+			}
+		}
+	}
+	pl := makeLock(target).obj()
+	pl.Status = locksv1.ProjectLockStatus{}
+	pl.Finalizers = []string{locksv1.ReleaseHoldersFinalizer}
+	w.rv++
+	pl.ResourceVersion = fmt.Sprint(w.rv)
+	w.locks[name] = pl
+}
+
+// forceUnlock is an admin's `kubectl delete projectlock`: the finalizer keeps it, deleting.
+func (w *world) forceUnlock(name string) {
+	pl := w.locks[name]
+	if pl == nil {
+		return
+	}
+	ts := metav1.NewTime(t0)
+	pl.DeletionTimestamp = &ts
+	w.rv++
+	pl.ResourceVersion = fmt.Sprint(w.rv)
+}
+
+// decide runs Decide for one key and applies the whole decision. A decision to create the
+// ProjectLock is followed, as in the controller, by a decision on the created object; the
+// second is returned, marked CreateLock.
 func (w *world) decide(name string, at time.Time, cfg Config) Decision {
+	w.t.Helper()
+	d := w.decideOnce(name, at, cfg)
+	if d.CreateLock {
+		d = w.decideOnce(name, at, cfg)
+		if d.CreateLock {
+			w.t.Fatalf("Decide asked to create %s twice", name)
+		}
+		d.CreateLock = true
+	}
+	return d
+}
+
+func (w *world) decideOnce(name string, at time.Time, cfg Config) Decision {
 	w.t.Helper()
 	in := w.input(name, at, cfg)
 	before := w.input(name, at, cfg)
@@ -507,7 +570,8 @@ func (w *world) decide(name string, at time.Time, cfg Config) Decision {
 
 // empty reports whether a decision writes nothing.
 func empty(d Decision) bool {
-	return len(d.Finish) == 0 && len(d.Grant) == 0 && len(d.Waiting) == 0 && d.Lock == nil && !d.CreateLock
+	return len(d.Finish) == 0 && len(d.Demote) == 0 && len(d.Grant) == 0 && len(d.Waiting) == 0 && d.Lock == nil &&
+		!d.CreateLock && !d.ReleaseFinalizer
 }
 
 func describeDecision(d Decision) string {
@@ -515,7 +579,7 @@ func describeDecision(d Decision) string {
 	for _, s := range []struct {
 		what string
 		us   []Update
-	}{{"finish", d.Finish}, {"grant", d.Grant}, {"waiting", d.Waiting}} {
+	}{{"finish", d.Finish}, {"demote", d.Demote}, {"grant", d.Grant}, {"waiting", d.Waiting}} {
 		for _, u := range s.us {
 			fmt.Fprintf(&b, "%s %s: %+v\n", s.what, u.Request.Name, viewOf(u))
 		}

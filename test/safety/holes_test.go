@@ -27,6 +27,7 @@ var _ = Describe("Holes in the grant protocol", func() {
 	BeforeEach(func() {
 		ns = newNamespace()
 		inv = lag.NewInvariants(k8s)
+		inv.Structural = true
 		cfg = queue.DefaultConfig()
 	})
 

@@ -94,7 +94,7 @@ func (m *manager) restart(cfg queue.Config) {
 	metrics := controller.NewMetrics(nil)
 	m.locks = controller.NewLockReconciler(m.view, k8s, nopRecorder{},
 		controller.WithClock(m.clock), controller.WithConfig(cfg), controller.WithMetrics(metrics))
-	m.cmds = controller.NewCommandLockReconciler(m.view, nopRecorder{}, queue.FreezeFlags{}, metrics, m.clock)
+	m.cmds = controller.NewCommandLockReconciler(m.view, k8s, nopRecorder{}, queue.FreezeFlags{}, metrics, m.clock)
 }
 
 // tick sets the manager's clock to real time plus its skew.

@@ -137,8 +137,8 @@ func (inv *Invariants) Check(ctx context.Context, ns string) ([]string, error) {
 	return out, nil
 }
 
-// keyToken is the token a request reports for one of its keys: the per-key token where the API
-// has one, else the request's token.
+// keyToken is the token a request reports for one of its keys: the per-key token, or the
+// request's token where a request written before per-key tokens has none.
 func keyToken(lr *locksv1.LockRequest, l locksv1.LockStatus) int64 {
 	if t := perKeyToken(l); t != 0 {
 		return t
@@ -175,5 +175,5 @@ func (inv *Invariants) observeToken(key string, lr *locksv1.LockRequest, keyTok 
 	return out
 }
 
-// perKeyToken is the token status.locks[] reports for one key; 0 where the API has none.
-func perKeyToken(locksv1.LockStatus) int64 { return 0 }
+// perKeyToken is the token status.locks[] reports for one key.
+func perKeyToken(l locksv1.LockStatus) int64 { return l.FencingToken }
