@@ -230,10 +230,21 @@ func (r *LockReconciler) read(ctx context.Context, req reconcile.Request) (queue
 			in.Lock = &live
 		}
 	}
-	// A holder missing from the cache: deleted, or created after the cache's last event?
+	// A holder missing from the cache: deleted, or created after the cache's last event? A
+	// deleted one's last token is what its delete event said, if the watch saw it.
 	if in.Lock != nil && in.Lock.Status.Holder != nil {
 		for _, h := range in.Lock.Status.Holder.Requests {
-			if byUID[types.UID(h.UID)] || r.overlay.isDeleted(types.UID(h.UID)) {
+			uid := types.UID(h.UID)
+			if byUID[uid] {
+				continue
+			}
+			if deleted, token, known := r.overlay.isDeleted(uid); deleted {
+				if known {
+					if in.GoneTokens == nil {
+						in.GoneTokens = map[types.UID]int64{}
+					}
+					in.GoneTokens[uid] = token
+				}
 				continue
 			}
 			var live locksv1.LockRequest
@@ -321,6 +332,7 @@ func (r *LockReconciler) apply(ctx context.Context, req reconcile.Request, in qu
 		if err := r.writeRequest(ctx, req.NamespacedName, u); err != nil {
 			return r.retry(err, "demote lockrequest %s", u.Request.Name)
 		}
+		r.metrics.Demoted.Inc()
 	}
 
 	lock := in.Lock
@@ -346,6 +358,17 @@ func (r *LockReconciler) apply(ctx context.Context, req reconcile.Request, in qu
 		r.overlay.wroteLock(lock, r.clock.Now())
 	}
 
+	if d.Again {
+		// A holder left with a token nobody knows: grant on the revision just written, above it.
+		if redecided > 1 {
+			return reconcile.Result{RequeueAfter: conflictRetry}, nil
+		}
+		in.Lock = lock
+		for i, lr := range in.Requests {
+			in.Requests[i] = r.overlay.request(lr)
+		}
+		return r.apply(ctx, req, in, queue.Decide(in), redecided+1)
+	}
 	if refreeze, err := r.frozenSince(ctx, &in, d); err != nil {
 		return reconcile.Result{}, err
 	} else if refreeze {

@@ -24,7 +24,7 @@ type overlay struct {
 	mu       sync.Mutex
 	requests map[types.UID]written[*locksv1.LockRequest]
 	locks    map[types.NamespacedName]written[*locksv1.ProjectLock]
-	deleted  map[types.UID]time.Time
+	deleted  map[types.UID]deletion
 	swept    time.Time
 }
 
@@ -34,11 +34,20 @@ type written[T any] struct {
 	at  time.Time
 }
 
+// deletion is what the watch said of a deleted request.
+type deletion struct {
+	at time.Time
+	// token is the request-level token of its last state, when that state is known (not a
+	// tombstone of a missed deletion): the key's next holder gets a higher one.
+	token int64
+	known bool
+}
+
 func newOverlay() *overlay {
 	return &overlay{
 		requests: map[types.UID]written[*locksv1.LockRequest]{},
 		locks:    map[types.NamespacedName]written[*locksv1.ProjectLock]{},
-		deleted:  map[types.UID]time.Time{},
+		deleted:  map[types.UID]deletion{},
 	}
 }
 
@@ -137,21 +146,26 @@ func (o *overlay) lock(cached *locksv1.ProjectLock) *locksv1.ProjectLock {
 }
 
 // sawDeleted records a request the watch reported deleted: UIDs are never reused, so it is
-// known gone without asking the API server again.
-func (o *overlay) sawDeleted(uid types.UID, now time.Time) {
+// known gone without asking the API server again. last is its final state, nil when the watch
+// missed the deletion and only has an older one.
+func (o *overlay) sawDeleted(uid types.UID, last *locksv1.LockRequest, now time.Time) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	o.deleted[uid] = now
+	d := deletion{at: now}
+	if last != nil {
+		d.token, d.known = last.Status.FencingToken, true
+	}
+	o.deleted[uid] = d
 	delete(o.requests, uid)
 	o.sweep(now)
 }
 
-// isDeleted says whether the watch reported the request deleted.
-func (o *overlay) isDeleted(uid types.UID) bool {
+// isDeleted says whether the watch reported the request deleted, and its last token if known.
+func (o *overlay) isDeleted(uid types.UID) (deleted bool, token int64, known bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	_, ok := o.deleted[uid]
-	return ok
+	d, ok := o.deleted[uid]
+	return ok, d.token, d.known
 }
 
 // sweep drops old memories, at most once a second. Called with mu held.
@@ -170,8 +184,8 @@ func (o *overlay) sweep(now time.Time) {
 			delete(o.locks, k)
 		}
 	}
-	for k, at := range o.deleted {
-		if now.Sub(at) > overlayTTL {
+	for k, d := range o.deleted {
+		if now.Sub(d.at) > overlayTTL {
 			delete(o.deleted, k)
 		}
 	}

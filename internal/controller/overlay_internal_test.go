@@ -104,12 +104,21 @@ func TestOverlayForgetsFailedWritesAndOldMemories(t *testing.T) {
 		t.Errorf("a re-created ProjectLock must not be overlaid by the old one's write")
 	}
 
-	o.sawDeleted("uid-gone", now)
-	if !o.isDeleted("uid-gone") || o.isDeleted("uid-a") {
-		t.Errorf("isDeleted wrong")
+	last := lrAt("30", locksv1.PhaseGranted)
+	last.UID, last.Status.FencingToken = "uid-gone", 77
+	o.sawDeleted("uid-gone", last, now)
+	o.sawDeleted("uid-tombstone", nil, now)
+	if gone, token, known := o.isDeleted("uid-gone"); !gone || token != 77 || !known {
+		t.Errorf("isDeleted(uid-gone) = %v %d %v, want true 77 true", gone, token, known)
+	}
+	if gone, _, known := o.isDeleted("uid-tombstone"); !gone || known {
+		t.Errorf("a tombstone's deletion is known, its token is not: got %v %v", gone, known)
+	}
+	if gone, _, _ := o.isDeleted("uid-a"); gone {
+		t.Errorf("isDeleted(uid-a) = true")
 	}
 	o.wroteLock(pl, now.Add(overlayTTL+2*time.Second)) // sweeps
-	if o.isDeleted("uid-gone") {
+	if gone, _, _ := o.isDeleted("uid-gone"); gone {
 		t.Errorf("deletions should be forgotten after %s", overlayTTL)
 	}
 	if _, ok := o.locks[types.NamespacedName{Namespace: "ns", Name: "k"}]; !ok {

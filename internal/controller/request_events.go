@@ -46,7 +46,11 @@ func (r *LockReconciler) requestEvents() handler.Funcs {
 			}
 		},
 		DeleteFunc: func(ctx context.Context, e event.DeleteEvent, q requestQueue) {
-			r.overlay.sawDeleted(e.Object.GetUID(), r.clock.Now())
+			last, _ := e.Object.(*locksv1.LockRequest)
+			if e.DeleteStateUnknown {
+				last = nil // a tombstone: the state before some writes we missed
+			}
+			r.overlay.sawDeleted(e.Object.GetUID(), last, r.clock.Now())
 			add(ctx, e.Object, q)
 		},
 		GenericFunc: func(ctx context.Context, e event.GenericEvent, q requestQueue) { add(ctx, e.Object, q) },

@@ -59,6 +59,10 @@ type Input struct {
 	NextThaw time.Time
 	// LostHolders are requests whose holder Lease lapsed, with a message saying how.
 	LostHolders map[types.UID]string
+	// GoneTokens are the request-level tokens that listed holders missing from Requests showed
+	// last (the watch's delete event carries them). The token of the key's next holder must be
+	// above them; a gone holder missing here has a token nobody knows any more.
+	GoneTokens map[types.UID]int64
 	// Refreshes bounds the refresh-only updates the caller will write now (its rate limit);
 	// the zero value is no bound.
 	Refreshes RefreshBudget
@@ -109,6 +113,10 @@ type Decision struct {
 	// and decide again on the created object (a grant's token is its resourceVersion). Nothing
 	// else is decided then.
 	CreateLock bool
+	// Again is true when the ProjectLock write only takes leaving holders out: one of them is
+	// gone and its token unknown, so the next holder is granted by a decision on the written
+	// ProjectLock, at a revision above every token that holder can have shown.
+	Again bool
 	// ReleaseFinalizer is true when the ProjectLock is being deleted (a force-unlock) and, once
 	// Finish is written, none of its holders holds it any more: remove the finalizer, with the
 	// resourceVersion read, and let it go.
@@ -376,7 +384,11 @@ func Decide(in Input) Decision {
 		}
 	} else {
 		if newHolder || reissue {
-			token = nextToken(token, Revision(lock.ResourceVersion))
+			top, unknown := leavingTokens(lock, entries, in.GoneTokens)
+			if unknown && newHolder {
+				return dropFirst(lock, entries, token, now, in.Config)
+			}
+			token = nextToken(token, Revision(lock.ResourceVersion), top)
 		}
 		status := lockStatus(lock, allHolders, waiting, token, newHolder, now, in.Config)
 		if !statusEqual(lock.Status, status) {
@@ -565,13 +577,64 @@ func Revision(rv string) int64 {
 }
 
 // nextToken is the fencing token of a new grant (or a re-issued one): the ProjectLock's
-// resourceVersion that the grant's write is preconditioned on. Every grant of a key writes its
-// ProjectLock, so the revisions it is made at grow with each grant, also across deletion and
-// re-creation of the ProjectLock — no clock and no surviving request is needed to remember
-// them. Above prev+1 in any case, so a token written before tokens were revisions never goes
-// down within one ProjectLock.
-func nextToken(prev, revision int64) int64 {
-	return max(prev+1, revision)
+// resourceVersion that the grant's write is preconditioned on, and above every token the
+// holders leaving in the same write showed (left, they were too).
+//
+// Why that is above every token any earlier holder of the key showed, per key or request-level
+// (docs/protocol.md): a holder's tokens are revisions read by ProjectLock writes made before
+// its own status writes, and those came before the ProjectLock write that took it out of the
+// key's holders. A later write of this ProjectLock (or of one re-created after it) reads a
+// higher revision. Only the holders leaving in this very write are not behind such a write, so
+// their tokens are counted here: as their statuses say, or as their delete event said
+// (dropFirst when nobody knows). No clock takes part; prev+1 keeps a token written before tokens
+// were revisions from going down within one ProjectLock.
+func nextToken(prev, revision, leaving int64) int64 {
+	return max(prev+1, revision, leaving+1)
+}
+
+// leavingTokens is the highest token, per key or request-level, shown by the holders the
+// ProjectLock lists that leave it in this decision; unknown is true when one of them is gone
+// and its token is not in gone.
+func leavingTokens(lock *locksv1.ProjectLock, entries []*entry, gone map[types.UID]int64) (top int64, unknown bool) {
+	if lock == nil || lock.Status.Holder == nil {
+		return 0, false
+	}
+	byUID := make(map[types.UID]*entry, len(entries))
+	for _, e := range entries {
+		byUID[e.req.UID] = e
+	}
+	for _, h := range lock.Status.Holder.Requests {
+		e, present := byUID[types.UID(h.UID)]
+		switch {
+		case !present:
+			t, known := gone[types.UID(h.UID)]
+			unknown = unknown || !known
+			top = max(top, t)
+		case e.demoted:
+			// It never held the key as anyone reading it saw.
+		case e.final || e.outcome != nil:
+			top = max(top, e.req.Status.FencingToken)
+			for _, l := range e.req.Status.Locks {
+				top = max(top, l.FencingToken)
+			}
+		}
+	}
+	return top, unknown
+}
+
+// dropFirst is the decision when a holder that is gone leaves with a token nobody knows: write
+// the leaving holders final and the ProjectLock without them, grant nobody, and decide again on
+// the written ProjectLock, whose revision is above anything that holder showed.
+func dropFirst(lock *locksv1.ProjectLock, entries []*entry, token int64, now time.Time, cfg Config) Decision {
+	d := Decision{Again: true}
+	for _, e := range entries {
+		if e.heldHere && e.outcome != nil {
+			d.Finish = append(d.Finish, Update{Request: e.req, Status: finishedStatus(e, now), Event: &Event{e.outcome.event, e.outcome.reason, e.outcome.message}})
+		}
+	}
+	st := lockStatus(lock, nil, nil, token, false, now, cfg)
+	d.Lock = &st
+	return d
 }
 
 func lockStatus(lock *locksv1.ProjectLock, holders, waiting []*entry, token int64, newHolder bool, now time.Time, cfg Config) locksv1.ProjectLockStatus {

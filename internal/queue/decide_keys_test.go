@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
 )
@@ -412,6 +413,71 @@ func TestDecideUnconfirmedGrant(t *testing.T) {
 			runDecideCases(t, map[string]decideCase{name: tc.decideCase})
 			if diff := cmp.Diff(tc.wantDemote, views(Decide(tc.input()).Demote)); diff != "" {
 				t.Errorf("Demote (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// The token of a key's next holder is above every token its leaving holder showed, per key or
+// for the whole request — also a multi-lock holder whose other key was granted after this
+// ProjectLock was last written (docs/protocol.md, TM). The spin model found that case.
+func TestDecideTokenAboveLeavingHolders(t *testing.T) {
+	grant30 := t0.Add(30 * time.Minute)
+	// m held tgt1 at 41 and then tgt2 at 99, a ProjectLock written after tgt1's (revision 50).
+	m := func() *reqWrapper {
+		return makeReq("m").owner("alice", 100).targets(tgt1, tgt2).granted(t0.Add(-5*time.Minute), 99)
+	}
+	lockOf := func(holder *locksv1.LockRequest) *locksv1.ProjectLock {
+		pl := makeLock(tgt1).token(41).holder(t0.Add(-5*time.Minute), holder).obj()
+		pl.ResourceVersion = "50"
+		return pl
+	}
+	bob := func() *reqWrapper { return makeReq("w").owner("bob", 7).queuedAt(t0.Add(-time.Minute)) }
+	bobGranted := func(token int64) reqView {
+		return reqView{Phase: locksv1.PhaseGranted, Reason: locksv1.ReasonGranted, Message: grantedMsg(key1, token, grant30),
+			Token: token, Held: "1", True: trueGranted, Event: locksv1.ReasonGranted}
+	}
+	cases := map[string]struct {
+		decideCase
+		wantAgain bool
+	}{
+		"a releasing holder: the next token is above its request token": {
+			decideCase: decideCase{
+				lock:       lockOf(m().obj()),
+				reqs:       reqs(m().release(), bob()),
+				wantHolder: "bob#7",
+				wantLock:   &lockView{Holder: "pull #7 (bob)", Requests: []string{"w"}, Token: 100, Expires: grant30},
+				wantFinish: map[string]reqView{"m": {Phase: locksv1.PhaseReleased, Reason: locksv1.ReasonReleased, Message: "released",
+					Token: 99, Held: "00", True: trueFinished, Event: locksv1.ReasonReleased}},
+				wantGrant:   map[string]reqView{"w": bobGranted(100)},
+				wantRequeue: untilFromNow(grant30),
+			},
+		},
+		"a deleted holder whose delete event said its token": {
+			decideCase: decideCase{
+				lock:        lockOf(m().obj()),
+				reqs:        reqs(bob()),
+				gone:        map[types.UID]int64{"uid-m": 99},
+				wantHolder:  "bob#7",
+				wantLock:    &lockView{Holder: "pull #7 (bob)", Requests: []string{"w"}, Token: 100, Expires: grant30},
+				wantGrant:   map[string]reqView{"w": bobGranted(100)},
+				wantRequeue: untilFromNow(grant30),
+			},
+		},
+		"a deleted holder whose token nobody knows: take it out, grant on the next revision": {
+			decideCase: decideCase{
+				lock:     lockOf(m().obj()),
+				reqs:     reqs(bob()),
+				wantLock: &lockView{Token: 41},
+			},
+			wantAgain: true,
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			runDecideCases(t, map[string]decideCase{name: tc.decideCase})
+			if got := Decide(tc.input()).Again; got != tc.wantAgain {
+				t.Errorf("Again = %v, want %v", got, tc.wantAgain)
 			}
 		})
 	}

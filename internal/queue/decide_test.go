@@ -51,6 +51,7 @@ type decideCase struct {
 	reqs    []*locksv1.LockRequest
 	freezes Freezes
 	lost    map[types.UID]string
+	gone    map[types.UID]int64
 
 	wantCreate  bool
 	wantHolder  string
@@ -63,7 +64,7 @@ type decideCase struct {
 }
 
 func (tc decideCase) input() Input {
-	in := Input{Now: tc.now, Name: tc.key, Lock: tc.lock, Requests: tc.reqs, Freezes: tc.freezes, LostHolders: tc.lost}
+	in := Input{Now: tc.now, Name: tc.key, Lock: tc.lock, Requests: tc.reqs, Freezes: tc.freezes, LostHolders: tc.lost, GoneTokens: tc.gone}
 	if in.Now.IsZero() {
 		in.Now = now
 	}
@@ -319,9 +320,10 @@ func TestDecide(t *testing.T) {
 			wantGrant:   map[string]reqView{"w": bobGranted(42)},
 			wantRequeue: untilFromNow(grant30),
 		},
-		"a deleted holder (gone from the requests) is replaced": {
+		"a deleted holder (gone from the requests, its delete event seen) is replaced": {
 			lock:        aliceLock(h),
 			reqs:        reqs(bobWaits()),
+			gone:        map[types.UID]int64{"uid-h": 41},
 			wantHolder:  "bob#7",
 			wantLock:    bobHolds(42),
 			wantGrant:   map[string]reqView{"w": bobGranted(42)},

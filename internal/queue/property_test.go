@@ -86,6 +86,10 @@ func simulate(t testing.TB, seed uint64, rounds int) map[string]int {
 			if r := pick(func(*locksv1.LockRequest) bool { return true }); r != nil {
 				w.del(r.UID)
 				did = "delete " + r.Name
+				if rng.IntN(3) == 0 {
+					w.forgetGone() // the controller restarted: the delete event is not known
+					did += ", unseen"
+				}
 			}
 		case k < 14:
 			if r := pick(func(r *locksv1.LockRequest) bool { return r.Status.Phase == locksv1.PhaseGranted }); r != nil {
@@ -127,7 +131,7 @@ func simulate(t testing.TB, seed uint64, rounds int) map[string]int {
 		// can stop any of them after any of its writes.
 		var d Decision
 		stage := stageAll
-		for step := 0; step < 3 && stage == stageAll; step++ {
+		for step := 0; step < 4 && stage == stageAll; step++ {
 			in := w.input(name1, clock, cfg)
 			before := w.input(name1, clock, cfg)
 			d = Decide(in)
@@ -138,7 +142,14 @@ func simulate(t testing.TB, seed uint64, rounds int) map[string]int {
 				stage = stageFinish + rng.IntN(3) // crash after Finish, Lock or Grant
 			}
 			w.apply(name1, in, d, stage)
-			if !d.CreateLock && !d.ReleaseFinalizer {
+			// A request is written as newly holding only after the same decision's ProjectLock
+			// write listed it (docs/protocol.md).
+			for _, u := range d.Grant {
+				if u.Acquires && d.Lock == nil {
+					t.Fatalf("seed %d round %d: %s newly holds the key with no ProjectLock write:\n%s", seed, round, u.Request.Name, describeDecision(d))
+				}
+			}
+			if !d.CreateLock && !d.ReleaseFinalizer && !d.Again {
 				break
 			}
 		}

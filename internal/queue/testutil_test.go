@@ -404,6 +404,9 @@ type world struct {
 	// freezes and lost are handed to every decision.
 	freezes Freezes
 	lost    map[types.UID]string
+	// gone are the tokens deleted requests showed last, as the controller's delete events give
+	// them; forgetGone leaves them out, as after a restart.
+	gone map[types.UID]int64
 }
 
 func newWorld(t testing.TB) *world {
@@ -418,7 +421,19 @@ func (w *world) add(lr *locksv1.LockRequest) {
 	w.order = append(w.order, lr.UID)
 }
 
-func (w *world) del(uid types.UID) { delete(w.reqs, uid) }
+// del deletes a request; the controller saw its delete event, with its last token.
+func (w *world) del(uid types.UID) {
+	if r := w.reqs[uid]; r != nil {
+		if w.gone == nil {
+			w.gone = map[types.UID]int64{}
+		}
+		w.gone[uid] = r.Status.FencingToken
+	}
+	delete(w.reqs, uid)
+}
+
+// forgetGone drops what the delete events said, as a restarted controller knows nothing of them.
+func (w *world) forgetGone() { w.gone = nil }
 
 func (w *world) get(name string) *locksv1.LockRequest {
 	for _, r := range w.reqs {
@@ -431,7 +446,7 @@ func (w *world) get(name string) *locksv1.LockRequest {
 
 // input is what the controller would read for the key named name.
 func (w *world) input(name string, at time.Time, cfg Config) Input {
-	in := Input{Now: at, Name: name, Config: cfg, Freezes: w.freezes, LostHolders: w.lost}
+	in := Input{Now: at, Name: name, Config: cfg, Freezes: w.freezes, LostHolders: w.lost, GoneTokens: w.gone}
 	if l := w.locks[name]; l != nil {
 		in.Lock = l.DeepCopy()
 	}
@@ -552,6 +567,11 @@ func (w *world) decide(name string, at time.Time, cfg Config) Decision {
 		}
 		d.CreateLock = true
 	}
+	if d.Again {
+		if d = w.decideOnce(name, at, cfg); d.Again {
+			w.t.Fatalf("Decide asked to decide %s again twice", name)
+		}
+	}
 	return d
 }
 
@@ -571,7 +591,7 @@ func (w *world) decideOnce(name string, at time.Time, cfg Config) Decision {
 // empty reports whether a decision writes nothing.
 func empty(d Decision) bool {
 	return len(d.Finish) == 0 && len(d.Demote) == 0 && len(d.Grant) == 0 && len(d.Waiting) == 0 && d.Lock == nil &&
-		!d.CreateLock && !d.ReleaseFinalizer
+		!d.CreateLock && !d.ReleaseFinalizer && !d.Again
 }
 
 func describeDecision(d Decision) string {

@@ -136,32 +136,44 @@ var _ = Describe("Holes in the grant protocol", func() {
 		m := newManager("M", 0, cfg)
 		one, two := target("one"), target("two")
 		k1, k2 := keyOf(ns, one), keyOf(ns, two)
-		// Each key gets its counter: k2's is made after k1's, so it is the larger.
-		for i, t := range []struct {
-			name string
-			tgt  types.NamespacedName
-			path string
-		}{{"a", k1, "one"}, {"b", k2, "two"}} {
-			create(MakeLockRequest(t.name, ns).Lock("acme/infra", t.path, "default").Owner("early", int64(i+1)))
-			fresh(m, t.tgt)
-			Expect(phase(ns, t.name)).To(Equal(locksv1.PhaseGranted))
-			remove(request(t.name))
-			fresh(m, t.tgt)
+		multi := func(name, owner string, pull int64) *LockRequestWrapper {
+			return MakeLockRequest(name, ns).Lock(one.Repo, one.Path, one.Workspace).Lock(two.Repo, two.Path, two.Workspace).Owner(owner, pull)
 		}
-
-		create(MakeLockRequest("m", ns).Lock(one.Repo, one.Path, one.Workspace).Lock(two.Repo, two.Path, two.Workspace).Owner("carol", 3))
-		for _, k := range []types.NamespacedName{k1, k2, k1, k2} {
-			fresh(m, k)
+		// takeBoth has the multi-lock request take the first key, wait for the second behind
+		// holder, and get it once holder goes: its token for the second key comes from a
+		// ProjectLock written after the first key's last write.
+		takeBoth := func(name, holder string) {
+			GinkgoHelper()
+			fresh(m, k1)
+			fresh(m, k2)
+			remove(request(holder))
+			fresh(m, k2)
+			Expect(phase(ns, name)).To(Equal(locksv1.PhaseGranted))
 		}
-		Expect(phase(ns, "m")).To(Equal(locksv1.PhaseGranted))
-
-		By("the multi-lock holder is deleted, and a new holder takes the first key")
-		remove(request("m"))
-		fresh(m, k1)
+		create(MakeLockRequest("b", ns).Lock(two.Repo, two.Path, two.Workspace).Owner("bob", 2))
 		fresh(m, k2)
+		create(multi("m", "carol", 3))
+		takeBoth("m", "b")
+
+		By("the multi-lock holder is deleted, and a new holder takes the first key in the same decision")
+		remove(request("m"))
 		create(MakeLockRequest("n", ns).Lock(one.Repo, one.Path, one.Workspace).Owner("dave", 4))
 		fresh(m, k1)
+		fresh(m, k1)
 		Expect(phase(ns, "n")).To(Equal(locksv1.PhaseGranted))
+
+		By("and the same with a holder that releases, its status still there to read")
+		create(MakeLockRequest("c", ns).Lock(two.Repo, two.Path, two.Workspace).Owner("bob", 2))
+		fresh(m, k2)
+		remove(request("n"))
+		create(multi("p", "erin", 5))
+		takeBoth("p", "c")
+		p := getRequest(ns, "p")
+		p.Spec.Release = true
+		Expect(k8s.Update(ctx, p)).To(Succeed())
+		create(MakeLockRequest("q", ns).Lock(one.Repo, one.Path, one.Workspace).Owner("fay", 6))
+		fresh(m, k1)
+		Expect(phase(ns, "q")).To(Equal(locksv1.PhaseGranted))
 	})
 
 	It("hole 4: a key's token keeps rising across re-creation when the deciding clock is behind", func() {
