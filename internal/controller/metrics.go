@@ -20,7 +20,10 @@ type Metrics struct {
 	Grants       prometheus.Counter
 	Finished     *prometheus.CounterVec
 	Conflicts    prometheus.Counter
-	Deadlocks    prometheus.Counter
+	// Demoted counts grants a ProjectLock listed that were taken back before their request was
+	// told, because its command froze meanwhile (docs/protocol.md).
+	Demoted   prometheus.Counter
+	Deadlocks prometheus.Counter
 	// DeadlockChecks counts each namespace a detector round looked at: checked, or skipped
 	// because no new wait could close a cycle.
 	DeadlockChecks *prometheus.CounterVec
@@ -55,6 +58,9 @@ func NewMetrics(reg prometheus.Registerer, requests ...client.Reader) *Metrics {
 		Conflicts: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "turnstile_write_conflicts_total", Help: "Optimistic writes that lost a race and were decided again.",
 		}),
+		Demoted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "turnstile_grants_demoted_total", Help: "Grants taken back before their request was told, because its command froze meanwhile.",
+		}),
 		Deadlocks: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "turnstile_deadlocks_total", Help: "Deadlock cycles detected and broken.",
 		}),
@@ -70,7 +76,7 @@ func NewMetrics(reg prometheus.Registerer, requests ...client.Reader) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.QueueDepth, m.GrantLatency, m.WaitDuration, m.HoldDuration, m.Grants, m.Finished,
-			m.Conflicts, m.Deadlocks, m.DeadlockChecks, m.FrozenCommand, m.Blocked)
+			m.Conflicts, m.Demoted, m.Deadlocks, m.DeadlockChecks, m.FrozenCommand, m.Blocked)
 		if len(requests) > 0 {
 			reg.MustRegister(&phaseCollector{reader: requests[0]})
 		}

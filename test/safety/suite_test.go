@@ -73,12 +73,14 @@ func syncHistory() {
 // manager is one Turnstile manager of the attack: the real reconcilers, reading through their
 // own lagging view, deciding by their own clock (real time plus a skew).
 type manager struct {
-	name  string
-	view  *lag.View
-	skew  time.Duration
-	clock *clocktesting.FakeClock
-	locks *controller.LockReconciler
-	cmds  *controller.CommandLockReconciler
+	name    string
+	view    *lag.View
+	skew    time.Duration // how far its clock is off
+	ahead   time.Duration // how far simulated time is ahead of real time, for every manager
+	clock   *clocktesting.FakeClock
+	metrics *controller.Metrics
+	locks   *controller.LockReconciler
+	cmds    *controller.CommandLockReconciler
 }
 
 func newManager(name string, skew time.Duration, cfg queue.Config) *manager {
@@ -91,14 +93,14 @@ func newManager(name string, skew time.Duration, cfg queue.Config) *manager {
 // restart replaces the reconcilers, as a new process would have them: nothing remembered. The
 // view is kept; the caller decides how stale the new process's cache starts.
 func (m *manager) restart(cfg queue.Config) {
-	metrics := controller.NewMetrics(nil)
+	m.metrics = controller.NewMetrics(nil)
 	m.locks = controller.NewLockReconciler(m.view, k8s, nopRecorder{},
-		controller.WithClock(m.clock), controller.WithConfig(cfg), controller.WithMetrics(metrics))
-	m.cmds = controller.NewCommandLockReconciler(m.view, k8s, nopRecorder{}, queue.FreezeFlags{}, metrics, m.clock)
+		controller.WithClock(m.clock), controller.WithConfig(cfg), controller.WithMetrics(m.metrics))
+	m.cmds = controller.NewCommandLockReconciler(m.view, k8s, nopRecorder{}, queue.FreezeFlags{}, m.metrics, m.clock)
 }
 
-// tick sets the manager's clock to real time plus its skew.
-func (m *manager) tick() { m.clock.SetTime(time.Now().Add(m.skew)) }
+// tick sets the manager's clock to real time plus simulated time plus its skew.
+func (m *manager) tick() { m.clock.SetTime(time.Now().Add(m.ahead + m.skew)) }
 
 // reconcileKey runs one reconcile of a lock key.
 func (m *manager) reconcileKey(key types.NamespacedName) (reconcile.Result, error) {

@@ -189,6 +189,11 @@ func (h *History) Mark() Mark {
 	return m
 }
 
+// Events returns kind k's events from..to (to past the end means the end).
+func (h *History) Events(k Kind, from, to int) []Event {
+	return h.events(k, from, min(to, h.Len(k)))
+}
+
 func (h *History) events(k Kind, from, to int) []Event {
 	h.mu.Lock()
 	defer h.mu.Unlock()

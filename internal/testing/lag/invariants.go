@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
@@ -21,7 +22,8 @@ type Invariants struct {
 	// request that holds a key is listed by that key's ProjectLock.
 	Structural bool
 
-	tokens map[string]tenure // namespace/projectlock name -> the last holder seen
+	tokens map[string]tenure               // namespace/projectlock name -> the last holder seen
+	state  map[string]*locksv1.LockRequest // Replay's requests, by name
 }
 
 // tenure is what was seen of one key's current holder identity.
@@ -59,26 +61,11 @@ func (inv *Invariants) Check(ctx context.Context, ns string) ([]string, error) {
 	if err := inv.c.List(ctx, &cls); err != nil {
 		return nil, err
 	}
-	var out []string
-
-	type holding struct {
-		lr    *locksv1.LockRequest
-		token int64 // per key, as the request reports it
-	}
-	holders := map[string][]holding{}
+	reqs := make([]*locksv1.LockRequest, len(lrs.Items))
 	for i := range lrs.Items {
-		lr := &lrs.Items[i]
-		if lr.Status.Phase.IsFinal() {
-			continue
-		}
-		for _, l := range lr.Status.Locks {
-			if !l.Held && lr.Status.Phase != locksv1.PhaseGranted {
-				continue
-			}
-			key := lr.Namespace + "/" + l.Name
-			holders[key] = append(holders[key], holding{lr, keyToken(lr, l)})
-		}
+		reqs[i] = &lrs.Items[i]
 	}
+	out, holders := inv.checkRequests(reqs)
 	listed := map[string]map[string]bool{}
 	for i := range pls.Items {
 		pl := &pls.Items[i]
@@ -91,30 +78,12 @@ func (inv *Invariants) Check(ctx context.Context, ns string) ([]string, error) {
 		listed[pl.Namespace+"/"+pl.Name] = set
 	}
 
-	keys := make([]string, 0, len(holders))
-	for k := range holders {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, key := range keys {
-		hs := holders[key]
-		ids := map[string][]string{}
-		for _, h := range hs {
-			id := queue.Identity(h.lr.Spec.Holder)
-			ids[id] = append(ids[id], h.lr.Name)
-		}
-		if len(ids) > 1 {
-			var parts []string
-			for id, names := range ids {
-				parts = append(parts, fmt.Sprintf("%s via %v", id, names))
-			}
-			sort.Strings(parts)
-			out = append(out, fmt.Sprintf("mutual exclusion: %s is held by %d identities: %s", key, len(ids), strings.Join(parts, "; ")))
-		}
-		for _, h := range hs {
-			out = append(out, inv.observeToken(key, h.lr, h.token)...)
-			if inv.Structural && !listed[key][string(h.lr.UID)] {
-				out = append(out, fmt.Sprintf("structure: %s holds %s but the ProjectLock does not list it (exists: %v)", h.lr.Name, key, listed[key] != nil))
+	if inv.Structural {
+		for _, key := range sortedKeys(holders) {
+			for _, h := range holders[key] {
+				if !listed[key][string(h.lr.UID)] {
+					out = append(out, fmt.Sprintf("structure: %s holds %s but the ProjectLock does not list it (exists: %v)", h.lr.Name, key, listed[key] != nil))
+				}
 			}
 		}
 	}
@@ -135,6 +104,90 @@ func (inv *Invariants) Check(ctx context.Context, ns string) ([]string, error) {
 		}
 	}
 	return out, nil
+}
+
+type holding struct {
+	lr    *locksv1.LockRequest
+	token int64 // per key, as the request reports it
+}
+
+// checkRequests checks one state of the requests: mutual exclusion and token order. It returns
+// the broken promises and who holds each key.
+func (inv *Invariants) checkRequests(reqs []*locksv1.LockRequest) ([]string, map[string][]holding) {
+	var out []string
+	holders := map[string][]holding{}
+	for _, lr := range reqs {
+		if lr.Status.Phase.IsFinal() {
+			continue
+		}
+		for _, l := range lr.Status.Locks {
+			if !l.Held && lr.Status.Phase != locksv1.PhaseGranted {
+				continue
+			}
+			key := lr.Namespace + "/" + l.Name
+			holders[key] = append(holders[key], holding{lr, keyToken(lr, l)})
+		}
+	}
+	for _, key := range sortedKeys(holders) {
+		hs := holders[key]
+		ids := map[string][]string{}
+		for _, h := range hs {
+			id := queue.Identity(h.lr.Spec.Holder)
+			ids[id] = append(ids[id], h.lr.Name)
+		}
+		if len(ids) > 1 {
+			var parts []string
+			for id, names := range ids {
+				parts = append(parts, fmt.Sprintf("%s via %v", id, names))
+			}
+			sort.Strings(parts)
+			out = append(out, fmt.Sprintf("mutual exclusion: %s is held by %d identities: %s", key, len(ids), strings.Join(parts, "; ")))
+		}
+		for _, h := range hs {
+			out = append(out, inv.observeToken(key, h.lr, h.token)...)
+		}
+	}
+	return out, holders
+}
+
+// Replay checks every state the requests of namespace ns went through in events (a stretch of
+// the LockRequest history, in the store's order): mutual exclusion and token order after each
+// event. Successive calls continue where the last one ended.
+func (inv *Invariants) Replay(ns string, events []Event) []string {
+	if inv.state == nil {
+		inv.state = map[string]*locksv1.LockRequest{}
+	}
+	var out []string
+	for _, ev := range events {
+		lr, ok := ev.Object.(*locksv1.LockRequest)
+		if !ok || lr.Namespace != ns {
+			continue
+		}
+		if ev.Type == watch.Deleted {
+			delete(inv.state, lr.Name)
+			continue
+		}
+		inv.state[lr.Name] = lr
+		reqs := make([]*locksv1.LockRequest, 0, len(inv.state))
+		for _, r := range inv.state {
+			reqs = append(reqs, r)
+		}
+		sort.Slice(reqs, func(i, j int) bool { return reqs[i].Name < reqs[j].Name })
+		v, _ := inv.checkRequests(reqs)
+		for _, s := range v {
+			out = append(out, fmt.Sprintf("after %s of %s (rv %s): %s", ev.Type, lr.Name, lr.ResourceVersion, s))
+		}
+	}
+	return out
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }
 
 // keyToken is the token a request reports for one of its keys: the per-key token, or the

@@ -2,6 +2,7 @@ package lag
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 
@@ -24,16 +25,19 @@ type View struct {
 	client.Client
 	h *History
 
-	mu    sync.Mutex
-	pos   Mark
-	state [numKinds]map[client.ObjectKey]client.Object
+	mu      sync.Mutex
+	pos     Mark
+	state   [numKinds]map[client.ObjectKey]client.Object
+	crashIn int // writes left before a crash; -1: no crash coming
+	writes  int // writes let through so far
+	hooks   map[int]func()
 }
 
 var _ client.Client = (*View)(nil)
 
 // NewView is a cache that has seen nothing yet: every kind at the start of its history.
 func NewView(h *History, writer client.Client) *View {
-	v := &View{Client: writer, h: h}
+	v := &View{Client: writer, h: h, crashIn: -1}
 	for _, k := range Kinds {
 		v.state[k] = map[client.ObjectKey]client.Object{}
 	}
@@ -195,4 +199,108 @@ func groupResource(k Kind) schema.GroupResource {
 	default:
 		return coordinationv1.SchemeGroupVersion.WithResource("leases").GroupResource()
 	}
+}
+
+// ErrCrashed is what every write returns once the view's process has "died" (CrashAfter).
+var ErrCrashed = errors.New("lag: the manager crashed before this write")
+
+// CrashAfter lets n more writes through and fails every later one with ErrCrashed, until
+// Revive: the reconcile under way stops between two of its writes, as a process killed there
+// would. The writes before the crash are in the store; the ones after never happen.
+func (v *View) CrashAfter(n int) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.crashIn = n
+}
+
+// Revive lets writes through again (the manager restarted).
+func (v *View) Revive() {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.crashIn = -1
+}
+
+// BeforeWrite runs f just before the view's n-th write from now (1 is the next): the test can
+// act between two writes of one decision, as another process would.
+func (v *View) BeforeWrite(n int, f func()) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.hooks == nil {
+		v.hooks = map[int]func(){}
+	}
+	v.hooks[v.writes+n] = f
+}
+
+// write reports whether one more write may go through, after running its hook.
+func (v *View) write() error {
+	v.mu.Lock()
+	if v.crashIn == 0 {
+		v.mu.Unlock()
+		return ErrCrashed
+	}
+	if v.crashIn > 0 {
+		v.crashIn--
+	}
+	v.writes++
+	hook := v.hooks[v.writes]
+	delete(v.hooks, v.writes)
+	v.mu.Unlock()
+	if hook != nil {
+		hook()
+	}
+	return nil
+}
+
+// Create creates obj, unless the manager has crashed.
+func (v *View) Create(ctx context.Context, obj client.Object, opts ...client.CreateOption) error {
+	if err := v.write(); err != nil {
+		return err
+	}
+	return v.Client.Create(ctx, obj, opts...)
+}
+
+// Update updates obj, unless the manager has crashed.
+func (v *View) Update(ctx context.Context, obj client.Object, opts ...client.UpdateOption) error {
+	if err := v.write(); err != nil {
+		return err
+	}
+	return v.Client.Update(ctx, obj, opts...)
+}
+
+// Delete deletes obj, unless the manager has crashed.
+func (v *View) Delete(ctx context.Context, obj client.Object, opts ...client.DeleteOption) error {
+	if err := v.write(); err != nil {
+		return err
+	}
+	return v.Client.Delete(ctx, obj, opts...)
+}
+
+// Patch patches obj, unless the manager has crashed.
+func (v *View) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+	if err := v.write(); err != nil {
+		return err
+	}
+	return v.Client.Patch(ctx, obj, patch, opts...)
+}
+
+// Status writes status subresources, unless the manager has crashed.
+func (v *View) Status() client.SubResourceWriter { return statusWriter{v.Client.Status(), v} }
+
+type statusWriter struct {
+	client.SubResourceWriter
+	v *View
+}
+
+func (s statusWriter) Update(ctx context.Context, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+	if err := s.v.write(); err != nil {
+		return err
+	}
+	return s.SubResourceWriter.Update(ctx, obj, opts...)
+}
+
+func (s statusWriter) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+	if err := s.v.write(); err != nil {
+		return err
+	}
+	return s.SubResourceWriter.Patch(ctx, obj, patch, opts...)
 }

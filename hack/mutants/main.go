@@ -1,0 +1,234 @@
+// Command mutants takes each guard of the grant path out of the code, one at a time, runs the
+// tests that should notice, and fails if any mutant survives: a guard whose removal no test
+// notices is a guard nobody has shown is needed. It edits the working tree and restores every
+// file it touched, also when interrupted.
+//
+//	go run ./hack/mutants            # every mutant
+//	go run ./hack/mutants -only token # the mutants whose name contains "token"
+//
+// It needs KUBEBUILDER_ASSETS (make mutants sets it).
+package main
+
+import (
+	"bytes"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strings"
+	"time"
+)
+
+// edit replaces old (which must occur exactly once) with new in file.
+type edit struct{ file, old, new string }
+
+// mutant is one guard taken out, and the tests that must then fail.
+type mutant struct {
+	name  string
+	guard string // what the guard is, for the report
+	edits []edit
+	pkg   string // the test package
+	focus string // a Ginkgo focus, or a -run pattern for plain tests ("run:...")
+}
+
+const (
+	decide     = "internal/queue/decide.go"
+	controller = "internal/controller/lock_controller.go"
+	commands   = "internal/controller/commandlock_controller.go"
+	overlay    = "internal/controller/overlay.go"
+	safety     = "./test/safety/"
+)
+
+var mutants = []mutant{
+	{
+		name: "no-finalizer", guard: "ProjectLocks carry the release-holders finalizer (created with it, older ones given it)",
+		edits: []edit{
+			{controller, "	lock.Finalizers = []string{locksv1.ReleaseHoldersFinalizer}\n", ""},
+			{controller, "if in.Lock.DeletionTimestamp == nil && !slices.Contains(", "if false && !slices.Contains("},
+		},
+		pkg: safety, focus: "hole 1",
+	},
+	{
+		name: "counter-token", guard: "a grant's token is the ProjectLock's resourceVersion",
+		edits: []edit{{decide, "return max(prev+1, revision, leaving+1)", "return prev + 1 + 0*revision + 0*leaving"}},
+		pkg:   safety, focus: "hole 3|hole 4",
+	},
+	{
+		name: "token-below-leaving-holder", guard: "a new holder's token is above the tokens of the holders leaving in the same write",
+		edits: []edit{
+			{decide, "return max(prev+1, revision, leaving+1)", "return max(prev+1, revision, 0*leaving)"},
+			{decide, "if unknown && newHolder {", "if false && unknown && newHolder {"},
+		},
+		pkg: safety, focus: "hole 3",
+	},
+	{
+		name: "overlay-exact-version", guard: "the overlay serves our write over any older cached version",
+		edits: []edit{{overlay, "return c != 0 && w != 0 && c < w", "return c != 0 && w != 0 && c == w-1"}},
+		pkg:   safety, focus: "hole 2",
+	},
+	{
+		name: "deleting-holder-unwritten", guard: "a holder whose object is being deleted is written Released first",
+		edits: []edit{{decide, "		case req.DeletionTimestamp != nil:\n", "		case req.DeletionTimestamp != nil && false:\n"}},
+		pkg:   safety, focus: "hole 5",
+	},
+	{
+		name: "no-live-freeze-check", guard: "the CommandLocks are read live before a commanded request holds",
+		edits: []edit{{controller, "	if len(commands) == 0 {\n", "	if len(commands) >= 0 {\n"}},
+		pkg:   safety, focus: "hole 6",
+	},
+	{
+		name: "drained-from-cache", guard: "Drained is confirmed by a live ProjectLock list",
+		edits: []edit{{commands, "		granting, err := r.granting(ctx, &cl)\n", "		granting, err := 0, error(nil)\n"}},
+		pkg:   safety, focus: "live ProjectLock list",
+	},
+	{
+		name: "fifo-by-clock", guard: "queues order by the API server's order (creation, arrival revision), not queuedAt",
+		edits: []edit{{decide, "	if c := a.req.CreationTimestamp.Compare(b.req.CreationTimestamp.Time); c != 0 {\n\t\treturn c\n\t}\n\tif a.ticket != b.ticket {",
+			"	if c := a.arrival.Compare(b.arrival); c != 0 {\n\t\treturn c\n\t}\n\tif a.ticket != b.ticket {"}},
+		pkg: safety, focus: "hole 7",
+	},
+	{
+		name: "no-live-holder-read", guard: "a holder missing from the cache is looked up live before its key moves on",
+		edits: []edit{{controller, "if byUID[types.UID(h.UID)] || r.overlay.isDeleted(types.UID(h.UID)) {", "if true || byUID[types.UID(h.UID)] || r.overlay.isDeleted(types.UID(h.UID)) {"}},
+		pkg:   safety, focus: "live holder read",
+	},
+	{
+		name: "no-live-projectlock-read", guard: "a claimant the cached ProjectLock does not list is checked against the live one",
+		edits: []edit{{controller, "if claims && !listsAllClaimants(in.Lock, in.Requests, req.Name) {", "if false && claims && !listsAllClaimants(in.Lock, in.Requests, req.Name) {"}},
+		pkg:   safety, focus: "live ProjectLock read",
+	},
+	{
+		name: "no-reissue", guard: "an unconfirmed grant is written only after a ProjectLock write of the same decision",
+		edits: []edit{{decide, "			reissue = true\n", ""}},
+		pkg:   "./internal/queue/", focus: "run:TestDecideUnconfirmedGrant|TestDecideRandomized",
+	},
+	{
+		name: "no-demotion", guard: "an unconfirmed grant frozen since is taken back before the ProjectLock drops it",
+		edits: []edit{{decide, "			if e.frozen != nil {\n\t\t\t\te.heldHere, e.demoted = false, true\n\t\t\t\tcontinue\n\t\t\t}\n", ""}},
+		pkg:   safety, focus: "demotion",
+	},
+	{
+		name: "finish-after-projectlock", guard: "outgoing holders are written final before the ProjectLock moves on",
+		edits: []edit{
+			{controller, "	for _, u := range d.Finish {\n\t\tif err := r.writeRequest(ctx, req.NamespacedName, u); err != nil {\n\t\t\treturn r.retry(err, \"finish lockrequest %s\", u.Request.Name)",
+				"	for _, u := range d.Finish[:0] {\n\t\tif err := r.writeRequest(ctx, req.NamespacedName, u); err != nil {\n\t\t\treturn r.retry(err, \"finish lockrequest %s\", u.Request.Name)"},
+			{controller, "		r.overlay.wroteLock(lock, r.clock.Now())\n\t}\n\n\tif refreeze",
+				"		r.overlay.wroteLock(lock, r.clock.Now())\n\t}\n\tfor _, u := range d.Finish {\n\t\tif err := r.writeRequest(ctx, req.NamespacedName, u); err != nil {\n\t\t\treturn r.retry(err, \"finish lockrequest %s\", u.Request.Name)\n\t\t}\n\t}\n\n\tif refreeze"},
+		},
+		pkg: safety, focus: "write order",
+	},
+}
+
+func main() {
+	only := flag.String("only", "", "run only the mutants whose name contains this")
+	flag.Parse()
+
+	originals := map[string][]byte{}
+	restore := func() {
+		for f, b := range originals {
+			if err := os.WriteFile(f, b, 0o644); err != nil {
+				fmt.Fprintf(os.Stderr, "RESTORE %s BY HAND: %v\n", f, err)
+			}
+		}
+	}
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt)
+	go func() { <-sig; restore(); os.Exit(130) }()
+	defer restore()
+
+	survived, killed := 0, 0
+	for _, m := range mutants {
+		if !strings.Contains(m.name, *only) {
+			continue
+		}
+		if err := apply(m, originals); err != nil {
+			restore()
+			fmt.Fprintf(os.Stderr, "mutant %s: %v (the code changed: update hack/mutants)\n", m.name, err)
+			os.Exit(2)
+		}
+		start := time.Now()
+		out, err := run(m)
+		restore()
+		clear(originals)
+		verdict := "KILLED by " + firstFailure(out)
+		if err == nil {
+			verdict = "SURVIVED: no test noticed"
+			survived++
+		} else {
+			killed++
+		}
+		fmt.Printf("%-26s %-8s %s (%s)\n  guard: %s\n", m.name, time.Since(start).Round(time.Second), verdict, m.focus, m.guard)
+	}
+	fmt.Printf("%d mutants killed, %d survived\n", killed, survived)
+	if survived > 0 {
+		os.Exit(1)
+	}
+}
+
+func apply(m mutant, originals map[string][]byte) error {
+	for _, e := range m.edits {
+		b, ok := originals[e.file]
+		if !ok {
+			var err error
+			if b, err = os.ReadFile(e.file); err != nil {
+				return err
+			}
+			originals[e.file] = b
+		}
+		cur, err := os.ReadFile(e.file)
+		if err != nil {
+			return err
+		}
+		if n := bytes.Count(cur, []byte(e.old)); n != 1 {
+			return fmt.Errorf("%s: %q occurs %d times, want once", e.file, e.old, n)
+		}
+		if err := os.WriteFile(e.file, bytes.Replace(cur, []byte(e.old), []byte(e.new), 1), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func run(m mutant) (string, error) {
+	args := []string{"test", "-count=1", m.pkg}
+	if strings.HasPrefix(m.focus, "run:") {
+		args = append(args, "-run", strings.TrimPrefix(m.focus, "run:"))
+	} else {
+		args = append(args, "-ginkgo.focus", m.focus)
+	}
+	cmd := exec.Command("go", args...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	return out.String(), err
+}
+
+// firstFailure names the first failed spec or test in go test's output.
+func firstFailure(out string) string {
+	for _, line := range strings.Split(out, "\n") {
+		if i := strings.Index(line, "[FAIL]"); i >= 0 {
+			return strings.TrimSpace(stripColor(line[i+len("[FAIL]"):]))
+		}
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if strings.HasPrefix(strings.TrimSpace(line), "--- FAIL") || strings.Contains(line, "build failed") {
+			return strings.TrimSpace(line)
+		}
+	}
+	return "a failing run"
+}
+
+func stripColor(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == 0x1b {
+			for i < len(s) && s[i] != 'm' {
+				i++
+			}
+			continue
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}

@@ -1,0 +1,504 @@
+package safety
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
+	"github.com/turnstile-dev/turnstile/internal/controller"
+	"github.com/turnstile-dev/turnstile/internal/deadlock"
+	"github.com/turnstile-dev/turnstile/internal/queue"
+	"github.com/turnstile-dev/turnstile/internal/testing/lag"
+)
+
+// The seeded simulation: three managers with their own lagging caches and skewed clocks run the
+// real reconcilers (keys, CommandLock, deadlock detector) one step at a time, while the test
+// creates, releases, deletes (with and without finalizers) and renews requests — single-key,
+// multi-key and re-entrant —, force-unlocks keys, freezes and thaws, lets holder Leases lapse
+// and time pass. After every step the store is checked against every promise, and every
+// intermediate state of the requests (each watch event) against mutual exclusion and token
+// order. At the end the environment stops, the caches catch up, and every key that someone
+// can be granted must be held: progress.
+//
+// TURNSTILE_SIM_SEEDS (comma-separated) and TURNSTILE_SIM_STEPS choose the run; a failure
+// prints its seed, and that seed replays it. `make test` runs a short budget, `make soak` a long
+// one.
+
+const simFinalizer = "sim.turnstile.dev/keep"
+
+// simBudget is the seeds and steps to run.
+func simBudget() ([]uint64, int) {
+	seeds := []uint64{1, 2}
+	steps := 1500
+	if s := os.Getenv("TURNSTILE_SIM_SEEDS"); s != "" {
+		seeds = nil
+		for _, f := range strings.Split(s, ",") {
+			n, err := strconv.ParseUint(strings.TrimSpace(f), 10, 64)
+			Expect(err).NotTo(HaveOccurred(), "TURNSTILE_SIM_SEEDS=%q", s)
+			seeds = append(seeds, n)
+		}
+	}
+	if s := os.Getenv("TURNSTILE_SIM_STEPS"); s != "" {
+		n, err := strconv.Atoi(s)
+		Expect(err).NotTo(HaveOccurred(), "TURNSTILE_SIM_STEPS=%q", s)
+		steps = n
+	}
+	return seeds, steps
+}
+
+var _ = Describe("The seeded simulation", func() {
+	It("keeps every promise with three managers on lagging caches, under force-unlocks, expiries, lost holders, deletions, freezes and crashes", func() {
+		seeds, steps := simBudget()
+		total := map[string]int{}
+		for _, seed := range seeds {
+			By(fmt.Sprintf("seed %d, %d steps (replay: TURNSTILE_SIM_SEEDS=%d TURNSTILE_SIM_STEPS=%d)", seed, steps, seed, steps))
+			s := newSim(seed)
+			s.run(steps)
+			for k, n := range s.did {
+				total[k] += n
+			}
+			GinkgoWriter.Printf("seed %d: %d steps, %d request events checked: %v\n", seed, steps, s.eventsChecked, s.did)
+		}
+		// The walk must have gone where the promises are at risk, or it proves nothing.
+		for _, want := range []string{"decide", "create", "release", "delete", "force-unlock", "crash", "freeze", "thaw",
+			"time", "lose-lease", "drained", locksv1.ReasonGranted, locksv1.ReasonForceUnlocked, locksv1.ReasonExpired,
+			locksv1.ReasonHolderLost, locksv1.ReasonReleased, "demoted", "reissued", "conflict"} {
+			Expect(total[want]).To(BeNumerically(">", 0), "no %q in the whole run: %v", want, total)
+		}
+		GinkgoWriter.Printf("simulation: %d seeds x %d steps, 3 managers: %v\n", len(seeds), steps, total)
+	})
+})
+
+type sim struct {
+	seed     uint64
+	rng      *rand.Rand
+	ns       string
+	cfg      queue.Config
+	command  string // the command the simulation freezes
+	ms       []*manager
+	dets     []*controller.DeadlockDetector
+	targets  []locksv1.LockTarget
+	keys     []types.NamespacedName
+	ids      []locksv1.Holder
+	offset   time.Duration // how far simulated time is ahead of real time
+	inv      *lag.Invariants
+	replay   *lag.Invariants // checks every request event, in the store's order
+	replayed int
+	seq      int
+	did      map[string]int
+
+	eventsChecked int
+	tokens        map[string]int64 // request/key -> the last per-key token seen, for re-issues
+}
+
+func newSim(seed uint64) *sim {
+	s := &sim{
+		seed: seed, rng: rand.New(rand.NewPCG(seed, 0x7475726e)), ns: newNamespace(),
+		cfg: queue.Config{DefaultTTL: 40 * time.Second, MaxTTL: 2 * time.Minute, AgingStep: 30 * time.Second, QueueCap: 8, HeadSize: 5},
+		did: map[string]int{}, tokens: map[string]int64{},
+	}
+	s.command = fmt.Sprintf("apply-%s", s.ns)
+	for i := range 3 {
+		skew := time.Duration(s.rng.IntN(4000)-2000) * time.Millisecond
+		m := newManager(fmt.Sprintf("m%d", i), skew, s.cfg)
+		s.ms = append(s.ms, m)
+		s.dets = append(s.dets, s.detector(m))
+	}
+	for _, p := range []string{"net", "app", "db"} {
+		t := target(p)
+		s.targets = append(s.targets, t)
+		s.keys = append(s.keys, keyOf(s.ns, t))
+	}
+	s.ids = []locksv1.Holder{{Owner: "alice", Pull: 1}, {Owner: "alice", Pull: 2}, {Owner: "bob"}, {Owner: "carol", Pull: 3}}
+	s.inv = lag.NewInvariants(k8s)
+	s.inv.Structural = true
+	s.replay = lag.NewInvariants(k8s)
+	cl := &locksv1.CommandLock{ObjectMeta: metav1.ObjectMeta{Name: s.command}}
+	Expect(k8s.Create(ctx, cl)).To(Succeed())
+	DeferCleanup(func() { Expect(client.IgnoreNotFound(k8s.Delete(ctx, cl))).To(Succeed()) })
+	syncHistory()
+	s.replayed = history.Len(lag.LockRequests)
+	for _, m := range s.ms {
+		m.view.CatchUp()
+	}
+	return s
+}
+
+func (s *sim) detector(m *manager) *controller.DeadlockDetector {
+	return controller.NewDeadlockDetector(m.view, nopRecorder{}, s.cfg, queue.FreezeFlags{}, deadlock.PolicyNewest, 0, controller.NewMetrics(nil), m.clock)
+}
+
+// where says where a failure happened, with the seed that replays it.
+func (s *sim) where(step int, what string) string {
+	return fmt.Sprintf("seed %d step %d (%s); replay with TURNSTILE_SIM_SEEDS=%d", s.seed, step, what, s.seed)
+}
+
+func (s *sim) run(steps int) {
+	for step := 0; step < steps; step++ {
+		what := s.step()
+		s.did[strings.Fields(what)[0]]++
+		s.check(step, what)
+	}
+	s.settle(steps)
+	s.tally()
+}
+
+// step does one random thing and says what.
+func (s *sim) step() string {
+	switch k := s.rng.IntN(100); {
+	case k < 55:
+		return s.decide()
+	case k < 66:
+		return s.create()
+	case k < 72:
+		return s.release()
+	case k < 76:
+		return s.remove()
+	case k < 78:
+		return s.unfinalize()
+	case k < 81:
+		return s.forceUnlock()
+	case k < 83:
+		return s.renew()
+	case k < 87:
+		return s.freeze()
+	case k < 90:
+		s.offset += time.Duration(2+s.rng.IntN(30)) * time.Second
+		for _, m := range s.ms {
+			m.ahead = s.offset
+		}
+		return fmt.Sprintf("time +%s", s.offset)
+	case k < 95:
+		return s.lease()
+	case k < 96:
+		return s.scanDeadlocks()
+	default:
+		// A crash between two writes of a decision: the reconcile stops after a random number of
+		// them, and the manager comes back with nothing remembered and a fresh cache.
+		m := s.ms[s.rng.IntN(len(s.ms))]
+		s.advance(m)
+		k := s.keys[s.rng.IntN(len(s.keys))]
+		writes := s.rng.IntN(4)
+		m.view.CrashAfter(writes)
+		_, err := m.reconcileKey(k)
+		if err != nil && !errors.Is(err, lag.ErrCrashed) {
+			Expect(err).NotTo(HaveOccurred(), "%s: reconcile %s", m.name, k.Name)
+		}
+		m.view.Revive()
+		s.tallyOne(m)
+		m.restart(s.cfg)
+		s.dets[slices.Index(s.ms, m)] = s.detector(m)
+		m.view.CatchUp() // a new process lists afresh
+		return fmt.Sprintf("crash %s deciding %s after %d writes", m.name, k.Name, writes)
+	}
+}
+
+// advance moves each of m's caches forward by a random amount: sometimes all the way, sometimes
+// not at all, independently per kind.
+func (s *sim) advance(m *manager) {
+	for _, k := range lag.Kinds {
+		behind := m.view.Behind(k)
+		switch r := s.rng.IntN(4); {
+		case behind == 0 || r == 0:
+		case r == 1:
+			m.view.Advance(k, behind)
+		default:
+			m.view.Advance(k, 1+s.rng.IntN(behind))
+		}
+	}
+}
+
+func (s *sim) decide() string {
+	m := s.ms[s.rng.IntN(len(s.ms))]
+	s.advance(m)
+	if s.rng.IntN(8) == 0 {
+		_, err := m.reconcileCommand(s.command)
+		Expect(err).NotTo(HaveOccurred(), "%s: commandlock", m.name)
+		return "drained " + m.name
+	}
+	k := s.keys[s.rng.IntN(len(s.keys))]
+	_, err := m.reconcileKey(k)
+	Expect(err).NotTo(HaveOccurred(), "%s: reconcile %s", m.name, k.Name)
+	return fmt.Sprintf("decide %s by %s at %v", k.Name, m.name, m.view.Pos())
+}
+
+func (s *sim) create() string {
+	s.seq++
+	id := s.ids[s.rng.IntN(len(s.ids))]
+	lr := &locksv1.LockRequest{ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: fmt.Sprintf("r%04d", s.seq)}}
+	lr.Spec.Holder = id
+	first := s.rng.IntN(len(s.targets))
+	lr.Spec.Locks = []locksv1.LockTarget{s.targets[first]}
+	if s.rng.IntN(4) == 0 {
+		lr.Spec.Locks = append(lr.Spec.Locks, s.targets[(first+1+s.rng.IntN(len(s.targets)-1))%len(s.targets)])
+	}
+	switch s.rng.IntN(4) {
+	case 0, 1:
+		lr.Spec.Command = s.command
+	case 2:
+		lr.Spec.Command = "plan"
+	}
+	if s.rng.IntN(4) == 0 {
+		lr.Spec.Priority = locksv1.PriorityHigh
+	}
+	switch s.rng.IntN(6) {
+	case 0:
+		lr.Spec.TTL = &metav1.Duration{Duration: 10 * time.Second}
+	case 1:
+		lr.Spec.TTL = &metav1.Duration{Duration: 5 * time.Minute} // over MaxTTL: Invalid
+	}
+	if s.rng.IntN(8) == 0 {
+		lr.Spec.WaitTimeout = &metav1.Duration{Duration: time.Duration(s.rng.IntN(2)) * 30 * time.Second}
+	}
+	if s.rng.IntN(4) == 0 {
+		lr.Spec.Holder.Lease = s.ensureLease(id)
+	}
+	if s.rng.IntN(5) == 0 {
+		lr.Finalizers = []string{simFinalizer}
+	}
+	Expect(k8s.Create(ctx, lr)).To(Succeed())
+	return "create " + lr.Name
+}
+
+func (s *sim) requests(keep func(*locksv1.LockRequest) bool) []locksv1.LockRequest {
+	var list locksv1.LockRequestList
+	Expect(k8s.List(ctx, &list, client.InNamespace(s.ns))).To(Succeed())
+	return slices.DeleteFunc(list.Items, func(lr locksv1.LockRequest) bool { return !keep(&lr) })
+}
+
+func (s *sim) pick(keep func(*locksv1.LockRequest) bool) *locksv1.LockRequest {
+	c := s.requests(keep)
+	if len(c) == 0 {
+		return nil
+	}
+	return &c[s.rng.IntN(len(c))]
+}
+
+func (s *sim) release() string {
+	lr := s.pick(func(lr *locksv1.LockRequest) bool { return !lr.Status.Phase.IsFinal() && !lr.Spec.Release })
+	if lr == nil {
+		return "release none"
+	}
+	lr.Spec.Release = true
+	if err := k8s.Update(ctx, lr); err != nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
+		Expect(err).NotTo(HaveOccurred())
+	}
+	return "release " + lr.Name
+}
+
+func (s *sim) remove() string {
+	lr := s.pick(func(lr *locksv1.LockRequest) bool { return lr.DeletionTimestamp == nil })
+	if lr == nil {
+		return "delete none"
+	}
+	Expect(client.IgnoreNotFound(k8s.Delete(ctx, lr))).To(Succeed())
+	return "delete " + lr.Name
+}
+
+func (s *sim) unfinalize() string {
+	lr := s.pick(func(lr *locksv1.LockRequest) bool { return lr.DeletionTimestamp != nil })
+	if lr == nil {
+		return "unfinalize none"
+	}
+	lr.Finalizers = nil
+	if err := k8s.Update(ctx, lr); err != nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
+		Expect(err).NotTo(HaveOccurred())
+	}
+	return "unfinalize " + lr.Name
+}
+
+func (s *sim) forceUnlock() string {
+	k := s.keys[s.rng.IntN(len(s.keys))]
+	pl := &locksv1.ProjectLock{ObjectMeta: metav1.ObjectMeta{Namespace: k.Namespace, Name: k.Name}}
+	Expect(client.IgnoreNotFound(k8s.Delete(ctx, pl))).To(Succeed())
+	return "force-unlock " + k.Name
+}
+
+func (s *sim) renew() string {
+	lr := s.pick(func(lr *locksv1.LockRequest) bool { return lr.Status.Phase == locksv1.PhaseGranted })
+	if lr == nil {
+		return "renew none"
+	}
+	lr.Spec.TTL = &metav1.Duration{Duration: time.Duration(20+s.rng.IntN(60)) * time.Second}
+	if err := k8s.Update(ctx, lr); err != nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
+		Expect(err).NotTo(HaveOccurred())
+	}
+	return "renew " + lr.Name
+}
+
+func (s *sim) freeze() string {
+	var cl locksv1.CommandLock
+	Expect(k8s.Get(ctx, client.ObjectKey{Name: s.command}, &cl)).To(Succeed())
+	cl.Spec.Locked = !cl.Spec.Locked
+	cl.Spec.Reason = "simulated maintenance"
+	Expect(k8s.Update(ctx, &cl)).To(Succeed())
+	if cl.Spec.Locked {
+		return "freeze " + s.command
+	}
+	return "thaw " + s.command
+}
+
+// ensureLease makes sure the holder Lease of id exists and is renewed at the simulated now.
+func (s *sim) ensureLease(id locksv1.Holder) string {
+	name := "lease-" + strings.ReplaceAll(queue.Identity(id), "#", "-")
+	var l coordinationv1.Lease
+	err := k8s.Get(ctx, client.ObjectKey{Namespace: s.ns, Name: name}, &l)
+	now := metav1.NewMicroTime(time.Now().Add(s.offset))
+	switch {
+	case apierrors.IsNotFound(err):
+		l = coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: name}}
+		l.Spec.LeaseDurationSeconds = ptr.To[int32](20)
+		l.Spec.RenewTime = &now
+		Expect(k8s.Create(ctx, &l)).To(Succeed())
+	default:
+		Expect(err).NotTo(HaveOccurred())
+		l.Spec.RenewTime = &now
+		Expect(k8s.Update(ctx, &l)).To(Succeed())
+	}
+	return name
+}
+
+// lease renews or deletes a random holder's Lease (a lapse is time passing without renewal).
+func (s *sim) lease() string {
+	id := s.ids[s.rng.IntN(len(s.ids))]
+	if s.rng.IntN(3) == 0 {
+		name := "lease-" + strings.ReplaceAll(queue.Identity(id), "#", "-")
+		l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: name}}
+		Expect(client.IgnoreNotFound(k8s.Delete(ctx, l))).To(Succeed())
+		return "lose-lease " + name
+	}
+	return "renew-lease " + s.ensureLease(id)
+}
+
+func (s *sim) scanDeadlocks() string {
+	i := s.rng.IntN(len(s.ms))
+	s.advance(s.ms[i])
+	Expect(s.dets[i].Check(ctx, s.ns)).To(Succeed())
+	return "deadlock-scan " + s.ms[i].name
+}
+
+// check judges the store after a step, and every request event since the last check.
+func (s *sim) check(step int, what string) {
+	GinkgoHelper()
+	v, err := s.inv.Check(ctx, s.ns)
+	Expect(err).NotTo(HaveOccurred())
+	Expect(v).To(BeEmpty(), s.where(step, what))
+	syncHistory()
+	end := history.Len(lag.LockRequests)
+	v = s.replay.Replay(s.ns, history.Events(lag.LockRequests, s.replayed, end))
+	s.eventsChecked += end - s.replayed
+	s.replayed = end
+	Expect(v).To(BeEmpty(), s.where(step, what)+": an intermediate state")
+	s.count()
+}
+
+// count tallies the outcomes the requests show, so the run can prove it went where it matters.
+func (s *sim) count() {
+	for _, lr := range s.requests(func(*locksv1.LockRequest) bool { return true }) {
+		for _, c := range lr.Status.Conditions {
+			if c.Type != locksv1.ConditionGranted {
+				continue
+			}
+			key := lr.Name + "/" + c.Reason
+			if _, seen := s.tokens[key]; !seen {
+				s.tokens[key] = 0
+				s.did[c.Reason]++
+			}
+		}
+		for _, l := range lr.Status.Locks {
+			key := lr.Name + "@" + l.Name
+			if prev := s.tokens[key]; l.FencingToken != 0 && prev != 0 && l.FencingToken != prev {
+				s.did["reissued"]++
+			}
+			if l.FencingToken != 0 {
+				s.tokens[key] = l.FencingToken
+			}
+		}
+	}
+}
+
+// tally adds what the managers' metrics counted: lost races, and grants taken back.
+func (s *sim) tally() {
+	for _, m := range s.ms {
+		s.tallyOne(m)
+	}
+}
+
+// tallyOne adds m's counts; m's metrics are not read again (it is restarting, or the run ends).
+func (s *sim) tallyOne(m *manager) {
+	s.did["conflict"] += int(testutil.ToFloat64(m.metrics.Conflicts))
+	s.did["demoted"] += int(testutil.ToFloat64(m.metrics.Demoted))
+}
+
+// settle stops the environment, lets every cache catch up and every manager decide until
+// nothing changes, then checks progress: a key that someone waits for and may be granted is
+// held.
+func (s *sim) settle(steps int) {
+	GinkgoHelper()
+	var cl locksv1.CommandLock
+	Expect(k8s.Get(ctx, client.ObjectKey{Name: s.command}, &cl)).To(Succeed())
+	cl.Spec.Locked = false
+	Expect(k8s.Update(ctx, &cl)).To(Succeed())
+	for _, lr := range s.requests(func(lr *locksv1.LockRequest) bool { return len(lr.Finalizers) > 0 }) {
+		lr.Finalizers = nil
+		Expect(client.IgnoreNotFound(k8s.Update(ctx, &lr))).To(Succeed())
+	}
+	for round := 0; ; round++ {
+		Expect(round).To(BeNumerically("<", 40), s.where(steps, "settling")+": the managers do not settle")
+		syncHistory()
+		before := history.Mark()
+		for i, m := range s.ms {
+			m.view.CatchUp()
+			for _, k := range s.keys {
+				m.decide(k)
+			}
+			_, err := m.reconcileCommand(s.command)
+			Expect(err).NotTo(HaveOccurred())
+			Expect(s.dets[i].Check(ctx, s.ns)).To(Succeed())
+			s.check(steps, "settling by "+m.name)
+		}
+		syncHistory()
+		if history.Mark() == before {
+			break
+		}
+	}
+	// Progress: every key with a waiter that has reached it (holds the keys before it) is held.
+	reqs := s.requests(func(lr *locksv1.LockRequest) bool { return !lr.Status.Phase.IsFinal() })
+	for _, k := range s.keys {
+		var pl locksv1.ProjectLock
+		err := k8s.Get(ctx, k, &pl)
+		held := err == nil && pl.Status.Holder != nil
+		for _, lr := range reqs {
+			ref, ok := queue.FirstUnheld(&lr)
+			if !ok || ref.Name != k.Name || held {
+				continue
+			}
+			Fail(fmt.Sprintf("%s: key %s is free while %s waits for it (%s)", s.where(steps, "progress"), k.Name, lr.Name, describe(&lr)))
+		}
+	}
+}
+
+func describe(lr *locksv1.LockRequest) string {
+	for _, c := range lr.Status.Conditions {
+		if c.Type == locksv1.ConditionGranted {
+			return fmt.Sprintf("%s %s/%s: %s", lr.Status.Phase, c.Status, c.Reason, c.Message)
+		}
+	}
+	return string(lr.Status.Phase)
+}
