@@ -73,6 +73,19 @@ test: k8s-bins build ## Unit + envtest + e2e tests (real kube-apiserver, etcd, k
 test-unit: ## Only the pure unit tests (no control plane).
 	go test -race ./internal/queue/... ./internal/deadlock/... ./internal/lockkey/... ./pkg/workdir/...
 
+# The long run of the safety simulation (test/safety): seeds and steps per seed. A failure prints
+# the seed that replays it: make soak SOAK_SEEDS=<seed>.
+SOAK_SEEDS ?= 101,102,103,104,105,106,107,108
+SOAK_STEPS ?= 5000
+
+.PHONY: soak
+soak: k8s-bins ## The safety simulation with a long budget (SOAK_SEEDS, SOAK_STEPS): 3 managers on lagging caches.
+	TURNSTILE_SIM_SEEDS=$(SOAK_SEEDS) TURNSTILE_SIM_STEPS=$(SOAK_STEPS) go test -count=1 -timeout 0 ./test/safety/ -ginkgo.focus "seeded simulation" -ginkgo.v
+
+.PHONY: mutants
+mutants: k8s-bins ## Take each guard of the grant path out in turn and check that a test fails (hack/mutants).
+	go run ./hack/mutants
+
 # BENCH_PROFILE=10 records 10 s of manager CPU profile per hand-off depth into bin/bench/*.pprof.
 BENCH_PROFILE ?= 0
 

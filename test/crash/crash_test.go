@@ -5,12 +5,14 @@ import (
 	"math/rand"
 	"time"
 
+	"github.com/anishathalye/porcupine"
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
 	"github.com/turnstile-dev/turnstile/internal/testing/framework"
+	"github.com/turnstile-dev/turnstile/internal/testing/lincheck"
 	. "github.com/turnstile-dev/turnstile/internal/testing/wrappers"
 )
 
@@ -36,6 +38,15 @@ func startChecker(ns string) *framework.InvariantChecker {
 	return ic
 }
 
+// expectLinearizable checks what the requesters observed with porcupine against a fenced lock.
+func expectLinearizable(h *lincheck.History) {
+	GinkgoHelper()
+	res := h.Check(2 * time.Minute)
+	GinkgoWriter.Printf("porcupine: %s\n", res)
+	Expect(res.Verdict).To(Equal(porcupine.Ok), "the requesters' history is not that of a fenced lock:\n%s", res.Explanation)
+	Expect(res.Operations).To(BeNumerically(">", 0))
+}
+
 func expectSafeAndConverged(ns string, ic *framework.InvariantChecker, grants int64) {
 	GinkgoHelper()
 	Eventually(func() string { return converged(ns) }, 60*time.Second, 100*time.Millisecond).Should(BeEmpty(),
@@ -53,9 +64,10 @@ var _ = Describe("A manager killed with SIGKILL", func() {
 		rng := rand.New(rand.NewSource(GinkgoRandomSeed()))
 
 		m := startManager("manager-0")
+		history := lincheck.NewHistory()
 		done := runChurn(framework.Churn{
 			Namespace: ns, Requesters: 12, Rounds: 20, Keys: 4, MultiLock: 0.25,
-			WaitLimit: 3 * time.Minute, Seed: GinkgoRandomSeed(),
+			WaitLimit: 3 * time.Minute, Seed: GinkgoRandomSeed(), History: history,
 		})
 		kills := 0
 		var res churnResult
@@ -77,6 +89,7 @@ var _ = Describe("A manager killed with SIGKILL", func() {
 		Expect(kills).To(BeNumerically(">=", 3), "the churn ended before the manager was killed enough to mean anything")
 		Expect(res.grants).To(BeEquivalentTo(12 * 20))
 		expectSafeAndConverged(ns, ic, res.grants)
+		expectLinearizable(history)
 	})
 })
 
@@ -95,9 +108,10 @@ var _ = Describe("Two managers with leader election", func() {
 		}
 		ms := []*manager{startManager("a-0", args...), startManager("b-0", args...)}
 		ic := startChecker(ns)
+		history := lincheck.NewHistory()
 		done := runChurn(framework.Churn{
 			Namespace: ns, Requesters: 6, Rounds: 25, Keys: 3, MultiLock: 0.25,
-			WaitLimit: 3 * time.Minute, Seed: GinkgoRandomSeed(),
+			WaitLimit: 3 * time.Minute, Seed: GinkgoRandomSeed(), History: history,
 		})
 
 		for round := 1; round <= 3; round++ {
@@ -136,5 +150,6 @@ var _ = Describe("Two managers with leader election", func() {
 		Eventually(done, 3*time.Minute).Should(Receive(&res))
 		Expect(res.err).NotTo(HaveOccurred())
 		expectSafeAndConverged(ns, ic, res.grants)
+		expectLinearizable(history)
 	})
 })

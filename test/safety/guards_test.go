@@ -103,12 +103,17 @@ var _ = Describe("Guards of the grant path", func() {
 		fresh(a)
 		create(req("x", "bob", 2).Command(command))
 		fresh(a)
-		Expect(k8s.Delete(ctx, &locksv1.LockRequest{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "h"}})).To(Succeed())
+		h := getRequest(ns, "h")
+		h.Spec.Release = true
+		Expect(k8s.Update(ctx, h)).To(Succeed())
 		syncHistory()
 
-		By("B grants x: between its ProjectLock write and x's, apply is frozen and A reports on the freeze")
+		By("B hands the key to x: between its ProjectLock write and x's, apply is frozen and A reports on the freeze")
 		b.view.CatchUp()
-		b.view.BeforeWrite(2, func() {
+		b.view.BeforeWrite(3, func() { // h released, the ProjectLock, then x
+			var pl locksv1.ProjectLock
+			Expect(k8s.Get(ctx, k, &pl)).To(Succeed())
+			Expect(pl.Status.Holder.Requests[0].Name).To(Equal("x"), "the test means to act between the ProjectLock write and x's")
 			setFrozen(cl, true)
 			a.view.CatchUp()
 			_, err := a.reconcileCommand(command)

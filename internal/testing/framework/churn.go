@@ -13,6 +13,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
+	"github.com/turnstile-dev/turnstile/internal/queue"
+	"github.com/turnstile-dev/turnstile/internal/testing/lincheck"
 )
 
 // Churn is a crowd of requesters: each loops creating a LockRequest on random keys, waiting for
@@ -28,6 +30,10 @@ type Churn struct {
 	WaitLimit time.Duration
 	Poll      time.Duration
 	Seed      int64
+	// History, when set, records what each requester observed — its acquire from the create
+	// to the poll that saw the grant (with the grant's tokens), its release from the call to the
+	// answer — for lincheck to check.
+	History *lincheck.History
 }
 
 // Run runs the requesters to completion and returns how many grants they saw. A request that
@@ -83,17 +89,22 @@ func (c Churn) round(ctx context.Context, cl client.Client, rng *rand.Rand, w, i
 	if rng.Intn(4) == 0 {
 		lr.Spec.Priority = locksv1.PriorityHigh
 	}
+	asked := c.now()
 	if err := cl.Create(ctx, lr); err != nil {
 		return fmt.Errorf("create %s: %w", name, err)
 	}
-	if err := c.awaitGrant(ctx, cl, client.ObjectKeyFromObject(lr)); err != nil {
+	granted, err := c.awaitGrant(ctx, cl, client.ObjectKeyFromObject(lr))
+	if err != nil {
 		return err
 	}
+	c.record(lincheck.Acquire, granted, asked)
 	time.Sleep(time.Duration(rng.Intn(5)) * time.Millisecond)
+	releasing := c.now()
 	if rng.Intn(2) == 0 {
 		if err := cl.Delete(ctx, lr); err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("delete %s: %w", name, err)
 		}
+		c.record(lincheck.Release, granted, releasing)
 		return nil
 	}
 	for attempt := 0; ; attempt++ {
@@ -104,6 +115,7 @@ func (c Churn) round(ctx context.Context, cl client.Client, rng *rand.Rand, w, i
 			err = cl.Update(ctx, &cur)
 		}
 		if err == nil {
+			c.record(lincheck.Release, granted, releasing)
 			return nil
 		}
 		if !apierrors.IsConflict(err) || attempt > 50 || ctx.Err() != nil {
@@ -112,28 +124,48 @@ func (c Churn) round(ctx context.Context, cl client.Client, rng *rand.Rand, w, i
 	}
 }
 
-// awaitGrant polls until the request is granted, ends otherwise, or WaitLimit passes.
-func (c Churn) awaitGrant(ctx context.Context, cl client.Client, key client.ObjectKey) error {
+func (c Churn) now() int64 {
+	if c.History == nil {
+		return 0
+	}
+	return c.History.Now()
+}
+
+// record adds one operation per key of the granted request, called at call and answered now.
+func (c Churn) record(kind lincheck.Kind, granted *locksv1.LockRequest, call int64) {
+	if c.History == nil {
+		return
+	}
+	ret := c.History.Now()
+	for _, l := range granted.Status.Locks {
+		c.History.Add(lincheck.Input{Kind: kind, Key: granted.Namespace + "/" + l.Name, Client: queue.Identity(granted.Spec.Holder)},
+			lincheck.Output{KeyToken: l.FencingToken, RequestToken: granted.Status.FencingToken}, call, ret)
+	}
+}
+
+// awaitGrant polls until the request is granted, ends otherwise, or WaitLimit passes. It
+// returns the request as the poll that saw the grant read it.
+func (c Churn) awaitGrant(ctx context.Context, cl client.Client, key client.ObjectKey) (*locksv1.LockRequest, error) {
 	deadline := time.Now().Add(c.WaitLimit)
 	for {
 		var cur locksv1.LockRequest
 		err := cl.Get(ctx, key, &cur)
 		switch {
 		case ctx.Err() != nil:
-			return ctx.Err()
+			return nil, ctx.Err()
 		case err != nil:
 			// The API server may be briefly unreachable; keep waiting within the limit.
 		case cur.Status.Phase == locksv1.PhaseGranted:
-			return nil
+			return &cur, nil
 		case cur.Status.Phase.IsFinal():
-			return fmt.Errorf("%s ended %s before it was granted: %s", key.Name, cur.Status.Phase, conditionText(&cur))
+			return nil, fmt.Errorf("%s ended %s before it was granted: %s", key.Name, cur.Status.Phase, conditionText(&cur))
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%s not granted within %s: %s", key.Name, c.WaitLimit, conditionText(&cur))
+			return nil, fmt.Errorf("%s not granted within %s: %s", key.Name, c.WaitLimit, conditionText(&cur))
 		}
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return nil, ctx.Err()
 		case <-time.After(c.Poll):
 		}
 	}
