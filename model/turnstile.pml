@@ -342,6 +342,8 @@ inline observe(k, idn, t, T) {
 	fi;
 	tenMax[k] = (t > tenMax[k] -> t : tenMax[k]);
 	tenMax[k] = (T > tenMax[k] -> T : tenMax[k])
+#else
+	skip
 #endif
 }
 
