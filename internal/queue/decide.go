@@ -375,6 +375,7 @@ func Decide(in Input) Decision {
 
 	// 7. The ProjectLock status.
 	allHolders := append(append([]*entry{}, holders...), granted...)
+	again := false
 	if lock == nil {
 		// Only a key somebody holds or waits for needs its ProjectLock: after a force-unlock
 		// with nobody waiting, the deleted ProjectLock stays deleted. A grant is decided on the
@@ -385,9 +386,8 @@ func Decide(in Input) Decision {
 	} else {
 		if newHolder || reissue {
 			top, unknown := leavingTokens(lock, entries, in.GoneTokens)
-			if unknown && newHolder {
-				return dropFirst(lock, entries, token, now, in.Config)
-			}
+			// Decided below, once the demotions are: they leave in the same write.
+			again = unknown && newHolder
 			token = nextToken(token, Revision(lock.ResourceVersion), top)
 		}
 		status := lockStatus(lock, allHolders, waiting, token, newHolder, now, in.Config)
@@ -448,6 +448,9 @@ func Decide(in Input) Decision {
 			continue
 		}
 		d.Waiting = append(d.Waiting, u)
+	}
+	if again {
+		return dropFirst(lock, entries, d.Demote, now, in.Config)
 	}
 
 	d.RequeueAfter = nextDeadline(allHolders, waiting, now, in.Config)
@@ -623,16 +626,19 @@ func leavingTokens(lock *locksv1.ProjectLock, entries []*entry, gone map[types.U
 }
 
 // dropFirst is the decision when a holder that is gone leaves with a token nobody knows: write
-// the leaving holders final and the ProjectLock without them, grant nobody, and decide again on
-// the written ProjectLock, whose revision is above anything that holder showed.
-func dropFirst(lock *locksv1.ProjectLock, entries []*entry, token int64, now time.Time, cfg Config) Decision {
-	d := Decision{Again: true}
+// the leaving holders final, the unconfirmed grants taken back waiting again (demote), and the
+// ProjectLock without any of them; grant nobody, and decide again on the written ProjectLock,
+// whose revision is above anything that holder showed. Like every write that takes a request
+// out of the holders, the demotion comes first: a held write for it still in flight (the
+// decision that listed it) then fails its precondition instead of landing unlisted.
+func dropFirst(lock *locksv1.ProjectLock, entries []*entry, demote []Update, now time.Time, cfg Config) Decision {
+	d := Decision{Again: true, Demote: demote}
 	for _, e := range entries {
 		if e.heldHere && e.outcome != nil {
 			d.Finish = append(d.Finish, Update{Request: e.req, Status: finishedStatus(e, now), Event: &Event{e.outcome.event, e.outcome.reason, e.outcome.message}})
 		}
 	}
-	st := lockStatus(lock, nil, nil, token, false, now, cfg)
+	st := lockStatus(lock, nil, nil, lock.Status.FencingToken, false, now, cfg)
 	d.Lock = &st
 	return d
 }

@@ -362,6 +362,7 @@ func TestDecideUnconfirmedGrant(t *testing.T) {
 	cases := map[string]struct {
 		decideCase
 		wantDemote map[string]reqView
+		wantAgain  bool
 	}{
 		"re-issued with the ProjectLock's resourceVersion as its token": {
 			decideCase: decideCase{
@@ -398,6 +399,21 @@ func TestDecideUnconfirmedGrant(t *testing.T) {
 			wantDemote: map[string]reqView{"w": {Phase: locksv1.PhasePending, Reason: locksv1.ReasonCommandLocked,
 				Message: maintenance + "; position 1 of 1", Position: 1, Held: "0", True: truePending, Event: locksv1.ReasonCommandLocked}},
 		},
+		"frozen, and the holder leaving with it is gone with a token nobody knows: it is demoted in the write that only takes the leavers out": {
+			// The Again split must not drop an unconfirmed grant from the holders without
+			// writing it first: the held write of the decision that listed it may still be in
+			// flight, and would land on a request the ProjectLock no longer lists (the spin
+			// model's mutation 8).
+			decideCase: decideCase{
+				lock:     listed(makeReq("g").owner("bob", 7).obj(), bob().command("apply").obj()),
+				reqs:     reqs(bob().command("apply"), makeReq("c").owner("carol", 9).queuedAt(t0.Add(-time.Minute))),
+				freezes:  applyFrozen,
+				wantLock: &lockView{Token: 41},
+			},
+			wantAgain: true,
+			wantDemote: map[string]reqView{"w": {Phase: locksv1.PhasePending, Reason: locksv1.ReasonCommandLocked,
+				Message: maintenance + "; position 1 of 1", Position: 1, Held: "0", True: truePending, Event: locksv1.ReasonCommandLocked}},
+		},
 		"a holder whose write landed keeps its grant under the freeze": {
 			decideCase: decideCase{
 				lock:        listed(bob().command("apply").granted(now, 41).obj()),
@@ -411,8 +427,12 @@ func TestDecideUnconfirmedGrant(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			runDecideCases(t, map[string]decideCase{name: tc.decideCase})
-			if diff := cmp.Diff(tc.wantDemote, views(Decide(tc.input()).Demote)); diff != "" {
+			d := Decide(tc.input())
+			if diff := cmp.Diff(tc.wantDemote, views(d.Demote)); diff != "" {
 				t.Errorf("Demote (-want +got):\n%s", diff)
+			}
+			if d.Again != tc.wantAgain {
+				t.Errorf("Again = %v, want %v", d.Again, tc.wantAgain)
 			}
 		})
 	}
