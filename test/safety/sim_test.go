@@ -96,7 +96,7 @@ type sim struct {
 	targets  []locksv1.LockTarget
 	keys     []types.NamespacedName
 	ids      []locksv1.Holder
-	offset   time.Duration // how far simulated time is ahead of real time
+	now      time.Time // the simulation's clock: it moves a little each step and jumps with "time"
 	inv      *lag.Invariants
 	replay   *lag.Invariants // checks every request event, in the store's order
 	replayed int
@@ -104,6 +104,7 @@ type sim struct {
 	did      map[string]int
 
 	eventsChecked int
+	trace         bool // TURNSTILE_SIM_TRACE=1 prints every step
 	tokens        map[string]int64 // request/key -> the last per-key token seen, for re-issues
 }
 
@@ -111,12 +112,16 @@ func newSim(seed uint64) *sim {
 	s := &sim{
 		seed: seed, rng: rand.New(rand.NewPCG(seed, 0x7475726e)), ns: newNamespace(),
 		cfg: queue.Config{DefaultTTL: 40 * time.Second, MaxTTL: 2 * time.Minute, AgingStep: 30 * time.Second, QueueCap: 8, HeadSize: 5},
-		did: map[string]int{}, tokens: map[string]int64{},
+		did: map[string]int{}, tokens: map[string]int64{}, trace: os.Getenv("TURNSTILE_SIM_TRACE") != "",
 	}
 	s.command = fmt.Sprintf("apply-%s", s.ns)
+	// Ahead of the API server's clock, so that no creationTimestamp is in the simulation's
+	// future (a manager would count a request's arrival from it, by real time).
+	s.now = time.Now().Add(time.Hour)
 	for i := range 3 {
 		skew := time.Duration(s.rng.IntN(4000)-2000) * time.Millisecond
 		m := newManager(fmt.Sprintf("m%d", i), skew, s.cfg)
+		m.simNow = &s.now
 		s.ms = append(s.ms, m)
 		s.dets = append(s.dets, s.detector(m))
 	}
@@ -151,9 +156,19 @@ func (s *sim) where(step int, what string) string {
 
 func (s *sim) run(steps int) {
 	for step := 0; step < steps; step++ {
+		s.now = s.now.Add(20 * time.Millisecond)
+		before := history.Mark()
 		what := s.step()
 		s.did[strings.Fields(what)[0]]++
 		s.check(step, what)
+		if s.trace {
+			GinkgoWriter.Printf("seed %d step %d: %s -> %v\n", s.seed, step, what, history.Mark())
+			for _, k := range lag.Kinds {
+				for _, ev := range history.Events(k, before[k], history.Len(k)) {
+					GinkgoWriter.Printf("    %s %s %s\n", k, ev.Type, ev.Object.GetName())
+				}
+			}
+		}
 	}
 	s.settle(steps)
 	s.tally()
@@ -176,14 +191,12 @@ func (s *sim) step() string {
 		return s.forceUnlock()
 	case k < 83:
 		return s.renew()
-	case k < 87:
+	case k < 88:
 		return s.freeze()
-	case k < 90:
-		s.offset += time.Duration(2+s.rng.IntN(30)) * time.Second
-		for _, m := range s.ms {
-			m.ahead = s.offset
-		}
-		return fmt.Sprintf("time +%s", s.offset)
+	case k < 91:
+		d := time.Duration(2+s.rng.IntN(30)) * time.Second
+		s.now = s.now.Add(d)
+		return fmt.Sprintf("time +%s", d)
 	case k < 95:
 		return s.lease()
 	case k < 96:
@@ -359,7 +372,7 @@ func (s *sim) ensureLease(id locksv1.Holder) string {
 	name := "lease-" + strings.ReplaceAll(queue.Identity(id), "#", "-")
 	var l coordinationv1.Lease
 	err := k8s.Get(ctx, client.ObjectKey{Namespace: s.ns, Name: name}, &l)
-	now := metav1.NewMicroTime(time.Now().Add(s.offset))
+	now := metav1.NewMicroTime(s.now)
 	switch {
 	case apierrors.IsNotFound(err):
 		l = coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: name}}
@@ -396,21 +409,27 @@ func (s *sim) scanDeadlocks() string {
 // check judges the store after a step, and every request event since the last check.
 func (s *sim) check(step int, what string) {
 	GinkgoHelper()
-	v, err := s.inv.Check(ctx, s.ns)
+	st, err := lag.ReadState(ctx, k8s, s.ns)
 	Expect(err).NotTo(HaveOccurred())
-	Expect(v).To(BeEmpty(), s.where(step, what))
-	syncHistory()
+	Expect(s.inv.CheckState(st)).To(BeEmpty(), s.where(step, what))
+	// Every change is in the history before the next step moves a cache, so a seed replays.
+	var leases coordinationv1.LeaseList
+	Expect(k8s.List(ctx, &leases, client.InNamespace(s.ns))).To(Succeed())
+	Expect(history.SyncWith(lag.LockRequests, s.ns, &st.Requests)).To(Succeed())
+	Expect(history.SyncWith(lag.ProjectLocks, s.ns, &st.ProjectLocks)).To(Succeed())
+	Expect(history.SyncWith(lag.CommandLocks, "", &st.CommandLocks)).To(Succeed())
+	Expect(history.SyncWith(lag.Leases, s.ns, &leases)).To(Succeed())
 	end := history.Len(lag.LockRequests)
-	v = s.replay.Replay(s.ns, history.Events(lag.LockRequests, s.replayed, end))
+	v := s.replay.Replay(s.ns, history.Events(lag.LockRequests, s.replayed, end))
 	s.eventsChecked += end - s.replayed
 	s.replayed = end
 	Expect(v).To(BeEmpty(), s.where(step, what)+": an intermediate state")
-	s.count()
+	s.count(st.Requests.Items)
 }
 
 // count tallies the outcomes the requests show, so the run can prove it went where it matters.
-func (s *sim) count() {
-	for _, lr := range s.requests(func(*locksv1.LockRequest) bool { return true }) {
+func (s *sim) count(reqs []locksv1.LockRequest) {
+	for _, lr := range reqs {
 		for _, c := range lr.Status.Conditions {
 			if c.Type != locksv1.ConditionGranted {
 				continue

@@ -77,6 +77,7 @@ type manager struct {
 	view    *lag.View
 	skew    time.Duration // how far its clock is off
 	ahead   time.Duration // how far simulated time is ahead of real time, for every manager
+	simNow  *time.Time    // when set, the simulation's clock, which replaces real time
 	clock   *clocktesting.FakeClock
 	metrics *controller.Metrics
 	locks   *controller.LockReconciler
@@ -99,8 +100,15 @@ func (m *manager) restart(cfg queue.Config) {
 	m.cmds = controller.NewCommandLockReconciler(m.view, k8s, nopRecorder{}, queue.FreezeFlags{}, m.metrics, m.clock)
 }
 
-// tick sets the manager's clock to real time plus simulated time plus its skew.
-func (m *manager) tick() { m.clock.SetTime(time.Now().Add(m.ahead + m.skew)) }
+// tick sets the manager's clock to real time (or the simulation's) plus time simulated ahead,
+// plus its skew.
+func (m *manager) tick() {
+	now := time.Now()
+	if m.simNow != nil {
+		now = *m.simNow
+	}
+	m.clock.SetTime(now.Add(m.ahead + m.skew))
+}
 
 // reconcileKey runs one reconcile of a lock key.
 func (m *manager) reconcileKey(key types.NamespacedName) (reconcile.Result, error) {

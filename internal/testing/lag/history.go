@@ -15,6 +15,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -107,7 +108,9 @@ func Start(ctx context.Context, c client.WithWatch) (*History, error) {
 			return nil, err
 		}
 		for _, it := range items {
-			h.logs[k] = append(h.logs[k], Event{watch.Added, it.(client.Object)})
+			if o := it.(client.Object); !system(o) {
+				h.logs[k] = append(h.logs[k], Event{watch.Added, o})
+			}
 		}
 		rv := list.(metav1.ListInterface).GetResourceVersion()
 		h.done.Add(1)
@@ -115,6 +118,11 @@ func Start(ctx context.Context, c client.WithWatch) (*History, error) {
 	}
 	return h, nil
 }
+
+// system reports whether o belongs to the control plane itself (kube-apiserver renews its
+// identity Leases in kube-system every few seconds): not Turnstile's business, and left out so
+// that a history, and a seeded run, does not depend on when they happen.
+func system(o client.Object) bool { return strings.HasPrefix(o.GetNamespace(), "kube-") }
 
 // follow appends k's watch events, resuming from the last resourceVersion when the server ends
 // the watch, so no event is missed.
@@ -139,6 +147,9 @@ func (h *History) follow(ctx context.Context, k Kind, rv string) {
 				continue
 			}
 			rv = o.GetResourceVersion()
+			if system(o) {
+				continue
+			}
 			h.mu.Lock()
 			h.logs[k] = append(h.logs[k], Event{ev.Type, o})
 			h.mu.Unlock()
@@ -225,19 +236,54 @@ func (h *History) Sync(ctx context.Context) error {
 	return nil
 }
 
+// SyncWith waits until the history of kind k holds every change that list — just read from the
+// API server, in namespace ns ("" for all) — shows.
+func (h *History) SyncWith(k Kind, ns string, list client.ObjectList) error {
+	want, err := versionsOf(list)
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if err := h.Err(); err != nil {
+			return err
+		}
+		have := h.replayedVersions(k)
+		if ns != "" {
+			for key := range have {
+				if key.Namespace != ns {
+					delete(have, key)
+				}
+			}
+		}
+		if equalVersions(want, have) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("history of %s did not catch up with the API server within 10s", k)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 func (h *History) liveVersions(ctx context.Context, k Kind) (map[client.ObjectKey]string, error) {
 	list := k.newList()
 	if err := h.c.List(ctx, list); err != nil {
 		return nil, fmt.Errorf("list %s: %w", k, err)
 	}
+	return versionsOf(list)
+}
+
+func versionsOf(list client.ObjectList) (map[client.ObjectKey]string, error) {
 	items, err := meta.ExtractList(list)
 	if err != nil {
 		return nil, err
 	}
 	out := map[client.ObjectKey]string{}
 	for _, it := range items {
-		o := it.(client.Object)
-		out[client.ObjectKeyFromObject(o)] = o.GetResourceVersion()
+		if o := it.(client.Object); !system(o) {
+			out[client.ObjectKeyFromObject(o)] = o.GetResourceVersion()
+		}
 	}
 	return out, nil
 }

@@ -49,18 +49,38 @@ func NewInvariants(c client.Reader) *Invariants {
 //   - Drained: a CommandLock in force that says Drained has no granted request of its command;
 //   - with Structural, every request that holds a key is listed by the key's ProjectLock.
 func (inv *Invariants) Check(ctx context.Context, ns string) ([]string, error) {
-	var lrs locksv1.LockRequestList
-	if err := inv.c.List(ctx, &lrs, client.InNamespace(ns)); err != nil {
+	s, err := ReadState(ctx, inv.c, ns)
+	if err != nil {
 		return nil, err
 	}
-	var pls locksv1.ProjectLockList
-	if err := inv.c.List(ctx, &pls, client.InNamespace(ns)); err != nil {
+	return inv.CheckState(s), nil
+}
+
+// State is the store as one check reads it.
+type State struct {
+	Requests     locksv1.LockRequestList
+	ProjectLocks locksv1.ProjectLockList
+	CommandLocks locksv1.CommandLockList
+}
+
+// ReadState lists namespace ns's requests and ProjectLocks, and every CommandLock.
+func ReadState(ctx context.Context, c client.Reader, ns string) (*State, error) {
+	var s State
+	if err := c.List(ctx, &s.Requests, client.InNamespace(ns)); err != nil {
 		return nil, err
 	}
-	var cls locksv1.CommandLockList
-	if err := inv.c.List(ctx, &cls); err != nil {
+	if err := c.List(ctx, &s.ProjectLocks, client.InNamespace(ns)); err != nil {
 		return nil, err
 	}
+	if err := c.List(ctx, &s.CommandLocks); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
+// CheckState is Check on a state already read.
+func (inv *Invariants) CheckState(st *State) []string {
+	lrs, pls, cls := &st.Requests, &st.ProjectLocks, &st.CommandLocks
 	reqs := make([]*locksv1.LockRequest, len(lrs.Items))
 	for i := range lrs.Items {
 		reqs[i] = &lrs.Items[i]
@@ -103,7 +123,7 @@ func (inv *Invariants) Check(ctx context.Context, ns string) ([]string, error) {
 			}
 		}
 	}
-	return out, nil
+	return out
 }
 
 type holding struct {
