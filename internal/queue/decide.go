@@ -433,7 +433,10 @@ func Decide(in Input) Decision {
 			continue
 		}
 		st := waitingStatus(e, i, len(waiting), told, now)
-		if equalStatus(e.req.Status, st) {
+		// A demotion is written even when the status it writes is the one read: the write is
+		// what fences the held write still in flight for the request (its precondition then
+		// fails), before the ProjectLock stops listing it.
+		if equalStatus(e.req.Status, st) && !e.demoted {
 			continue
 		}
 		if refresh {

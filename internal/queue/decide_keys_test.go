@@ -502,3 +502,31 @@ func TestDecideTokenAboveLeavingHolders(t *testing.T) {
 		})
 	}
 }
+
+// A demotion is written even when the request's status already reads like it (say, a queue
+// write of this manager's, made under the same freeze, is what its cache shows): that write is
+// what makes a held write still in flight for the request fail, before the ProjectLock drops
+// it. Skipping it as "unchanged" let the held write land on a request no ProjectLock listed
+// (the seeded simulation, seed 10).
+func TestDecideDemotesEvenWhenUnchanged(t *testing.T) {
+	applyFrozen, _ := ResolveFreezes([]locksv1.CommandLock{commandLock("apply", true, "maintenance window", nil)}, FreezeFlags{}, now)
+	bob := makeReq("w").owner("bob", 7).command("apply").queuedAt(t0.Add(-time.Minute)).obj()
+	pl := makeLock(tgt1).token(41).holder(now, bob).obj()
+	pl.ResourceVersion = "90"
+	in := Input{Name: pl.Name, Lock: pl, Requests: []*locksv1.LockRequest{bob}, Freezes: applyFrozen, Now: now, Config: testConfig()}
+	first := Decide(in)
+	if len(first.Demote) != 1 {
+		t.Fatalf("first decision: Demote = %d updates, want 1", len(first.Demote))
+	}
+	// The request now shows the status the demotion writes; the ProjectLock still lists it.
+	again := bob.DeepCopy()
+	again.Status = first.Demote[0].Status
+	in.Requests = []*locksv1.LockRequest{again}
+	d := Decide(in)
+	if len(d.Demote) != 1 || d.Demote[0].Request.Name != "w" {
+		t.Fatalf("Demote = %v, want w written again before the ProjectLock drops it", views(d.Demote))
+	}
+	if d.Lock == nil || d.Lock.Holder != nil {
+		t.Errorf("Lock = %+v, want the ProjectLock written without holders", d.Lock)
+	}
+}

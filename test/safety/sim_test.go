@@ -160,15 +160,7 @@ func (s *sim) run(steps int) {
 		before := history.Mark()
 		what := s.step()
 		s.did[strings.Fields(what)[0]]++
-		s.check(step, what)
-		if s.trace {
-			GinkgoWriter.Printf("seed %d step %d: %s -> %v\n", s.seed, step, what, history.Mark())
-			for _, k := range lag.Kinds {
-				for _, ev := range history.Events(k, before[k], history.Len(k)) {
-					GinkgoWriter.Printf("    %s %s %s\n", k, ev.Type, ev.Object.GetName())
-				}
-			}
-		}
+		s.check(step, what, before)
 	}
 	s.settle(steps)
 	s.tally()
@@ -407,11 +399,10 @@ func (s *sim) scanDeadlocks() string {
 }
 
 // check judges the store after a step, and every request event since the last check.
-func (s *sim) check(step int, what string) {
+func (s *sim) check(step int, what string, before lag.Mark) {
 	GinkgoHelper()
 	st, err := lag.ReadState(ctx, k8s, s.ns)
 	Expect(err).NotTo(HaveOccurred())
-	Expect(s.inv.CheckState(st)).To(BeEmpty(), s.where(step, what))
 	// Every change is in the history before the next step moves a cache, so a seed replays.
 	var leases coordinationv1.LeaseList
 	Expect(k8s.List(ctx, &leases, client.InNamespace(s.ns))).To(Succeed())
@@ -419,6 +410,17 @@ func (s *sim) check(step int, what string) {
 	Expect(history.SyncWith(lag.ProjectLocks, s.ns, &st.ProjectLocks)).To(Succeed())
 	Expect(history.SyncWith(lag.CommandLocks, "", &st.CommandLocks)).To(Succeed())
 	Expect(history.SyncWith(lag.Leases, s.ns, &leases)).To(Succeed())
+	violations := s.inv.CheckState(st)
+	if s.trace || len(violations) > 0 {
+		// The step and what it wrote: a failure shows its cause even where it does not replay.
+		GinkgoWriter.Printf("seed %d step %d: %s -> %v\n", s.seed, step, what, history.Mark())
+		for _, k := range lag.Kinds {
+			for _, ev := range history.Events(k, before[k], history.Len(k)) {
+				GinkgoWriter.Printf("    %s %s %s\n", k, ev.Type, lag.Summary(ev.Object))
+			}
+		}
+	}
+	Expect(violations).To(BeEmpty(), s.where(step, what))
 	end := history.Len(lag.LockRequests)
 	v := s.replay.Replay(s.ns, history.Events(lag.LockRequests, s.replayed, end))
 	s.eventsChecked += end - s.replayed
@@ -490,7 +492,7 @@ func (s *sim) settle(steps int) {
 			_, err := m.reconcileCommand(s.command)
 			Expect(err).NotTo(HaveOccurred())
 			Expect(s.dets[i].Check(ctx, s.ns)).To(Succeed())
-			s.check(steps, "settling by "+m.name)
+			s.check(steps, "settling by "+m.name, history.Mark())
 		}
 		syncHistory()
 		if history.Mark() == before {

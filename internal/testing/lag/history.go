@@ -322,6 +322,41 @@ func (h *History) Describe(k Kind, from, to int) string {
 	return out
 }
 
+// Summary says in one line what matters of o to the grant protocol: a request's phase, the keys
+// it holds and its tokens; a ProjectLock's holders, token and whether it is being deleted.
+func Summary(o client.Object) string {
+	out := fmt.Sprintf("%s rv=%s", o.GetName(), o.GetResourceVersion())
+	if o.GetDeletionTimestamp() != nil {
+		out += " deleting"
+	}
+	switch o := o.(type) {
+	case *locksv1.LockRequest:
+		out += fmt.Sprintf(" %s token=%d", o.Status.Phase, o.Status.FencingToken)
+		for _, l := range o.Status.Locks {
+			if l.Held {
+				out += fmt.Sprintf(" held[%s]=%d", l.Key, l.FencingToken)
+			}
+		}
+		if o.Spec.Release {
+			out += " release"
+		}
+	case *locksv1.ProjectLock:
+		out += fmt.Sprintf(" token=%d holders=[", o.Status.FencingToken)
+		if h := o.Status.Holder; h != nil {
+			for i, r := range h.Requests {
+				if i > 0 {
+					out += " "
+				}
+				out += r.Name
+			}
+		}
+		out += "]"
+	case *locksv1.CommandLock:
+		out += fmt.Sprintf(" locked=%v", o.Spec.Locked)
+	}
+	return out
+}
+
 // keysOf returns the sorted keys of a state map.
 func keysOf(m map[client.ObjectKey]client.Object) []client.ObjectKey {
 	out := make([]client.ObjectKey, 0, len(m))
