@@ -104,7 +104,7 @@ type sim struct {
 	did      map[string]int
 
 	eventsChecked int
-	trace         bool // TURNSTILE_SIM_TRACE=1 prints every step
+	trace         bool             // TURNSTILE_SIM_TRACE=1 prints every step
 	tokens        map[string]int64 // request/key -> the last per-key token seen, for re-issues
 }
 
