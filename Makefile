@@ -9,6 +9,8 @@ KUBE_VERSION ?= 1.36.3
 ETCD_VERSION ?= 3.6.16
 CONTROLLER_TOOLS_VERSION ?= v0.23.0
 GOLANGCI_LINT_VERSION ?= v2.15.0
+# spin comes from Debian's package (make spin); this version is tried first.
+SPIN_DEB_VERSION ?= 6.5.2+dfsg-1
 
 BIN := $(CURDIR)/bin
 K8S_BIN := $(BIN)/k8s/$(KUBE_VERSION)-$(shell go env GOOS)-$(shell go env GOARCH)
@@ -81,6 +83,19 @@ SOAK_STEPS ?= 5000
 .PHONY: soak
 soak: k8s-bins ## The safety simulation with a long budget (SOAK_SEEDS, SOAK_STEPS): 3 managers on lagging caches.
 	TURNSTILE_SIM_SEEDS=$(SOAK_SEEDS) TURNSTILE_SIM_STEPS=$(SOAK_STEPS) go test -count=1 -timeout 0 ./test/safety/ -ginkgo.focus "seeded simulation" -ginkgo.v
+
+.PHONY: model-check
+model-check: spin ## Model-check the grant protocol (model/turnstile.pml) with spin: each configuration exhaustively, each mutation refuted (MODEL_FULL=1: the larger ones too).
+	hack/model-check.sh
+
+.PHONY: spin
+spin: ## Install spin (Debian's package, as root) when it is missing.
+	@command -v spin >/dev/null || { \
+	  apt-get update -qq && \
+	  { apt-get install -y -qq --no-install-recommends spin=$(SPIN_DEB_VERSION) || \
+	    { echo "spin=$(SPIN_DEB_VERSION) is not available; installing Debian's current spin"; \
+	      apt-get install -y -qq --no-install-recommends spin; }; }; }
+	@spin -V
 
 .PHONY: mutants
 mutants: k8s-bins ## Take each guard of the grant path out in turn and check that a test fails (hack/mutants).

@@ -798,8 +798,14 @@ inline plan(m, k, pref, kn) {
 			}
 			plus1(tk, mx)
 #elif MUTATION == 6
-			plus1(tk, tpl.tok);
-			tk = MAX(tk, tpl.rv)
+			/* the Again split kept, T_leave left out of the token */
+			again = (unk && (newid || AGAIN_REISSUE));
+			if
+			:: again -> skip
+			:: else ->
+				plus1(tk, tpl.tok);
+				tk = MAX(tk, tpl.rv)
+			fi
 #else
 #if MUTATION != 7
 			again = (unk && (newid || AGAIN_REISSUE));

@@ -42,11 +42,14 @@ import (
 
 const simFinalizer = "sim.turnstile.dev/keep"
 
-// simBudget is the seeds and steps to run.
-func simBudget() ([]uint64, int) {
-	seeds := []uint64{1, 2}
-	steps := 1500
+// simBudget is the seeds and steps to run. With no TURNSTILE_SIM_SEEDS, seeds are taken from a
+// list until the run has been everywhere it must go (see want), so that a short budget still
+// proves something on a machine whose timing sends a seed elsewhere; fixed says which.
+func simBudget() (seeds []uint64, steps int, fixed bool) {
+	seeds = []uint64{10, 3, 4, 13, 14}
+	steps = 600
 	if s := os.Getenv("TURNSTILE_SIM_SEEDS"); s != "" {
+		fixed = true
 		seeds = nil
 		for _, f := range strings.Split(s, ",") {
 			n, err := strconv.ParseUint(strings.TrimSpace(f), 10, 64)
@@ -59,14 +62,35 @@ func simBudget() ([]uint64, int) {
 		Expect(err).NotTo(HaveOccurred(), "TURNSTILE_SIM_STEPS=%q", s)
 		steps = n
 	}
-	return seeds, steps
+	return seeds, steps, fixed
+}
+
+// simWant is where the walk must have gone, or it proves nothing: every kind of step, and every
+// outcome a request can come to.
+var simWant = []string{"decide", "create", "release", "delete", "force-unlock", "crash", "freeze", "thaw",
+	"time", "lose-lease", "drained", locksv1.ReasonGranted, locksv1.ReasonForceUnlocked, locksv1.ReasonExpired,
+	locksv1.ReasonHolderLost, locksv1.ReasonReleased, "demoted", "reissued", "conflict"}
+
+func simMissing(total map[string]int) []string {
+	var out []string
+	for _, w := range simWant {
+		if total[w] == 0 {
+			out = append(out, w)
+		}
+	}
+	return out
 }
 
 var _ = Describe("The seeded simulation", func() {
 	It("keeps every promise with three managers on lagging caches, under force-unlocks, expiries, lost holders, deletions, freezes and crashes", func() {
-		seeds, steps := simBudget()
+		seeds, steps, fixed := simBudget()
 		total := map[string]int{}
+		ran := 0
 		for _, seed := range seeds {
+			if !fixed && ran > 0 && len(simMissing(total)) == 0 {
+				break
+			}
+			ran++
 			By(fmt.Sprintf("seed %d, %d steps (replay: TURNSTILE_SIM_SEEDS=%d TURNSTILE_SIM_STEPS=%d)", seed, steps, seed, steps))
 			s := newSim(seed)
 			s.run(steps)
@@ -76,12 +100,8 @@ var _ = Describe("The seeded simulation", func() {
 			GinkgoWriter.Printf("seed %d: %d steps, %d request events checked: %v\n", seed, steps, s.eventsChecked, s.did)
 		}
 		// The walk must have gone where the promises are at risk, or it proves nothing.
-		for _, want := range []string{"decide", "create", "release", "delete", "force-unlock", "crash", "freeze", "thaw",
-			"time", "lose-lease", "drained", locksv1.ReasonGranted, locksv1.ReasonForceUnlocked, locksv1.ReasonExpired,
-			locksv1.ReasonHolderLost, locksv1.ReasonReleased, "demoted", "reissued", "conflict"} {
-			Expect(total[want]).To(BeNumerically(">", 0), "no %q in the whole run: %v", want, total)
-		}
-		GinkgoWriter.Printf("simulation: %d seeds x %d steps, 3 managers: %v\n", len(seeds), steps, total)
+		Expect(simMissing(total)).To(BeEmpty(), "never reached in %d seeds x %d steps: %v", ran, steps, total)
+		GinkgoWriter.Printf("simulation: %d seeds x %d steps, 3 managers: %v\n", ran, steps, total)
 	})
 })
 

@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# model-check.sh — check model/turnstile.pml with spin. Every configuration must verify with no
+# error, exhaustively (no bitstate hashing: every reachable state is stored and checked), and
+# every mutation (a rule of the protocol taken out, -DMUTATION=n) must be refuted by a trail.
+# See model/README.md for what each configuration covers and what the model abstracts.
+#
+#   hack/model-check.sh            the configurations and mutations `make model-check` runs (CI)
+#   MODEL_FULL=1 hack/model-check.sh   also the larger configurations (minutes each)
+#   hack/model-check.sh NAME       one configuration, or one mutation (M1 ... M8)
+#   MODEL_TRAILS=1 ...             print each refuted mutation's trail (the writes, in order)
+#
+# Needs spin and a C compiler (`make spin` installs spin from Debian when it is missing).
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+SPIN=${SPIN:-spin}
+CC=${CC:-cc}
+CFLAGS_PAN=${MODEL_CFLAGS:--O1}
+work=${MODEL_WORK:-$root/bin/model}
+jobs=${MODEL_JOBS:-2}
+mkdir -p "$work"
+
+# Views may move in the middle of a decision (MIDREFRESH), a manager's own write may or may not
+# be in its view yet (OVERLAY=2), and managers may crash between any two writes (CRASH), unless a
+# configuration says otherwise to stay small; a restriction only removes behaviours, so a
+# mutation refuted under one is refuted in the full model too.
+two="-DNMGR=2"
+calm="-DCRASH=0 -DOVERLAY=1 -DMIDREFRESH=0"
+
+# name|-D flags|what it covers
+configs=(
+	"forceunlock|$two -DSYMM=1 -DKA=1 -DKB=1 -DINIT_REQS=3 -DREL_REQS=1 -DFU_BUDGET=1 -DCMD_REQS=0|2 managers (crashes, views moving mid-decision, overlay or not), A then B on k1, A released, an admin force-unlock (holes 1, 2)"
+	"tokens|-DNMGR=1 -DKA=1 -DKB=3 -DINIT_REQS=3 -DREL_REQS=0 -DDEL_REQS=2 -DCMD_REQS=0|1 manager (crashes, stale views), B locks k1 and k2 against A on k1; B deleted, its token known or not (hole 3 at its smallest)"
+	"multilock|-DNMGR=1 -DKA=1 -DKB=3 -DKC=2 -DINIT_REQS=7 -DREL_REQS=0 -DDEL_REQS=2 -DCMD_REQS=0|1 manager (crashes, stale views), B locks k1 and k2 against A on k1 and C on k2; B deleted, its token known or not (hole 3, T_leave, the Again split)"
+	"multilock-2|$two -DSYMM=1 $calm -DKA=1 -DKB=3 -DKC=2 -DINIT_REQS=3 -DREL_REQS=0 -DDEL_REQS=2 -DCMD_REQS=0|2 managers racing, B locks k1 and k2 against A; B deleted (hole 3 across managers)"
+	"reentrant|-DNMGR=1 -DKA=1 -DKB=1 -DKC=1 -DINIT_REQS=1 -DCREATE_REQS=6 -DREL_REQS=3 -DEXP_REQS=1 -DLOST_REQS=4 -DCMD_REQS=0|1 manager (crashes, stale views), A and C of one identity share k1 against B; creations, releases, an expiry, a lapsed Lease (re-entrancy, hole 4)"
+	"freeze|$two -DKA=1 -DKB=1 -DINIT_REQS=3 -DREL_REQS=2 -DCMD_REQS=1 -DFREEZE=1 -DTHAW=1 -DOVERLAY=1 -DMIDREFRESH=0|2 managers (crashes) and the CommandLock reconciler: A (commanded) against B, a freeze and a thaw (holes 5, 6: Drained, demotion, re-issue)"
+	"freeze-gone|$two $calm -DKA=1 -DKB=1 -DKC=1 -DINIT_REQS=7 -DREL_REQS=0 -DDEL_REQS=4 -DCMD_REQS=1 -DFREEZE=1 -DTHAW=0|2 managers and the CommandLock reconciler: A (commanded) joins C's hold of k1 as B waits; a freeze; C deleted, its token known or not (demotion inside the Again split)"
+)
+full_configs=(
+	"forceunlock-full|$two -DSYMM=1 -DKA=1 -DKB=1 -DINIT_REQS=3 -DREL_REQS=3 -DFU_BUDGET=1 -DCMD_REQS=0|forceunlock, with both requests released"
+	"freeze-gone-full|$two -DKA=1 -DKB=1 -DKC=1 -DINIT_REQS=7 -DREL_REQS=0 -DDEL_REQS=4 -DCMD_REQS=1 -DFREEZE=1 -DTHAW=0 -DOVERLAY=1 -DMIDREFRESH=0|freeze-gone, with crashes"
+)
+# mutation|configuration that refutes it
+mutations=(
+	"1|forceunlock"
+	"2|tokens"
+	"3|freeze"
+	"4|freeze-gone"
+	"5|freeze-gone"
+	"6|tokens"
+	"7|tokens"
+	"8|freeze-gone"
+)
+
+flags_of() {
+	local c
+	for c in "${configs[@]}" "${full_configs[@]}"; do
+		if [[ ${c%%|*} == "$1" ]]; then
+			c=${c#*|}
+			echo "${c%%|*}"
+			return
+		fi
+	done
+	echo "model-check: no configuration $1" >&2
+	exit 2
+}
+
+# verify NAME FLAGS MODE: one pan run in bin/model/NAME; MODE is "holds" or "refuted". Writes
+# bin/model/NAME/result, one line.
+verify() {
+	set +e +o pipefail
+	local name=$1 flags=$2 mode=$3 what=${4:-} dir="$work/$1"
+	rm -rf "$dir" && mkdir -p "$dir"
+	cp "$root/model/turnstile.pml" "$dir/"
+	cd "$dir"
+	# shellcheck disable=SC2086 # the flags are words
+	if ! $SPIN -a $flags turnstile.pml >spin.log 2>&1 || ! $CC $CFLAGS_PAN -w -DSAFETY -DCOLLAPSE -DMEMLIM=4096 -o pan pan.c >cc.log 2>&1; then
+		echo "FAIL  $name: spin or cc failed: $(tail -3 spin.log cc.log | tr '\n' ' ')" >result
+		return
+	fi
+	local start end
+	start=$(date +%s.%N)
+	./pan -m200000 -w24 -c1 >pan.log 2>&1 || true
+	end=$(date +%s.%N)
+	local states errors secs
+	errors=$(sed -n 's/.*errors: \([0-9]*\).*/\1/p' pan.log | head -1)
+	states=$(awk '/states, stored/ {print $1; exit}' pan.log)
+	secs=$(awk -v s="$start" -v e="$end" 'BEGIN {printf "%.1f", e - s}')
+	local line="${states:-?} states, ${secs}s"
+	if grep -q "max search depth too small\|out of memory" pan.log; then
+		echo "FAIL  $name: the search was cut short ($line): $(grep -m1 'too small\|memory' pan.log)" >result
+	elif [[ $mode == holds && ${errors:-1} == 0 ]]; then
+		echo "ok    $name: no violation in $line — $what" >result
+	elif [[ $mode == refuted && -f turnstile.pml.trail ]]; then
+		local why
+		why=$(grep -m1 "assertion violated" pan.log | sed 's/^pan:[0-9]*: *//')
+		local last
+		last=$($SPIN -t -k turnstile.pml.trail $flags turnstile.pml 2>/dev/null | grep -a '@@' | tail -1 | sed 's/^ *@@ //')
+		echo "ok    $name refuted after $line: $why; the trail ends: $last" >result
+		if [[ -n ${MODEL_TRAILS:-} ]]; then
+			$SPIN -t -k turnstile.pml.trail $flags turnstile.pml 2>/dev/null | grep -a '@@' | sed 's/^ *@@ /      /' >>result
+		fi
+	elif [[ $mode == holds ]]; then
+		echo "FAIL  $name: ${errors:-?} errors ($line) — $what" >result
+		$SPIN -t -k turnstile.pml.trail $flags turnstile.pml 2>/dev/null | grep -a '@@' | sed 's/^ *@@ /      /' >>result || true
+	else
+		echo "FAIL  $name survived: no violation in $line" >result
+	fi
+}
+
+only=${1:-}
+names=()
+run_bg() {
+	while (($(jobs -rp | wc -l) >= jobs)); do
+		wait -n || true
+	done
+	(verify "$@") &
+	names+=("$1")
+}
+all=("${configs[@]}")
+if [[ -n ${MODEL_FULL:-} || -n $only ]]; then
+	all+=("${full_configs[@]}")
+fi
+for c in "${all[@]}"; do
+	name=${c%%|*}; rest=${c#*|}; flags=${rest%%|*}; what=${rest#*|}
+	if [[ -z $only || $name == "$only" ]]; then
+		run_bg "$name" "$flags" holds "$what"
+	fi
+done
+for mc in "${mutations[@]}"; do
+	m=${mc%%|*}; conf=${mc#*|}
+	if [[ -z $only || "M$m" == "$only" ]]; then
+		run_bg "M$m" "$(flags_of "$conf") -DMUTATION=$m" refuted
+	fi
+done
+wait
+fail=0
+for n in "${names[@]}"; do
+	cat "$work/$n/result"
+	grep -q "^FAIL" "$work/$n/result" && fail=1
+done
+if ((${#names[@]} == 0)); then
+	echo "model-check: nothing called $only" >&2
+	exit 2
+fi
+exit $fail
