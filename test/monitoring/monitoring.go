@@ -27,10 +27,15 @@ type Query struct {
 	Expr  string
 }
 
-// Selector is one series selector of a query: the metric it names and the labels it matches on.
+// Selector is one series selector of a query: the metric it names and its label matchers.
 type Selector struct {
-	Metric string
-	Labels []string
+	Metric   string
+	Matchers []Matcher
+}
+
+// Matcher is one label matcher: Op is =, !=, =~ or !~.
+type Matcher struct {
+	Label, Op, Value string
 }
 
 // TargetLabels are the labels Prometheus adds to every series it scrapes: a query may match on
@@ -61,12 +66,12 @@ func Selectors(expr string) ([]Selector, error) {
 				}
 				continue
 			}
-			s.Labels = append(s.Labels, m.Name)
+			s.Matchers = append(s.Matchers, Matcher{Label: m.Name, Op: m.Type.String(), Value: m.Value})
 		}
 		if s.Metric == "" {
 			bad = fmt.Errorf("selector %s names no metric", vs)
 		}
-		sort.Strings(s.Labels)
+		sort.Slice(s.Matchers, func(i, j int) bool { return s.Matchers[i].Label < s.Matchers[j].Label })
 		out = append(out, s)
 		return nil
 	})
@@ -209,8 +214,9 @@ func substitute(expr string, values map[string]string) string {
 	return expr
 }
 
-// Exported is what a scrape showed: each series name with the label names it carried.
-type Exported map[string]map[string]bool
+// Exported is what a scrape showed: each series name, with each label it carried and the
+// values seen.
+type Exported map[string]map[string]map[string]bool
 
 // ParseExposition reads a /metrics response in the Prometheus text format. A histogram's family
 // X is the series X_bucket (with le), X_sum and X_count, as PromQL sees them.
@@ -221,15 +227,21 @@ func ParseExposition(r io.Reader) (Exported, error) {
 		return nil, err
 	}
 	out := Exported{}
-	add := func(name string, labels []*dto.LabelPair, extra ...string) {
+	add := func(name string, labels []*dto.LabelPair, extra string) {
 		if out[name] == nil {
-			out[name] = map[string]bool{}
+			out[name] = map[string]map[string]bool{}
+		}
+		seen := func(label, value string) {
+			if out[name][label] == nil {
+				out[name][label] = map[string]bool{}
+			}
+			out[name][label][value] = true
 		}
 		for _, l := range labels {
-			out[name][l.GetName()] = true
+			seen(l.GetName(), l.GetValue())
 		}
-		for _, e := range extra {
-			out[name][e] = true
+		if extra != "" {
+			seen(extra, "") // le or quantile: values are not checked
 		}
 	}
 	for name, f := range families {
@@ -237,14 +249,14 @@ func ParseExposition(r io.Reader) (Exported, error) {
 			switch f.GetType() {
 			case dto.MetricType_HISTOGRAM, dto.MetricType_GAUGE_HISTOGRAM:
 				add(name+"_bucket", m.GetLabel(), "le")
-				add(name+"_sum", m.GetLabel())
-				add(name+"_count", m.GetLabel())
+				add(name+"_sum", m.GetLabel(), "")
+				add(name+"_count", m.GetLabel(), "")
 			case dto.MetricType_SUMMARY:
 				add(name, m.GetLabel(), "quantile")
-				add(name+"_sum", m.GetLabel())
-				add(name+"_count", m.GetLabel())
+				add(name+"_sum", m.GetLabel(), "")
+				add(name+"_count", m.GetLabel(), "")
 			default:
-				add(name, m.GetLabel())
+				add(name, m.GetLabel(), "")
 			}
 		}
 	}
@@ -255,17 +267,24 @@ func ParseExposition(r io.Reader) (Exported, error) {
 func (e Exported) Merge(other Exported) {
 	for name, ls := range other {
 		if e[name] == nil {
-			e[name] = map[string]bool{}
+			e[name] = map[string]map[string]bool{}
 		}
-		for l := range ls {
-			e[name][l] = true
+		for l, values := range ls {
+			if e[name][l] == nil {
+				e[name][l] = map[string]bool{}
+			}
+			for v := range values {
+				e[name][l][v] = true
+			}
 		}
 	}
 }
 
 // Check returns a line for each problem: a query that does not parse, a metric the manager
-// does not export, or a label it matches on that the metric does not carry (Prometheus' target
-// labels aside).
+// does not export, a label it matches on that the metric does not carry, or a value it matches
+// (= and =~) that the scrape never showed for that label. Prometheus' target labels are not
+// checked. So the scrapes must cover what the queries select: drive the manager through it
+// (a queue, a release, an expiry) before scraping.
 func Check(queries []Query, exported Exported) []string {
 	var problems []string
 	for _, q := range queries {
@@ -283,14 +302,57 @@ func Check(queries []Query, exported Exported) []string {
 				problems = append(problems, fmt.Sprintf("%s: metric %s is not exported by the manager", q.Where, s.Metric))
 				continue
 			}
-			for _, l := range s.Labels {
-				if !have[l] && !slices.Contains(TargetLabels, l) {
-					problems = append(problems, fmt.Sprintf("%s: metric %s has no label %q", q.Where, s.Metric, l))
+			for _, m := range s.Matchers {
+				if slices.Contains(TargetLabels, m.Label) {
+					continue
+				}
+				values, ok := have[m.Label]
+				if !ok {
+					problems = append(problems, fmt.Sprintf("%s: metric %s has no label %q", q.Where, s.Metric, m.Label))
+					continue
+				}
+				if p := unseen(m, values); p != "" {
+					problems = append(problems, fmt.Sprintf("%s: metric %s: %s", q.Where, s.Metric, p))
 				}
 			}
 		}
 	}
 	return problems
+}
+
+// unseen says why matcher m matches none of the values seen, or "" when it matches one (or can
+// match an absent label, like =~".*").
+func unseen(m Matcher, values map[string]bool) string {
+	switch m.Op {
+	case "=":
+		if !values[m.Value] {
+			return fmt.Sprintf("%s=%q was never seen (seen: %s)", m.Label, m.Value, strings.Join(sortedKeys(values), ", "))
+		}
+	case "=~":
+		re, err := regexp.Compile("^(?:" + m.Value + ")$")
+		if err != nil {
+			return err.Error()
+		}
+		if re.MatchString("") {
+			return ""
+		}
+		for v := range values {
+			if re.MatchString(v) {
+				return ""
+			}
+		}
+		return fmt.Sprintf("%s=~%q matches none of %s", m.Label, m.Value, strings.Join(sortedKeys(values), ", "))
+	}
+	return ""
+}
+
+func sortedKeys(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
 }
 
 // Metrics lists the metric names the queries select, sorted, for a report.

@@ -21,7 +21,7 @@ func TestSelectors(t *testing.T) {
 		},
 		"matchers, ranges and functions": {
 			expr: `sum by (le) (rate(turnstile_wait_duration_seconds_bucket{job=~".*", phase="x"}[5m]))`,
-			want: []Selector{{Metric: "turnstile_wait_duration_seconds_bucket", Labels: []string{"job", "phase"}}},
+			want: []Selector{{Metric: "turnstile_wait_duration_seconds_bucket", Matchers: []Matcher{{"job", "=~", ".*"}, {"phase", "=", "x"}}}},
 		},
 		"both sides of a binary operation": {
 			expr: `time() - max by (namespace) (a_seconds) > 3600 and on (instance) b_total`,
@@ -29,11 +29,11 @@ func TestSelectors(t *testing.T) {
 		},
 		"subquery and offset": {
 			expr: `deriv(max(q{namespace="a"})[30m:1m]) > 0 unless q offset 1h`,
-			want: []Selector{{Metric: "q", Labels: []string{"namespace"}}, {Metric: "q"}},
+			want: []Selector{{Metric: "q", Matchers: []Matcher{{"namespace", "=", "a"}}}, {Metric: "q"}},
 		},
 		"__name__ matcher": {
 			expr: `{__name__="x_total", job="a"}`,
-			want: []Selector{{Metric: "x_total", Labels: []string{"job"}}},
+			want: []Selector{{Metric: "x_total", Matchers: []Matcher{{"job", "=", "a"}}}},
 		},
 		"a selector with no metric": {
 			expr:    `{job="a"}`,
@@ -63,6 +63,7 @@ func TestSelectors(t *testing.T) {
 const scrape = `# HELP turnstile_queue_depth Requests waiting for a lock key.
 # TYPE turnstile_queue_depth gauge
 turnstile_queue_depth{namespace="team-a",projectlock="vpc"} 2
+turnstile_queue_depth{namespace="team-b",projectlock="vpc"} 1
 # HELP turnstile_grants_total LockRequests granted.
 # TYPE turnstile_grants_total counter
 turnstile_grants_total 3
@@ -80,9 +81,9 @@ func TestParseExposition(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := Exported{
-		"turnstile_queue_depth":                  {"namespace": true, "projectlock": true},
+		"turnstile_queue_depth":                  {"namespace": {"team-a": true, "team-b": true}, "projectlock": {"vpc": true}},
 		"turnstile_grants_total":                 {},
-		"turnstile_wait_duration_seconds_bucket": {"le": true},
+		"turnstile_wait_duration_seconds_bucket": {"le": {"": true}},
 		"turnstile_wait_duration_seconds_sum":    {},
 		"turnstile_wait_duration_seconds_count":  {},
 	}
@@ -111,6 +112,17 @@ func TestCheck(t *testing.T) {
 		"a histogram read by its family name": {
 			expr: `turnstile_wait_duration_seconds`,
 			want: []string{"q: metric turnstile_wait_duration_seconds is not exported by the manager"},
+		},
+		"a value the scrape showed": {
+			expr: `turnstile_queue_depth{namespace="team-b", projectlock=~"v.*"}`,
+		},
+		"a value never seen": {
+			expr: `turnstile_queue_depth{namespace="team-c"}`,
+			want: []string{`q: metric turnstile_queue_depth: namespace="team-c" was never seen (seen: team-a, team-b)`},
+		},
+		"a regular expression matching no value seen": {
+			expr: `turnstile_queue_depth{projectlock=~"dns|iam"}`,
+			want: []string{`q: metric turnstile_queue_depth: projectlock=~"dns|iam" matches none of vpc`},
 		},
 		"a label the metric does not carry": {
 			expr: `turnstile_grants_total{namespace="team-a"}`,
