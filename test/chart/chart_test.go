@@ -87,10 +87,6 @@ func (o object) meta(field string) string {
 	return s
 }
 
-func (o object) key() string {
-	return fmt.Sprintf("%s %s/%s", o.kind(), o.meta("namespace"), o.meta("name"))
-}
-
 func parseManifests(t *testing.T, out string) []object {
 	t.Helper()
 	var objs []object

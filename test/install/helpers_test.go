@@ -262,7 +262,7 @@ func (m *managerProcess) log() string {
 func (m *managerProcess) running() error {
 	select {
 	case <-m.p.Done():
-		return fmt.Errorf("manager %s exited: %v", m.name, m.p.Err())
+		return fmt.Errorf("manager %s exited: %w", m.name, m.p.Err())
 	default:
 		return nil
 	}

@@ -60,7 +60,7 @@ func Selectors(expr string) ([]Selector, error) {
 		}
 		s := Selector{Metric: vs.Name}
 		for _, m := range vs.LabelMatchers {
-			if m.Name == labels.MetricName {
+			if m.Name == model.MetricNameLabel {
 				if m.Type == labels.MatchEqual {
 					s.Metric = m.Value
 				}
