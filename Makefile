@@ -11,13 +11,26 @@ CONTROLLER_TOOLS_VERSION ?= v0.23.0
 GOLANGCI_LINT_VERSION ?= v2.15.0
 # spin comes from Debian's package (make spin); this version is tried first.
 SPIN_DEB_VERSION ?= 6.5.2+dfsg-1
+HELM_VERSION ?= v3.22.0
+HELM_UNITTEST_VERSION ?= v1.1.2
+# The Kubernetes version `helm template` and `helm lint` assume, as in Helm's own release build
+# (one past client-go's major, its minor: v0.37 -> 1.37).
+HELM_KUBE_VERSION_MINOR ?= 37
+# promtool comes from Debian's prometheus package (make promtool); this version is tried first.
+PROMETHEUS_DEB_VERSION ?= 2.42.0+ds-5+deb12u1
 
 BIN := $(CURDIR)/bin
 K8S_BIN := $(BIN)/k8s/$(KUBE_VERSION)-$(shell go env GOOS)-$(shell go env GOARCH)
 CONTROLLER_GEN := $(BIN)/controller-gen-$(CONTROLLER_TOOLS_VERSION)
 GOLANGCI_LINT := $(BIN)/golangci-lint-$(GOLANGCI_LINT_VERSION)
+HELM := $(BIN)/helm-$(HELM_VERSION)
+# helm-unittest is a Helm plugin: helm finds it in HELM_PLUGINS.
+export HELM_PLUGINS := $(BIN)/helm-plugins
+HELM_UNITTEST := $(HELM_PLUGINS)/unittest/untt-$(HELM_UNITTEST_VERSION)
+CHART := charts/turnstile
 export KUBEBUILDER_ASSETS := $(K8S_BIN)
 export TURNSTILE_KUBECTL := $(K8S_BIN)/kubectl
+export TURNSTILE_HELM := $(HELM)
 
 .PHONY: all
 all: build
@@ -41,8 +54,13 @@ dev: k8s-bins build ## Start a local control plane + the manager; prints a KUBEC
 	$(BIN)/turnstile-dev --assets $(K8S_BIN) --manager $(BIN)/manager --state $(DEV_STATE) $(DEV_ARGS)
 
 .PHONY: manifests
-manifests: $(CONTROLLER_GEN) ## Generate CRDs and RBAC from the API types and markers.
+manifests: $(CONTROLLER_GEN) ## Generate CRDs and RBAC from the API types and markers, and the chart's copies of them.
 	$(CONTROLLER_GEN) rbac:roleName=turnstile-manager crd:allowDangerousTypes=false paths="./..." output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
+	go run ./hack/chartgen
+
+.PHONY: chart
+chart: ## Regenerate the chart's CRDs, RBAC, alerts and dashboard from config/ (hack/chartgen).
+	go run ./hack/chartgen
 
 .PHONY: generate
 generate: $(CONTROLLER_GEN) ## Generate deepcopy code.
@@ -63,13 +81,25 @@ lint: $(GOLANGCI_LINT) ## Run golangci-lint (built from the module proxy) and ch
 
 .PHONY: verify-generated
 verify-generated: manifests generate ## Fail if generated files are out of date.
-	@git diff --exit-code -- config/crd config/rbac api || { echo "generated files are stale: run make manifests generate"; exit 1; }
+	@git diff --exit-code -- config/crd config/rbac api $(CHART) || { echo "generated files are stale: run make manifests generate"; exit 1; }
+	@test -z "$$(git status --porcelain -- $(CHART))" || { echo "untracked generated chart files:"; git status --porcelain -- $(CHART); exit 1; }
 
 ##@ Test
 
 .PHONY: test
-test: k8s-bins build ## Unit + envtest + e2e tests (real kube-apiserver, etcd, kubectl); prints a summary.
+test: k8s-bins build helm helm-unittest ## Unit + envtest + e2e tests (real kube-apiserver, etcd, kubectl, helm); prints a summary.
 	hack/test.sh
+
+.PHONY: test-chart
+test-chart: helm helm-unittest ## Only the chart: helm lint --strict and the helm-unittest suites (make test runs both too).
+	$(HELM) lint --strict $(CHART)
+	$(HELM) lint --strict $(CHART) -f test/chart/testdata/all-on.yaml
+	$(HELM) unittest --strict $(CHART)
+
+.PHONY: test-alerts
+test-alerts: promtool ## promtool check rules + test rules on config/prometheus (promtool from Debian; run in CI).
+	promtool check rules config/prometheus/turnstile.rules.yaml
+	cd config/prometheus && promtool test rules turnstile.rules.test.yaml
 
 .PHONY: test-unit
 test-unit: ## Only the pure unit tests (no control plane).
@@ -115,6 +145,21 @@ build: ## Build the manager and the kubectl plugin into ./bin.
 	go build -o $(BIN)/manager ./cmd/manager
 	go build -o $(BIN)/kubectl-turnstile ./cmd/kubectl-turnstile
 
+.PHONY: helm
+helm: $(HELM) ## Build helm from the Go module proxy (cached in ./bin).
+
+.PHONY: helm-unittest
+helm-unittest: $(HELM_UNITTEST) ## Build the helm-unittest plugin from its Go module into ./bin/helm-plugins.
+
+.PHONY: promtool
+promtool: ## Install promtool (Debian's prometheus package, as root) when it is missing.
+	@command -v promtool >/dev/null || { \
+	  apt-get update -qq && \
+	  { apt-get install -y -qq --no-install-recommends prometheus=$(PROMETHEUS_DEB_VERSION) || \
+	    { echo "prometheus=$(PROMETHEUS_DEB_VERSION) is not available; installing Debian's current prometheus"; \
+	      apt-get install -y -qq --no-install-recommends prometheus; }; }; }
+	@promtool --version 2>&1 | head -1
+
 .PHONY: k8s-bins
 k8s-bins: ## Build kube-apiserver, etcd and kubectl from the Go module proxy (cached in ./bin/k8s).
 	@KUBE_VERSION=$(KUBE_VERSION) ETCD_VERSION=$(ETCD_VERSION) hack/build-k8s-bins.sh $(K8S_BIN)
@@ -126,3 +171,22 @@ $(CONTROLLER_GEN):
 $(GOLANGCI_LINT):
 	GOBIN=$(BIN) go install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
 	mv $(BIN)/golangci-lint $@
+
+# Helm's release flags: its version, and the Kubernetes version it assumes without a cluster.
+HELM_LDFLAGS := -s -w -X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION) -X helm.sh/helm/v3/internal/version.metadata= \
+	-X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=$(HELM_KUBE_VERSION_MINOR) \
+	-X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=$(HELM_KUBE_VERSION_MINOR)
+
+$(HELM):
+	GOBIN=$(BIN) go install -ldflags "$(HELM_LDFLAGS)" helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
+	mv $(BIN)/helm $@
+
+# helm-unittest's go.mod has a replace directive, so `go install module@version` refuses it:
+# build it inside its downloaded module directory instead, and lay out the plugin directory.
+$(HELM_UNITTEST):
+	rm -rf $(HELM_PLUGINS)/unittest && mkdir -p $(HELM_PLUGINS)/unittest
+	dir=$$(go mod download -json github.com/helm-unittest/helm-unittest@$(HELM_UNITTEST_VERSION) | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$$/\1/p'); \
+	  test -n "$$dir" && cd "$$dir" && \
+	  go build -trimpath -ldflags "-s -w -X github.com/helm-unittest/helm-unittest/internal/build.version=$(HELM_UNITTEST_VERSION:v%=%)" -o $@ ./cmd/helm-unittest
+	printf 'name: "unittest"\nversion: "%s"\nusage: "unittest for helm charts"\ndescription: "helm-unittest %s, built from its Go module by make helm-unittest"\nignoreFlags: false\nplatformCommand:\n- command: "$$HELM_PLUGIN_DIR/%s"\n' \
+	  "$(HELM_UNITTEST_VERSION:v%=%)" "$(HELM_UNITTEST_VERSION)" "$(notdir $@)" > $(HELM_PLUGINS)/unittest/plugin.yaml

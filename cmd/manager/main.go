@@ -21,6 +21,7 @@ import (
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
 	"github.com/turnstile-dev/turnstile/internal/controller"
 	"github.com/turnstile-dev/turnstile/internal/deadlock"
+	"github.com/turnstile-dev/turnstile/internal/lockmetrics"
 	"github.com/turnstile-dev/turnstile/internal/queue"
 )
 
@@ -150,6 +151,11 @@ func run(ctx context.Context, o options) error {
 		DisableDeadlockDetection: !o.deadlockDetection,
 	}); err != nil {
 		return err
+	}
+	// When each key's holder was granted it, read from the cache at scrape time (the
+	// TurnstileLockHeldTooLong alert).
+	if err := metrics.Registry.Register(lockmetrics.NewHolderCollector(mgr.GetCache())); err != nil {
+		return fmt.Errorf("register lock metrics: %w", err)
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return err

@@ -1,0 +1,394 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+
+	"sigs.k8s.io/yaml"
+)
+
+const (
+	chartDir = "charts/turnstile"
+
+	// namePrefix starts the name of every object in config/: the chart puts the release's full
+	// name in its place, so `helm install turnstile` gives the same names as kustomize.
+	namePrefix = "turnstile-"
+	// managerServiceAccount is the manager's ServiceAccount in config/rbac; the chart names its own.
+	managerServiceAccount = "turnstile-controller-manager"
+
+	fullname           = `{{ include "turnstile.fullname" . }}`
+	serviceAccountName = `{{ include "turnstile.serviceAccountName" . }}`
+	releaseNamespace   = `{{ .Release.Namespace }}`
+	chartLabels        = `{{- include "turnstile.labels" . | nindent 4 }}`
+)
+
+// generatedDirs hold only generated files: a file there that Generate does not return is stale.
+var generatedDirs = []string{
+	chartDir + "/templates/crd",
+	chartDir + "/templates/rbac",
+	chartDir + "/files",
+}
+
+// copies are files the chart reads with .Files.Get, copied byte for byte.
+var copies = map[string]string{
+	"config/prometheus/turnstile.rules.yaml":  chartDir + "/files/turnstile.rules.yaml",
+	"config/grafana/turnstile-dashboard.json": chartDir + "/files/turnstile-dashboard.json",
+}
+
+// labelsFromChart are replaced by the chart's own labels (turnstile.labels).
+var labelsFromChart = map[string]bool{
+	"app.kubernetes.io/name":       true,
+	"app.kubernetes.io/managed-by": true,
+	"app.kubernetes.io/part-of":    true,
+}
+
+var docSeparator = regexp.MustCompile(`(?m)^---[ \t]*\n`)
+
+// Generate returns every generated file of the chart, by path relative to root.
+func Generate(root string) (map[string][]byte, error) {
+	out := map[string][]byte{}
+	crds, err := kustomizeResources(root, "config/crd")
+	if err != nil {
+		return nil, err
+	}
+	for _, src := range crds {
+		data, err := os.ReadFile(filepath.Join(root, src))
+		if err != nil {
+			return nil, err
+		}
+		tpl, err := crdTemplate(src, data)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", src, err)
+		}
+		out[chartDir+"/templates/crd/"+crdFileName(src)] = tpl
+	}
+	rbac, err := kustomizeResources(root, "config/rbac")
+	if err != nil {
+		return nil, err
+	}
+	for _, src := range rbac {
+		data, err := os.ReadFile(filepath.Join(root, src))
+		if err != nil {
+			return nil, err
+		}
+		tpl, err := rbacTemplate(src, data)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", src, err)
+		}
+		if tpl != nil {
+			out[chartDir+"/templates/rbac/"+strings.ReplaceAll(filepath.Base(src), "_", "-")] = tpl
+		}
+	}
+	for src, dst := range copies {
+		data, err := os.ReadFile(filepath.Join(root, src))
+		if err != nil {
+			return nil, err
+		}
+		out[dst] = data
+	}
+	return out, nil
+}
+
+// generatedOnDisk lists the files now in the generated directories, relative to root.
+func generatedOnDisk(root string) ([]string, error) {
+	var paths []string
+	for _, dir := range generatedDirs {
+		err := filepath.WalkDir(filepath.Join(root, dir), func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				if os.IsNotExist(err) {
+					return nil
+				}
+				return err
+			}
+			if d.IsDir() {
+				return nil
+			}
+			rel, err := filepath.Rel(root, p)
+			if err != nil {
+				return err
+			}
+			paths = append(paths, filepath.ToSlash(rel))
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	sort.Strings(paths)
+	return paths, nil
+}
+
+// kustomizeResources reads the resources of dir/kustomization.yaml: what `kubectl apply -k`
+// installs from there, as paths relative to root.
+func kustomizeResources(root, dir string) ([]string, error) {
+	data, err := os.ReadFile(filepath.Join(root, dir, "kustomization.yaml"))
+	if err != nil {
+		return nil, err
+	}
+	var k struct {
+		Resources []string `json:"resources"`
+	}
+	if err := yaml.Unmarshal(data, &k); err != nil {
+		return nil, fmt.Errorf("%s/kustomization.yaml: %w", dir, err)
+	}
+	paths := make([]string, 0, len(k.Resources))
+	for _, r := range k.Resources {
+		if !strings.HasSuffix(r, ".yaml") {
+			return nil, fmt.Errorf("%s/kustomization.yaml: resource %q is not a file; chartgen reads files only", dir, r)
+		}
+		paths = append(paths, filepath.ToSlash(filepath.Join(dir, r)))
+	}
+	return paths, nil
+}
+
+// crdFileName names a CRD's template after its plural, e.g. lockrequests.yaml for
+// config/crd/bases/locks.turnstile.dev_lockrequests.yaml.
+func crdFileName(src string) string {
+	base := filepath.Base(src)
+	if _, after, ok := strings.Cut(base, "_"); ok {
+		return after
+	}
+	return base
+}
+
+// documents splits a YAML stream into its non-empty documents.
+func documents(data []byte) [][]byte {
+	var docs [][]byte
+	for _, d := range docSeparator.Split(string(data), -1) {
+		if strings.TrimSpace(stripComments(d)) != "" {
+			docs = append(docs, []byte(d))
+		}
+	}
+	return docs
+}
+
+func stripComments(doc string) string {
+	var b strings.Builder
+	for _, l := range strings.Split(doc, "\n") {
+		if !strings.HasPrefix(strings.TrimSpace(l), "#") {
+			b.WriteString(l)
+			b.WriteByte('\n')
+		}
+	}
+	return b.String()
+}
+
+// leadingComments are the comment lines a document starts with: they explain the object and
+// stay with it in the chart.
+func leadingComments(doc []byte) string {
+	var b strings.Builder
+	for _, l := range strings.Split(string(doc), "\n") {
+		if !strings.HasPrefix(l, "#") {
+			break
+		}
+		b.WriteString(l)
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
+
+// escape keeps Helm from reading "{{" in copied text as the start of an action.
+func escape(s string) string { return strings.ReplaceAll(s, "{{", `{{ "{{" }}`) }
+
+func header(src string) string {
+	return fmt.Sprintf("{{- /* Code generated by hack/chartgen from %s. DO NOT EDIT. */}}\n", src)
+}
+
+// crdTemplate wraps a controller-gen CRD: its spec verbatim, its metadata rebuilt with the
+// chart's labels and, when crds.keep, the annotation that keeps Helm from deleting it (and with
+// it every lock) on uninstall.
+func crdTemplate(src string, data []byte) ([]byte, error) {
+	docs := documents(data)
+	if len(docs) != 1 {
+		return nil, fmt.Errorf("want one CustomResourceDefinition, found %d documents", len(docs))
+	}
+	var crd struct {
+		APIVersion string `json:"apiVersion"`
+		Kind       string `json:"kind"`
+		Metadata   struct {
+			Name        string            `json:"name"`
+			Annotations map[string]string `json:"annotations"`
+			Labels      map[string]string `json:"labels"`
+		} `json:"metadata"`
+	}
+	if err := yaml.Unmarshal(docs[0], &crd); err != nil {
+		return nil, err
+	}
+	if crd.Kind != "CustomResourceDefinition" || crd.Metadata.Name == "" {
+		return nil, fmt.Errorf("not a named CustomResourceDefinition (kind %q)", crd.Kind)
+	}
+	// The spec, byte for byte: everything from the top-level "spec:" line on.
+	i := bytes.Index(docs[0], []byte("\nspec:\n"))
+	if i < 0 {
+		return nil, fmt.Errorf("no top-level spec")
+	}
+	spec := string(docs[0][i+1:])
+	if j := strings.Index(spec, "\n---"); j >= 0 {
+		spec = spec[:j+1]
+	}
+	for _, line := range strings.Split(strings.TrimRight(spec, "\n"), "\n")[1:] {
+		if line != "" && !strings.HasPrefix(line, " ") && !strings.HasPrefix(line, "#") {
+			return nil, fmt.Errorf("top-level field after spec (%q): chartgen copies spec only", line)
+		}
+	}
+
+	var b strings.Builder
+	b.WriteString(header(src))
+	b.WriteString("{{- if .Values.crds.enabled }}\n")
+	fmt.Fprintf(&b, "apiVersion: %s\nkind: CustomResourceDefinition\nmetadata:\n  name: %s\n", crd.APIVersion, crd.Metadata.Name)
+	b.WriteString("  annotations:\n")
+	for _, k := range sortedKeys(crd.Metadata.Annotations) {
+		fmt.Fprintf(&b, "    %s: %s\n", k, quote(crd.Metadata.Annotations[k]))
+	}
+	b.WriteString("    {{- if .Values.crds.keep }}\n    helm.sh/resource-policy: keep\n    {{- end }}\n")
+	b.WriteString("  labels:\n    " + chartLabels + "\n")
+	for _, k := range sortedKeys(crd.Metadata.Labels) {
+		if !labelsFromChart[k] {
+			fmt.Fprintf(&b, "    %s: %s\n", k, quote(crd.Metadata.Labels[k]))
+		}
+	}
+	b.WriteString(escape(spec))
+	b.WriteString("{{- end }}\n")
+	return []byte(b.String()), nil
+}
+
+// rbacObject is the part of an RBAC object (or ServiceAccount) that chartgen reads.
+type rbacObject struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Metadata   struct {
+		Name        string            `json:"name"`
+		Namespace   string            `json:"namespace"`
+		Labels      map[string]string `json:"labels"`
+		Annotations map[string]string `json:"annotations"`
+	} `json:"metadata"`
+	Rules           []any `json:"rules,omitempty"`
+	AggregationRule any   `json:"aggregationRule,omitempty"`
+	RoleRef         *struct {
+		APIGroup string `json:"apiGroup"`
+		Kind     string `json:"kind"`
+		Name     string `json:"name"`
+	} `json:"roleRef,omitempty"`
+	Subjects []struct {
+		Kind      string `json:"kind"`
+		Name      string `json:"name"`
+		Namespace string `json:"namespace"`
+	} `json:"subjects,omitempty"`
+}
+
+var rbacKinds = []string{"ClusterRole", "Role", "ClusterRoleBinding", "RoleBinding"}
+
+// rbacTemplate turns the RBAC objects of one config/rbac file into a template: names from the
+// release, namespaced objects in the release namespace, the manager's ServiceAccount as the
+// chart names it; rules, role references and aggregation labels exactly as in config/rbac. It
+// returns nil for the ServiceAccount, which the chart templates itself (serviceAccount.*).
+func rbacTemplate(src string, data []byte) ([]byte, error) {
+	var b strings.Builder
+	b.WriteString(header(src))
+	n := 0
+	for _, doc := range documents(data) {
+		var o rbacObject
+		if err := yaml.UnmarshalStrict(doc, &o); err != nil {
+			return nil, err
+		}
+		if o.Kind == "ServiceAccount" && o.Metadata.Name == managerServiceAccount {
+			continue
+		}
+		if !slices.Contains(rbacKinds, o.Kind) {
+			return nil, fmt.Errorf("%s %s: chartgen templates only %v (and the manager's ServiceAccount)", o.Kind, o.Metadata.Name, rbacKinds)
+		}
+		if len(o.Metadata.Annotations) > 0 {
+			return nil, fmt.Errorf("%s %s: annotations are not carried into the chart", o.Kind, o.Metadata.Name)
+		}
+		name, err := ChartName(o.Metadata.Name)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", o.Kind, err)
+		}
+		if n > 0 {
+			b.WriteString("---\n")
+		}
+		n++
+		b.WriteString(leadingComments(doc))
+		fmt.Fprintf(&b, "apiVersion: %s\nkind: %s\nmetadata:\n  name: %s\n", o.APIVersion, o.Kind, name)
+		if o.Metadata.Namespace != "" {
+			b.WriteString("  namespace: " + releaseNamespace + "\n")
+		}
+		b.WriteString("  labels:\n    " + chartLabels + "\n")
+		for _, k := range sortedKeys(o.Metadata.Labels) {
+			if !labelsFromChart[k] {
+				fmt.Fprintf(&b, "    %s: %s\n", k, quote(o.Metadata.Labels[k]))
+			}
+		}
+		if o.AggregationRule != nil {
+			if err := writeYAML(&b, map[string]any{"aggregationRule": o.AggregationRule}); err != nil {
+				return nil, err
+			}
+		}
+		if o.Rules != nil {
+			if err := writeYAML(&b, map[string]any{"rules": o.Rules}); err != nil {
+				return nil, err
+			}
+		}
+		if o.RoleRef != nil {
+			ref, err := ChartName(o.RoleRef.Name)
+			if err != nil {
+				return nil, fmt.Errorf("%s %s roleRef: %w", o.Kind, o.Metadata.Name, err)
+			}
+			fmt.Fprintf(&b, "roleRef:\n  apiGroup: %s\n  kind: %s\n  name: %s\n", o.RoleRef.APIGroup, o.RoleRef.Kind, ref)
+		}
+		if len(o.Subjects) > 0 {
+			b.WriteString("subjects:\n")
+			for _, s := range o.Subjects {
+				if s.Kind != "ServiceAccount" || s.Name != managerServiceAccount {
+					return nil, fmt.Errorf("%s %s: subject %s %s: chartgen binds only the manager's ServiceAccount %s", o.Kind, o.Metadata.Name, s.Kind, s.Name, managerServiceAccount)
+				}
+				b.WriteString("- kind: ServiceAccount\n  name: " + serviceAccountName + "\n  namespace: " + releaseNamespace + "\n")
+			}
+		}
+	}
+	if n == 0 {
+		return nil, nil
+	}
+	return []byte(b.String()), nil
+}
+
+// ChartName is the chart's name for an object named name in config/: the release's full name
+// in place of the "turnstile-" prefix, and the chart's ServiceAccount for the manager's.
+func ChartName(name string) (string, error) {
+	if name == managerServiceAccount {
+		return serviceAccountName, nil
+	}
+	rest, ok := strings.CutPrefix(name, namePrefix)
+	if !ok || rest == "" {
+		return "", fmt.Errorf("name %q does not start with %q: the chart cannot derive it from the release", name, namePrefix)
+	}
+	return fullname + "-" + rest, nil
+}
+
+func writeYAML(b *strings.Builder, v any) error {
+	data, err := yaml.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b.WriteString(escape(string(data)))
+	return nil
+}
+
+// quote writes a label or annotation value as a YAML string.
+func quote(s string) string { return fmt.Sprintf("%q", s) }
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

@@ -1,0 +1,61 @@
+// Command chartgen writes the parts of the Helm chart (charts/turnstile) that have their source
+// in config/, so the chart and `kubectl apply -k config/default` install the same CRDs and the
+// same RBAC, and the chart ships the same alerts and dashboard:
+//
+//   - templates/crds/*.yaml from the CRDs in config/crd (controller-gen's output), behind
+//     crds.enabled and with helm.sh/resource-policy: keep behind crds.keep;
+//   - templates/rbac/*.yaml from config/rbac, with names, namespaces and the ServiceAccount
+//     subject taken from the release; rules, role references and aggregation labels verbatim;
+//   - files/ copies of the Prometheus rules (config/prometheus) and the Grafana dashboard
+//     (config/grafana), which the chart's PrometheusRule and dashboard ConfigMap read.
+//
+// `make manifests` runs it after controller-gen; `make chart` runs it alone. A test
+// (chartgen_test.go, in `make test`) and `make verify-generated` fail when the checked-in chart
+// differs from what it writes.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+)
+
+func main() {
+	root := flag.String("root", ".", "Repository root.")
+	flag.Parse()
+	if err := write(*root); err != nil {
+		fmt.Fprintln(os.Stderr, "chartgen:", err)
+		os.Exit(1)
+	}
+}
+
+// write replaces the generated files of the chart with what Generate returns, removing
+// generated files whose source is gone.
+func write(root string) error {
+	files, err := Generate(root)
+	if err != nil {
+		return err
+	}
+	stale, err := generatedOnDisk(root)
+	if err != nil {
+		return err
+	}
+	for _, p := range stale {
+		if _, ok := files[p]; !ok {
+			if err := os.Remove(filepath.Join(root, p)); err != nil {
+				return err
+			}
+		}
+	}
+	for p, data := range files {
+		full := filepath.Join(root, p)
+		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(full, data, 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}

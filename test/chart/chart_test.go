@@ -1,0 +1,420 @@
+// Package chart checks the Helm chart (charts/turnstile) with helm itself, built from the Go
+// module proxy by `make helm helm-unittest`: helm lint --strict, the helm-unittest suites, and
+// that what it renders installs the same CRDs and RBAC as the kustomize build, ships the alerts
+// and dashboard of config/, and passes the manager the defaults the manager has.
+//
+// Run it with `make test`, or alone with:
+//
+//	make build helm helm-unittest k8s-bins && go test -count=1 -v ./test/chart/
+//
+// (the Makefile exports TURNSTILE_HELM, HELM_PLUGINS and TURNSTILE_KUBECTL; outside make, set
+// them or rely on the defaults under bin/).
+package chart
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"sigs.k8s.io/yaml"
+
+	"github.com/turnstile-dev/turnstile/internal/testing/framework"
+)
+
+var root = func() string {
+	r, err := framework.RepoRoot()
+	if err != nil {
+		panic(err)
+	}
+	return r
+}()
+
+var chartDir = filepath.Join(root, "charts", "turnstile")
+
+// tool is a binary from the environment (set by the Makefile) or its default under bin/.
+func tool(t *testing.T, env, def string) string {
+	t.Helper()
+	p := os.Getenv(env)
+	if p == "" {
+		p = filepath.Join(root, def)
+	}
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("%s not found (%v): run through `make test`, which builds it (or set %s)", p, err, env)
+	}
+	return p
+}
+
+func helm(t *testing.T) string { return tool(t, "TURNSTILE_HELM", "bin/helm-v3.22.0") }
+
+func kubectl(t *testing.T) string {
+	return tool(t, "TURNSTILE_KUBECTL", "bin/k8s/1.36.3-linux-amd64/kubectl")
+}
+
+// run runs a command and returns its stdout; stderr goes into the failure.
+func run(t *testing.T, name string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(name, args...)
+	cmd.Dir = root
+	if os.Getenv("HELM_PLUGINS") == "" {
+		cmd.Env = append(os.Environ(), "HELM_PLUGINS="+filepath.Join(root, "bin", "helm-plugins"))
+	}
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%s %s: %v\n%s%s", filepath.Base(name), strings.Join(args, " "), err, stdout.String(), stderr.String())
+	}
+	return stdout.String()
+}
+
+// object is one rendered manifest.
+type object map[string]any
+
+func (o object) kind() string { s, _ := o["kind"].(string); return s }
+
+func (o object) meta(field string) string {
+	m, _ := o["metadata"].(map[string]any)
+	s, _ := m[field].(string)
+	return s
+}
+
+func parseManifests(t *testing.T, out string) []object {
+	t.Helper()
+	var objs []object
+	for _, doc := range regexp.MustCompile(`(?m)^---\s*$`).Split(out, -1) {
+		if strings.TrimSpace(doc) == "" {
+			continue
+		}
+		var o object
+		if err := yaml.Unmarshal([]byte(doc), &o); err != nil {
+			t.Fatalf("parse rendered manifest: %v\n%s", err, doc)
+		}
+		if o != nil {
+			objs = append(objs, o)
+		}
+	}
+	return objs
+}
+
+// render is `helm template RELEASE charts/turnstile -n NAMESPACE ARGS...`.
+func render(t *testing.T, release, namespace string, args ...string) []object {
+	t.Helper()
+	return parseManifests(t, run(t, helm(t), append([]string{"template", release, chartDir, "-n", namespace}, args...)...))
+}
+
+// kustomizeBuild is `kubectl kustomize config/default`.
+func kustomizeBuild(t *testing.T) []object {
+	t.Helper()
+	return parseManifests(t, run(t, kubectl(t), "kustomize", filepath.Join(root, "config", "default")))
+}
+
+func TestHelmLint(t *testing.T) {
+	for name, args := range map[string][]string{
+		"default values": nil,
+		"all on":         {"-f", filepath.Join(root, "test", "chart", "testdata", "all-on.yaml")},
+	} {
+		t.Run(name, func(t *testing.T) {
+			out := run(t, helm(t), append([]string{"lint", "--strict", chartDir}, args...)...)
+			t.Logf("helm lint --strict (%s):\n%s", name, out)
+			if !strings.Contains(out, "1 chart(s) linted, 0 chart(s) failed") {
+				t.Errorf("helm lint did not pass:\n%s", out)
+			}
+		})
+	}
+}
+
+var unittestTotals = regexp.MustCompile(`Tests:\s+(?:(\d+) failed, )?(\d+) passed, (\d+) total`)
+
+func TestHelmUnittest(t *testing.T) {
+	helm(t)
+	out := run(t, helm(t), "unittest", "--strict", "--color=false", chartDir)
+	t.Logf("helm unittest --strict:\n%s", out)
+	m := unittestTotals.FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no test count in helm unittest's output")
+	}
+	passed, _ := strconv.Atoi(m[2])
+	total, _ := strconv.Atoi(m[3])
+	if passed != total || total == 0 {
+		t.Errorf("helm-unittest: %d of %d passed", passed, total)
+	}
+	t.Logf("helm-unittest: %d tests passed", passed)
+}
+
+// rbacKinds are compared between the chart and kustomize.
+var rbacKinds = map[string]bool{"ClusterRole": true, "Role": true, "ClusterRoleBinding": true, "RoleBinding": true}
+
+// rbacView is what makes an RBAC object grant what it grants: its kind, name and namespace,
+// rules, aggregation, role reference, subjects and the labels that aggregate it into the
+// built-in roles. rename maps kustomize's names to the release's.
+func rbacView(o object, rename func(string) string) map[string]any {
+	v := map[string]any{"kind": o.kind(), "name": rename(o.meta("name")), "namespace": o.meta("namespace")}
+	for _, f := range []string{"rules", "aggregationRule", "subjects"} {
+		if o[f] != nil {
+			v[f] = o[f]
+		}
+	}
+	if ref, ok := o["roleRef"].(map[string]any); ok {
+		r := map[string]any{}
+		for k, val := range ref {
+			r[k] = val
+		}
+		r["name"] = rename(r["name"].(string))
+		v["roleRef"] = r
+	}
+	if subjects, ok := o["subjects"].([]any); ok {
+		var renamed []any
+		for _, s := range subjects {
+			sm := map[string]any{}
+			for k, val := range s.(map[string]any) {
+				sm[k] = val
+			}
+			sm["name"] = rename(sm["name"].(string))
+			renamed = append(renamed, sm)
+		}
+		v["subjects"] = renamed
+	}
+	labels := map[string]any{}
+	if m, ok := o["metadata"].(map[string]any); ok {
+		if ls, ok := m["labels"].(map[string]any); ok {
+			for k, val := range ls {
+				if strings.HasPrefix(k, "rbac.authorization.k8s.io/") {
+					labels[k] = val
+				}
+			}
+		}
+	}
+	v["aggregationLabels"] = labels
+	return v
+}
+
+func rbacObjects(objs []object, namespace string, rename func(string) string) map[string]map[string]any {
+	out := map[string]map[string]any{}
+	for _, o := range objs {
+		if !rbacKinds[o.kind()] {
+			continue
+		}
+		v := rbacView(o, rename)
+		if v["namespace"] != "" {
+			v["namespace"] = namespace
+		}
+		if subjects, ok := v["subjects"].([]any); ok {
+			for _, s := range subjects {
+				if sm := s.(map[string]any); sm["namespace"] != nil {
+					sm["namespace"] = namespace
+				}
+			}
+		}
+		out[fmt.Sprintf("%s %s", v["kind"], v["name"])] = v
+	}
+	return out
+}
+
+// TestRBACMatchesKustomize: the chart grants exactly what config/rbac grants, object for
+// object, under the release's names and in its namespace.
+func TestRBACMatchesKustomize(t *testing.T) {
+	kustomize := kustomizeBuild(t)
+	cases := map[string]struct {
+		release, namespace string
+		rename             func(string) string
+	}{
+		// `helm install turnstile -n turnstile-system`: the names of config/default.
+		"release turnstile": {"turnstile", "turnstile-system", func(s string) string { return s }},
+		"another release and namespace": {"locks", "platform", func(s string) string {
+			return "locks-" + s // "turnstile-manager" -> "locks-turnstile-manager"
+		}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			want := rbacObjects(kustomize, tc.namespace, tc.rename)
+			got := rbacObjects(render(t, tc.release, tc.namespace), tc.namespace, func(s string) string { return s })
+			if len(want) < 8 {
+				t.Fatalf("kustomize build has %d RBAC objects", len(want))
+			}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("the chart's RBAC differs from config/rbac (-kustomize +chart):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestCRDsMatchKustomize: the chart installs config/crd's CRDs, spec for spec, kept on
+// uninstall unless crds.keep is false, and none when crds.enabled is false.
+func TestCRDsMatchKustomize(t *testing.T) {
+	specs := func(objs []object) map[string]any {
+		out := map[string]any{}
+		for _, o := range objs {
+			if o.kind() == "CustomResourceDefinition" {
+				out[o.meta("name")] = o["spec"]
+			}
+		}
+		return out
+	}
+	want := specs(kustomizeBuild(t))
+	if len(want) != 3 {
+		t.Fatalf("kustomize build has %d CRDs, want 3", len(want))
+	}
+	chart := render(t, "turnstile", "turnstile-system")
+	if diff := cmp.Diff(want, specs(chart)); diff != "" {
+		t.Errorf("the chart's CRDs differ from config/crd (-kustomize +chart):\n%s", diff)
+	}
+	for _, o := range chart {
+		if o.kind() == "CustomResourceDefinition" {
+			ann, _ := o["metadata"].(map[string]any)["annotations"].(map[string]any)
+			if ann["helm.sh/resource-policy"] != "keep" {
+				t.Errorf("%s: not kept on uninstall by default", o.meta("name"))
+			}
+		}
+	}
+	if got := specs(render(t, "turnstile", "turnstile-system", "--set", "crds.enabled=false")); len(got) != 0 {
+		t.Errorf("crds.enabled=false still renders %d CRDs", len(got))
+	}
+}
+
+func find(t *testing.T, objs []object, kind string) object {
+	t.Helper()
+	for _, o := range objs {
+		if o.kind() == kind {
+			return o
+		}
+	}
+	t.Fatalf("no %s rendered", kind)
+	return nil
+}
+
+// TestAlertsAndDashboardMatchConfig: the PrometheusRule carries config/prometheus's groups and
+// the dashboard ConfigMap config/grafana's dashboard, unchanged (Prometheus' own {{ $labels }}
+// templates included).
+func TestAlertsAndDashboardMatchConfig(t *testing.T) {
+	objs := render(t, "turnstile", "turnstile-system", "-f", filepath.Join(root, "test", "chart", "testdata", "all-on.yaml"))
+
+	data, err := os.ReadFile(filepath.Join(root, "config", "prometheus", "turnstile.rules.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rules map[string]any
+	if err := yaml.Unmarshal(data, &rules); err != nil {
+		t.Fatal(err)
+	}
+	rule := find(t, objs, "PrometheusRule")
+	if diff := cmp.Diff(rules["groups"], rule["spec"].(map[string]any)["groups"]); diff != "" {
+		t.Errorf("PrometheusRule groups differ from config/prometheus/turnstile.rules.yaml (-file +chart):\n%s", diff)
+	}
+
+	data, err = os.ReadFile(filepath.Join(root, "config", "grafana", "turnstile-dashboard.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want, got any
+	if err := json.Unmarshal(data, &want); err != nil {
+		t.Fatal(err)
+	}
+	cm := find(t, objs, "ConfigMap")
+	if err := json.Unmarshal([]byte(cm["data"].(map[string]any)["turnstile.json"].(string)), &got); err != nil {
+		t.Fatalf("dashboard ConfigMap: %v", err)
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("dashboard differs from config/grafana/turnstile-dashboard.json (-file +chart):\n%s", diff)
+	}
+}
+
+// deployedFlags are set on purpose to other values than the manager's defaults: how it runs
+// in a cluster.
+var deployedFlags = map[string]bool{
+	"leader-elect":              true,
+	"health-probe-bind-address": true,
+	"metrics-bind-address":      true,
+	"metrics-secure":            true,
+}
+
+var (
+	flagLine    = regexp.MustCompile(`^  -(\S+)(?: (\S+))?$`)
+	defaultText = regexp.MustCompile(`\(default (.*)\)$`)
+)
+
+// managerDefaults reads `manager --help`: each flag and its default as the flag package
+// prints it ("" when it prints none: false, 0 or empty).
+func managerDefaults(t *testing.T) map[string]string {
+	t.Helper()
+	bin := tool(t, "TURNSTILE_MANAGER", "bin/manager")
+	out, _ := exec.Command(bin, "--help").CombinedOutput() // exits 2 after printing the usage
+	defaults := map[string]string{}
+	current := ""
+	for _, line := range strings.Split(string(out), "\n") {
+		if m := flagLine.FindStringSubmatch(line); m != nil {
+			current = m[1]
+			defaults[current] = ""
+			continue
+		}
+		if current != "" {
+			if m := defaultText.FindStringSubmatch(strings.TrimSpace(line)); m != nil {
+				defaults[current] = m[1]
+			}
+		}
+	}
+	if len(defaults) < 20 {
+		t.Fatalf("read %d flags from manager --help:\n%s", len(defaults), out)
+	}
+	return defaults
+}
+
+// sameValue compares a chart value with a flag default by meaning: 30m and 30m0s are the same.
+func sameValue(chart, def string) bool {
+	if u, err := strconv.Unquote(def); err == nil {
+		def = u
+	}
+	if def == "" {
+		return chart == "" || chart == "false" || chart == "0" || chart == "0s"
+	}
+	if a, err := time.ParseDuration(chart); err == nil {
+		b, err := time.ParseDuration(def)
+		return err == nil && a == b
+	}
+	if a, err := strconv.ParseFloat(chart, 64); err == nil {
+		b, err := strconv.ParseFloat(def, 64)
+		return err == nil && a == b
+	}
+	return chart == def
+}
+
+// TestDefaultsMatchManagerFlags: every flag the chart passes exists, and with default values
+// carries the manager's own default, except the deployment's deliberate choices. A default
+// changed in cmd/manager and not in values.yaml fails here.
+func TestDefaultsMatchManagerFlags(t *testing.T) {
+	defaults := managerDefaults(t)
+	dep := find(t, render(t, "turnstile", "turnstile-system"), "Deployment")
+	containers := dep["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)["containers"].([]any)
+	args := containers[0].(map[string]any)["args"].([]any)
+	var names []string
+	for _, a := range args {
+		name, value, ok := strings.Cut(strings.TrimPrefix(a.(string), "--"), "=")
+		if !ok {
+			t.Errorf("arg %q is not --name=value", a)
+			continue
+		}
+		names = append(names, name)
+		def, known := defaults[name]
+		switch {
+		case !known:
+			t.Errorf("--%s: the manager has no such flag", name)
+		case deployedFlags[name]:
+		case name == "zap-log-level":
+			if value != "info" {
+				t.Errorf("--zap-log-level=%s by default, want info", value)
+			}
+		case !sameValue(value, def):
+			t.Errorf("--%s=%s in values.yaml, but the manager's default is %s", name, value, def)
+		}
+	}
+	sort.Strings(names)
+	t.Logf("flags checked: %s", strings.Join(names, ", "))
+}
