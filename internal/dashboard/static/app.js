@@ -242,7 +242,7 @@
     tb.replaceChildren(...list.map((f) => {
       let drained = 'not yet reported';
       if (f.drained === 'True') drained = 'Drained';
-      else if (f.drained === 'False') drained = `Draining: ${f.active} still hold`;
+      else if (f.drained === 'False') drained = `Draining: ${f.active} ${f.active === 1 ? 'holder' : 'holders'} left`;
       const reason = el('td', {class: 'reason', 'data-label': 'Reason'}, f.reason || el('span', {class: 'none'}, 'no reason given'));
       if (f.message && f.message !== '') reason.append(el('div', {class: 'sub'}, f.message));
       return el('tr', {class: 'freeze', 'data-command': f.command},
@@ -393,6 +393,7 @@
     });
   }
 
+  // act sends an action; it shows the answer and resolves true when it was done.
   async function act(path, body) {
     $('alert').hidden = true;
     $('done').textContent = '';
@@ -411,12 +412,13 @@
     }
     if (res && res.ok && out.ok) {
       $('done').textContent = out.message;
-      return;
+      return true;
     }
     const a = $('alert');
     const head = out.reason ? `The API server refused (${out.reason}, ${out.code}):` : 'Failed:';
     a.replaceChildren(el('strong', {}, head), ' ', el('span', {class: 'api-message'}, out.message));
     a.hidden = false;
+    return false;
   }
 
   function nextAfter(k) {
@@ -493,7 +495,7 @@
       `${reason ? `, reason "${reason}"` : ''}${until ? `, until ${until}` : ''}.`,
     `${command === 'all' ? 'Every request that names a command' : `Every request for ${command}`}, in every namespace, waits (CommandLocked) until it is thawed; holders already granted keep their grant.`];
     if (await confirmAction(`Freeze ${command} cluster-wide?`, changes, 'Freeze')) {
-      await act('/api/freeze', {name: command, reason, until});
+      if (await act('/api/freeze', {name: command, reason, until})) $('freeze-form').reset();
     }
   }
 
