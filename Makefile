@@ -69,9 +69,28 @@ verify-generated: manifests generate ## Fail if generated files are out of date.
 test: k8s-bins build ## Unit + envtest + e2e tests (real kube-apiserver, etcd, kubectl); prints a summary.
 	hack/test.sh
 
+# The dashboard's browser tests (test/dashboard) run in Debian's chromium. `make test` skips them,
+# saying so, where it is missing (the README's commands need only Go); CI installs it first with
+# `make chromium` and then fails rather than skips.
+.PHONY: chromium
+chromium: ## Install Debian's chromium for the browser tests (apt-get, as root) unless it is there.
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" != 0 ]; then echo "make chromium: needs root to run apt-get install -y chromium"; exit 1; fi; \
+	  echo "installing Debian's chromium for the dashboard's browser tests"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+	@chromium --version
+
+.PHONY: test-browser
+test-browser: k8s-bins build chromium ## Only the dashboard's browser tests, in headless Chromium (installed if missing).
+	TURNSTILE_REQUIRE_BROWSER=1 go test -count=1 -v ./test/dashboard/
+
+.PHONY: dashboard-screenshots
+dashboard-screenshots: k8s-bins build chromium ## Run the browser tests and write their screenshots into docs/dashboard.
+	TURNSTILE_REQUIRE_BROWSER=1 TURNSTILE_SCREENSHOTS=$(CURDIR)/docs/dashboard go test -count=1 -v ./test/dashboard/
+
 .PHONY: test-unit
 test-unit: ## Only the pure unit tests (no control plane).
-	go test -race ./internal/queue/... ./internal/deadlock/... ./internal/lockkey/... ./pkg/workdir/...
+	go test -race ./internal/queue/... ./internal/deadlock/... ./internal/lockkey/... ./internal/dashboard/... ./pkg/workdir/...
 
 # BENCH_PROFILE=10 records 10 s of manager CPU profile per hand-off depth into bin/bench/*.pprof.
 BENCH_PROFILE ?= 0
