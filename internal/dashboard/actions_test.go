@@ -48,7 +48,7 @@ func TestReplaced(t *testing.T) {
 	if err := replaced("lockrequest a/x", uid); !strings.HasPrefix(err.Error(), "lockrequest a/x was replaced by a new one") || !apierrors.IsInvalid(err) {
 		t.Errorf("a uid refusal: %v (still Invalid: %v)", err, apierrors.IsInvalid(err))
 	}
-	if err := replaced("lockrequest a/x", other); err != other {
+	if err := replaced("lockrequest a/x", other); err.Error() != other.Error() {
 		t.Errorf("another refusal was changed: %v", err)
 	}
 }

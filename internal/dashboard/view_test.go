@@ -41,9 +41,9 @@ func holding(token int64, targets ...locksv1.LockTarget) locksv1.LockRequestStat
 }
 
 // waitingFor is the status of a request the controller queued at queuedAt (relative to now).
-func waitingFor(position int32, queuedAt time.Duration, reason, msg string, targets ...locksv1.LockTarget) locksv1.LockRequestStatus {
+func waitingFor(position int32, queuedAt time.Duration, msg string, targets ...locksv1.LockTarget) locksv1.LockRequestStatus {
 	st := locksv1.LockRequestStatus{Phase: locksv1.PhasePending, QueuePosition: position, QueuedAt: micro(queuedAt),
-		Conditions: []metav1.Condition{{Type: locksv1.ConditionGranted, Status: metav1.ConditionFalse, Reason: reason, Message: msg}}}
+		Conditions: []metav1.Condition{{Type: locksv1.ConditionGranted, Status: metav1.ConditionFalse, Reason: locksv1.ReasonQueued, Message: msg}}}
 	for _, t := range targets {
 		st.Locks = append(st.Locks, locksv1.LockStatus{Key: lockkey.String(t), Name: lockkey.Name(t)})
 	}
@@ -119,8 +119,8 @@ func TestBuildKeys(t *testing.T) {
 					locksv1.QueueEntry{Request: "pr-101", Owner: "bob", Pull: 101, Priority: locksv1.PriorityHigh}).Obj()},
 			requests: []*locksv1.LockRequest{
 				pr100.Obj(),
-				req("pr-101", vpc, "bob", 101).URL("javascript:alert(1)").Status(waitingFor(2, -25*time.Minute, "Queued", "locked by pull #100 (alice); position 2 of 2", vpc)).Obj(),
-				req("pr-102", vpc, "carol", 102).Priority(locksv1.PriorityHigh).Command("plan").Status(waitingFor(1, -time.Minute, "Queued", "locked by pull #100 (alice); position 1 of 2", vpc)).Obj(),
+				req("pr-101", vpc, "bob", 101).URL("javascript:alert(1)").Status(waitingFor(2, -25*time.Minute, "locked by pull #100 (alice); position 2 of 2", vpc)).Obj(),
+				req("pr-102", vpc, "carol", 102).Priority(locksv1.PriorityHigh).Command("plan").Status(waitingFor(1, -time.Minute, "locked by pull #100 (alice); position 1 of 2", vpc)).Obj(),
 			},
 			wantKeys: []Key{{
 				ID: ns + "/" + vpcName, Namespace: ns, Name: vpcName, UID: "pl-1", Key: "acme/infra/modules/vpc/default", Token: "41", QueueLength: 2,
@@ -155,9 +155,9 @@ func TestBuildKeys(t *testing.T) {
 			requests: []*locksv1.LockRequest{
 				pr100.Obj(),
 				req("new", vpc, "erin", 0).Priority(locksv1.PriorityLow).Obj(),
-				req("third", vpc, "dave", 0).Status(waitingFor(3, -2*time.Minute, "Queued", "", vpc)).Obj(),
-				req("head", vpc, "bob", 0).Status(waitingFor(1, -3*time.Minute, "Queued", "", vpc)).Obj(),
-				req("second", vpc, "carol", 0).Status(waitingFor(2, -21*time.Minute, "Queued", "", vpc)).Obj(),
+				req("third", vpc, "dave", 0).Status(waitingFor(3, -2*time.Minute, "", vpc)).Obj(),
+				req("head", vpc, "bob", 0).Status(waitingFor(1, -3*time.Minute, "", vpc)).Obj(),
+				req("second", vpc, "carol", 0).Status(waitingFor(2, -21*time.Minute, "", vpc)).Obj(),
 			},
 			wantKeys: []Key{{
 				ID: ns + "/" + vpcName, Namespace: ns, Name: vpcName, UID: "pl-1", Key: "acme/infra/modules/vpc/default", QueueLength: 4,
@@ -226,8 +226,9 @@ func TestBuildKeys(t *testing.T) {
 	}
 }
 
-func cond(typ string, status metav1.ConditionStatus, gen int64, msg string) metav1.Condition {
-	return metav1.Condition{Type: typ, Status: status, ObservedGeneration: gen, Message: msg}
+// cond is a condition the controller wrote for generation 1.
+func cond(typ string, status metav1.ConditionStatus, msg string) metav1.Condition {
+	return metav1.Condition{Type: typ, Status: status, ObservedGeneration: 1, Message: msg}
 }
 
 func TestBuildFreezes(t *testing.T) {
@@ -241,10 +242,10 @@ func TestBuildFreezes(t *testing.T) {
 		},
 		"a freeze draining, then one drained, in command order": {
 			locks: []*locksv1.CommandLock{
-				w.MakeCommandLock("plan").Locked("").Status(0, 0, cond(locksv1.ConditionDrained, metav1.ConditionTrue, 1, "")).Obj(),
+				w.MakeCommandLock("plan").Locked("").Status(0, 0, cond(locksv1.ConditionDrained, metav1.ConditionTrue, "")).Obj(),
 				w.MakeCommandLock("apply").Locked("maintenance").Until(now.Add(time.Hour)).
-					Status(2, 3, cond(locksv1.ConditionLocked, metav1.ConditionTrue, 1, "Apply commands are locked globally: maintenance"),
-						cond(locksv1.ConditionDrained, metav1.ConditionFalse, 1, "")).Obj(),
+					Status(2, 3, cond(locksv1.ConditionLocked, metav1.ConditionTrue, "Apply commands are locked globally: maintenance"),
+						cond(locksv1.ConditionDrained, metav1.ConditionFalse, "")).Obj(),
 			},
 			want: []Freeze{
 				{Command: "apply", Reason: "maintenance", Until: at(time.Hour), InForce: true, Active: 2, Blocked: 3, Drained: "False"},
@@ -253,7 +254,7 @@ func TestBuildFreezes(t *testing.T) {
 		},
 		"Drained from before the last spec change is not reported yet": {
 			locks: []*locksv1.CommandLock{func() *locksv1.CommandLock {
-				cl := w.MakeCommandLock("apply").Locked("x").Status(0, 0, cond(locksv1.ConditionDrained, metav1.ConditionTrue, 1, "")).Obj()
+				cl := w.MakeCommandLock("apply").Locked("x").Status(0, 0, cond(locksv1.ConditionDrained, metav1.ConditionTrue, "")).Obj()
 				cl.Generation = 2
 				return cl
 			}()},
@@ -261,12 +262,12 @@ func TestBuildFreezes(t *testing.T) {
 		},
 		"a manager flag's override is shown; a freeze past its until is no longer in force": {
 			locks: []*locksv1.CommandLock{w.MakeCommandLock("apply").Locked("x").Until(now.Add(-time.Second)).
-				Status(0, 0, cond(locksv1.ConditionLocked, metav1.ConditionTrue, 1, "Apply commands are disabled on this server (--disable-apply)")).Obj()},
+				Status(0, 0, cond(locksv1.ConditionLocked, metav1.ConditionTrue, "Apply commands are disabled on this server (--disable-apply)")).Obj()},
 			want: []Freeze{{Command: "apply", Reason: "x", Until: at(-time.Second), Message: "Apply commands are disabled on this server (--disable-apply)"}},
 		},
 		"a thawed lock the controller still reports Locked (by --disable-apply) is listed": {
 			locks: []*locksv1.CommandLock{w.MakeCommandLock("apply").Status(0, 0,
-				cond(locksv1.ConditionLocked, metav1.ConditionTrue, 1, "Apply commands are disabled on this server (--disable-apply)")).Obj()},
+				cond(locksv1.ConditionLocked, metav1.ConditionTrue, "Apply commands are disabled on this server (--disable-apply)")).Obj()},
 			want: []Freeze{{Command: "apply", Message: "Apply commands are disabled on this server (--disable-apply)"}},
 		},
 	}

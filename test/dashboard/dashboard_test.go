@@ -79,8 +79,9 @@ type waiter struct {
 	Actions  string `json:"actions"`
 }
 
-func queued(pos int, request, who string, prio locksv1.Priority, holder string, of int) waiter {
-	msg := fmt.Sprintf("locked by %s; position %d of %d", holder, pos, of)
+// queued is a row of TestLiveQueue's queue behind pull #100 (alice).
+func queued(pos int, request, who string, prio locksv1.Priority, of int) waiter {
+	msg := fmt.Sprintf("locked by pull #100 (alice); position %d of %d", pos, of)
 	return waiter{Pos: strconv.Itoa(pos), Request: request, Who: who, Priority: string(prio), Aged: string(prio), Since: true,
 		Reason: locksv1.ReasonQueued, Message: locksv1.ReasonQueued + " " + msg}
 }
@@ -90,7 +91,7 @@ func queued(pos int, request, who string, prio locksv1.Priority, holder string, 
 func TestLiveQueue(t *testing.T) {
 	h := setup(t)
 	ns := h.namespace(t, "dash-queue")
-	p := h.open(t, h.adminURL, ns, 1200, 760)
+	p := h.open(t, h.adminURL, ns)
 	id := keyID(ns, "modules/vpc")
 	at := func(what string) string { return fmt.Sprintf("T.%s(%s)", what, jsString(id)) }
 
@@ -113,18 +114,17 @@ func TestLiveQueue(t *testing.T) {
 	p.expect("the fencing token is the key's", at("key")+`.token`, strconv.FormatInt(first.Status.FencingToken, 10))
 
 	request(t, h.admin, mk("pr-101", "bob", 101, locksv1.PriorityNormal))
-	p.expect("the first waiter queues", at("waiters"), []waiter{queued(1, "pr-101", "pull #101 (bob)", locksv1.PriorityNormal, "pull #100 (alice)", 1)})
+	p.expect("the first waiter queues", at("waiters"), []waiter{queued(1, "pr-101", "pull #101 (bob)", locksv1.PriorityNormal, 1)})
 	request(t, h.admin, mk("pr-102", "carol", 102, locksv1.PriorityHigh))
 	request(t, h.admin, mk("pr-103", "dave", 103, locksv1.PriorityLow))
 	request(t, h.admin, mk("pr-104", "erin", 104, locksv1.PriorityNormal))
 	request(t, h.admin, mk("pr-105", "frank", 105, locksv1.PriorityCritical))
-	holder := "pull #100 (alice)"
 	p.expect("the queue is in grant order: priority, then arrival", at("waiters"), []waiter{
-		queued(1, "pr-105", "pull #105 (frank)", locksv1.PriorityCritical, holder, 5),
-		queued(2, "pr-102", "pull #102 (carol)", locksv1.PriorityHigh, holder, 5),
-		queued(3, "pr-101", "pull #101 (bob)", locksv1.PriorityNormal, holder, 5),
-		queued(4, "pr-104", "pull #104 (erin)", locksv1.PriorityNormal, holder, 5),
-		queued(5, "pr-103", "pull #103 (dave)", locksv1.PriorityLow, holder, 5),
+		queued(1, "pr-105", "pull #105 (frank)", locksv1.PriorityCritical, 5),
+		queued(2, "pr-102", "pull #102 (carol)", locksv1.PriorityHigh, 5),
+		queued(3, "pr-101", "pull #101 (bob)", locksv1.PriorityNormal, 5),
+		queued(4, "pr-104", "pull #104 (erin)", locksv1.PriorityNormal, 5),
+		queued(5, "pr-103", "pull #103 (dave)", locksv1.PriorityLow, 5),
 	})
 	p.expect("the queue count", at("key")+`.queue`, "5 waiting")
 	p.shot("busy-key")
@@ -177,7 +177,7 @@ func TestRequesterSeesRBAC(t *testing.T) {
 	request(t, h.admin, mk("dave-9", "dave", 9))
 	waitPhase(t, h.admin, ns, "dave-9", locksv1.PhasePending)
 
-	p := h.open(t, h.aliceURL, "", 1200, 760)
+	p := h.open(t, h.aliceURL, "")
 	p.expect("the page acts as the requester", `T.text(document.getElementById('me'))`, "Acting as alice")
 	p.expect("it says she may not list namespaces, with RBAC's words",
 		`T.text(document.getElementById('ns-problem')).includes('You may not list namespaces (cluster-wide). The API server said: namespaces is forbidden: User "alice" cannot list resource "namespaces"')`, true)
@@ -222,7 +222,7 @@ func TestRequesterSeesRBAC(t *testing.T) {
 	p.notReloaded()
 
 	// The admin's page, same namespace: the force-unlock goes through.
-	a := h.open(t, h.adminURL, ns, 1200, 760)
+	a := h.open(t, h.adminURL, ns)
 	a.expect("the admin sees the same key", at("key")+`.holder`, "pull #7 (carol)")
 	a.click(forceUnlock)
 	a.confirm("Force-unlock "+keyName("live/db")+"?", "Deletes ProjectLock "+id, "pull #7 (carol) loses the lock")
@@ -240,7 +240,7 @@ func TestRequesterSeesRBAC(t *testing.T) {
 func TestFreezeDraining(t *testing.T) {
 	h := setup(t)
 	ns := h.namespace(t, "dash-freeze")
-	p := h.open(t, h.adminURL, ns, 1200, 760)
+	p := h.open(t, h.adminURL, ns)
 	request(t, h.admin, wrappers.MakeLockRequest("apply-300", ns).Lock(repo, "prod/network", "default").Owner("alice", 300).Command("apply"))
 	waitPhase(t, h.admin, ns, "apply-300", locksv1.PhaseGranted)
 	p.expect("no freeze yet", `T.text(document.getElementById('no-freezes'))`, "No command is frozen.")
@@ -278,7 +278,7 @@ func TestFreezeDraining(t *testing.T) {
 func TestDeadlock(t *testing.T) {
 	h := setup(t)
 	ns := h.namespace(t, "dash-deadlock")
-	p := h.open(t, h.adminURL, ns, 1200, 760)
+	p := h.open(t, h.adminURL, ns)
 	mk := func(name, owner string, pull int64, path string) {
 		request(t, h.admin, wrappers.MakeLockRequest(name, ns).Lock(repo, path, "default").Owner(owner, pull))
 	}
@@ -305,7 +305,7 @@ func TestDeadlock(t *testing.T) {
 func TestEscaping(t *testing.T) {
 	h := setup(t)
 	ns := h.namespace(t, "dash-escape")
-	p := h.open(t, h.adminURL, ns, 1200, 760)
+	p := h.open(t, h.adminURL, ns)
 	owner := `<img src=x onerror="window.__xss=1">`
 	url := `https://example.com/pull/1?q="><script>window.__xss=2</script>`
 	request(t, h.admin, wrappers.MakeLockRequest("xss", ns).Lock(repo, "xss", "default").Owner(owner, 1).URL(url))

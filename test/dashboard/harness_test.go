@@ -377,9 +377,9 @@ window.T = {
 window.__marker = 'loaded-once';
 `
 
-// open shows url in a new tab of the shared browser, with the given namespace selected, and
-// waits until the page is live.
-func (h *harness) open(t *testing.T, url, ns string, width, height int64) *page {
+// open shows url in a new tab of the shared browser, 1200×760, with the given namespace
+// selected, and waits until the page is live.
+func (h *harness) open(t *testing.T, url, ns string) *page {
 	t.Helper()
 	ctx, cancel := chromedp.NewContext(h.browser)
 	t.Cleanup(cancel)
@@ -387,7 +387,7 @@ func (h *harness) open(t *testing.T, url, ns string, width, height int64) *page 
 	if ns != "" {
 		url += "&ns=" + ns
 	}
-	if err := chromedp.Do(ctx, chromedp.EmulateViewport(width, height), chromedp.Navigate(url)); err != nil {
+	if err := chromedp.Do(ctx, chromedp.EmulateViewport(1200, 760), chromedp.Navigate(url)); err != nil {
 		t.Fatalf("open %s: %v", url, err)
 	}
 	p.run(helpers)

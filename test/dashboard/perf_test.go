@@ -65,7 +65,7 @@ func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d)/float
 func TestWriteToPageDelay(t *testing.T) {
 	h := setup(t)
 	ns := h.namespace(t, "dash-latency")
-	p := h.open(t, h.adminURL, ns, 1200, 760)
+	p := h.open(t, h.adminURL, ns)
 	p.run(probe)
 	ctx := context.Background()
 
@@ -116,7 +116,7 @@ func TestBusyNamespace(t *testing.T) {
 	h := setup(t)
 	ns := h.namespace(t, "dash-busy")
 	const keys, waiters = 100, 20
-	p := h.open(t, h.adminURL, ns, 1200, 760)
+	p := h.open(t, h.adminURL, ns)
 
 	// The requests arrive while the manager is stopped, as after an outage: the page shows them
 	// unplaced ("new"), then the manager places them all at once when it starts. Created with
