@@ -170,6 +170,7 @@ func TestBusyNamespace(t *testing.T) {
 	p.typeInto("#filter", "s042")
 	shown := `[...document.querySelectorAll('#keys tbody.key')].filter((b) => b.getClientRects().length > 0).map((b) => T.text(b.querySelector('.key-text')))`
 	p.expect("the filter leaves the one key", shown, []string{keyName("stacks/s042")})
+	p.expect("and says how many it shows", `T.text(document.getElementById('keys-count'))`, fmt.Sprintf("(1 of %d shown)", keys))
 	if err := chromedp.Do(p.ctx, chromedp.EmulateViewport(420, 900)); err != nil {
 		t.Fatal(err)
 	}

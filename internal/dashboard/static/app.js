@@ -231,9 +231,16 @@
       for (const b of want) table.append(b);
     }
     const n = state.keys.size;
-    $('keys-count').textContent = `(${n})`;
     $('no-keys').hidden = n > 0;
     table.hidden = n === 0;
+    count();
+  }
+
+  // count says how many keys there are, and how many the filter shows.
+  function count() {
+    const n = state.keys.size;
+    const shown = [...state.bodies.values()].filter((b) => !b.hidden).length;
+    $('keys-count').textContent = shown === n ? `(${n})` : `(${shown} of ${n} shown)`;
   }
 
   function renderFreezes(list) {
@@ -524,6 +531,7 @@
     $('filter').addEventListener('input', (e) => {
       state.filter = e.target.value.trim().toLowerCase();
       for (const [id, b] of state.bodies) b.hidden = !matchesFilter(state.keys.get(id));
+      count();
     });
     $('expand-all').addEventListener('click', () => {
       state.collapsed.clear();
