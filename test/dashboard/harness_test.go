@@ -64,6 +64,9 @@ var (
 	domAssertions atomic.Int64
 	// cleanups run after every test, in reverse order.
 	cleanups []func()
+	// unclean is set by a cleanup that found a process that did not exit cleanly: it fails the
+	// run after the tests.
+	unclean bool
 )
 
 func TestMain(m *testing.M) {
@@ -73,6 +76,10 @@ func TestMain(m *testing.M) {
 	}
 	if n := domAssertions.Load(); n > 0 {
 		fmt.Printf("dashboard browser tests: %d DOM assertions passed\n", n)
+	}
+	if unclean && code == 0 {
+		fmt.Println("FAIL: a dashboard or the manager did not exit cleanly on SIGTERM (above)")
+		code = 1
 	}
 	os.Exit(code)
 }
@@ -214,7 +221,11 @@ func start() (*harness, string, error) {
 		return nil, "", err
 	}
 
-	h.managerLog, err = os.Create(filepath.Join(dir, "manager.log"))
+	// The manager's log stays in bin/dashboard for a failure to be read.
+	if err := os.MkdirAll(filepath.Join(root, "bin", "dashboard"), 0o755); err != nil {
+		return nil, "", err
+	}
+	h.managerLog, err = os.Create(filepath.Join(root, "bin", "dashboard", "manager.log"))
 	if err != nil {
 		return nil, "", err
 	}
@@ -227,7 +238,8 @@ func start() (*harness, string, error) {
 	}
 	cleanups = append(cleanups, func() {
 		if err := h.manager.Stop(15 * time.Second); err != nil {
-			fmt.Printf("manager: %v (log in %s)\n", err, h.managerLog.Name())
+			fmt.Printf("manager: %v (its log: %s)\n", err, h.managerLog.Name())
+			unclean = true
 		}
 	})
 
@@ -279,6 +291,7 @@ func startDashboard(plugin, kubeconfig, ns string) (string, *framework.Process, 
 	cleanups = append(cleanups, func() {
 		if err := p.Stop(10 * time.Second); err != nil {
 			fmt.Printf("dashboard (%s) did not stop cleanly: %v\n%s", kubeconfig, err, out.String())
+			unclean = true
 		}
 	})
 	select {
