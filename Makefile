@@ -100,10 +100,28 @@ test-chart: helm helm-unittest ## Only the chart: helm lint --strict and the hel
 test-alerts: promtool ## promtool check rules + test rules on config/prometheus (promtool from Debian; run in CI).
 	promtool check rules config/prometheus/turnstile.rules.yaml
 	cd config/prometheus && promtool test rules turnstile.rules.test.yaml
+# The dashboard's browser tests (test/dashboard) run in Debian's chromium. `make test` skips them,
+# saying so, where it is missing (the README's commands need only Go); CI installs it first with
+# `make chromium` and then fails rather than skips.
+.PHONY: chromium
+chromium: ## Install Debian's chromium for the browser tests (apt-get, as root) unless it is there.
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" != 0 ]; then echo "make chromium: needs root to run apt-get install -y chromium"; exit 1; fi; \
+	  echo "installing Debian's chromium for the dashboard's browser tests"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+	@chromium --version
+
+.PHONY: test-browser
+test-browser: k8s-bins build chromium ## Only the dashboard's browser tests, in headless Chromium (installed if missing).
+	TURNSTILE_REQUIRE_BROWSER=1 go test -count=1 -v ./test/dashboard/
+
+.PHONY: dashboard-screenshots
+dashboard-screenshots: k8s-bins build chromium ## Run the browser tests and write their screenshots into docs/dashboard.
+	TURNSTILE_REQUIRE_BROWSER=1 TURNSTILE_SCREENSHOTS=$(CURDIR)/docs/dashboard go test -count=1 -v ./test/dashboard/
 
 .PHONY: test-unit
 test-unit: ## Only the pure unit tests (no control plane).
-	go test -race ./internal/queue/... ./internal/deadlock/... ./internal/lockkey/... ./pkg/workdir/...
+	go test -race ./internal/queue/... ./internal/deadlock/... ./internal/lockkey/... ./internal/dashboard/... ./pkg/workdir/...
 
 # The long run of the safety simulation (test/safety): seeds and steps per seed. A failure prints
 # the seed that replays it: make soak SOAK_SEEDS=<seed>.

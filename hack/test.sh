@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 : "${KUBEBUILDER_ASSETS:?run through make test}"
 go build -o bin/testsummary ./hack/testsummary
-pure=$(go list ./internal/queue/... ./internal/deadlock/... ./internal/lockkey/... ./pkg/workdir/...)
+pure=$(go list ./internal/queue/... ./internal/deadlock/... ./internal/lockkey/... ./internal/dashboard/... ./pkg/workdir/...)
 rest=$(go list ./... | grep -v -x -F -f <(echo "$pure"))
 status=0
 {

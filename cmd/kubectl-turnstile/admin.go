@@ -12,6 +12,7 @@ import (
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
+	"github.com/turnstile-dev/turnstile/internal/dashboard"
 	"github.com/turnstile-dev/turnstile/internal/lockkey"
 	"github.com/turnstile-dev/turnstile/internal/queue"
 )
@@ -38,7 +39,7 @@ their grant. With --wait-drained, returns once none of them is left: maintenance
 			}
 			spec := locksv1.CommandLockSpec{Locked: true, Reason: reason}
 			if until != "" {
-				t, err := parseUntil(until, time.Now())
+				t, err := dashboard.ParseUntil(until, time.Now())
 				if err != nil {
 					return err
 				}
@@ -94,17 +95,6 @@ their grant. With --wait-drained, returns once none of them is left: maintenance
 	cmd.Flags().BoolVar(&drain, "wait-drained", false, "Wait until no granted holder of the command is left.")
 	cmd.Flags().DurationVar(&wait, "timeout", 0, "With --wait-drained: give up after this long (default: wait until interrupted).")
 	return cmd
-}
-
-func parseUntil(s string, now time.Time) (time.Time, error) {
-	if d, err := time.ParseDuration(s); err == nil {
-		return now.Add(d), nil
-	}
-	t, err := time.Parse(time.RFC3339, s)
-	if err != nil {
-		return time.Time{}, fmt.Errorf("--until %q: want an RFC 3339 time (2026-11-22T18:00:00Z) or a duration (2h)", s)
-	}
-	return t, nil
 }
 
 func newThawCmd(g *globals) *cobra.Command {

@@ -1,5 +1,5 @@
 // Command kubectl-turnstile is Turnstile's kubectl plugin: `kubectl turnstile locks | acquire |
-// release | run -- CMD | freeze | thaw | why`. Everything it does is plain LockRequest,
+// release | run -- CMD | freeze | thaw | why | dashboard`. Everything it does is plain LockRequest,
 // ProjectLock, CommandLock and Lease objects, so it can be followed with `kubectl get locks`.
 package main
 
@@ -90,6 +90,6 @@ holding one (flock for Kubernetes), freezes commands, and explains why a request
 	g.config = clientcmd.NewNonInteractiveDeferredLoadingClientConfig(g.loading, g.overrides)
 
 	root.AddCommand(newLocksCmd(g), newAcquireCmd(g), newReleaseCmd(g), newRunCmd(g),
-		newFreezeCmd(g), newThawCmd(g), newWhyCmd(g))
+		newFreezeCmd(g), newThawCmd(g), newWhyCmd(g), newDashboardCmd(g))
 	return root
 }
