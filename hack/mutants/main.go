@@ -109,6 +109,16 @@ var mutants = []mutant{
 		pkg:   safety, focus: "demotion",
 	},
 	{
+		name: "again-drops-demotions", guard: "the Again split writes its demotions before the ProjectLock drops them",
+		edits: []edit{{decide, "	d := Decision{Again: true, Demote: demote}\n", "	d := Decision{Again: true}\n\t_ = demote\n"}},
+		pkg:   "./internal/queue/", focus: "run:TestDecideUnconfirmedGrant",
+	},
+	{
+		name: "demotion-skipped-when-unchanged", guard: "a demotion is written even when its status is the one read",
+		edits: []edit{{decide, "		if equalStatus(e.req.Status, st) && !e.demoted {\n", "		if equalStatus(e.req.Status, st) {\n"}},
+		pkg:   "./internal/queue/", focus: "run:TestDecideDemotesEvenWhenUnchanged",
+	},
+	{
 		name: "finish-after-projectlock", guard: "outgoing holders are written final before the ProjectLock moves on",
 		edits: []edit{
 			{controller, "	for _, u := range d.Finish {\n\t\tif err := r.writeRequest(ctx, req.NamespacedName, u); err != nil {\n\t\t\treturn r.retry(err, \"finish lockrequest %s\", u.Request.Name)",
