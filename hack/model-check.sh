@@ -35,10 +35,13 @@ configs=(
 	"multilock-2|$two -DSYMM=1 $calm -DKA=1 -DKB=3 -DKC=2 -DINIT_REQS=3 -DREL_REQS=0 -DDEL_REQS=2 -DCMD_REQS=0|2 managers racing, B locks k1 and k2 against A; B deleted (hole 3 across managers)"
 	"reentrant|-DNMGR=1 -DKA=1 -DKB=1 -DKC=1 -DINIT_REQS=1 -DCREATE_REQS=6 -DREL_REQS=3 -DEXP_REQS=1 -DLOST_REQS=4 -DCMD_REQS=0|1 manager (crashes, stale views), A and C of one identity share k1 against B; creations, releases, an expiry, a lapsed Lease (re-entrancy, hole 4)"
 	"freeze|$two -DKA=1 -DKB=1 -DINIT_REQS=3 -DREL_REQS=2 -DCMD_REQS=1 -DFREEZE=1 -DTHAW=1 -DOVERLAY=1 -DMIDREFRESH=0|2 managers (crashes) and the CommandLock reconciler: A (commanded) against B, a freeze and a thaw (holes 5, 6: Drained, demotion, re-issue)"
+	"progress-tokens|-DPROGRESS=1 -DNMGR=1 -DKA=1 -DKB=3 -DINIT_REQS=3 -DREL_REQS=0 -DDEL_REQS=2 -DCMD_REQS=0|progress (LTL, weak fairness): once the environment stops, a free key with a live waiter is not left so; 1 manager, multi-lock B deleted"
+	"progress-forceunlock|-DPROGRESS=1 $two -DOVERLAY=1 -DMIDREFRESH=0 -DKA=1 -DKB=1 -DINIT_REQS=3 -DREL_REQS=1 -DFU_BUDGET=1 -DCMD_REQS=0|progress: 2 managers (crashes), A released, a force-unlock"
 	"freeze-gone|$two $calm -DKA=1 -DKB=1 -DKC=1 -DINIT_REQS=7 -DREL_REQS=0 -DDEL_REQS=4 -DCMD_REQS=1 -DFREEZE=1 -DTHAW=0|2 managers and the CommandLock reconciler: A (commanded) joins C's hold of k1 as B waits; a freeze; C deleted, its token known or not (demotion inside the Again split)"
 )
 full_configs=(
 	"forceunlock-full|$two -DSYMM=1 -DKA=1 -DKB=1 -DINIT_REQS=3 -DREL_REQS=3 -DFU_BUDGET=1 -DCMD_REQS=0|forceunlock, with both requests released"
+	"progress-freeze|-DPROGRESS=1 $two $calm -DKA=1 -DKB=1 -DINIT_REQS=3 -DREL_REQS=2 -DCMD_REQS=1 -DFREEZE=1 -DTHAW=1|progress: 2 managers and the CommandLock reconciler, a freeze and a thaw"
 	"freeze-gone-full|$two -DKA=1 -DKB=1 -DKC=1 -DINIT_REQS=7 -DREL_REQS=0 -DDEL_REQS=4 -DCMD_REQS=1 -DFREEZE=1 -DTHAW=0 -DOVERLAY=1 -DMIDREFRESH=0|freeze-gone, with crashes"
 )
 # mutation|configuration that refutes it
@@ -74,14 +77,21 @@ verify() {
 	rm -rf "$dir" && mkdir -p "$dir"
 	cp "$root/model/turnstile.pml" "$dir/"
 	cd "$dir"
+	# Safety: assertions only. Progress (-DPROGRESS=1): the LTL property's acceptance cycles,
+	# under weak fairness (-f; NFAIR for the 3-4 processes).
+	local cflags="-DSAFETY" panargs=""
+	if [[ $flags == *-DPROGRESS=1* ]]; then
+		cflags="-DNFAIR=4" panargs="-a -f"
+	fi
 	# shellcheck disable=SC2086 # the flags are words
-	if ! $SPIN -a $flags turnstile.pml >spin.log 2>&1 || ! $CC $CFLAGS_PAN -w -DSAFETY -DCOLLAPSE -DMEMLIM=4096 -o pan pan.c >cc.log 2>&1; then
+	if ! $SPIN -a $flags turnstile.pml >spin.log 2>&1 || ! $CC $CFLAGS_PAN -w $cflags -DCOLLAPSE -DMEMLIM=4096 -o pan pan.c >cc.log 2>&1; then
 		echo "FAIL  $name: spin or cc failed: $(tail -3 spin.log cc.log | tr '\n' ' ')" >result
 		return
 	fi
 	local start end
 	start=$(date +%s.%N)
-	./pan -m200000 -w24 -c1 >pan.log 2>&1 || true
+	# shellcheck disable=SC2086
+	./pan $panargs -m200000 -w24 -c1 >pan.log 2>&1 || true
 	end=$(date +%s.%N)
 	local states errors secs
 	errors=$(sed -n 's/.*errors: \([0-9]*\).*/\1/p' pan.log | head -1)

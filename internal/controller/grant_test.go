@@ -316,10 +316,13 @@ var _ = Describe("Grant engine", func() {
 		Expect(k8s.Delete(ctx, projectLock(ns, vpc))).To(Succeed())
 		expectPhase(ns, "a", locksv1.PhaseReleased)
 		Expect(condOf(ns, "a")()).To(HavePrefix("False/ForceUnlocked:"))
-		Consistently(func() bool {
+		gone := func() bool {
 			err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: lockkey.Name(vpc)}, &locksv1.ProjectLock{})
 			return apierrors.IsNotFound(err)
-		}, time.Second, interval).Should(BeTrue(), "an idle key's ProjectLock must not come back after a force-unlock")
+		}
+		// The holder is told first; the finalizer goes in the write after.
+		Eventually(gone, timeout, interval).Should(BeTrue(), "the force-unlocked ProjectLock must go once its holder was told")
+		Consistently(gone, time.Second, interval).Should(BeTrue(), "an idle key's ProjectLock must not come back after a force-unlock")
 	})
 
 	It("fails a request with QueueFull when the key's queue is at its cap", func() {

@@ -42,12 +42,12 @@ import (
 
 const simFinalizer = "sim.turnstile.dev/keep"
 
-// simBudget is the seeds and steps to run. With no TURNSTILE_SIM_SEEDS, seeds are taken from a
-// list until the run has been everywhere it must go (see want), so that a short budget still
-// proves something on a machine whose timing sends a seed elsewhere; fixed says which.
+// simBudget is the seeds and steps to run. With no TURNSTILE_SIM_SEEDS, two seeds of the list
+// and then more until the run has been everywhere it must go (simWant), so that a short budget
+// still proves something on a machine whose timing sends a seed elsewhere; fixed says which.
 func simBudget() (seeds []uint64, steps int, fixed bool) {
-	seeds = []uint64{10, 3, 4, 13, 14}
-	steps = 600
+	seeds = []uint64{10, 3, 4, 13, 14, 15}
+	steps = 1000
 	if s := os.Getenv("TURNSTILE_SIM_SEEDS"); s != "" {
 		fixed = true
 		seeds = nil
@@ -87,7 +87,7 @@ var _ = Describe("The seeded simulation", func() {
 		total := map[string]int{}
 		ran := 0
 		for _, seed := range seeds {
-			if !fixed && ran > 0 && len(simMissing(total)) == 0 {
+			if !fixed && ran >= 2 && len(simMissing(total)) == 0 {
 				break
 			}
 			ran++
