@@ -78,6 +78,11 @@ var mutants = []mutant{
 		pkg:   safety, focus: "hole 6",
 	},
 	{
+		name: "live-freeze-check-without-all", guard: "the live freeze check also reads the CommandLock that freezes every command",
+		edits: []edit{{controller, "	live := map[string]bool{locksv1.CommandAll: true}\n", "	live := map[string]bool{}\n"}},
+		pkg:   safety, focus: "hole 6",
+	},
+	{
 		name: "drained-from-cache", guard: "Drained is confirmed by a live ProjectLock list",
 		edits: []edit{{commands, "		granting, err := r.granting(ctx, &cl)\n", "		granting, err := 0, error(nil)\n"}},
 		pkg:   safety, focus: "live ProjectLock list",

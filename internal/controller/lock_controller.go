@@ -456,11 +456,37 @@ func (r *LockReconciler) frozenSince(ctx context.Context, in *queue.Input, d que
 	if len(commands) == 0 {
 		return false, nil
 	}
-	var cls locksv1.CommandLockList
-	if err := r.apiReader.List(ctx, &cls); err != nil {
-		return false, fmt.Errorf("read commandlocks: %w", err)
+	// The CommandLocks that can freeze these commands are the ones named after them and "all":
+	// each is read with a GET, which the API server answers from etcd. (A LIST with no
+	// resourceVersion is served from the watch cache once that cache has caught up with etcd,
+	// which it learns from a progress notification requested every 100 ms: a quiet resource
+	// like CommandLocks made every commanded grant wait for one.) The rest come from the
+	// cache, for the re-decision.
+	live := map[string]bool{locksv1.CommandAll: true}
+	for _, c := range commands {
+		live[c] = true
 	}
-	freezes, thaw := queue.ResolveFreezes(cls.Items, r.flags, r.clock.Now())
+	var read []locksv1.CommandLock
+	for name := range live {
+		var cl locksv1.CommandLock
+		switch err := r.apiReader.Get(ctx, client.ObjectKey{Name: name}, &cl); {
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			return false, fmt.Errorf("read commandlock %s: %w", name, err)
+		default:
+			read = append(read, cl)
+		}
+	}
+	var cached locksv1.CommandLockList
+	if err := r.client.List(ctx, &cached); err != nil {
+		return false, fmt.Errorf("list commandlocks: %w", err)
+	}
+	for _, cl := range cached.Items {
+		if !live[cl.Name] {
+			read = append(read, cl)
+		}
+	}
+	freezes, thaw := queue.ResolveFreezes(read, r.flags, r.clock.Now())
 	for _, c := range commands {
 		if _, frozen := freezes.For(c); frozen {
 			in.Freezes, in.NextThaw = freezes, thaw

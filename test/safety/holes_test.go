@@ -225,9 +225,10 @@ var _ = Describe("Holes in the grant protocol", func() {
 		Expect(phase(ns, "r")).To(Equal(locksv1.PhaseReleased), "its runner must be told before the next holder starts")
 	})
 
-	It("hole 6: Drained is never True while a grant decided from a stale freeze lands", func() {
+	// freeze is the CommandLock the admin locks: the command's own, or "all".
+	hole6 := func(freeze string) {
 		a, b := newManager("A", 0, cfg), newManager("B", 0, cfg)
-		apply := &locksv1.CommandLock{ObjectMeta: metav1.ObjectMeta{Name: "apply"}}
+		apply := &locksv1.CommandLock{ObjectMeta: metav1.ObjectMeta{Name: freeze}}
 		Expect(k8s.Create(ctx, apply)).To(Succeed())
 		DeferCleanup(func() { Expect(client.IgnoreNotFound(k8s.Delete(ctx, apply))).To(Succeed()) })
 		net := target("net")
@@ -240,13 +241,13 @@ var _ = Describe("Holes in the grant protocol", func() {
 		syncHistory()
 		unfrozen := history.Mark()
 
-		By("an admin freezes apply, and A reports it drained: no apply holds a lock")
+		By("an admin freezes " + freeze + ", and A reports on it")
 		patch := client.MergeFrom(apply.DeepCopy())
 		apply.Spec.Locked, apply.Spec.Reason = true, "maintenance"
 		Expect(k8s.Patch(ctx, apply, patch)).To(Succeed())
 		syncHistory()
 		a.view.CatchUp()
-		_, err := a.reconcileCommand("apply")
+		_, err := a.reconcileCommand(freeze)
 		Expect(err).NotTo(HaveOccurred())
 		expectSafe(inv, ns, "A reported the freeze")
 
@@ -257,11 +258,13 @@ var _ = Describe("Holes in the grant protocol", func() {
 		b.view.AdvanceToMark(cur)
 		b.decide(k)
 		expectSafe(inv, ns, "B decided with a stale freeze")
-		_, err = a.reconcileCommand("apply")
+		_, err = a.reconcileCommand(freeze)
 		Expect(err).NotTo(HaveOccurred())
 		expectSafe(inv, ns, "A reported the freeze again")
 		Expect(phase(ns, "x")).To(Equal(locksv1.PhasePending))
-	})
+	}
+	It("hole 6: Drained is never True while a grant decided from a stale freeze lands", func() { hole6("apply") })
+	It("hole 6, a global freeze: a grant decided from a stale cache reads the freeze of all commands live too", func() { hole6(locksv1.CommandAll) })
 
 	It("hole 7: requests are served first come, first served whichever manager's clock saw them first", func() {
 		cfg.AgingStep = 10 * time.Minute
