@@ -2,7 +2,9 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -466,15 +468,31 @@ func (r *LockReconciler) frozenSince(ctx context.Context, in *queue.Input, d que
 	for _, c := range commands {
 		live[c] = true
 	}
+	// The GETs run at once: the grant waits for one round trip, not one per CommandLock.
+	names := slices.Sorted(maps.Keys(live))
+	got := make([]*locksv1.CommandLock, len(names))
+	errs := make([]error, len(names))
+	var wg sync.WaitGroup
+	for i, name := range names {
+		wg.Go(func() {
+			var cl locksv1.CommandLock
+			switch err := r.apiReader.Get(ctx, client.ObjectKey{Name: name}, &cl); {
+			case apierrors.IsNotFound(err):
+			case err != nil:
+				errs[i] = fmt.Errorf("read commandlock %s: %w", name, err)
+			default:
+				got[i] = &cl
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return false, err
+	}
 	var read []locksv1.CommandLock
-	for name := range live {
-		var cl locksv1.CommandLock
-		switch err := r.apiReader.Get(ctx, client.ObjectKey{Name: name}, &cl); {
-		case apierrors.IsNotFound(err):
-		case err != nil:
-			return false, fmt.Errorf("read commandlock %s: %w", name, err)
-		default:
-			read = append(read, cl)
+	for _, cl := range got {
+		if cl != nil {
+			read = append(read, *cl)
 		}
 	}
 	var cached locksv1.CommandLockList
