@@ -166,7 +166,7 @@ func buildKeys(in Input) []Key {
 			continue
 		}
 		for _, ref := range lockkey.Refs(r.Spec.Locks) {
-			if held(r, ref) {
+			if queue.HoldsKey(r, ref) {
 				continue
 			}
 			k := nsName{r.Namespace, ref.Name}
@@ -213,14 +213,6 @@ func buildKeys(in Input) []Key {
 		return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Key, b.Key), strings.Compare(a.Name, b.Name))
 	})
 	return keys
-}
-
-func held(r *locksv1.LockRequest, ref lockkey.Ref) bool {
-	if ref.Index >= len(r.Status.Locks) {
-		return false
-	}
-	ls := r.Status.Locks[ref.Index]
-	return ls.Held && ls.Name == ref.Name
 }
 
 func holderRow(h *locksv1.LockHolder, ns string, byName map[nsName]*locksv1.LockRequest) *Holder {

@@ -482,7 +482,7 @@ func forceUnlock(lock *locksv1.ProjectLock, entries []*entry, now time.Time) Dec
 // this key is the one it is actually trying.
 func reached(e *entry) bool {
 	for _, r := range e.refs[:e.pos] {
-		if !heldFlag(e.req, r) {
+		if !HoldsKey(e.req, r) {
 			return false
 		}
 	}
@@ -510,7 +510,7 @@ func newEntry(req *locksv1.LockRequest, name string, cfg Config, now time.Time) 
 		ttl:   TTL(req, cfg),
 		final: req.Status.Phase.IsFinal(),
 	}
-	e.claims = !e.final && heldFlag(req, e.ref)
+	e.claims = !e.final && HoldsKey(req, e.ref)
 	e.term = grantTerm(req, e.ttl, cfg, now)
 	if req.Status.QueuedAt != nil {
 		e.arrival, e.stamped = req.Status.QueuedAt.Time, true
@@ -528,8 +528,8 @@ func newEntry(req *locksv1.LockRequest, name string, cfg Config, now time.Time) 
 	return e
 }
 
-// heldFlag reports whether the request's status says it holds ref's key.
-func heldFlag(req *locksv1.LockRequest, ref lockkey.Ref) bool {
+// HoldsKey reports whether the request's status says it holds ref's key.
+func HoldsKey(req *locksv1.LockRequest, ref lockkey.Ref) bool {
 	if ref.Index >= len(req.Status.Locks) {
 		return false
 	}
@@ -724,7 +724,7 @@ func grantExpiry(grantedAt time.Time, ttl time.Duration) time.Time {
 // allHeldAfter reports whether the request holds every key once it holds this one.
 func allHeldAfter(e *entry) bool {
 	for i, r := range e.refs {
-		if i != e.pos && !heldFlag(e.req, r) {
+		if i != e.pos && !HoldsKey(e.req, r) {
 			return false
 		}
 	}
@@ -834,7 +834,7 @@ func heldStatus(e *entry, token int64, now time.Time) (locksv1.LockRequestStatus
 		setCond(&st.Conditions, locksv1.ConditionReady, metav1.ConditionTrue, locksv1.ReasonGranted, msg, g, now)
 		setCond(&st.Conditions, locksv1.ConditionReconciling, metav1.ConditionFalse, locksv1.ReasonGranted, "granted", g, now)
 		setCond(&st.Conditions, locksv1.ConditionStalled, metav1.ConditionFalse, locksv1.ReasonGranted, "granted", g, now)
-	} else if st.Phase != locksv1.PhasePending || !heldFlag(e.req, e.ref) {
+	} else if st.Phase != locksv1.PhasePending || !HoldsKey(e.req, e.ref) {
 		// Its part of the request was just granted: say so once. From then on the queue of the
 		// key it waits for speaks for it (position, blocker); rewriting the message here on every
 		// decision would undo that key's write, and each write wakes the other key again.
@@ -869,7 +869,7 @@ func waitingStatus(e *entry, i, n int, told blockers, now time.Time) locksv1.Loc
 	// Position and message belong to the first key the request does not hold yet; a later key's
 	// queue does not speak for it.
 	for _, r := range e.refs[:e.pos] {
-		if !heldFlag(e.req, r) {
+		if !HoldsKey(e.req, r) {
 			if st.Phase == "" {
 				pendingConds(&st, locksv1.ReasonQueued, fmt.Sprintf("waiting for %s first (locks are taken in canonical order)", r.Key), now)
 			}
@@ -1046,7 +1046,7 @@ func Order(name string, reqs []*locksv1.LockRequest, now time.Time, cfg Config) 
 // hold yet: the key it is actually waiting for. ok is false when it holds them all.
 func FirstUnheld(req *locksv1.LockRequest) (lockkey.Ref, bool) {
 	for _, r := range lockkey.Refs(req.Spec.Locks) {
-		if !heldFlag(req, r) {
+		if !HoldsKey(req, r) {
 			return r, true
 		}
 	}
