@@ -130,7 +130,7 @@ SOAK_STEPS ?= 5000
 
 .PHONY: soak
 soak: k8s-bins ## The safety simulation with a long budget (SOAK_SEEDS, SOAK_STEPS): 3 managers on lagging caches.
-	TURNSTILE_SIM_SEEDS=$(SOAK_SEEDS) TURNSTILE_SIM_STEPS=$(SOAK_STEPS) go test -count=1 -timeout 0 ./test/safety/ -ginkgo.focus "seeded simulation" -ginkgo.v
+	TURNSTILE_SIM_SEEDS=$(SOAK_SEEDS) TURNSTILE_SIM_STEPS=$(SOAK_STEPS) go test -v -count=1 -timeout 0 ./test/safety/ -ginkgo.focus "seeded simulation" -ginkgo.v | grep -a -E "seed [0-9]+:|simulation:|FAIL|Expected|^ok"
 
 .PHONY: model-check
 model-check: spin ## Model-check the grant protocol (model/turnstile.pml) with spin: each configuration exhaustively, each mutation refuted (MODEL_FULL=1: the larger ones too).

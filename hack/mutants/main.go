@@ -138,7 +138,12 @@ var mutants = []mutant{
 func main() {
 	only := flag.String("only", "", "run only the mutants whose name contains this")
 	flag.Parse()
+	os.Exit(runMutants(*only))
+}
 
+// runMutants runs the mutants whose name contains only and returns the exit status; every file
+// it touched is restored before it returns.
+func runMutants(only string) int {
 	originals := map[string][]byte{}
 	restore := func() {
 		for f, b := range originals {
@@ -154,13 +159,13 @@ func main() {
 
 	survived, killed := 0, 0
 	for _, m := range mutants {
-		if !strings.Contains(m.name, *only) {
+		if !strings.Contains(m.name, only) {
 			continue
 		}
 		if err := apply(m, originals); err != nil {
 			restore()
 			fmt.Fprintf(os.Stderr, "mutant %s: %v (the code changed: update hack/mutants)\n", m.name, err)
-			os.Exit(2)
+			return 2
 		}
 		start := time.Now()
 		out, err := run(m)
@@ -177,16 +182,16 @@ func main() {
 	}
 	fmt.Printf("%d mutants killed, %d survived\n", killed, survived)
 	if survived > 0 {
-		os.Exit(1)
+		return 1
 	}
+	return 0
 }
 
 func apply(m mutant, originals map[string][]byte) error {
 	for _, e := range m.edits {
-		b, ok := originals[e.file]
-		if !ok {
-			var err error
-			if b, err = os.ReadFile(e.file); err != nil {
+		if _, ok := originals[e.file]; !ok {
+			b, err := os.ReadFile(e.file)
+			if err != nil {
 				return err
 			}
 			originals[e.file] = b

@@ -124,9 +124,6 @@ func (w *reqWrapper) queuedAt(t time.Time) *reqWrapper {
 	return w
 }
 
-// arrival sets status.arrivalRevision, instead of one that follows queuedAt.
-func (w *reqWrapper) arrival(rev int64) *reqWrapper { w.revision = rev; return w }
-
 // held marks the targets as held in status.locks (a Pending request that holds some keys).
 func (w *reqWrapper) held(ts ...locksv1.LockTarget) *reqWrapper {
 	w.heldTgts = append(w.heldTgts, ts...)
