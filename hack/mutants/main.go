@@ -58,7 +58,7 @@ var mutants = []mutant{
 		name: "token-below-leaving-holder", guard: "a new holder's token is above the tokens of the holders leaving in the same write",
 		edits: []edit{
 			{decide, "return max(prev+1, revision, leaving+1)", "return max(prev+1, revision, 0*leaving)"},
-			{decide, "if unknown && newHolder {", "if false && unknown && newHolder {"},
+			{decide, "again = unknown && newHolder\n", "again = false && unknown && newHolder\n"},
 		},
 		pkg: safety, focus: "hole 3",
 	},
