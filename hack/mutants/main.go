@@ -95,7 +95,7 @@ var mutants = []mutant{
 	},
 	{
 		name: "no-live-holder-read", guard: "a holder missing from the cache is looked up live before its key moves on",
-		edits: []edit{{controller, "if byUID[types.UID(h.UID)] || r.overlay.isDeleted(types.UID(h.UID)) {", "if true || byUID[types.UID(h.UID)] || r.overlay.isDeleted(types.UID(h.UID)) {"}},
+		edits: []edit{{controller, "			if byUID[uid] {\n", "			if true || byUID[uid] {\n"}},
 		pkg:   safety, focus: "live holder read",
 	},
 	{
