@@ -128,8 +128,8 @@ var mutants = []mutant{
 		edits: []edit{
 			{controller, "	for _, u := range d.Finish {\n\t\tif err := r.writeRequest(ctx, req.NamespacedName, u); err != nil {\n\t\t\treturn r.retry(err, \"finish lockrequest %s\", u.Request.Name)",
 				"	for _, u := range d.Finish[:0] {\n\t\tif err := r.writeRequest(ctx, req.NamespacedName, u); err != nil {\n\t\t\treturn r.retry(err, \"finish lockrequest %s\", u.Request.Name)"},
-			{controller, "		r.overlay.wroteLock(lock, r.clock.Now())\n\t}\n\n\tif refreeze",
-				"		r.overlay.wroteLock(lock, r.clock.Now())\n\t}\n\tfor _, u := range d.Finish {\n\t\tif err := r.writeRequest(ctx, req.NamespacedName, u); err != nil {\n\t\t\treturn r.retry(err, \"finish lockrequest %s\", u.Request.Name)\n\t\t}\n\t}\n\n\tif refreeze"},
+			{controller, "		r.overlay.wroteLock(lock, r.clock.Now())\n\t}\n\n\tif d.Again {",
+				"		r.overlay.wroteLock(lock, r.clock.Now())\n\t}\n\tfor _, u := range d.Finish {\n\t\tif err := r.writeRequest(ctx, req.NamespacedName, u); err != nil {\n\t\t\treturn r.retry(err, \"finish lockrequest %s\", u.Request.Name)\n\t\t}\n\t}\n\n\tif d.Again {"},
 		},
 		pkg: safety, focus: "write order",
 	},
