@@ -89,13 +89,16 @@ type History struct {
 	err    error
 	cancel context.CancelFunc
 	done   sync.WaitGroup
+	// changed is closed (and replaced) whenever an event is recorded or the history fails:
+	// what Sync and SyncWith wait on instead of sleeping.
+	changed chan struct{}
 }
 
 // Start records the history of every kind in all namespaces. The objects that exist already
 // are its first events (Added), as an informer's initial list is.
 func Start(ctx context.Context, c client.WithWatch) (*History, error) {
 	ctx, cancel := context.WithCancel(ctx)
-	h := &History{c: c, cancel: cancel}
+	h := &History{c: c, cancel: cancel, changed: make(chan struct{})}
 	for _, k := range Kinds {
 		list := k.newList()
 		if err := c.List(ctx, list); err != nil {
@@ -152,6 +155,7 @@ func (h *History) follow(ctx context.Context, k Kind, rv string) {
 			}
 			h.mu.Lock()
 			h.logs[k] = append(h.logs[k], Event{ev.Type, o})
+			h.notify()
 			h.mu.Unlock()
 		}
 		w.Stop()
@@ -163,6 +167,36 @@ func (h *History) fail(err error) {
 	defer h.mu.Unlock()
 	if h.err == nil {
 		h.err = err
+	}
+	h.notify()
+}
+
+// notify wakes whoever waits for the history to change; h.mu is held.
+func (h *History) notify() {
+	close(h.changed)
+	h.changed = make(chan struct{})
+}
+
+// await waits until cond holds, checking it now and after each change of the history, for at
+// most 10 seconds; what names the wait in its error.
+func (h *History) await(what string, cond func() (bool, error)) error {
+	timeout := time.NewTimer(10 * time.Second)
+	defer timeout.Stop()
+	for {
+		h.mu.Lock()
+		changed, err := h.changed, h.err
+		h.mu.Unlock()
+		if err != nil {
+			return err
+		}
+		if ok, err := cond(); err != nil || ok {
+			return err
+		}
+		select {
+		case <-changed:
+		case <-timeout.C:
+			return fmt.Errorf("history of %s did not catch up with the API server within 10s", what)
+		}
 	}
 }
 
@@ -214,23 +248,13 @@ func (h *History) events(k Kind, from, to int) []Event {
 // Sync waits until the history holds every change the API server has made so far: replaying
 // each kind's events gives exactly the objects and resourceVersions a live list returns.
 func (h *History) Sync(ctx context.Context) error {
-	deadline := time.Now().Add(10 * time.Second)
 	for _, k := range Kinds {
-		for {
-			if err := h.Err(); err != nil {
-				return err
-			}
+		err := h.await(k.String(), func() (bool, error) {
 			live, err := h.liveVersions(ctx, k)
-			if err != nil {
-				return err
-			}
-			if equalVersions(live, h.replayedVersions(k)) {
-				break
-			}
-			if time.Now().After(deadline) {
-				return fmt.Errorf("history of %s did not catch up with the API server within 10s", k)
-			}
-			time.Sleep(2 * time.Millisecond)
+			return err == nil && equalVersions(live, h.replayedVersions(k)), err
+		})
+		if err != nil {
+			return err
 		}
 	}
 	return nil
@@ -243,11 +267,7 @@ func (h *History) SyncWith(k Kind, ns string, list client.ObjectList) error {
 	if err != nil {
 		return err
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if err := h.Err(); err != nil {
-			return err
-		}
+	return h.await(k.String(), func() (bool, error) {
 		have := h.replayedVersions(k)
 		if ns != "" {
 			for key := range have {
@@ -256,14 +276,8 @@ func (h *History) SyncWith(k Kind, ns string, list client.ObjectList) error {
 				}
 			}
 		}
-		if equalVersions(want, have) {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("history of %s did not catch up with the API server within 10s", k)
-		}
-		time.Sleep(time.Millisecond)
-	}
+		return equalVersions(want, have), nil
+	})
 }
 
 func (h *History) liveVersions(ctx context.Context, k Kind) (map[client.ObjectKey]string, error) {
