@@ -46,20 +46,10 @@ their grant. With --wait-drained, returns once none of them is left: maintenance
 				spec.Until = &metav1.Time{Time: t}
 			}
 			ctx := cmd.Context()
-			var cl locksv1.CommandLock
-			err = c.Get(ctx, ctrlclient.ObjectKey{Name: args[0]}, &cl)
-			switch {
-			case apierrors.IsNotFound(err):
-				cl = locksv1.CommandLock{ObjectMeta: metav1.ObjectMeta{Name: args[0]}, Spec: spec}
-				err = c.Create(ctx, &cl)
-			case err == nil:
-				patch := ctrlclient.MergeFrom(cl.DeepCopy())
-				cl.Spec = spec
-				err = c.Patch(ctx, &cl, patch)
-			}
-			if err != nil {
+			if err := dashboard.FreezeCommand(ctx, c, args[0], spec); err != nil {
 				return fmt.Errorf("freeze %s: %w", args[0], err)
 			}
+			var cl locksv1.CommandLock
 			fmt.Fprintf(cmd.OutOrStdout(), "commandlock/%s frozen\n", args[0])
 			if !drain {
 				return nil

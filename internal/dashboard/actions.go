@@ -78,21 +78,27 @@ func freeze(ctx context.Context, c ctrlclient.Client, a actionRequest, now time.
 		}
 		spec.Until = &metav1.Time{Time: t}
 	}
+	if err := FreezeCommand(ctx, c, command, spec); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("commandlock %s frozen", command), nil
+}
+
+// FreezeCommand sets the CommandLock named command to spec, creating it if it does not exist, as
+// `kubectl turnstile freeze` and the page's Freeze button both do.
+func FreezeCommand(ctx context.Context, c ctrlclient.Client, command string, spec locksv1.CommandLockSpec) error {
 	var cl locksv1.CommandLock
 	err := c.Get(ctx, ctrlclient.ObjectKey{Name: command}, &cl)
 	switch {
 	case apierrors.IsNotFound(err):
 		cl = locksv1.CommandLock{ObjectMeta: metav1.ObjectMeta{Name: command}, Spec: spec}
-		err = c.Create(ctx, &cl)
-	case err == nil:
-		patch := ctrlclient.MergeFrom(cl.DeepCopy())
-		cl.Spec = spec
-		err = c.Patch(ctx, &cl, patch)
+		return c.Create(ctx, &cl)
+	case err != nil:
+		return err
 	}
-	if err != nil {
-		return "", err
-	}
-	return fmt.Sprintf("commandlock %s frozen", command), nil
+	patch := ctrlclient.MergeFrom(cl.DeepCopy())
+	cl.Spec = spec
+	return c.Patch(ctx, &cl, patch)
 }
 
 // thaw sets locked: false on a CommandLock, with the uid the page showed as a precondition.
