@@ -13,8 +13,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/tools/clientcmd"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
@@ -50,20 +50,20 @@ func main() {
 	}
 }
 
-// globals are the kubeconfig flags every subcommand shares.
+// globals are the standard kubectl connection flags every subcommand shares (--kubeconfig,
+// --context, -n, --as, --token, --server, --request-timeout, ...), from k8s.io/cli-runtime as
+// kubectl itself and its plugins use them.
 type globals struct {
-	loading   *clientcmd.ClientConfigLoadingRules
-	overrides *clientcmd.ConfigOverrides
-	config    clientcmd.ClientConfig
+	flags *genericclioptions.ConfigFlags
 }
 
 func (g *globals) client() (ctrlclient.WithWatch, string, error) {
-	cfg, err := g.config.ClientConfig()
+	cfg, err := g.flags.ToRESTConfig()
 	if err != nil {
 		return nil, "", fmt.Errorf("kubeconfig: %w", err)
 	}
 	cfg.QPS, cfg.Burst = 50, 100
-	ns, _, err := g.config.Namespace()
+	ns, _, err := g.flags.ToRawKubeConfigLoader().Namespace()
 	if err != nil {
 		return nil, "", fmt.Errorf("namespace: %w", err)
 	}
@@ -75,7 +75,7 @@ func (g *globals) client() (ctrlclient.WithWatch, string, error) {
 }
 
 func newRoot() *cobra.Command {
-	g := &globals{loading: clientcmd.NewDefaultClientConfigLoadingRules(), overrides: &clientcmd.ConfigOverrides{}}
+	g := &globals{flags: genericclioptions.NewConfigFlags(true)}
 	root := &cobra.Command{
 		Use:   "kubectl-turnstile",
 		Short: "Locks for infrastructure automation, as Kubernetes resources",
@@ -84,10 +84,7 @@ holding one (flock for Kubernetes), freezes commands, and explains why a request
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.PersistentFlags().StringVar(&g.loading.ExplicitPath, "kubeconfig", "", "Path to the kubeconfig file.")
-	root.PersistentFlags().StringVarP(&g.overrides.Context.Namespace, "namespace", "n", "", "Namespace of the lock requests.")
-	root.PersistentFlags().StringVar(&g.overrides.CurrentContext, "context", "", "The kubeconfig context to use.")
-	g.config = clientcmd.NewNonInteractiveDeferredLoadingClientConfig(g.loading, g.overrides)
+	g.flags.AddFlags(root.PersistentFlags())
 
 	root.AddCommand(newLocksCmd(g), newAcquireCmd(g), newReleaseCmd(g), newRunCmd(g),
 		newFreezeCmd(g), newThawCmd(g), newWhyCmd(g), newDashboardCmd(g))
