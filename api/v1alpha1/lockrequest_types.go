@@ -117,6 +117,16 @@ type LockRequestSpec struct {
 	// +kubebuilder:validation:XValidation:rule="!self.matches('^([0-9]+(\\\\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self) <= duration('168h')",message="waitTimeout must be at most 168h"
 	WaitTimeout *metav1.Duration `json:"waitTimeout,omitempty"`
 
+	// reason says why the locks are taken, e.g. "migrating state" or "incident 4711: manual
+	// fix". Everyone waiting is told it with the holder ("locked by pull #100 (alice): migrating
+	// state"); kubectl turnstile why and locks show it, and so does kubectl get -o wide. One line
+	// of at most 256 characters. It may be changed; waiters see the new text at the next decision.
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	// +kubebuilder:validation:XValidation:rule="!self.matches('\\\\p{Cc}')",message="reason must be one line: no control characters (newlines, tabs, escapes)"
+	// +kubebuilder:validation:XValidation:rule="self == self.trim()",message="reason must not start or end with whitespace"
+	Reason string `json:"reason,omitempty"`
+
 	// release gives the locks back while keeping this record (phase Released). Deleting the
 	// request releases too. Cannot be undone.
 	// +optional
@@ -232,6 +242,7 @@ type LockRequestStatus struct {
 // +kubebuilder:printcolumn:name="Token",type=integer,JSONPath=`.status.fencingToken`
 // +kubebuilder:printcolumn:name="Expires",type=string,JSONPath=`.status.expiresAt`
 // +kubebuilder:printcolumn:name="Blocked-By",type=string,JSONPath=`.status.blockedBy`,priority=1
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.spec.reason`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type LockRequest struct {
 	metav1.TypeMeta   `json:",inline"`

@@ -939,7 +939,11 @@ func newBlockers(holders, granted, waiting []*entry) blockers {
 	for _, set := range [][]*entry{holders, granted} {
 		if len(set) > 0 {
 			h := set[0].req.Spec.Holder
-			return blockers{ahead: "locked by " + Describe(h.Owner, h.Pull)}
+			ahead := "locked by " + Describe(h.Owner, h.Pull)
+			if r := set[0].req.Spec.Reason; r != "" {
+				ahead += ": " + r // the holder's spec.reason: "locked by pull #100 (alice): migrating state"
+			}
+			return blockers{ahead: ahead}
 		}
 	}
 	if len(waiting) > 0 {

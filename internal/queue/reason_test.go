@@ -1,0 +1,47 @@
+package queue
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
+)
+
+// The holder's spec.reason is told to everyone waiting, after who holds the key: in the
+// Granted condition's message, in blockedBy and in the Busy failure of a request that would not
+// wait. A waiter's own reason is not told to those behind it.
+func TestDecideTellsTheHolderReason(t *testing.T) {
+	withReason := func(w *reqWrapper, r string) *reqWrapper { w.lr.Spec.Reason = r; return w }
+	const why = "migrating state"
+	for name, tc := range map[string]struct {
+		holderReason string
+		wantAhead    string
+	}{
+		"with a reason":    {holderReason: why, wantAhead: lockedByAlice + ": " + why},
+		"without a reason": {wantAhead: lockedByAlice},
+	} {
+		t.Run(name, func(t *testing.T) {
+			h := withReason(aliceHolder(), tc.holderReason).obj()
+			waiter := withReason(makeReq("b").owner("bob", 7), "second in line").obj()
+			busy := makeReq("c").owner("carol", 8).waitTimeout(0).obj()
+			d := Decide(Input{Now: now, Name: name1, Lock: aliceLock(h), Config: testConfig(),
+				Requests: []*locksv1.LockRequest{h, waiter, busy}})
+
+			got := views(d.Waiting)
+			if diff := cmp.Diff(tc.wantAhead+"; position 1 of 1", got["b"].Message); diff != "" {
+				t.Errorf("waiter's message (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tc.wantAhead, d.Waiting[0].Status.BlockedBy); diff != "" {
+				t.Errorf("waiter's blockedBy (-want +got):\n%s", diff)
+			}
+			fin := views(d.Finish)
+			if diff := cmp.Diff(locksv1.ReasonBusy, fin["c"].Reason); diff != "" {
+				t.Fatalf("the 0s request's reason (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(key1+" is busy and waitTimeout is 0s: "+tc.wantAhead, fin["c"].Message); diff != "" {
+				t.Errorf("the 0s request's message (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
