@@ -1,7 +1,9 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"io"
 	"strings"
 	"time"
 
@@ -120,89 +122,156 @@ func newWhyCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "why NAME",
 		Short: "Explain a lock request: who holds its locks, who is ahead of it, what freezes it",
-		Args:  cobra.ExactArgs(1),
+		Long: `Says, each fact once: the request's state (with its fencing token and expiry when granted, or
+why it ended), its reason, and for each of its locks who holds it (with their token, expiry
+and reason) and who waits in which order, then any CommandLock that freezes its command.`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, ns, err := g.client()
 			if err != nil {
 				return err
 			}
-			ctx := cmd.Context()
-			var lr locksv1.LockRequest
-			if err := c.Get(ctx, ctrlclient.ObjectKey{Namespace: ns, Name: args[0]}, &lr); err != nil {
-				return err
-			}
-			out := cmd.OutOrStdout()
-			h := lr.Spec.Holder
-			fmt.Fprintf(out, "lockrequest/%s for %s", lr.Name, queue.Describe(h.Owner, h.Pull))
-			if lr.Spec.Command != "" {
-				fmt.Fprintf(out, ", command %s", lr.Spec.Command)
-			}
-			fmt.Fprintf(out, ": %s\n", orDefault(string(lr.Status.Phase), "not yet seen by the controller"))
-			if cond := meta.FindStatusCondition(lr.Status.Conditions, locksv1.ConditionGranted); cond != nil {
-				fmt.Fprintf(out, "  %s: %s\n", cond.Reason, cond.Message)
-			}
-			if lr.Status.FencingToken != 0 {
-				fmt.Fprintf(out, "  fencing token %d", lr.Status.FencingToken)
-				if lr.Status.ExpiresAt != nil {
-					fmt.Fprintf(out, ", expires %s", lr.Status.ExpiresAt.UTC().Format(time.RFC3339))
-				}
-				fmt.Fprintln(out)
-			}
-			held := map[string]bool{}
-			for _, l := range lr.Status.Locks {
-				held[l.Name] = l.Held
-			}
-			for _, ref := range lockkey.Refs(lr.Spec.Locks) {
-				fmt.Fprintf(out, "  lock %s", ref.Key)
-				if held[ref.Name] {
-					fmt.Fprint(out, " (held by this request)")
-				}
-				fmt.Fprintln(out)
-				var pl locksv1.ProjectLock
-				if err := c.Get(ctx, ctrlclient.ObjectKey{Namespace: ns, Name: ref.Name}, &pl); err != nil {
-					if apierrors.IsNotFound(err) {
-						fmt.Fprintln(out, "    projectlock not created: nobody holds it")
-						continue
-					}
-					return err
-				}
-				if hh := pl.Status.Holder; hh != nil {
-					names := make([]string, 0, len(hh.Requests))
-					for _, r := range hh.Requests {
-						names = append(names, r.Name)
-					}
-					fmt.Fprintf(out, "    held by %s via %s (token %d", queue.Describe(hh.Owner, hh.Pull), strings.Join(names, ", "), pl.Status.FencingToken)
-					if hh.ExpiresAt != nil {
-						fmt.Fprintf(out, ", until %s", hh.ExpiresAt.UTC().Format(time.RFC3339))
-					}
-					fmt.Fprintln(out, ")")
-				} else {
-					fmt.Fprintln(out, "    free")
-				}
-				for i, q := range pl.Status.Queue {
-					marker := ""
-					if q.Request == lr.Name {
-						marker = "  <- this request"
-					}
-					fmt.Fprintf(out, "    %d. %s %s (%s)%s\n", i+1, q.Request, queue.Describe(q.Owner, q.Pull), q.Priority, marker)
-				}
-				if rest := int(pl.Status.QueueLength) - len(pl.Status.Queue); rest > 0 {
-					fmt.Fprintf(out, "    ... and %d more waiting\n", rest)
-				}
-			}
-			var cls locksv1.CommandLockList
-			if err := c.List(ctx, &cls); err != nil {
-				return err
-			}
-			for i := range cls.Items {
-				cl := &cls.Items[i]
-				if (cl.Name == lr.Spec.Command || cl.Name == locksv1.CommandAll) && queue.IsLockInForce(cl, time.Now()) {
-					fmt.Fprintf(out, "  commandlock/%s freezes it: %s\n", cl.Name, orDefault(cl.Spec.Reason, "no reason given"))
-				}
-			}
-			return nil
+			return explain(cmd.Context(), c, ns, args[0], cmd.OutOrStdout())
 		},
 	}
+}
+
+// explain writes why: a header with the request's own state, then one block per lock.
+func explain(ctx context.Context, c ctrlclient.Client, ns, name string, out io.Writer) error {
+	var lr locksv1.LockRequest
+	if err := c.Get(ctx, ctrlclient.ObjectKey{Namespace: ns, Name: name}, &lr); err != nil {
+		return err
+	}
+	h := lr.Spec.Holder
+	fmt.Fprintf(out, "lockrequest/%s for %s", lr.Name, queue.Describe(h.Owner, h.Pull))
+	if lr.Spec.Command != "" {
+		fmt.Fprintf(out, ", command %s", lr.Spec.Command)
+	}
+	st := lr.Status
+	cond := meta.FindStatusCondition(st.Conditions, locksv1.ConditionGranted)
+	switch {
+	case st.Phase == "":
+		fmt.Fprint(out, ": not yet seen by the controller")
+	case st.Phase == locksv1.PhaseGranted:
+		fmt.Fprintf(out, ": Granted, fencing token %d", st.FencingToken)
+		if st.ExpiresAt != nil {
+			fmt.Fprintf(out, ", expires %s", st.ExpiresAt.UTC().Format(time.RFC3339))
+		}
+	case st.Phase == locksv1.PhasePending:
+		// Who holds or is ahead is said per lock below; only what no lock says is said here.
+		fmt.Fprint(out, ": Pending")
+		if st.QueuePosition > 0 {
+			fmt.Fprintf(out, ", position %d", st.QueuePosition)
+		}
+		if cond != nil && cond.Reason != locksv1.ReasonQueued {
+			fmt.Fprintf(out, " (%s)", cond.Reason)
+		}
+	default:
+		fmt.Fprintf(out, ": %s", st.Phase)
+		if cond != nil {
+			fmt.Fprintf(out, " (%s): %s", cond.Reason, cond.Message)
+		}
+	}
+	fmt.Fprintln(out)
+	if lr.Spec.Reason != "" {
+		fmt.Fprintf(out, "  reason: %s\n", lr.Spec.Reason)
+	}
+	if st.Phase.IsFinal() {
+		return nil // its locks are no longer its business
+	}
+
+	perKey := map[string]locksv1.LockStatus{}
+	for _, l := range st.Locks {
+		perKey[l.Name] = l
+	}
+	refs := lockkey.Refs(lr.Spec.Locks)
+	for _, ref := range refs {
+		fmt.Fprintf(out, "  lock %s: ", ref.Key)
+		var pl locksv1.ProjectLock
+		if err := c.Get(ctx, ctrlclient.ObjectKey{Namespace: ns, Name: ref.Name}, &pl); err != nil {
+			if apierrors.IsNotFound(err) {
+				fmt.Fprintln(out, "nobody holds it (no ProjectLock yet)")
+				continue
+			}
+			return err
+		}
+		hh := pl.Status.Holder
+		switch {
+		case perKey[ref.Name].Held:
+			fmt.Fprint(out, "held by this request")
+			if others := otherRequests(hh, lr.Name); others != "" {
+				fmt.Fprintf(out, " and %s", others)
+			}
+			if len(refs) > 1 {
+				// The header's token is the highest of them; each key has its own.
+				fmt.Fprintf(out, " (token %d)", perKey[ref.Name].FencingToken)
+			}
+			fmt.Fprintln(out)
+		case hh != nil:
+			names := make([]string, 0, len(hh.Requests))
+			for _, r := range hh.Requests {
+				names = append(names, r.Name)
+			}
+			fmt.Fprintf(out, "held by %s via %s (token %d", queue.Describe(hh.Owner, hh.Pull), strings.Join(names, ", "), pl.Status.FencingToken)
+			if hh.ExpiresAt != nil {
+				fmt.Fprintf(out, ", until %s", hh.ExpiresAt.UTC().Format(time.RFC3339))
+			}
+			fmt.Fprint(out, ")")
+			if r := requestReason(ctx, c, ns, hh); r != "" {
+				fmt.Fprintf(out, ": %s", r)
+			}
+			fmt.Fprintln(out)
+		default:
+			fmt.Fprintln(out, "free")
+		}
+		for i, q := range pl.Status.Queue {
+			marker := ""
+			if q.Request == lr.Name {
+				marker = "  <- this request"
+			}
+			fmt.Fprintf(out, "    %d. %s %s (%s)%s\n", i+1, q.Request, queue.Describe(q.Owner, q.Pull), q.Priority, marker)
+		}
+		if rest := int(pl.Status.QueueLength) - len(pl.Status.Queue); rest > 0 {
+			fmt.Fprintf(out, "    ... and %d more waiting\n", rest)
+		}
+	}
+	var cls locksv1.CommandLockList
+	if err := c.List(ctx, &cls); err != nil {
+		return err
+	}
+	for i := range cls.Items {
+		cl := &cls.Items[i]
+		if (cl.Name == lr.Spec.Command || cl.Name == locksv1.CommandAll) && queue.IsLockInForce(cl, time.Now()) {
+			fmt.Fprintf(out, "  commandlock/%s freezes it: %s\n", cl.Name, orDefault(cl.Spec.Reason, "no reason given"))
+		}
+	}
+	return nil
+}
+
+// otherRequests names the holder's requests other than self ("b, c"), or "".
+func otherRequests(h *locksv1.LockHolder, self string) string {
+	if h == nil {
+		return ""
+	}
+	var names []string
+	for _, r := range h.Requests {
+		if r.Name != self {
+			names = append(names, r.Name)
+		}
+	}
+	return strings.Join(names, ", ")
+}
+
+// requestReason is the spec.reason of the first of the holder's requests that gives one. A
+// request that cannot be read gives none: why explains what it can.
+func requestReason(ctx context.Context, c ctrlclient.Client, ns string, h *locksv1.LockHolder) string {
+	for _, r := range h.Requests {
+		var lr locksv1.LockRequest
+		if err := c.Get(ctx, ctrlclient.ObjectKey{Namespace: ns, Name: r.Name}, &lr); err == nil && lr.Spec.Reason != "" {
+			return lr.Spec.Reason
+		}
+	}
+	return ""
 }
 
 func orDefault(s, def string) string {

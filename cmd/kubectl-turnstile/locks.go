@@ -31,6 +31,8 @@ type requestFlags struct {
 	priority    string
 	ttl         time.Duration
 	waitTimeout time.Duration
+	reason      string
+	from        string
 }
 
 func (f *requestFlags) bind(fs *pflag.FlagSet) {
@@ -43,6 +45,16 @@ func (f *requestFlags) bind(fs *pflag.FlagSet) {
 	fs.StringVar(&f.priority, "priority", "", "Low, Normal (default), High or Critical.")
 	fs.DurationVar(&f.ttl, "ttl", 0, "How long the grant lasts (default: the operator's --default-ttl).")
 	fs.DurationVar(&f.waitTimeout, "wait-timeout", 0, "Give up after waiting this long; 0s fails at once if the lock is busy (default: wait until interrupted).")
+	fs.StringVar(&f.reason, "reason", "", "Why the lock is taken, told to everyone waiting: \"locked by pull #100 (alice): migrating state\".")
+	bindFrom(fs, &f.from)
+}
+
+// bindFrom adds --from, which takes the request from a pipeline's own variables.
+func bindFrom(fs *pflag.FlagSet, from *string) {
+	fs.StringVar(from, "from", "", `Take the lock key, holder and command from a pipeline's variables: "atlantis" (in a repos.yaml
+run step: BASE_REPO_OWNER/BASE_REPO_NAME, REPO_REL_DIR, WORKSPACE, PROJECT_NAME; PULL_AUTHOR, PULL_NUM,
+PULL_URL; COMMAND_NAME) or "github-actions" (GITHUB_REPOSITORY, the pull request of GITHUB_REF or
+GITHUB_EVENT_PATH, its author or GITHUB_ACTOR). Flags given explicitly win.`)
 }
 
 func defaultOwner() string {
@@ -57,17 +69,45 @@ func defaultOwner() string {
 func (f *requestFlags) request(cmd *cobra.Command) (client.Request, error) {
 	r := client.Request{
 		Name: f.name, Holder: locksv1.Holder{Owner: f.owner, Pull: f.pull, URL: f.url},
-		Command: f.command, Priority: locksv1.Priority(f.priority), TTL: f.ttl,
+		Command: f.command, Priority: locksv1.Priority(f.priority), TTL: f.ttl, Reason: f.reason,
 	}
-	if len(f.locks) == 0 {
-		return r, errors.New("name at least one lock with --lock REPO:PATH[:WORKSPACE[:PROJECT]]")
-	}
-	for _, l := range f.locks {
-		t, err := parseTarget(l)
+	var fromKey *locksv1.LockTarget
+	if f.from != "" {
+		ci, err := fromEnv(f.from, os.Getenv)
 		if err != nil {
 			return r, err
 		}
-		r.Locks = append(r.Locks, t)
+		changed := cmd.Flags().Changed
+		if !changed("owner") {
+			r.Holder.Owner = ci.holder.Owner
+		}
+		if !changed("pull") {
+			r.Holder.Pull = ci.holder.Pull
+		}
+		if !changed("url") {
+			r.Holder.URL = ci.holder.URL
+		}
+		if !changed("command") {
+			r.Command = ci.command
+		}
+		if r.Name == "" {
+			r.GenerateName = ci.prefix
+		}
+		fromKey = ci.target
+	}
+	switch {
+	case len(f.locks) > 0:
+		for _, l := range f.locks {
+			t, err := parseTarget(l)
+			if err != nil {
+				return r, err
+			}
+			r.Locks = append(r.Locks, t)
+		}
+	case fromKey != nil:
+		r.Locks = []locksv1.LockTarget{*fromKey}
+	default:
+		return r, errors.New("name at least one lock with --lock REPO:PATH[:WORKSPACE[:PROJECT]] (or take it from a pipeline with --from)")
 	}
 	if cmd.Flags().Changed("wait-timeout") {
 		d := f.waitTimeout
@@ -111,29 +151,51 @@ func newLocksCmd(g *globals) *cobra.Command {
 			if err := c.List(cmd.Context(), &pls, opts...); err != nil {
 				return fmt.Errorf("list projectlocks: %w", err)
 			}
+			// The holders' reasons are on their requests (spec.reason).
+			var lrs locksv1.LockRequestList
+			if err := c.List(cmd.Context(), &lrs, opts...); err != nil {
+				return fmt.Errorf("list lockrequests: %w", err)
+			}
+			reasons := map[ctrlclient.ObjectKey]string{}
+			for _, lr := range lrs.Items {
+				if lr.Spec.Reason != "" {
+					reasons[ctrlclient.ObjectKeyFromObject(&lr)] = lr.Spec.Reason
+				}
+			}
 			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 			if all {
 				fmt.Fprint(w, "NAMESPACE\t")
 			}
-			fmt.Fprintln(w, "KEY\tHOLDER\tTOKEN\tWAITING\tEXPIRES")
+			fmt.Fprintln(w, "KEY\tHOLDER\tTOKEN\tWAITING\tEXPIRES\tREASON")
 			for _, pl := range pls.Items {
-				holder, expires := "<free>", ""
+				holder, expires, reason := "<free>", "", ""
 				if h := pl.Status.Holder; h != nil {
 					holder = queue.Describe(h.Owner, h.Pull)
 					if h.ExpiresAt != nil {
 						expires = h.ExpiresAt.UTC().Format(time.RFC3339)
 					}
+					reason = holderReason(h, pl.Namespace, reasons)
 				}
 				if all {
 					fmt.Fprintf(w, "%s\t", pl.Namespace)
 				}
-				fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%s\n", lockkey.String(pl.Spec.LockTarget), holder, pl.Status.FencingToken, pl.Status.QueueLength, expires)
+				fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%s\t%s\n", lockkey.String(pl.Spec.LockTarget), holder, pl.Status.FencingToken, pl.Status.QueueLength, expires, reason)
 			}
 			return w.Flush()
 		},
 	}
 	cmd.Flags().BoolVarP(&all, "all-namespaces", "A", false, "List locks in every namespace.")
 	return cmd
+}
+
+// holderReason is the spec.reason of the first of the holder's requests that gives one.
+func holderReason(h *locksv1.LockHolder, ns string, reasons map[ctrlclient.ObjectKey]string) string {
+	for _, r := range h.Requests {
+		if s := reasons[ctrlclient.ObjectKey{Namespace: ns, Name: r.Name}]; s != "" {
+			return s
+		}
+	}
+	return ""
 }
 
 func newAcquireCmd(g *globals) *cobra.Command {
@@ -216,15 +278,41 @@ func reportWaiting(cmd *cobra.Command, c ctrlclient.Client, ns, name string, sto
 }
 
 func newReleaseCmd(g *globals) *cobra.Command {
-	var del bool
+	var (
+		del  bool
+		pull int64
+		repo string
+		from string
+	)
 	cmd := &cobra.Command{
-		Use:   "release NAME",
-		Short: "Release a lock (spec.release, keeping the record; --delete to delete the request)",
-		Args:  cobra.ExactArgs(1),
+		Use:   "release NAME | --pull N --repo OWNER/NAME | --from atlantis|github-actions",
+		Short: "Release a lock (spec.release, keeping the record; --delete to delete the request), or every lock of a pull request",
+		Long: `Releases the LockRequest NAME: it is kept as Released and the next waiter is granted.
+
+With --pull and --repo instead of NAME, releases every unfinished request in the namespace of that
+pull request whose locks are in that repository, and says which: what to run when a pull request
+is closed (Atlantis's "unlock by pull"). --from takes the pull and the repository from a
+pipeline's variables.`,
+		Example: `  kubectl turnstile release lock-x7k2p
+  kubectl turnstile release --pull 100 --repo acme/infra
+  kubectl turnstile release --from github-actions      # in a pull_request "closed" job`,
+		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			byPull := from != "" || cmd.Flags().Changed("pull") || cmd.Flags().Changed("repo")
+			switch {
+			case len(args) == 1 && byPull:
+				return errors.New("give either NAME or --pull/--repo/--from, not both")
+			case len(args) == 0 && !byPull:
+				return errors.New("name the LockRequest to release, or give --pull N --repo OWNER/NAME")
+			case byPull && del:
+				return errors.New("--delete releases one request by NAME; to delete a pull request's requests use kubectl delete lr -l " + client.LabelPull + "=N")
+			}
 			c, ns, err := g.client()
 			if err != nil {
 				return err
+			}
+			if byPull {
+				return releasePull(cmd, client.New(c, ns), from, repo, pull)
 			}
 			var lr locksv1.LockRequest
 			if err := c.Get(cmd.Context(), ctrlclient.ObjectKey{Namespace: ns, Name: args[0]}, &lr); err != nil {
@@ -250,5 +338,47 @@ func newReleaseCmd(g *globals) *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&del, "delete", false, "Delete the LockRequest instead of keeping it as Released.")
+	cmd.Flags().Int64Var(&pull, "pull", 0, "Release every request of this pull request (with --repo).")
+	cmd.Flags().StringVar(&repo, "repo", "", "The repository of the pull request, OWNER/NAME.")
+	bindFrom(cmd.Flags(), &from)
 	return cmd
+}
+
+// releasePull releases every request of a pull request and says which, one line each.
+func releasePull(cmd *cobra.Command, tc *client.Client, from, repo string, pull int64) error {
+	if from != "" {
+		ci, err := fromEnv(from, os.Getenv)
+		if err != nil {
+			return err
+		}
+		if !cmd.Flags().Changed("pull") {
+			pull = ci.holder.Pull
+		}
+		if !cmd.Flags().Changed("repo") && ci.target != nil {
+			repo = ci.target.Repo
+		}
+	}
+	switch {
+	case pull <= 0:
+		return errNoPull
+	case repo == "":
+		return errors.New("--repo OWNER/NAME is required with --pull: pull request numbers are per repository")
+	}
+	released, err := tc.ReleaseByPull(cmd.Context(), repo, pull)
+	out := cmd.OutOrStdout()
+	for _, lr := range released {
+		keys := make([]string, 0, len(lr.Spec.Locks))
+		for _, t := range lr.Spec.Locks {
+			keys = append(keys, lockkey.String(t))
+		}
+		was := string(lr.Status.Phase)
+		if was == "" {
+			was = "not yet seen"
+		}
+		fmt.Fprintf(out, "lockrequest/%s released (%s, was %s): %s\n", lr.Name, queue.Describe(lr.Spec.Holder.Owner, lr.Spec.Holder.Pull), was, strings.Join(keys, ", "))
+	}
+	if len(released) == 0 && err == nil {
+		fmt.Fprintf(out, "no unfinished lock request of pull #%d in %s in namespace %s\n", pull, repo, tc.Namespace())
+	}
+	return err
 }

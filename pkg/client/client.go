@@ -18,6 +18,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
+	"sort"
 	"strings"
 	"time"
 
@@ -92,11 +95,15 @@ type Request struct {
 	// Name of the LockRequest; empty generates one from GenerateName (default "lock-").
 	Name         string
 	GenerateName string
-	Labels       map[string]string
-	Locks        []locksv1.LockTarget
-	Holder       locksv1.Holder
-	Command      string
-	Priority     locksv1.Priority
+	// Labels are added to the request's; LabelRepo, LabelPull and LabelOwner are always the
+	// spec's (LabelsFor), whatever Labels says.
+	Labels   map[string]string
+	Locks    []locksv1.LockTarget
+	Holder   locksv1.Holder
+	Command  string
+	Priority locksv1.Priority
+	// Reason is told to everyone waiting while the request holds its locks (spec.reason).
+	Reason string
 	// TTL is the grant's lifetime; zero takes the operator's default.
 	TTL time.Duration
 	// WaitTimeout bounds the wait on the server side; nil waits until the context ends. Use
@@ -158,11 +165,14 @@ func (c *Client) Create(ctx context.Context, r Request) (*locksv1.LockRequest, e
 	if lr.Name == "" && lr.GenerateName == "" {
 		lr.GenerateName = "lock-"
 	}
-	lr.Labels = r.Labels
 	lr.Spec.Locks = r.Locks
 	lr.Spec.Holder = r.Holder
 	lr.Spec.Command = r.Command
 	lr.Spec.Priority = r.Priority
+	lr.Spec.Reason = r.Reason
+	lr.Labels = map[string]string{}
+	maps.Copy(lr.Labels, r.Labels)
+	maps.Copy(lr.Labels, LabelsFor(&lr.Spec))
 	if r.TTL > 0 {
 		lr.Spec.TTL = &metav1.Duration{Duration: r.TTL}
 	}
@@ -416,4 +426,39 @@ func (l *Lock) followGrant(ctx context.Context, w watch.Interface) error {
 			}
 		}
 	}
+}
+
+// ReleaseByPull releases every LockRequest in the client's namespace that is not finished, whose
+// holder is pull request pull, and one of whose locks is in repo: Atlantis's "unlock by pull",
+// for a pull request that was closed or abandoned. It selects by the spec, not by the labels,
+// so requests written by hand without labels are released too. It returns the requests it
+// released, by name; errors of single releases are joined and the others still go ahead.
+func (c *Client) ReleaseByPull(ctx context.Context, repo string, pull int64) ([]locksv1.LockRequest, error) {
+	if repo == "" || pull <= 0 {
+		return nil, fmt.Errorf("release by pull: want a repository and a pull number above 0, got %q and %d", repo, pull)
+	}
+	var list locksv1.LockRequestList
+	if err := c.c.List(ctx, &list, ctrlclient.InNamespace(c.namespace)); err != nil {
+		return nil, fmt.Errorf("list lockrequests in %s: %w", c.namespace, err)
+	}
+	var released []locksv1.LockRequest
+	var errs []error
+	for i := range list.Items {
+		lr := &list.Items[i]
+		if lr.Status.Phase.IsFinal() || lr.Spec.Release || lr.Spec.Holder.Pull != pull || !slices.ContainsFunc(lr.Spec.Locks, func(t locksv1.LockTarget) bool { return t.Repo == repo }) {
+			continue
+		}
+		err := c.LockFor(lr).Release(ctx)
+		var ng *NotGrantedError
+		switch {
+		case errors.As(err, &ng):
+			continue // it ended on its own meanwhile: nothing left to release
+		case err != nil:
+			errs = append(errs, err)
+			continue
+		}
+		released = append(released, *lr)
+	}
+	sort.Slice(released, func(i, j int) bool { return released[i].Name < released[j].Name })
+	return released, errors.Join(errs...)
 }
