@@ -149,15 +149,15 @@ func explain(ctx context.Context, c ctrlclient.Client, ns, name string, out io.W
 	}
 	st := lr.Status
 	cond := meta.FindStatusCondition(st.Conditions, locksv1.ConditionGranted)
-	switch {
-	case st.Phase == "":
+	switch st.Phase {
+	case "":
 		fmt.Fprint(out, ": not yet seen by the controller")
-	case st.Phase == locksv1.PhaseGranted:
+	case locksv1.PhaseGranted:
 		fmt.Fprintf(out, ": Granted, fencing token %d", st.FencingToken)
 		if st.ExpiresAt != nil {
 			fmt.Fprintf(out, ", expires %s", st.ExpiresAt.UTC().Format(time.RFC3339))
 		}
-	case st.Phase == locksv1.PhasePending:
+	case locksv1.PhasePending:
 		// Who holds or is ahead is said per lock below; only what no lock says is said here.
 		fmt.Fprint(out, ": Pending")
 		if st.QueuePosition > 0 {

@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -136,8 +137,8 @@ func (r *recipeRunner) run(command, workdir string, vars map[string]string) step
 	Expect(ctx.Err()).NotTo(HaveOccurred(), "the step did not finish within %s", kubectlTimeout)
 	res := stepResult{stdout: stdout.String(), stderr: stderr.String()}
 	if err != nil {
-		ee, ok := err.(*exec.ExitError)
-		Expect(ok).To(BeTrue(), "the step did not run: %v", err)
+		var ee *exec.ExitError
+		Expect(errors.As(err, &ee)).To(BeTrue(), "the step did not run: %v", err)
 		res.code = ee.ExitCode()
 	}
 	return res
