@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -142,43 +143,51 @@ func explain(ctx context.Context, c ctrlclient.Client, ns, name string, out io.W
 	if err := c.Get(ctx, ctrlclient.ObjectKey{Namespace: ns, Name: name}, &lr); err != nil {
 		return err
 	}
-	h := lr.Spec.Holder
-	fmt.Fprintf(out, "lockrequest/%s for %s", lr.Name, queue.Describe(h.Owner, h.Pull))
-	if lr.Spec.Command != "" {
-		fmt.Fprintf(out, ", command %s", lr.Spec.Command)
-	}
 	st := lr.Status
 	cond := meta.FindStatusCondition(st.Conditions, locksv1.ConditionGranted)
-	switch st.Phase {
-	case "":
-		fmt.Fprint(out, ": not yet seen by the controller")
-	case locksv1.PhaseGranted:
-		fmt.Fprintf(out, ": Granted, fencing token %d", st.FencingToken)
-		if st.ExpiresAt != nil {
-			fmt.Fprintf(out, ", expires %s", st.ExpiresAt.UTC().Format(time.RFC3339))
+	writeHeader := func(listed bool) {
+		h := lr.Spec.Holder
+		fmt.Fprintf(out, "lockrequest/%s for %s", lr.Name, queue.Describe(h.Owner, h.Pull))
+		if lr.Spec.Command != "" {
+			fmt.Fprintf(out, ", command %s", lr.Spec.Command)
 		}
-	case locksv1.PhasePending:
-		// Who holds or is ahead is said per lock below; only what no lock says is said here.
-		fmt.Fprint(out, ": Pending")
-		if st.QueuePosition > 0 {
-			fmt.Fprintf(out, ", position %d", st.QueuePosition)
+		switch st.Phase {
+		case "":
+			fmt.Fprint(out, ": not yet seen by the controller")
+		case locksv1.PhaseGranted:
+			fmt.Fprintf(out, ": Granted, fencing token %d", st.FencingToken)
+			if st.ExpiresAt != nil {
+				fmt.Fprintf(out, ", expires %s", st.ExpiresAt.UTC().Format(time.RFC3339))
+			}
+		case locksv1.PhasePending:
+			// Who holds or is ahead is said per lock below; only what no lock says is said here
+			// (its position, when no listed queue shows it).
+			fmt.Fprint(out, ": Pending")
+			if st.QueuePosition > 0 && !listed {
+				fmt.Fprintf(out, ", position %d", st.QueuePosition)
+			}
+			if cond != nil && cond.Reason != locksv1.ReasonQueued {
+				fmt.Fprintf(out, " (%s)", cond.Reason)
+			}
+		default:
+			fmt.Fprintf(out, ": %s", st.Phase)
+			if cond != nil {
+				fmt.Fprintf(out, " (%s): %s", cond.Reason, cond.Message)
+			}
 		}
-		if cond != nil && cond.Reason != locksv1.ReasonQueued {
-			fmt.Fprintf(out, " (%s)", cond.Reason)
+		fmt.Fprintln(out)
+		if lr.Spec.Reason != "" {
+			fmt.Fprintf(out, "  reason: %s\n", lr.Spec.Reason)
 		}
-	default:
-		fmt.Fprintf(out, ": %s", st.Phase)
-		if cond != nil {
-			fmt.Fprintf(out, " (%s): %s", cond.Reason, cond.Message)
-		}
-	}
-	fmt.Fprintln(out)
-	if lr.Spec.Reason != "" {
-		fmt.Fprintf(out, "  reason: %s\n", lr.Spec.Reason)
 	}
 	if st.Phase.IsFinal() {
+		writeHeader(false)
 		return nil // its locks are no longer its business
 	}
+	// The locks are told first into body, so the header knows whether a queue listed below
+	// already shows this request's place.
+	var body bytes.Buffer
+	listed := false
 
 	perKey := map[string]locksv1.LockStatus{}
 	for _, l := range st.Locks {
@@ -186,11 +195,11 @@ func explain(ctx context.Context, c ctrlclient.Client, ns, name string, out io.W
 	}
 	refs := lockkey.Refs(lr.Spec.Locks)
 	for _, ref := range refs {
-		fmt.Fprintf(out, "  lock %s: ", ref.Key)
+		fmt.Fprintf(&body, "  lock %s: ", ref.Key)
 		var pl locksv1.ProjectLock
 		if err := c.Get(ctx, ctrlclient.ObjectKey{Namespace: ns, Name: ref.Name}, &pl); err != nil {
 			if apierrors.IsNotFound(err) {
-				fmt.Fprintln(out, "nobody holds it (no ProjectLock yet)")
+				fmt.Fprintln(&body, "nobody holds it (no ProjectLock yet)")
 				continue
 			}
 			return err
@@ -198,42 +207,47 @@ func explain(ctx context.Context, c ctrlclient.Client, ns, name string, out io.W
 		hh := pl.Status.Holder
 		switch {
 		case perKey[ref.Name].Held:
-			fmt.Fprint(out, "held by this request")
+			fmt.Fprint(&body, "held by this request")
 			if others := otherRequests(hh, lr.Name); others != "" {
-				fmt.Fprintf(out, " and %s", others)
+				fmt.Fprintf(&body, " and %s", others)
 			}
 			if len(refs) > 1 {
 				// The header's token is the highest of them; each key has its own.
-				fmt.Fprintf(out, " (token %d)", perKey[ref.Name].FencingToken)
+				fmt.Fprintf(&body, " (token %d)", perKey[ref.Name].FencingToken)
 			}
-			fmt.Fprintln(out)
+			fmt.Fprintln(&body)
 		case hh != nil:
 			names := make([]string, 0, len(hh.Requests))
 			for _, r := range hh.Requests {
 				names = append(names, r.Name)
 			}
-			fmt.Fprintf(out, "held by %s via %s (token %d", queue.Describe(hh.Owner, hh.Pull), strings.Join(names, ", "), pl.Status.FencingToken)
+			fmt.Fprintf(&body, "held by %s via %s (token %d", queue.Describe(hh.Owner, hh.Pull), strings.Join(names, ", "), pl.Status.FencingToken)
 			if hh.ExpiresAt != nil {
-				fmt.Fprintf(out, ", until %s", hh.ExpiresAt.UTC().Format(time.RFC3339))
+				fmt.Fprintf(&body, ", until %s", hh.ExpiresAt.UTC().Format(time.RFC3339))
 			}
-			fmt.Fprint(out, ")")
+			fmt.Fprint(&body, ")")
 			if r := requestReason(ctx, c, ns, hh); r != "" {
-				fmt.Fprintf(out, ": %s", r)
+				fmt.Fprintf(&body, ": %s", r)
 			}
-			fmt.Fprintln(out)
+			fmt.Fprintln(&body)
 		default:
-			fmt.Fprintln(out, "free")
+			fmt.Fprintln(&body, "free")
 		}
 		for i, q := range pl.Status.Queue {
 			marker := ""
 			if q.Request == lr.Name {
 				marker = "  <- this request"
+				listed = true
 			}
-			fmt.Fprintf(out, "    %d. %s %s (%s)%s\n", i+1, q.Request, queue.Describe(q.Owner, q.Pull), q.Priority, marker)
+			fmt.Fprintf(&body, "    %d. %s %s (%s)%s\n", i+1, q.Request, queue.Describe(q.Owner, q.Pull), q.Priority, marker)
 		}
 		if rest := int(pl.Status.QueueLength) - len(pl.Status.Queue); rest > 0 {
-			fmt.Fprintf(out, "    ... and %d more waiting\n", rest)
+			fmt.Fprintf(&body, "    ... and %d more waiting\n", rest)
 		}
+	}
+	writeHeader(listed)
+	if _, err := body.WriteTo(out); err != nil {
+		return err
 	}
 	var cls locksv1.CommandLockList
 	if err := c.List(ctx, &cls); err != nil {

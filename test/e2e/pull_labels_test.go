@@ -21,9 +21,13 @@ var _ = Describe("A reason on every lock", func() {
 		waiter := turnstile("-n", ns, "acquire", "-l", "acme/infra:state", "--owner", "bob", "--pull", "101", "--name", "waiter")
 		Eventually(waiter.Err, settle).Should(gbytes.Say(regexp.QuoteMeta("lockrequest/waiter waiting: locked by pull #100 (alice): migrating state; position 1 of 1")))
 
-		Expect(mustKubectl("turnstile", "-n", ns, "why", "waiter")).To(ContainSubstring(
-			"lock acme/infra/state/default: held by pull #100 (alice) via holder (token "))
-		Expect(mustKubectl("turnstile", "-n", ns, "why", "waiter")).To(MatchRegexp(`held by pull #100 \(alice\) via holder \(token [0-9]+, until \S+\): migrating state\n`))
+		expires, err := jsonpath(ns, "lr/holder", "{.status.expiresAt}")
+		Expect(err).NotTo(HaveOccurred())
+		Expect(mustKubectl("turnstile", "-n", ns, "why", "waiter")).To(Equal(fmt.Sprintf(
+			"lockrequest/waiter for pull #101 (bob): Pending\n"+
+				"  lock acme/infra/state/default: held by pull #100 (alice) via holder (token %d, until %s): migrating state\n"+
+				"    1. waiter pull #101 (bob) (Normal)  <- this request\n", token(ns, "holder"), expires)),
+			"each fact once: the holder, its token, expiry and reason on the lock's line, the place in the queue")
 		Expect(mustKubectl("turnstile", "-n", ns, "why", "holder")).To(ContainSubstring("\n  reason: migrating state\n"))
 
 		locks := table(mustKubectl("turnstile", "-n", ns, "locks"))
