@@ -2,6 +2,7 @@ package queue
 
 import (
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -18,14 +19,16 @@ func TestDecideTellsTheHolderReason(t *testing.T) {
 		holderReason string
 		wantAhead    string
 	}{
-		"with a reason":    {holderReason: why, wantAhead: lockedByAlice + ": " + why},
-		"without a reason": {wantAhead: lockedByAlice},
+		"with a reason":    {holderReason: why, wantAhead: "locked by pull #100 (alice): " + why},
+		"without a reason": {wantAhead: "locked by pull #100 (alice)"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			h := withReason(aliceHolder(), tc.holderReason).obj()
+			// alice holds tgt1 (built here from testutil_test.go's builders alone).
+			since := t0.Add(-5 * time.Minute)
+			h := withReason(makeReq("h").owner("alice", 100).granted(since, 41), tc.holderReason).obj()
 			waiter := withReason(makeReq("b").owner("bob", 7), "second in line").obj()
 			busy := makeReq("c").owner("carol", 8).waitTimeout(0).obj()
-			d := Decide(Input{Now: now, Name: name1, Lock: aliceLock(h), Config: testConfig(),
+			d := Decide(Input{Now: now, Name: name1, Lock: makeLock(tgt1).token(41).holder(since, h).obj(), Config: testConfig(),
 				Requests: []*locksv1.LockRequest{h, waiter, busy}})
 
 			got := views(d.Waiting)
