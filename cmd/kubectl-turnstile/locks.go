@@ -151,9 +151,10 @@ func newLocksCmd(g *globals) *cobra.Command {
 			if err := c.List(cmd.Context(), &pls, opts...); err != nil {
 				return fmt.Errorf("list projectlocks: %w", err)
 			}
-			// The holders' reasons are on their requests (spec.reason).
+			// The holders' reasons are on their requests (spec.reason); someone who may list
+			// the locks but not the requests still gets the locks, without reasons.
 			var lrs locksv1.LockRequestList
-			if err := c.List(cmd.Context(), &lrs, opts...); err != nil {
+			if err := c.List(cmd.Context(), &lrs, opts...); err != nil && !apierrors.IsForbidden(err) {
 				return fmt.Errorf("list lockrequests: %w", err)
 			}
 			reasons := map[ctrlclient.ObjectKey]string{}
