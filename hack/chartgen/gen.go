@@ -277,6 +277,7 @@ type rbacObject struct {
 		Name     string `json:"name"`
 	} `json:"roleRef,omitempty"`
 	Subjects []struct {
+		APIGroup  string `json:"apiGroup"`
 		Kind      string `json:"kind"`
 		Name      string `json:"name"`
 		Namespace string `json:"namespace"`
@@ -346,10 +347,15 @@ func rbacTemplate(src string, data []byte) ([]byte, error) {
 		if len(o.Subjects) > 0 {
 			b.WriteString("subjects:\n")
 			for _, s := range o.Subjects {
-				if s.Kind != "ServiceAccount" || s.Name != managerServiceAccount {
-					return nil, fmt.Errorf("%s %s: subject %s %s: chartgen binds only the manager's ServiceAccount %s", o.Kind, o.Metadata.Name, s.Kind, s.Name, managerServiceAccount)
+				switch {
+				case s.Kind == "ServiceAccount" && s.Name == managerServiceAccount:
+					b.WriteString("- kind: ServiceAccount\n  name: " + serviceAccountName + "\n  namespace: " + releaseNamespace + "\n")
+				case s.Kind == "Group" && strings.HasPrefix(s.Name, "system:"):
+					// A built-in group (system:authenticated): the same in every release.
+					fmt.Fprintf(&b, "- apiGroup: %s\n  kind: Group\n  name: %s\n", s.APIGroup, s.Name)
+				default:
+					return nil, fmt.Errorf("%s %s: subject %s %s: chartgen binds only the manager's ServiceAccount %s and built-in system: groups", o.Kind, o.Metadata.Name, s.Kind, s.Name, managerServiceAccount)
 				}
-				b.WriteString("- kind: ServiceAccount\n  name: " + serviceAccountName + "\n  namespace: " + releaseNamespace + "\n")
 			}
 		}
 	}
