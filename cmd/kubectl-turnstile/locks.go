@@ -57,14 +57,9 @@ PULL_URL; COMMAND_NAME) or "github-actions" (GITHUB_REPOSITORY, the pull request
 GITHUB_EVENT_PATH, its author or GITHUB_ACTOR). Flags given explicitly win.`)
 }
 
-func defaultOwner() string {
-	for _, v := range []string{"TURNSTILE_OWNER", "USER", "LOGNAME"} {
-		if s := os.Getenv(v); s != "" {
-			return s
-		}
-	}
-	return "kubectl-turnstile"
-}
+// defaultOwner is $TURNSTILE_OWNER; when it is unset, pkg/client fills in the user name the
+// API server knows the caller by (client.WhoAmI), as the admission policies require.
+func defaultOwner() string { return os.Getenv("TURNSTILE_OWNER") }
 
 func (f *requestFlags) request(cmd *cobra.Command) (client.Request, error) {
 	r := client.Request{

@@ -24,6 +24,7 @@ import (
 	"strings"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -97,8 +98,10 @@ type Request struct {
 	GenerateName string
 	// Labels are added to the request's; LabelRepo, LabelPull and LabelOwner are always the
 	// spec's (LabelsFor), whatever Labels says.
-	Labels   map[string]string
-	Locks    []locksv1.LockTarget
+	Labels map[string]string
+	Locks  []locksv1.LockTarget
+	// Holder says who asks. An empty Owner is the caller's user name as the API server knows it
+	// (WhoAmI), which is what the admission policies require unless the caller is a delegate.
 	Holder   locksv1.Holder
 	Command  string
 	Priority locksv1.Priority
@@ -156,6 +159,20 @@ func (l *Lock) Key() types.NamespacedName {
 	return types.NamespacedName{Namespace: l.Namespace, Name: l.Name}
 }
 
+// WhoAmI is the caller's user name as the API server authenticates it (a SelfSubjectReview,
+// what `kubectl auth whoami` asks): "alice", or "system:serviceaccount:ci:deployer" for a
+// ServiceAccount. The admission policies (config/admission) compare spec.holder.owner with it.
+func WhoAmI(ctx context.Context, c ctrlclient.Client) (string, error) {
+	review := &authenticationv1.SelfSubjectReview{}
+	if err := c.Create(ctx, review); err != nil {
+		return "", fmt.Errorf("selfsubjectreview: %w", err)
+	}
+	if review.Status.UserInfo.Username == "" {
+		return "", errors.New("selfsubjectreview: the API server returned no user name")
+	}
+	return review.Status.UserInfo.Username, nil
+}
+
 // Create creates the LockRequest for r and returns it, without waiting.
 func (c *Client) Create(ctx context.Context, r Request) (*locksv1.LockRequest, error) {
 	lr := &locksv1.LockRequest{}
@@ -167,6 +184,13 @@ func (c *Client) Create(ctx context.Context, r Request) (*locksv1.LockRequest, e
 	}
 	lr.Spec.Locks = r.Locks
 	lr.Spec.Holder = r.Holder
+	if lr.Spec.Holder.Owner == "" {
+		owner, err := WhoAmI(ctx, c.c)
+		if err != nil {
+			return nil, fmt.Errorf("default the owner to your identity: %w", err)
+		}
+		lr.Spec.Holder.Owner = owner
+	}
 	lr.Spec.Command = r.Command
 	lr.Spec.Priority = r.Priority
 	lr.Spec.Reason = r.Reason

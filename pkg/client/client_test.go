@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
@@ -135,5 +136,28 @@ var _ = Describe("The Go client", func() {
 		Eventually(func() error { _, err := a.Renew(ctx, time.Hour); return err }, 10*time.Second, 50*time.Millisecond).
 			Should(MatchError(client.ErrLost))
 		Expect(a.Release(ctx)).To(MatchError(client.ErrLost))
+	})
+
+	It("defaults the owner to the caller's identity (SelfSubjectReview), not $USER", func() {
+		GinkgoT().Setenv("USER", "somebody-else")
+		ns := newClient().Namespace()
+		cfg := rest.CopyConfig(env.Config)
+		// alice as the API server authenticates her (impersonated by the envtest admin); the
+		// group only lets her create the request without RBAC set up.
+		cfg.Impersonate = rest.ImpersonationConfig{UserName: "alice", Groups: []string{"system:masters"}}
+		asAlice, err := ctrlclient.NewWithWatch(cfg, ctrlclient.Options{Scheme: framework.Scheme})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(client.WhoAmI(ctx, asAlice)).To(Equal("alice"))
+
+		lr, err := client.New(asAlice, ns).Create(ctx, client.Request{Name: "mine", Locks: vpc, Holder: locksv1.Holder{Pull: 7}})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(lr.Spec.Holder).To(Equal(locksv1.Holder{Owner: "alice", Pull: 7}))
+		var stored locksv1.LockRequest
+		Expect(k8s.Get(ctx, ctrlclient.ObjectKeyFromObject(lr), &stored)).To(Succeed())
+		Expect(stored.Spec.Holder.Owner).To(Equal("alice"))
+
+		named, err := client.New(asAlice, ns).Create(ctx, client.Request{Name: "for-bob", Locks: vpc, Holder: locksv1.Holder{Owner: "bob"}})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(named.Spec.Holder.Owner).To(Equal("bob"), "an owner given is kept (the admission policies judge it)")
 	})
 })
