@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -104,6 +105,12 @@ spec:
 		Expect(t.atlantis.Create(ctx, lr)).To(Succeed())
 		Expect(lr.Spec.Holder.Owner).To(Equal("alice"))
 		Expect(lr.Annotations).To(HaveKeyWithValue(createdBy, t.atlantisName))
+
+		By("README.md's command tells the delegate's requests apart")
+		out, err := kubectl("--as=carol", "-n", t.ns, "get", "lr", "-o",
+			`custom-columns=NAME:.metadata.name,OWNER:.spec.holder.owner,CREATED-BY:.metadata.annotations.locks\.turnstile\.dev/created-by`)
+		Expect(err).NotTo(HaveOccurred(), out)
+		Expect(strings.Fields(out)).To(Equal([]string{"NAME", "OWNER", "CREATED-BY", "pr-100", "alice", t.atlantisName}))
 
 		By("the owner renews it, the delegate releases it")
 		Expect(patch(t.alice, lr.DeepCopy(), renew)).To(Succeed())
@@ -206,7 +213,7 @@ spec:
 		By("a maxPriority that is not a priority is reported as such")
 		setMaxPriority("Urgent")
 		Eventually(func() error { return t.alice.Create(ctx, withPriority("low", locksv1.PriorityLow), client.DryRunAll) }).
-			WithTimeout(settle).WithPolling(poll).Should(MatchError(ContainSubstring(`maxPriority must be Low, Normal, High or Critical, not "Urgent"; ask a cluster admin to fix it`)))
+			WithTimeout(settle).WithPolling(poll).Should(MatchError(ContainSubstring(`ConfigMap turnstile-system/turnstile-admission: maxPriority must be Low, Normal, High or Critical, not "Urgent"; ask a cluster admin to fix it`)))
 	})
 
 	It("a holder Lease is kept by whoever created it: another requester can neither delete nor take it over", func() {
