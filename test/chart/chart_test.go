@@ -178,7 +178,9 @@ func rbacView(o object, rename func(string) string) map[string]any {
 			for k, val := range s.(map[string]any) {
 				sm[k] = val
 			}
-			sm["name"] = rename(sm["name"].(string))
+			if sm["kind"] != "Group" { // built-in groups (system:authenticated) keep their name
+				sm["name"] = rename(sm["name"].(string))
+			}
 			renamed = append(renamed, sm)
 		}
 		v["subjects"] = renamed
