@@ -254,6 +254,26 @@ spec:
 		Expect(t.dana.Delete(ctx, renewed)).To(Succeed())
 	})
 
+	It("Kubernetes' own cleanup is never stuck on a lock: its namespace and garbage collectors delete, and anyone may in a namespace being deleted", func() {
+		t := newTeam()
+		for _, name := range []string{"by-namespace-controller", "by-garbage-collector", "in-deleted-namespace"} {
+			Expect(t.alice.Create(ctx, request(t.ns, name, ""))).To(Succeed())
+			Expect(t.alice.Create(ctx, holderLease(t.ns, name))).To(Succeed())
+		}
+		By("the controllers, with their bootstrap RBAC (system:controller:*)")
+		for name, controller := range map[string]string{"by-namespace-controller": "namespace-controller", "by-garbage-collector": "generic-garbage-collector"} {
+			user, groups := serviceAccount("kube-system", controller)
+			Expect(as(user, groups...).Delete(ctx, request(t.ns, name, ""))).To(Succeed())
+			Expect(as(user, groups...).Delete(ctx, holderLease(t.ns, name))).To(Succeed())
+		}
+		By("bob, once the namespace is being deleted (not before)")
+		expectDenied(t.bob.Delete(ctx, request(t.ns, "in-deleted-namespace", "")), denial(lockRequestRef("in-deleted-namespace"), "turnstile-lockrequest-changes",
+			fmt.Sprintf("lockrequest in-deleted-namespace is held for alice: only its owner, the delegate that created it, or a turnstile-admin in namespace %s may delete it, and you are bob", t.ns)))
+		Expect(admin.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: t.ns}})).To(Succeed())
+		Expect(t.bob.Delete(ctx, request(t.ns, "in-deleted-namespace", ""))).To(Succeed())
+		Expect(t.bob.Delete(ctx, holderLease(t.ns, "in-deleted-namespace"))).To(Succeed())
+	})
+
 	It("only an admin force-unlocks (delete projectlock); only a cluster-wide admin freezes (commandlock)", func() {
 		t := newTeam()
 		target := locksv1.LockTarget{Repo: "acme/infra", Path: "modules/vpc", Workspace: "default"}
