@@ -66,6 +66,18 @@ var _ = Describe("Who may do what", func() {
 		Expect(lr.Spec.Holder.Owner).To(Equal("alice"))
 		Expect(lr.Annotations).To(HaveKeyWithValue(createdBy, "alice"))
 
+		By("a manifest without an owner, applied server-side twice and then replaced: the owner stays alice")
+		unowned := filepath.Join(GinkgoT().TempDir(), "unowned.yaml")
+		Expect(os.WriteFile(unowned, []byte("apiVersion: locks.turnstile.dev/v1alpha1\nkind: LockRequest\nmetadata:\n  name: applied\nspec:\n  locks:\n  - repo: acme/infra\n    path: modules/applied\n  holder:\n    pull: 3\n"), 0o600)).To(Succeed())
+		for _, verb := range [][]string{{"apply", "--server-side"}, {"apply", "--server-side"}, {"replace"}} {
+			out, err := kubectl(append(append([]string{"--as=alice", "-n", t.ns}, verb...), "-f", unowned)...)
+			Expect(err).NotTo(HaveOccurred(), out)
+		}
+		applied := &locksv1.LockRequest{}
+		Expect(admin.Get(ctx, client.ObjectKey{Namespace: t.ns, Name: "applied"}, applied)).To(Succeed())
+		Expect(applied.Spec.Holder.Owner).To(Equal("alice"))
+		Expect(applied.Annotations).To(HaveKeyWithValue(createdBy, "alice"))
+
 		By("owner alice, by alice")
 		Expect(t.alice.Create(ctx, request(t.ns, "named", "alice"))).To(Succeed())
 
