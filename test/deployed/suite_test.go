@@ -54,7 +54,7 @@ const (
 	shutdownGrace = 10 * time.Second
 	// retention is the one flag added to the Deployment's args, so retention is seen within
 	// the test (the Deployment keeps finished requests 1h).
-	retention = 3 * time.Second
+	retention = 10 * time.Second
 )
 
 var (
