@@ -34,8 +34,10 @@ type CommandLockStatus struct {
 	// +optional
 	BlockedRequests int32 `json:"blockedRequests,omitempty"`
 
-	// observedGeneration is the spec generation this status describes.
+	// observedGeneration is the spec generation this status describes. 0 until the controller first writes
+	// the status.
 	// +optional
+	// +kubebuilder:default=0
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
 	// conditions: Locked (the freeze is in force) and Drained (no granted holder of the command
@@ -70,8 +72,11 @@ type CommandLock struct {
 	// +optional
 	Spec CommandLockSpec `json:"spec,omitempty"`
 
-	// status reports the freeze's effect.
+	// status reports the freeze's effect. Until the controller first writes it, it reads
+	// {observedGeneration: 0}: behind metadata.generation, so kstatus (Flux, kpt) reads the
+	// object as InProgress, never Current, before anything was decided.
 	// +optional
+	// +kubebuilder:default={}
 	Status CommandLockStatus `json:"status,omitempty"`
 }
 

@@ -204,8 +204,10 @@ type LockRequestStatus struct {
 	// +optional
 	FinishedAt *metav1.Time `json:"finishedAt,omitempty"`
 
-	// observedGeneration is the spec generation this status describes.
+	// observedGeneration is the spec generation this status describes. 0 until the controller first writes
+	// the status.
 	// +optional
+	// +kubebuilder:default=0
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
 	// conditions: Granted (wait on this one), Ready (same as Granted), Reconciling (True while
@@ -241,8 +243,11 @@ type LockRequest struct {
 	// +required
 	Spec LockRequestSpec `json:"spec"`
 
-	// status is what the controller decided.
+	// status is what the controller decided. Until the controller first writes it, it reads
+	// {observedGeneration: 0}: behind metadata.generation, so kstatus (Flux, kpt) reads the
+	// object as InProgress, never Current, before anything was decided.
 	// +optional
+	// +kubebuilder:default={}
 	Status LockRequestStatus `json:"status,omitempty"`
 }
 
