@@ -40,8 +40,9 @@ type CommandLockStatus struct {
 	// +kubebuilder:default=0
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
-	// conditions: Locked (the freeze is in force) and Drained (no granted holder of the command
-	// is left: maintenance may start).
+	// conditions: Locked (the freeze is in force), Drained (no granted holder of the command
+	// is left: maintenance may start), and for kstatus and Argo CD Reconciling (True while a
+	// freeze in force drains) and Ready (True once drained, or when not frozen).
 	// +optional
 	// +listType=map
 	// +listMapKey=type
