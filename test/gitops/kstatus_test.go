@@ -28,9 +28,8 @@ var _ = Describe("kstatus (sigs.k8s.io/cli-utils v0.37.2) reads", Ordered, Conti
 	on := func(name, path string) *LockRequestWrapper {
 		return MakeLockRequest(name, ns).Lock("acme/infra", path, "default")
 	}
-	target := func(path string) locksv1.LockTarget {
-		return locksv1.LockTarget{Repo: "acme/infra", Path: path, Workspace: "default"}
-	}
+	// net is the key most specs lock.
+	net := locksv1.LockTarget{Repo: "acme/infra", Path: "net", Workspace: "default"}
 	// grantedOn creates a request for path owned by alice#1 and waits until it reads Current.
 	grantedOn := func(name, path string, w ...func(*LockRequestWrapper)) {
 		GinkgoHelper()
@@ -66,9 +65,16 @@ var _ = Describe("kstatus (sigs.k8s.io/cli-utils v0.37.2) reads", Ordered, Conti
 		DeferCleanup(func() { _ = k8s.Delete(ctx, cl) })
 		expectKstatus(commandLockGVK, "", cl.Name, status.InProgressStatus, "latest observed generation is 0", "undecided")
 
+		// And a ProjectLock that exists before the controller has written its status (here made
+		// by hand; the controller creates it, then writes its status).
+		pl := MakeProjectLock(ns, net, lockkey.Name(net)).Obj()
+		create(pl)
+		expectKstatus(projectLockGVK, ns, pl.Name, status.InProgressStatus, "latest observed generation is 0", "undecided")
+
 		startManager()
 		expectKstatus(lockRequestGVK, ns, "fresh", status.CurrentStatus, "Resource is Ready", "")
 		expectKstatus(commandLockGVK, "", cl.Name, status.CurrentStatus, "Resource is Ready", "")
+		expectKstatus(projectLockGVK, ns, pl.Name, status.CurrentStatus, "Resource is current", "")
 	})
 
 	It("Pending as InProgress", func() {
@@ -76,6 +82,17 @@ var _ = Describe("kstatus (sigs.k8s.io/cli-utils v0.37.2) reads", Ordered, Conti
 		grantedOn("holder", "net")
 		create(on("waiter", "net").Owner("bob", 2).Obj())
 		expectKstatus(lockRequestGVK, ns, "waiter", status.InProgressStatus, "locked by pull #1 (alice); position 1 of 1", "pending")
+		// The ProjectLock with a queue: still Current, its queue is normal business.
+		name := lockkey.Name(net)
+		Eventually(func() int64 {
+			u, _ := read(projectLockGVK, ns, name)
+			if u == nil {
+				return -1
+			}
+			n, _, _ := unstructured.NestedInt64(u.Object, "status", "queueLength")
+			return n
+		}, timeout, interval).Should(BeEquivalentTo(1))
+		expectKstatus(projectLockGVK, ns, name, status.CurrentStatus, "Resource is current", "queued")
 	})
 
 	It("Granted as Current", func() {
@@ -109,7 +126,7 @@ var _ = Describe("kstatus (sigs.k8s.io/cli-utils v0.37.2) reads", Ordered, Conti
 	It("an involuntary end, ForceUnlocked, as Failed", func() {
 		startManager()
 		grantedOn("unlocked", "net")
-		pl := &locksv1.ProjectLock{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: lockkey.Name(target("net"))}}
+		pl := &locksv1.ProjectLock{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: lockkey.Name(net)}}
 		Expect(k8s.Delete(ctx, pl)).To(Succeed())
 		expectKstatus(lockRequestGVK, ns, "unlocked", status.FailedStatus, "force-unlocked", "force-unlocked")
 		Expect(phaseOf(ns, "unlocked")()).To(Equal(locksv1.PhaseReleased))
@@ -174,7 +191,7 @@ var _ = Describe("kstatus (sigs.k8s.io/cli-utils v0.37.2) reads", Ordered, Conti
 	It("a ProjectLock as Current while held and once free", func() {
 		startManager()
 		grantedOn("holder", "net")
-		name := lockkey.Name(target("net"))
+		name := lockkey.Name(net)
 		Eventually(func() string {
 			u, _ := read(projectLockGVK, ns, name)
 			return reasonOf(u, locksv1.ConditionLocked)

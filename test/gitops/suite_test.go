@@ -149,8 +149,10 @@ func expectKstatus(gvk schema.GroupVersionKind, ns, name string, want status.Sta
 }
 
 // dump writes the object to resource_customizations/locks.turnstile.dev/<Kind>/testdata/<file>.yaml
-// when TURNSTILE_ARGO_TESTDATA is set: the Argo CD health checks are tested on objects this suite
-// drove through the real controllers. Only the server's bookkeeping that varies run to run goes.
+// when TURNSTILE_ARGO_TESTDATA is set and that file does not exist yet: the Argo CD health checks
+// are tested on objects this suite drove through the real controllers. Existing files are kept,
+// as health_test.yaml quotes their messages (tokens, times, namespaces); delete one to capture it
+// anew. Only managedFields, the server's bookkeeping, is left out.
 func dump(u *unstructured.Unstructured, file string) {
 	GinkgoHelper()
 	if os.Getenv("TURNSTILE_ARGO_TESTDATA") == "" {
@@ -164,5 +166,9 @@ func dump(u *unstructured.Unstructured, file string) {
 	Expect(err).NotTo(HaveOccurred())
 	dir := filepath.Join(root, "resource_customizations", locksv1.GroupVersion.Group, o.GetKind(), "testdata")
 	Expect(os.MkdirAll(dir, 0o755)).To(Succeed())
-	Expect(os.WriteFile(filepath.Join(dir, strings.TrimSuffix(file, ".yaml")+".yaml"), data, 0o644)).To(Succeed())
+	path := filepath.Join(dir, strings.TrimSuffix(file, ".yaml")+".yaml")
+	if _, err := os.Stat(path); err == nil {
+		return
+	}
+	Expect(os.WriteFile(path, data, 0o644)).To(Succeed())
 }
