@@ -34,8 +34,8 @@ type CommandLockStatus struct {
 	// +optional
 	BlockedRequests int32 `json:"blockedRequests,omitempty"`
 
-	// observedGeneration is the spec generation this status describes. 0 until the controller first writes
-	// the status.
+	// observedGeneration is the spec generation this status describes.
+	// 0 until the controller first writes the status.
 	// +optional
 	// +kubebuilder:default=0
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`

@@ -204,14 +204,16 @@ type LockRequestStatus struct {
 	// +optional
 	FinishedAt *metav1.Time `json:"finishedAt,omitempty"`
 
-	// observedGeneration is the spec generation this status describes. 0 until the controller first writes
-	// the status.
+	// observedGeneration is the spec generation this status describes.
+	// 0 until the controller first writes the status.
 	// +optional
 	// +kubebuilder:default=0
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
-	// conditions: Granted (wait on this one), Ready (same as Granted), Reconciling (True while
-	// queued) and Stalled (True when Failed).
+	// conditions: Granted (wait on this one), Ready (True while granted, and once released by its
+	// owner), Reconciling (True while queued) and Stalled (True when Failed, or when the grant
+	// ended without its owner asking: Expired, ForceUnlocked, HolderLost). kstatus (Flux, kpt)
+	// reads them as InProgress while queued, Current when granted or released, Failed otherwise.
 	// +optional
 	// +listType=map
 	// +listMapKey=type

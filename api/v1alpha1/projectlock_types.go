@@ -95,8 +95,8 @@ type ProjectLockStatus struct {
 	// +optional
 	QueueLength int32 `json:"queueLength,omitempty"`
 
-	// observedGeneration is the generation this status describes. 0 until the controller first writes
-	// the status.
+	// observedGeneration is the generation this status describes.
+	// 0 until the controller first writes the status.
 	// +optional
 	// +kubebuilder:default=0
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
