@@ -22,8 +22,8 @@ import (
 //
 // Granted stays False in all three: `kubectl wait --for=condition=Granted` is unaffected.
 
-// Voluntary reports whether a request that finished with reason ended because its owner asked.
-func Voluntary(reason string) bool { return reason == locksv1.ReasonReleased }
+// voluntary reports whether a request that finished with reason ended because its owner asked.
+func voluntary(reason string) bool { return reason == locksv1.ReasonReleased }
 
 // kstatusFinished sets Ready or Stalled on a finished request's status as described above.
 func kstatusFinished(st *locksv1.LockRequestStatus, o *outcome, now time.Time) {
@@ -31,7 +31,7 @@ func kstatusFinished(st *locksv1.LockRequestStatus, o *outcome, now time.Time) {
 	switch {
 	case o.phase == locksv1.PhaseFailed:
 		// Stalled is True already.
-	case Voluntary(o.reason):
+	case voluntary(o.reason):
 		setCond(&st.Conditions, locksv1.ConditionReady, metav1.ConditionTrue, o.reason, o.message, g, now)
 	default:
 		setCond(&st.Conditions, locksv1.ConditionStalled, metav1.ConditionTrue, o.reason, o.message, g, now)
