@@ -122,7 +122,8 @@ var _ = Describe("kstatus (sigs.k8s.io/cli-utils v0.37.2) reads", Ordered, Conti
 
 	It("an involuntary end, Expired, as Failed", func() {
 		startManager()
-		grantedOn("short", "net", func(w *LockRequestWrapper) { w.TTL(time.Second) })
+		// Not waited for as granted first: a 1s grant may be over before a poll sees it.
+		create(on("short", "net").Owner("alice", 1).TTL(time.Second).Obj())
 		expectKstatus(lockRequestGVK, ns, "short", status.FailedStatus, "expired", "expired")
 		Expect(phaseOf(ns, "short")()).To(Equal(locksv1.PhaseExpired))
 	})
