@@ -35,11 +35,14 @@ type CommandLockStatus struct {
 	BlockedRequests int32 `json:"blockedRequests,omitempty"`
 
 	// observedGeneration is the spec generation this status describes.
+	// 0 until the controller first writes the status.
 	// +optional
+	// +kubebuilder:default=0
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
-	// conditions: Locked (the freeze is in force) and Drained (no granted holder of the command
-	// is left: maintenance may start).
+	// conditions: Locked (the freeze is in force), Drained (no granted holder of the command
+	// is left: maintenance may start), and for kstatus and Argo CD Reconciling (True while a
+	// freeze in force drains) and Ready (True once drained, or when not frozen).
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -70,8 +73,11 @@ type CommandLock struct {
 	// +optional
 	Spec CommandLockSpec `json:"spec,omitempty"`
 
-	// status reports the freeze's effect.
+	// status reports the freeze's effect. Until the controller first writes it, it reads
+	// {observedGeneration: 0}: behind metadata.generation, so kstatus (Flux, kpt) reads the
+	// object as InProgress, never Current, before anything was decided.
 	// +optional
+	// +kubebuilder:default={}
 	Status CommandLockStatus `json:"status,omitempty"`
 }
 

@@ -4,11 +4,15 @@ package v1alpha1
 const (
 	// ConditionGranted is True while a LockRequest holds all its locks. Wait on this one.
 	ConditionGranted = "Granted"
-	// ConditionReady mirrors Granted, for kstatus-aware tools.
+	// ConditionReady is True when an object is where its owner wants it, for kstatus-aware tools
+	// (Flux, kpt, Config Sync) and Argo CD: a LockRequest that is Granted or that its owner
+	// released (reason Released); a CommandLock that is drained or not frozen.
 	ConditionReady = "Ready"
-	// ConditionReconciling is True while a LockRequest waits in a queue (kstatus abnormal-true).
+	// ConditionReconciling is True while a LockRequest waits in a queue, or while a frozen
+	// CommandLock drains (kstatus abnormal-true: InProgress).
 	ConditionReconciling = "Reconciling"
-	// ConditionStalled is True when a LockRequest failed and will not be granted (kstatus).
+	// ConditionStalled is True when a LockRequest failed and will not be granted, or lost its
+	// grant without asking (Expired, ForceUnlocked, HolderLost): kstatus reads it as Failed.
 	ConditionStalled = "Stalled"
 	// ConditionLocked is True while a ProjectLock is held, or while a CommandLock's freeze is in force.
 	ConditionLocked = "Locked"

@@ -215,11 +215,15 @@ type LockRequestStatus struct {
 	FinishedAt *metav1.Time `json:"finishedAt,omitempty"`
 
 	// observedGeneration is the spec generation this status describes.
+	// 0 until the controller first writes the status.
 	// +optional
+	// +kubebuilder:default=0
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
-	// conditions: Granted (wait on this one), Ready (same as Granted), Reconciling (True while
-	// queued) and Stalled (True when Failed).
+	// conditions: Granted (wait on this one), Ready (True while granted, and once released by its
+	// owner), Reconciling (True while queued) and Stalled (True when Failed, or when the grant
+	// ended without its owner asking: Expired, ForceUnlocked, HolderLost). kstatus (Flux, kpt)
+	// reads them as InProgress while queued, Current when granted or released, Failed otherwise.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -252,8 +256,11 @@ type LockRequest struct {
 	// +required
 	Spec LockRequestSpec `json:"spec"`
 
-	// status is what the controller decided.
+	// status is what the controller decided. Until the controller first writes it, it reads
+	// {observedGeneration: 0}: behind metadata.generation, so kstatus (Flux, kpt) reads the
+	// object as InProgress, never Current, before anything was decided.
 	// +optional
+	// +kubebuilder:default={}
 	Status LockRequestStatus `json:"status,omitempty"`
 }
 

@@ -96,7 +96,9 @@ type ProjectLockStatus struct {
 	QueueLength int32 `json:"queueLength,omitempty"`
 
 	// observedGeneration is the generation this status describes.
+	// 0 until the controller first writes the status.
 	// +optional
+	// +kubebuilder:default=0
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
 	// conditions: Locked (True while held).
@@ -132,8 +134,11 @@ type ProjectLock struct {
 	// +required
 	Spec ProjectLockSpec `json:"spec"`
 
-	// status is the holder and the queue.
+	// status is the holder and the queue. Until the controller first writes it, it reads
+	// {observedGeneration: 0}: behind metadata.generation, so kstatus (Flux, kpt) reads the
+	// object as InProgress, never Current, before anything was decided.
 	// +optional
+	// +kubebuilder:default={}
 	Status ProjectLockStatus `json:"status,omitempty"`
 }
 

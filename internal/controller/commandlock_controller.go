@@ -251,7 +251,30 @@ func CommandLockStatus(cl *locksv1.CommandLock, requests []locksv1.LockRequest, 
 		set(locksv1.ConditionDrained, metav1.ConditionFalse, locksv1.ReasonActiveHolders,
 			fmt.Sprintf("%d granted request(s) of this command still hold their locks", st.ActiveHolders))
 	}
+	commandLockKstatus(&st, inForce, ts)
 	return st
+}
+
+// commandLockKstatus sets the conditions that kstatus (Flux, kpt, Config Sync) and Argo CD's
+// health check judge a CommandLock by, from its Locked and Drained: a freeze in force that still
+// has holders is draining, so Reconciling=True and Ready=False (InProgress: a `wait` keeps
+// waiting); a drained freeze, or no freeze, is Ready=True (Current).
+func commandLockKstatus(st *locksv1.CommandLockStatus, inForce bool, ts metav1.Time) {
+	set := func(typ string, s metav1.ConditionStatus, reason, msg string) {
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: typ, Status: s, Reason: reason, Message: msg, ObservedGeneration: st.ObservedGeneration, LastTransitionTime: ts})
+	}
+	drained := meta.FindStatusCondition(st.Conditions, locksv1.ConditionDrained)
+	switch {
+	case !inForce:
+		set(locksv1.ConditionReconciling, metav1.ConditionFalse, locksv1.ReasonThawed, "not frozen")
+		set(locksv1.ConditionReady, metav1.ConditionTrue, locksv1.ReasonThawed, "not frozen")
+	case drained.Status != metav1.ConditionTrue:
+		set(locksv1.ConditionReconciling, metav1.ConditionTrue, drained.Reason, "draining: "+drained.Message)
+		set(locksv1.ConditionReady, metav1.ConditionFalse, drained.Reason, "draining: "+drained.Message)
+	default:
+		set(locksv1.ConditionReconciling, metav1.ConditionFalse, drained.Reason, "frozen and drained")
+		set(locksv1.ConditionReady, metav1.ConditionTrue, drained.Reason, "frozen and drained: "+drained.Message)
+	}
 }
 
 // SetupWithManager registers the reconciler: CommandLock events, and LockRequest events of its

@@ -30,6 +30,8 @@ type clView struct {
 	Active, Blocked int32
 	Generation      int64
 	Locked, Drained string
+	// Ready and Reconciling are what kstatus and Argo CD read: InProgress while draining.
+	Ready, Reconciling string
 }
 
 func viewCommandLock(st locksv1.CommandLockStatus) clView {
@@ -44,7 +46,8 @@ func viewCommandLock(st locksv1.CommandLockStatus) clView {
 		return fmt.Sprintf("%s/%s: %s", c.Status, c.Reason, c.Message)
 	}
 	return clView{Active: st.ActiveHolders, Blocked: st.BlockedRequests, Generation: st.ObservedGeneration,
-		Locked: cond(locksv1.ConditionLocked), Drained: cond(locksv1.ConditionDrained)}
+		Locked: cond(locksv1.ConditionLocked), Drained: cond(locksv1.ConditionDrained),
+		Ready: cond(locksv1.ConditionReady), Reconciling: cond(locksv1.ConditionReconciling)}
 }
 
 func TestCommandLockStatus(t *testing.T) {
@@ -59,6 +62,11 @@ func TestCommandLockStatus(t *testing.T) {
 		applyFrozen = "True/Frozen: Apply commands are locked globally: maintenance window"
 		thawed      = "False/Thawed: not frozen"
 		drained     = "True/NoActiveHolders: no granted request of this command is left"
+		// kstatus: Current once drained, or when not frozen.
+		readyDrained  = "True/NoActiveHolders: frozen and drained: no granted request of this command is left"
+		notReconDrain = "False/NoActiveHolders: frozen and drained"
+		readyThawed   = "True/Thawed: not frozen"
+		notReconThaw  = "False/Thawed: not frozen"
 	)
 	mixed := []locksv1.LockRequest{
 		clReq("apply", granted, ""),
@@ -71,39 +79,54 @@ func TestCommandLockStatus(t *testing.T) {
 		clReq("", granted, ""),
 	}
 	cases := map[string]struct {
-		tc    *locksv1.CommandLock
-		reqs  []locksv1.LockRequest
-		flags queue.FreezeFlags
-		want  clView
+		tc       *locksv1.CommandLock
+		reqs     []locksv1.LockRequest
+		flags    queue.FreezeFlags
+		granting int
+		want     clView
 	}{
 		"a frozen apply counts its granted holders and the requests it blocks": {
 			tc: cl("apply", true), reqs: mixed,
 			want: clView{Active: 2, Blocked: 1, Generation: 3, Locked: applyFrozen,
-				Drained: "False/ActiveHolders: 2 granted request(s) of this command still hold their locks"},
+				Drained:     "False/ActiveHolders: 2 granted request(s) of this command still hold their locks",
+				Ready:       "False/ActiveHolders: draining: 2 granted request(s) of this command still hold their locks",
+				Reconciling: "True/ActiveHolders: draining: 2 granted request(s) of this command still hold their locks"},
 		},
 		"drained once no holder of the command is left": {
 			tc: cl("apply", true), reqs: []locksv1.LockRequest{clReq("apply", pending, "commandlock/apply"), clReq("plan", granted, "")},
-			want: clView{Blocked: 1, Generation: 3, Locked: applyFrozen, Drained: drained},
+			want: clView{Blocked: 1, Generation: 3, Locked: applyFrozen, Drained: drained, Ready: readyDrained, Reconciling: notReconDrain},
+		},
+		"a frozen command with a request being granted (not in the cache yet) still drains": {
+			tc: cl("apply", true), granting: 1,
+			want: clView{Generation: 3, Locked: applyFrozen,
+				Drained:     "False/ActiveHolders: 1 request(s) of this command are being granted",
+				Ready:       "False/ActiveHolders: draining: 1 request(s) of this command are being granted",
+				Reconciling: "True/ActiveHolders: draining: 1 request(s) of this command are being granted"},
 		},
 		"unlocked: nothing blocked, though a request still shows the old freeze": {
 			tc: cl("apply", false), reqs: []locksv1.LockRequest{clReq("apply", pending, "commandlock/apply")},
-			want: clView{Generation: 3, Locked: thawed, Drained: drained},
+			want: clView{Generation: 3, Locked: thawed, Drained: drained, Ready: readyThawed, Reconciling: notReconThaw},
 		},
 		"all counts every command's holders, not requests without a command, and only its own blocked": {
 			tc: cl("all", true), reqs: mixed,
 			want: clView{Active: 3, Blocked: 1, Generation: 3, Locked: "True/Frozen: All commands are locked globally: maintenance window",
-				Drained: "False/ActiveHolders: 3 granted request(s) of this command still hold their locks"},
+				Drained:     "False/ActiveHolders: 3 granted request(s) of this command still hold their locks",
+				Ready:       "False/ActiveHolders: draining: 3 granted request(s) of this command still hold their locks",
+				Reconciling: "True/ActiveHolders: draining: 3 granted request(s) of this command still hold their locks"},
 		},
 		"--disable-apply: an unlocked apply CommandLock reports the flag's freeze": {
 			tc: cl("apply", false), flags: queue.FreezeFlags{DisableApply: true},
 			reqs: []locksv1.LockRequest{clReq("apply", pending, "--disable-apply"), clReq("apply", pending, "commandlock/apply")},
-			want: clView{Blocked: 1, Generation: 3, Locked: "True/Frozen: Apply commands are disabled on this server (--disable-apply)", Drained: drained},
+			want: clView{Blocked: 1, Generation: 3, Locked: "True/Frozen: Apply commands are disabled on this server (--disable-apply)", Drained: drained,
+				Ready: readyDrained, Reconciling: notReconDrain},
 		},
 		"--disable-global-apply-lock: a locked apply CommandLock is not in force": {
 			tc: cl("apply", true), flags: queue.FreezeFlags{DisableGlobalApplyLock: true},
 			reqs: []locksv1.LockRequest{clReq("apply", granted, "")},
+			// Holders still run, but nothing is frozen, so nothing drains: Current.
 			want: clView{Active: 1, Generation: 3, Locked: thawed,
-				Drained: "False/ActiveHolders: 1 granted request(s) of this command still hold their locks"},
+				Drained: "False/ActiveHolders: 1 granted request(s) of this command still hold their locks",
+				Ready:   readyThawed, Reconciling: notReconThaw},
 		},
 		"until reached: thawed": {
 			tc: func() *locksv1.CommandLock {
@@ -111,12 +134,12 @@ func TestCommandLockStatus(t *testing.T) {
 				c.Spec.Until = &metav1.Time{Time: now}
 				return c
 			}(),
-			want: clView{Generation: 3, Locked: thawed, Drained: drained},
+			want: clView{Generation: 3, Locked: thawed, Drained: drained, Ready: readyThawed, Reconciling: notReconThaw},
 		},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			got := CommandLockStatus(tc.tc, tc.reqs, tc.flags, now, 0)
+			got := CommandLockStatus(tc.tc, tc.reqs, tc.flags, now, tc.granting)
 			if diff := cmp.Diff(tc.want, viewCommandLock(got)); diff != "" {
 				t.Errorf("status (-want +got):\n%s", diff)
 			}

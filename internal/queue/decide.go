@@ -794,6 +794,7 @@ func finishedStatus(e *entry, now time.Time) locksv1.LockRequestStatus {
 	} else {
 		setCond(&st.Conditions, locksv1.ConditionStalled, metav1.ConditionFalse, o.reason, "finished", g, now)
 	}
+	kstatusFinished(&st, o, now)
 	return st
 }
 

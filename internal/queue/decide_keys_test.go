@@ -166,7 +166,7 @@ func TestDecideForceUnlock(t *testing.T) {
 	forceMsg := fmt.Sprintf("ProjectLock %s was deleted: the lock on %s was force-unlocked", name1, key1)
 	unlocked := func(token int64, held string) reqView {
 		return reqView{Phase: locksv1.PhaseReleased, Reason: locksv1.ReasonForceUnlocked, Message: forceMsg,
-			Token: token, Held: held, True: trueFinished, Event: locksv1.ReasonForceUnlocked}
+			Token: token, Held: held, True: trueEnded, Event: locksv1.ReasonForceUnlocked}
 	}
 	bobGranted := func(token int64) reqView {
 		return reqView{Phase: locksv1.PhaseGranted, Reason: locksv1.ReasonGranted, Message: grantedMsg(key1, token, grant30),
@@ -326,7 +326,7 @@ func TestDecideQueueCap(t *testing.T) {
 			wantLock: &lockView{Holder: "pull #1 (bob)", Requests: []string{"w1"}, Token: 42, Queue: []string{"w2:Normal", "n:Normal"}, Length: 2,
 				Expires: t0.Add(30 * time.Minute)},
 			wantFinish: map[string]reqView{"h": {Phase: locksv1.PhaseReleased, Reason: locksv1.ReasonReleased, Message: "released",
-				Token: 41, Held: "0", True: trueFinished, Event: locksv1.ReasonReleased}},
+				Token: 41, Held: "0", True: trueReleased, Event: locksv1.ReasonReleased}},
 			wantGrant: map[string]reqView{"w1": {Phase: locksv1.PhaseGranted, Reason: locksv1.ReasonGranted,
 				Message: grantedMsg(key1, 42, t0.Add(30*time.Minute)), Token: 42, Held: "1", True: trueGranted, Event: locksv1.ReasonGranted}},
 			wantWaiting: map[string]reqView{
@@ -468,7 +468,7 @@ func TestDecideTokenAboveLeavingHolders(t *testing.T) {
 				wantHolder: "bob#7",
 				wantLock:   &lockView{Holder: "pull #7 (bob)", Requests: []string{"w"}, Token: 100, Expires: grant30},
 				wantFinish: map[string]reqView{"m": {Phase: locksv1.PhaseReleased, Reason: locksv1.ReasonReleased, Message: "released",
-					Token: 99, Held: "00", True: trueFinished, Event: locksv1.ReasonReleased}},
+					Token: 99, Held: "00", True: trueReleased, Event: locksv1.ReasonReleased}},
 				wantGrant:   map[string]reqView{"w": bobGranted(100)},
 				wantRequeue: untilFromNow(grant30),
 			},

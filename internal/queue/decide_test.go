@@ -299,7 +299,11 @@ func TestDecide(t *testing.T) {
 		return reqView{Phase: locksv1.PhasePending, Reason: locksv1.ReasonQueued, Message: msg, Position: pos, Held: "0", True: truePending}
 	}
 	finished := func(phase locksv1.LockRequestPhase, reason, msg string, token int64) reqView {
-		return reqView{Phase: phase, Reason: reason, Message: msg, Token: token, Held: "0", True: trueFinished, Event: reason}
+		trues := trueEnded
+		if reason == locksv1.ReasonReleased {
+			trues = trueReleased
+		}
+		return reqView{Phase: phase, Reason: reason, Message: msg, Token: token, Held: "0", True: trues, Event: reason}
 	}
 	failed := func(reason, msg string) reqView {
 		return reqView{Phase: locksv1.PhaseFailed, Reason: reason, Message: msg, Held: "0", True: trueFailed, Event: reason}

@@ -90,7 +90,7 @@ func TestDecideRenewal(t *testing.T) {
 			wantLock: &lockView{Token: 41},
 			wantFinish: map[string]reqView{"h": {Phase: locksv1.PhaseExpired, Reason: locksv1.ReasonExpired,
 				Message: "the grant expired at 2026-03-01T12:25:00Z (" + refusedMsg(3*time.Hour) + ")",
-				Token:   41, Held: "0", True: trueFinished, Event: locksv1.ReasonExpired}},
+				Token:   41, Held: "0", True: trueEnded, Event: locksv1.ReasonExpired}},
 		},
 		"a renewal seen after expiresAt but before the grant was ended still counts": {
 			now:         hExpires.Add(time.Minute),

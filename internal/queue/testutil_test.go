@@ -306,10 +306,13 @@ type reqView struct {
 
 // True-condition sets of each state, for reqView.True.
 const (
-	trueGranted  = "Granted,Ready"
-	truePending  = "Reconciling"
-	trueFailed   = "Stalled"
-	trueFinished = ""
+	trueGranted = "Granted,Ready"
+	truePending = "Reconciling"
+	trueFailed  = "Stalled"
+	// A finished request reads right to kstatus: a voluntary release Current (Ready), an
+	// involuntary end (Expired, ForceUnlocked, HolderLost) Failed (Stalled).
+	trueReleased = "Ready"
+	trueEnded    = "Stalled"
 )
 
 func viewOf(u Update) reqView {
