@@ -132,13 +132,16 @@ func randSuffix() string {
 	return hex.EncodeToString(b)
 }
 
-// createNamespace creates a fresh namespace with kubectl and deletes it after the spec. (The
-// local control plane runs no namespace controller, so the deletion only marks it Terminating.)
+// createNamespace creates a fresh namespace with kubectl and deletes it after the spec. The
+// local control plane runs no namespace controller, so the deletion only marks it Terminating
+// and would leave its requests holding their locks: the cleanup deletes them first and waits,
+// so no spec sees another spec's holders (a CommandLock counts them across namespaces).
 func createNamespace() string {
 	GinkgoHelper()
 	ns := "e2e-" + randSuffix()
 	mustKubectl("create", "namespace", ns)
 	DeferCleanup(func() {
+		_, _ = kubectl("delete", "-n", ns, "lockrequests", "--all", "--timeout=30s")
 		_, _ = kubectl("delete", "namespace", ns, "--wait=false")
 	})
 	return ns
