@@ -33,8 +33,13 @@ const (
 var generatedDirs = []string{
 	chartDir + "/templates/crd",
 	chartDir + "/templates/rbac",
+	chartDir + "/templates/admission",
 	chartDir + "/files",
 }
+
+// admissionDirs hold the admission policies, their bindings and their params ConfigMap: the
+// chart installs them behind admissionPolicies.enabled.
+var admissionDirs = []string{"config/admission", "config/labels"}
 
 // copies are files the chart reads with .Files.Get, copied byte for byte.
 var copies = map[string]string{
@@ -84,6 +89,27 @@ func Generate(root string) (map[string][]byte, error) {
 		}
 		if tpl != nil {
 			out[chartDir+"/templates/rbac/"+strings.ReplaceAll(filepath.Base(src), "_", "-")] = tpl
+		}
+	}
+	for _, dir := range admissionDirs {
+		srcs, err := kustomizeResources(root, dir)
+		if err != nil {
+			return nil, err
+		}
+		for _, src := range srcs {
+			data, err := os.ReadFile(filepath.Join(root, src))
+			if err != nil {
+				return nil, err
+			}
+			tpl, err := admissionTemplate(src, data)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", src, err)
+			}
+			dst := chartDir + "/templates/admission/" + strings.ReplaceAll(filepath.Base(src), "_", "-")
+			if _, dup := out[dst]; dup {
+				return nil, fmt.Errorf("%s: two sources in %v are named %s", src, admissionDirs, filepath.Base(src))
+			}
+			out[dst] = tpl
 		}
 	}
 	for src, dst := range copies {
@@ -397,4 +423,206 @@ func sortedKeys(m map[string]string) []string {
 	}
 	sort.Strings(keys)
 	return keys
+}
+
+var admissionKinds = []string{
+	"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
+	"MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding",
+	"ConfigMap",
+}
+
+// Placeholders stand for the release's names while a spec is written as YAML; they are
+// replaced after escape, so the template actions they become are not escaped.
+const (
+	fullnamePlaceholder  = "__chartgen_fullname__"
+	namespacePlaceholder = "__chartgen_namespace__"
+)
+
+// valuesKey is a ConfigMap data key that is also a values key (admissionPolicies.<key>).
+var valuesKey = regexp.MustCompile(`^[a-z][A-Za-z0-9]*$`)
+
+// admissionTemplate turns the admission policies, bindings and params ConfigMap of one file
+// of config/admission or config/labels into a template behind admissionPolicies.enabled: names
+// from the release, the ConfigMap in the release namespace with its data from
+// admissionPolicies.<key>, the bindings' policyName and paramRef pointing at the release's
+// objects; the policies' rules, variables, validations and mutations verbatim.
+func admissionTemplate(src string, data []byte) ([]byte, error) {
+	var b strings.Builder
+	b.WriteString(header(src))
+	b.WriteString("{{- if .Values.admissionPolicies.enabled }}\n")
+	n := 0
+	for _, doc := range documents(data) {
+		if strings.Contains(string(doc), fullnamePlaceholder) || strings.Contains(string(doc), namespacePlaceholder) {
+			return nil, fmt.Errorf("the source contains a chartgen placeholder")
+		}
+		var o map[string]any
+		if err := yaml.Unmarshal(doc, &o); err != nil {
+			return nil, err
+		}
+		apiVersion, _ := o["apiVersion"].(string)
+		kind, _ := o["kind"].(string)
+		if !slices.Contains(admissionKinds, kind) {
+			return nil, fmt.Errorf("%s: chartgen templates only %v here", kind, admissionKinds)
+		}
+		md, _ := o["metadata"].(map[string]any)
+		objName, _ := md["name"].(string)
+		for k := range md {
+			if k != "name" && k != "namespace" && k != "labels" {
+				return nil, fmt.Errorf("%s %s: metadata.%s is not carried into the chart", kind, objName, k)
+			}
+		}
+		name, err := ChartName(objName)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", kind, err)
+		}
+		if n > 0 {
+			b.WriteString("---\n")
+		}
+		n++
+		b.WriteString(leadingComments(doc))
+		fmt.Fprintf(&b, "apiVersion: %s\nkind: %s\nmetadata:\n  name: %s\n", apiVersion, kind, name)
+		if ns, _ := md["namespace"].(string); ns != "" {
+			b.WriteString("  namespace: " + releaseNamespace + "\n")
+		}
+		b.WriteString("  labels:\n    " + chartLabels + "\n")
+		labels, _ := md["labels"].(map[string]any)
+		for _, k := range sortedKeys(stringMap(labels)) {
+			if !labelsFromChart[k] {
+				fmt.Fprintf(&b, "    %s: %s\n", k, quote(fmt.Sprint(labels[k])))
+			}
+		}
+		if kind == "ConfigMap" {
+			if md["namespace"] == nil {
+				return nil, fmt.Errorf("ConfigMap %s: no namespace; a params object is read from the namespace its binding names", objName)
+			}
+			if err := paramsData(&b, objName, o); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		spec, ok := o["spec"].(map[string]any)
+		if !ok {
+			return nil, fmt.Errorf("%s %s: no spec", kind, objName)
+		}
+		for k := range o {
+			if k != "apiVersion" && k != "kind" && k != "metadata" && k != "spec" {
+				return nil, fmt.Errorf("%s %s: top-level field %s is not carried into the chart", kind, objName, k)
+			}
+		}
+		if strings.HasSuffix(kind, "Binding") {
+			if err := renameBinding(kind, objName, spec); err != nil {
+				return nil, err
+			}
+		}
+		text, err := yaml.Marshal(map[string]any{"spec": spec})
+		if err != nil {
+			return nil, err
+		}
+		for _, fixed := range []string{namespaceFromConfig, managerServiceAccount} {
+			if strings.Contains(string(text), fixed) {
+				return nil, fmt.Errorf("%s %s: its spec names %s, which the chart cannot carry: it differs per release", kind, objName, fixed)
+			}
+		}
+		s := escape(string(text))
+		s = strings.ReplaceAll(s, fullnamePlaceholder, fullname)
+		s = strings.ReplaceAll(s, namespacePlaceholder, releaseNamespace)
+		b.WriteString(s)
+	}
+	if n == 0 {
+		return nil, fmt.Errorf("no objects")
+	}
+	b.WriteString("{{- end }}\n")
+	return []byte(b.String()), nil
+}
+
+// namespaceFromConfig is the namespace config/default installs into; in the chart it is the
+// release's.
+const namespaceFromConfig = "turnstile-system"
+
+// renameBinding points a binding at the release's policy and params object.
+func renameBinding(kind, objName string, spec map[string]any) error {
+	policy, _ := spec["policyName"].(string)
+	name, err := ChartName(policy)
+	if err != nil {
+		return fmt.Errorf("%s %s policyName: %w", kind, objName, err)
+	}
+	spec["policyName"] = strings.Replace(name, fullname, fullnamePlaceholder, 1)
+	if ref, ok := spec["paramRef"].(map[string]any); ok {
+		if _, sel := ref["selector"]; sel {
+			return fmt.Errorf("%s %s: paramRef.selector: chartgen carries only a paramRef by name", kind, objName)
+		}
+		p, _ := ref["name"].(string)
+		pn, err := ChartName(p)
+		if err != nil {
+			return fmt.Errorf("%s %s paramRef: %w", kind, objName, err)
+		}
+		ref["name"] = strings.Replace(pn, fullname, fullnamePlaceholder, 1)
+		if ref["namespace"] != nil {
+			ref["namespace"] = namespacePlaceholder
+		}
+	}
+	return nil
+}
+
+// paramsData writes a params ConfigMap's data: each key's value from admissionPolicies.<key>,
+// so an admin sets it with the release's values (values.yaml has the defaults of config/).
+func paramsData(b *strings.Builder, objName string, o map[string]any) error {
+	for k := range o {
+		if k != "apiVersion" && k != "kind" && k != "metadata" && k != "data" {
+			return fmt.Errorf("ConfigMap %s: top-level field %s is not carried into the chart", objName, k)
+		}
+	}
+	data, _ := o["data"].(map[string]any)
+	if len(data) == 0 {
+		return fmt.Errorf("ConfigMap %s: no data", objName)
+	}
+	b.WriteString("data:\n")
+	for _, k := range sortedKeys(stringMap(data)) {
+		if !valuesKey.MatchString(k) || k == "enabled" {
+			return fmt.Errorf("ConfigMap %s: data key %q cannot be a value admissionPolicies.%s", objName, k, k)
+		}
+		fmt.Fprintf(b, "  %s: {{ .Values.admissionPolicies.%s | quote }}\n", k, k)
+	}
+	return nil
+}
+
+// ParamsDefaults are the data of the params ConfigMaps in config/ (admissionDirs): the defaults
+// values.yaml must give admissionPolicies.<key>.
+func ParamsDefaults(root string) (map[string]string, error) {
+	out := map[string]string{}
+	for _, dir := range admissionDirs {
+		srcs, err := kustomizeResources(root, dir)
+		if err != nil {
+			return nil, err
+		}
+		for _, src := range srcs {
+			data, err := os.ReadFile(filepath.Join(root, src))
+			if err != nil {
+				return nil, err
+			}
+			for _, doc := range documents(data) {
+				var cm struct {
+					Kind string            `json:"kind"`
+					Data map[string]string `json:"data"`
+				}
+				if err := yaml.Unmarshal(doc, &cm); err != nil {
+					return nil, fmt.Errorf("%s: %w", src, err)
+				}
+				if cm.Kind == "ConfigMap" {
+					for k, v := range cm.Data {
+						out[k] = v
+					}
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
+func stringMap(m map[string]any) map[string]string {
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		out[k] = fmt.Sprint(v)
+	}
+	return out
 }

@@ -1,11 +1,15 @@
 // Command chartgen writes the parts of the Helm chart (charts/turnstile) that have their source
-// in config/, so the chart and `kubectl apply -k config/default` install the same CRDs and the
-// same RBAC, and the chart ships the same alerts and dashboard:
+// in config/, so the chart and `kubectl apply -k config/default` install the same CRDs, the
+// same RBAC and the same admission policies, and the chart ships the same alerts and dashboard:
 //
 //   - templates/crds/*.yaml from the CRDs in config/crd (controller-gen's output), behind
 //     crds.enabled and with helm.sh/resource-policy: keep behind crds.keep;
 //   - templates/rbac/*.yaml from config/rbac, with names, namespaces and the ServiceAccount
 //     subject taken from the release; rules, role references and aggregation labels verbatim;
+//   - templates/admission/*.yaml from config/admission and config/labels (the admission
+//     policies, their bindings and the params ConfigMap), behind admissionPolicies.enabled, with
+//     names from the release, the params ConfigMap in the release namespace and its data from
+//     admissionPolicies.<key>; the policies' expressions verbatim;
 //   - files/ copies of the Prometheus rules (config/prometheus) and the Grafana dashboard
 //     (config/grafana), which the chart's PrometheusRule and dashboard ConfigMap read.
 //

@@ -282,6 +282,117 @@ func TestCRDsMatchKustomize(t *testing.T) {
 	}
 }
 
+// admissionKinds are the admission policies, bindings and params of config/admission and
+// config/labels.
+var admissionKinds = map[string]bool{
+	"ValidatingAdmissionPolicy": true, "ValidatingAdmissionPolicyBinding": true,
+	"MutatingAdmissionPolicy": true, "MutatingAdmissionPolicyBinding": true,
+}
+
+// admissionObjects are the policies and bindings (by kind and name, spec with the policy name
+// and params reference renamed) and the params ConfigMap (by name, in its namespace).
+func admissionObjects(objs []object, rename func(string) string) map[string]any {
+	out := map[string]any{}
+	for _, o := range objs {
+		switch {
+		case admissionKinds[o.kind()]:
+			spec := map[string]any{}
+			for k, v := range o["spec"].(map[string]any) {
+				spec[k] = v
+			}
+			if p, ok := spec["policyName"].(string); ok {
+				spec["policyName"] = rename(p)
+			}
+			if ref, ok := spec["paramRef"].(map[string]any); ok {
+				r := map[string]any{}
+				for k, v := range ref {
+					r[k] = v
+				}
+				r["name"] = rename(r["name"].(string))
+				spec["paramRef"] = r
+			}
+			out[o.kind()+" "+rename(o.meta("name"))] = spec
+		case o.kind() == "ConfigMap" && strings.HasSuffix(o.meta("name"), "turnstile-admission"):
+			out["ConfigMap "+o.meta("namespace")+"/"+rename(o.meta("name"))] = o["data"]
+		}
+	}
+	return out
+}
+
+// blankLines are line breaks with only whitespace between them.
+var blankLines = regexp.MustCompile(`\n(?:[ \t]*\n)+`)
+
+// sameCEL writes every string of v with runs of line breaks as one. kustomize writes a folded
+// (>-) expression with an empty line before each more-indented line, where YAML (and so helm)
+// reads one line break; in CEL both are whitespace between tokens.
+func sameCEL(v any) any {
+	switch x := v.(type) {
+	case string:
+		return blankLines.ReplaceAllString(x, "\n")
+	case map[string]any:
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			out[k] = sameCEL(e)
+		}
+		return out
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			out[i] = sameCEL(e)
+		}
+		return out
+	}
+	return v
+}
+
+// TestAdmissionMatchesKustomize: with admissionPolicies.enabled (the default) the chart
+// installs config/admission's and config/labels' policies, bindings and params, spec for spec,
+// under the release's names, the params in the release namespace; with it false, none.
+func TestAdmissionMatchesKustomize(t *testing.T) {
+	kustomize := kustomizeBuild(t)
+	cases := map[string]struct {
+		release, namespace string
+		rename             func(string) string
+	}{
+		"release turnstile": {"turnstile", "turnstile-system", func(s string) string { return s }},
+		"another release and namespace": {"locks", "platform", func(s string) string {
+			return "locks-" + s
+		}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			want := admissionObjects(kustomize, tc.rename)
+			// kustomize's params live in turnstile-system; the chart's in the release namespace,
+			// and the binding's paramRef follows.
+			for k, v := range want {
+				if strings.HasPrefix(k, "ConfigMap turnstile-system/") {
+					delete(want, k)
+					want["ConfigMap "+tc.namespace+"/"+strings.TrimPrefix(k, "ConfigMap turnstile-system/")] = v
+				}
+				if spec, ok := v.(map[string]any); ok {
+					if ref, ok := spec["paramRef"].(map[string]any); ok {
+						ref["namespace"] = tc.namespace
+					}
+				}
+			}
+			if len(want) != 15 {
+				t.Fatalf("kustomize build has %d admission objects, want 15 (7 policies, 7 bindings, 1 ConfigMap)", len(want))
+			}
+			got := admissionObjects(render(t, tc.release, tc.namespace), func(s string) string { return s })
+			if diff := cmp.Diff(sameCEL(want), sameCEL(got)); diff != "" {
+				t.Errorf("the chart's admission policies differ from config/admission and config/labels (-kustomize +chart):\n%s", diff)
+			}
+		})
+	}
+	if got := admissionObjects(render(t, "turnstile", "turnstile-system", "--set", "admissionPolicies.enabled=false"), func(s string) string { return s }); len(got) != 0 {
+		t.Errorf("admissionPolicies.enabled=false still renders %d admission objects", len(got))
+	}
+	params := render(t, "turnstile", "turnstile-system", "--set", "admissionPolicies.maxPriority=Critical")
+	if got := admissionObjects(params, func(s string) string { return s })["ConfigMap turnstile-system/turnstile-admission"]; !cmp.Equal(got, map[string]any{"maxPriority": "Critical"}) {
+		t.Errorf("admissionPolicies.maxPriority=Critical: params data %v", got)
+	}
+}
+
 func find(t *testing.T, objs []object, kind string) object {
 	t.Helper()
 	for _, o := range objs {
@@ -320,7 +431,15 @@ func TestAlertsAndDashboardMatchConfig(t *testing.T) {
 	if err := json.Unmarshal(data, &want); err != nil {
 		t.Fatal(err)
 	}
-	cm := find(t, objs, "ConfigMap")
+	var cm object
+	for _, o := range objs {
+		if o.kind() == "ConfigMap" && o.meta("name") == "turnstile-dashboard" {
+			cm = o
+		}
+	}
+	if cm == nil {
+		t.Fatal("no dashboard ConfigMap (turnstile-dashboard) rendered")
+	}
 	if err := json.Unmarshal([]byte(cm["data"].(map[string]any)["turnstile.json"].(string)), &got); err != nil {
 		t.Fatalf("dashboard ConfigMap: %v", err)
 	}
