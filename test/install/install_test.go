@@ -221,6 +221,36 @@ func describeInstall(ip installPath) {
 		as("alice", "", "wait", "--for=condition=Granted", "lockrequest/plan-pr-100", "--timeout=30s")
 		token100 := lockRequests("plan-pr-100").Status.FencingToken
 
+		By("carol may not release alice's lock: the installed admission policies say who may, and how to get it")
+		changes := findObject(objs, "ValidatingAdmissionPolicy", "-lockrequest-changes").meta("name")
+		denied := func(stdin string, args ...string) func() string {
+			return func() string {
+				// A server-side dry-run goes through admission and changes nothing, so polling
+				// until the policy has loaded cannot release alice's lock.
+				_, err := c.kubectl(stdin, append([]string{"--as=carol", "-n", team, "--dry-run=server"}, args...)...)
+				if err == nil {
+					return "allowed"
+				}
+				return err.Error()
+			}
+		}
+		Eventually(denied("", "patch", "lockrequest", "plan-pr-100", "--type=merge", "-p", `{"spec":{"release":true}}`)).
+			WithTimeout(settle).WithPolling(200 * time.Millisecond).Should(And(
+			ContainSubstring("ValidatingAdmissionPolicy '"+changes+"'"),
+			ContainSubstring("lockrequest plan-pr-100 is held for alice: only its owner, the delegate that created it, or a turnstile-admin in namespace "+team+" may change or release it, and you are carol")))
+		By("carol may not jump the queue: maxPriority comes from the installed params ConfigMap")
+		Eventually(denied(`apiVersion: locks.turnstile.dev/v1alpha1
+kind: LockRequest
+metadata:
+  name: plan-pr-103
+spec:
+  locks:
+  - repo: acme/infra
+    path: modules/vpc
+  priority: Critical
+`, "create", "-f", "-")).WithTimeout(settle).WithPolling(200 * time.Millisecond).Should(
+			ContainSubstring("priority Critical is above High, the most anyone may ask for: it needs the prioritize permission for Critical on lockrequests in namespace " + team))
+
 		By("bob queues behind her")
 		as("bob", "", "apply", "-f", filepath.Join(repoRoot, "config", "samples", "locks_v1alpha1_lockrequest_waiting.yaml"))
 		Eventually(phase("plan-pr-101")).WithTimeout(settle).WithPolling(poll).Should(Equal(locksv1.PhasePending))
