@@ -9,6 +9,9 @@
 //     admin kubeconfig, so the installed RBAC is all it has;
 //   - drives a grant, a hand-off and an expiry with kubectl as a user bound to the installed
 //     requester role;
+//   - checks that the installed admission policies deny another user's release and a priority
+//     above the installed params' maxPriority (kubectl --as, server-side dry-run), with their
+//     messages;
 //   - scrapes the manager's HTTPS metrics as a scraper bound to the metrics-reader role, and
 //     checks that every metric and label the alerts and the dashboard select is exported;
 //   - fails on any "forbidden" in the manager's log.
