@@ -73,7 +73,7 @@ type Membership struct {
 	lease    *coordinationv1.Lease  // as last written by this replica
 	live     atomic.Pointer[[]string]
 	leaving  atomic.Bool
-	onChange func(live []string)
+	onChange []func(live []string)
 }
 
 // observation is when a member's Lease was last seen to change, by this replica's clock: lapse
@@ -93,8 +93,16 @@ func New(cfg Config, c client.Client, informers cache.Informers, clk clock.WithT
 	return &Membership{cfg: cfg, client: c, informers: informers, clock: clk, seen: map[string]observation{}}
 }
 
-// OnChange sets a func told the sorted live members whenever they change (call before Start).
-func (m *Membership) OnChange(f func(live []string)) { m.onChange = f }
+// OnChange adds a func told the sorted live members whenever they change.
+func (m *Membership) OnChange(f func(live []string)) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.onChange = append(m.onChange, f)
+}
+
+// Subscribe adds a func called whenever ownership may have changed: the
+// routed work queues use it to decide at once the keys this replica has just come to own.
+func (m *Membership) Subscribe(f func()) { m.OnChange(func([]string) { f() }) }
 
 // Delay is 0 for a key this replica owns, or for every key while no member is known, and the
 // backup delay otherwise.
@@ -277,9 +285,12 @@ func (m *Membership) recompute() {
 	if changed {
 		m.live.Store(&live)
 	}
+	tell := slices.Clone(m.onChange)
 	m.mu.Unlock()
-	if changed && m.onChange != nil {
-		m.onChange(live)
+	if changed {
+		for _, f := range tell {
+			f(live)
+		}
 	}
 }
 

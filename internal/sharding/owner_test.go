@@ -136,7 +136,7 @@ func TestRoutedQueue(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			rec := &recordingQueue{}
-			q := &routedQueue{PriorityQueue: rec, router: router}
+			q := &routedQueue{PriorityQueue: rec, router: router, delayed: map[reconcile.Request]bool{}}
 			tc.add(q)
 			if diff := cmp.Diff(tc.want, rec.adds); diff != "" {
 				t.Errorf("adds (-want +got):\n%s", diff)
@@ -148,5 +148,27 @@ func TestRoutedQueue(t *testing.T) {
 func TestNewQueueFuncNilRouter(t *testing.T) {
 	if NewQueueFunc(nil) != nil {
 		t.Fatal("NewQueueFunc(nil) is not nil: without a router the controllers must keep controller-runtime's own queue")
+	}
+}
+
+// TestReroute: a key delayed as a backup is made ready at once when this replica comes to own
+// it, and a key handed out since is not added again.
+func TestReroute(t *testing.T) {
+	a := reconcile.Request{}
+	a.Namespace, a.Name = "ns", "a"
+	b := reconcile.Request{}
+	b.Namespace, b.Name = "ns", "b"
+	router := fixedRouter{"ns/a": time.Second, "ns/b": time.Second}
+	rec := &recordingQueue{}
+	q := &routedQueue{PriorityQueue: rec, router: router, delayed: map[reconcile.Request]bool{}}
+	q.Add(a)
+	q.AddAfter(b, time.Minute)
+	q.reroute() // nothing owned yet
+	router["ns/a"], router["ns/b"] = 0, 0
+	q.reroute()
+	q.reroute() // once only
+	want := []priorityqueue.AddOpts{{After: time.Second}, {After: time.Minute + time.Second}, {}, {}}
+	if diff := cmp.Diff(want, rec.adds); diff != "" {
+		t.Errorf("adds (-want +got):\n%s", diff)
 	}
 }

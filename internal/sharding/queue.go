@@ -1,6 +1,7 @@
 package sharding
 
 import (
+	"sync"
 	"time"
 
 	"k8s.io/client-go/util/workqueue"
@@ -19,12 +20,20 @@ func NewQueueFunc(router Router) func(string, workqueue.TypedRateLimiter[reconci
 		return nil
 	}
 	return func(name string, rl workqueue.TypedRateLimiter[reconcile.Request]) workqueue.TypedRateLimitingInterface[reconcile.Request] {
-		return &routedQueue{
+		q := &routedQueue{
 			PriorityQueue: priorityqueue.New(name, func(o *priorityqueue.Opts[reconcile.Request]) { o.RateLimiter = rl }),
 			router:        router,
+			delayed:       map[reconcile.Request]bool{},
 		}
+		if s, ok := router.(subscriber); ok {
+			s.Subscribe(q.reroute)
+		}
+		return q
 	}
 }
+
+// subscriber is a Router that says when ownership may have changed.
+type subscriber interface{ Subscribe(func()) }
 
 // routedQueue is a priority queue whose adds wait for the key's backup delay. The queue keeps
 // the earliest ready time of an item, so a key already queued by the owner rule is not pushed
@@ -32,6 +41,11 @@ func NewQueueFunc(router Router) func(string, workqueue.TypedRateLimiter[reconci
 type routedQueue struct {
 	priorityqueue.PriorityQueue[reconcile.Request]
 	router Router
+
+	// delayed are the items added with a backup delay and not handed out since: when this
+	// replica comes to own one (its owner left or lapsed), reroute makes it ready at once.
+	mu      sync.Mutex
+	delayed map[reconcile.Request]bool
 }
 
 var _ priorityqueue.PriorityQueue[reconcile.Request] = (*routedQueue)(nil)
@@ -51,7 +65,42 @@ func (q *routedQueue) AddWithOpts(o priorityqueue.AddOpts, items ...reconcile.Re
 	}
 	for _, item := range items {
 		io := o
-		io.After += q.router.Delay(item.String())
+		if d := q.router.Delay(item.String()); d > 0 {
+			io.After += d
+			q.mu.Lock()
+			q.delayed[item] = true
+			q.mu.Unlock()
+		}
 		q.PriorityQueue.AddWithOpts(io, item)
+	}
+}
+
+func (q *routedQueue) GetWithPriority() (reconcile.Request, int, bool) {
+	item, prio, shutdown := q.PriorityQueue.GetWithPriority()
+	q.mu.Lock()
+	delete(q.delayed, item)
+	q.mu.Unlock()
+	return item, prio, shutdown
+}
+
+func (q *routedQueue) Get() (reconcile.Request, bool) {
+	item, _, shutdown := q.GetWithPriority()
+	return item, shutdown
+}
+
+// reroute makes ready at once every delayed item this replica now owns. An item whose wait
+// was a deadline plus the delay is decided early; that decision requeues it at its deadline.
+func (q *routedQueue) reroute() {
+	q.mu.Lock()
+	var now []reconcile.Request
+	for item := range q.delayed {
+		if q.router.Delay(item.String()) == 0 {
+			now = append(now, item)
+			delete(q.delayed, item)
+		}
+	}
+	q.mu.Unlock()
+	for _, item := range now {
+		q.PriorityQueue.AddWithOpts(priorityqueue.AddOpts{}, item)
 	}
 }
