@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -193,6 +194,12 @@ func run(ctx context.Context, o options) error {
 	if o.activeActive {
 		members := sharding.New(o.membership, mgr.GetClient(), mgr.GetCache(), nil)
 		members.OnChange(func(live []string) { log.Info("membership changed", "live", live) })
+		if err := metrics.Registry.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "turnstile_membership_live_members",
+			Help: "Live members (active-active replicas) as this replica sees them.",
+		}, func() float64 { return float64(len(members.Live())) })); err != nil {
+			return fmt.Errorf("register membership metric: %w", err)
+		}
 		if err := mgr.Add(members); err != nil {
 			return err
 		}
