@@ -20,9 +20,10 @@ import (
 )
 
 const (
-	// LabelRole and RoleMember select the membership Leases
+	// LabelRole marks Turnstile's Leases by what they are for (as pkg/workdir's do).
+	LabelRole = "locks.turnstile.dev/role"
+	// RoleMember is LabelRole's value on membership Leases
 	// (kubectl get leases -l locks.turnstile.dev/role=member).
-	LabelRole  = "locks.turnstile.dev/role"
 	RoleMember = "member"
 	// leasePrefix starts every membership Lease's name; the rest is the member's identity.
 	leasePrefix = "turnstile-member-"

@@ -321,4 +321,3 @@ func (m *managerProcess) liveMembers(token string) (string, error) {
 	}
 	return match[1], nil
 }
-
