@@ -105,14 +105,17 @@ func (m *Membership) OnChange(f func(live []string)) {
 // routed work queues use it to decide at once the keys this replica has just come to own.
 func (m *Membership) Subscribe(f func()) { m.OnChange(func([]string) { f() }) }
 
-// Delay is 0 for a key this replica owns, or for every key while no member is known, and the
-// backup delay otherwise.
+// Delay is 0 for a key this replica owns, or for every key while no member is known. A backup
+// waits the backup delay times its rank for the key (rendezvous order): when the owner dies,
+// the first backup acts after one delay and the next finds it done, instead of all of them
+// racing for the same ProjectLock write at once. A replica that is not a member yet (it just
+// started, or cannot renew its Lease) comes after every member.
 func (m *Membership) Delay(key string) time.Duration {
 	live := m.Live()
-	if len(live) == 0 || Owner(live, key) == m.cfg.Identity {
+	if len(live) == 0 {
 		return 0
 	}
-	return m.cfg.Backup
+	return time.Duration(Rank(live, m.cfg.Identity, key)) * m.cfg.Backup
 }
 
 // Live is the sorted identities of the live members as this replica sees them.

@@ -101,6 +101,7 @@ func TestDelay(t *testing.T) {
 		"own key":                      {live: live, key: ownedByA, want: 0},
 		"another member's key":         {live: live, key: ownedByB, want: 250 * time.Millisecond},
 		"no members known: act on all": {live: nil, key: ownedByB, want: 0},
+		"not a member yet: after all":  {live: []string{"b", "c"}, key: ownedByA, want: 500 * time.Millisecond},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -15,6 +15,7 @@ package sharding
 
 import (
 	"hash/fnv"
+	"slices"
 	"time"
 )
 
@@ -30,6 +31,21 @@ func Owner(members []string, key string) string {
 		}
 	}
 	return best
+}
+
+// Rank is member's place for key among members in rendezvous order: 0 for the owner, 1 for the
+// first backup, and so on; len(members) when member is not one of them.
+func Rank(members []string, member, key string) int {
+	if !slices.Contains(members, member) {
+		return len(members)
+	}
+	mine, rank := score(member, key), 0
+	for _, m := range members {
+		if s := score(m, key); m != member && (s > mine || (s == mine && m < member)) {
+			rank++
+		}
+	}
+	return rank
 }
 
 // score hashes member and key together, with splitmix64's finalizer so that similar names do
@@ -50,6 +66,7 @@ func score(member, key string) uint64 {
 
 // Router says how long this replica waits before it decides a key.
 type Router interface {
-	// Delay is 0 for a key this replica owns and the backup delay for any other key.
+	// Delay is 0 for a key this replica owns, and a multiple of the backup delay for any other
+	// key: the backups of a key wait in their rendezvous order.
 	Delay(key string) time.Duration
 }

@@ -2,6 +2,7 @@ package sharding
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -76,6 +77,29 @@ func TestOwnerMoves(t *testing.T) {
 		if was, now := Owner(survivors, k), Owner(all, k); was != now && now != all[2] {
 			t.Fatalf("key %s moved from %s to %s when %s joined", k, was, now, all[2])
 		}
+	}
+}
+
+// TestRank: for every key the members' ranks are 0 (the owner, as Owner says), 1, 2: one
+// backup per delay step, never two at once.
+func TestRank(t *testing.T) {
+	members := []string{"a", "b", "c"}
+	for _, k := range keys(200) {
+		var got []int
+		for _, m := range members {
+			r := Rank(members, m, k)
+			if r == 0 && Owner(members, k) != m {
+				t.Fatalf("key %s: %s ranks 0 but %s owns it", k, m, Owner(members, k))
+			}
+			got = append(got, r)
+		}
+		slices.Sort(got)
+		if diff := cmp.Diff([]int{0, 1, 2}, got); diff != "" {
+			t.Fatalf("key %s: ranks (-want +got):\n%s", k, diff)
+		}
+	}
+	if r := Rank(members, "d", "ns/k"); r != 3 {
+		t.Errorf("a non-member ranks %d, want 3 (after every member)", r)
 	}
 }
 
