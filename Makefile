@@ -132,6 +132,13 @@ SOAK_STEPS ?= 5000
 soak: k8s-bins ## The safety simulation with a long budget (SOAK_SEEDS, SOAK_STEPS): 3 managers on lagging caches.
 	TURNSTILE_SIM_SEEDS=$(SOAK_SEEDS) TURNSTILE_SIM_STEPS=$(SOAK_STEPS) go test -v -count=1 -timeout 0 ./test/safety/ -ginkgo.focus "seeded simulation" -ginkgo.v | grep -a -E "seed [0-9]+:|simulation:|FAIL|Expected|^ok"
 
+# The long run of the active-active chaos test (test/crash): rounds per requester.
+CHAOS_ROUNDS ?= 60
+
+.PHONY: chaos
+chaos: k8s-bins build ## SIGKILL random active-active replicas during churn, longer than make test does (CHAOS_ROUNDS); checks invariants and porcupine.
+	TURNSTILE_CHAOS_ROUNDS=$(CHAOS_ROUNDS) go test -v -count=1 -timeout 0 ./test/crash/ -ginkgo.focus "Active-active" -ginkgo.v | grep -a -E "grants across|invariant checker|porcupine|FAIL|Expected|^ok"
+
 .PHONY: model-check
 model-check: spin ## Model-check the grant protocol (model/turnstile.pml) with spin: each configuration exhaustively, each mutation refuted (MODEL_FULL=1: the larger ones too).
 	hack/model-check.sh
@@ -151,10 +158,14 @@ mutants: k8s-bins ## Take each guard of the grant path out in turn and check tha
 
 # BENCH_PROFILE=10 records 10 s of manager CPU profile per hand-off depth into bin/bench/*.pprof.
 BENCH_PROFILE ?= 0
+# BENCH_PHASES=failover runs only that phase (steady, scale, failover; default all).
+# BENCH_REPLICAS=2 runs the steady-state phases with two managers active-active.
+BENCH_PHASES ?=
+BENCH_REPLICAS ?= 1
 
 .PHONY: bench
 bench: k8s-bins build ## Benchmark harness (test/bench): Turnstile vs the raw API server and leaderelection; a table + bin/bench/results.json.
-	go run ./test/bench/cmd --size full --manager $(BIN)/manager --out $(BIN)/bench --profile $(BENCH_PROFILE)
+	go run ./test/bench/cmd --size full --manager $(BIN)/manager --out $(BIN)/bench --profile $(BENCH_PROFILE) --phases "$(BENCH_PHASES)" --replicas $(BENCH_REPLICAS)
 
 ##@ Build
 

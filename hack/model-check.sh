@@ -38,11 +38,15 @@ configs=(
 	"progress-tokens|-DPROGRESS=1 -DNMGR=1 -DKA=1 -DKB=3 -DINIT_REQS=3 -DREL_REQS=0 -DDEL_REQS=2 -DCMD_REQS=0|progress (LTL, weak fairness): once the environment stops, a free key with a live waiter is not left so; 1 manager, multi-lock B deleted"
 	"progress-forceunlock|-DPROGRESS=1 $two -DOVERLAY=1 -DMIDREFRESH=0 -DKA=1 -DKB=1 -DINIT_REQS=3 -DREL_REQS=1 -DFU_BUDGET=1 -DCMD_REQS=0|progress: 2 managers (crashes), A released, a force-unlock"
 	"freeze-gone|$two $calm -DKA=1 -DKB=1 -DKC=1 -DINIT_REQS=7 -DREL_REQS=0 -DDEL_REQS=4 -DCMD_REQS=1 -DFREEZE=1 -DTHAW=0|2 managers and the CommandLock reconciler: A (commanded) joins C's hold of k1 as B waits; a freeze; C deleted, its token known or not (demotion inside the Again split)"
+	# a manager dies for good mid-decision (issue #18: membership changes)
+	"progress-membership|-DPROGRESS=1 $two -DDIE=1 -DOVERLAY=1 -DMIDREFRESH=0 -DKA=1 -DKB=1 -DINIT_REQS=3 -DREL_REQS=1 -DFU_BUDGET=1 -DCMD_REQS=0|progress: 2 managers (crashes), one may die for good mid-decision: the survivor alone still hands A's release to B"
 )
 full_configs=(
 	"forceunlock-full|$two -DSYMM=1 -DKA=1 -DKB=1 -DINIT_REQS=3 -DREL_REQS=3 -DFU_BUDGET=1 -DCMD_REQS=0|forceunlock, with both requests released"
 	"progress-freeze|-DPROGRESS=1 $two $calm -DKA=1 -DKB=1 -DINIT_REQS=3 -DREL_REQS=2 -DCMD_REQS=1 -DFREEZE=1 -DTHAW=1|progress: 2 managers and the CommandLock reconciler, a freeze and a thaw"
 	"freeze-gone-full|$two -DKA=1 -DKB=1 -DKC=1 -DINIT_REQS=7 -DREL_REQS=0 -DDEL_REQS=4 -DCMD_REQS=1 -DFREEZE=1 -DTHAW=0 -DOVERLAY=1 -DMIDREFRESH=0|freeze-gone, with crashes"
+	# membership changes (issue #18): crashes, restarts on stale views, one manager dying for good
+	"membership|$two -DDIE=1 -DKA=1 -DKB=1 -DINIT_REQS=3 -DREL_REQS=1 -DFU_BUDGET=1 -DCMD_REQS=0|2 managers (crashes, restarts on stale views, views moving mid-decision, overlay or not), one of which may die for good; A then B on k1, A released, a force-unlock"
 )
 # mutation|configuration that refutes it
 mutations=(

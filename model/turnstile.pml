@@ -125,6 +125,16 @@
 #ifndef SYMM
 #define SYMM 0
 #endif
+/* 1: membership changes (issue #18): the last manager may also die for good, in the middle of a
+   decision or between two, while the environment runs; a crash without DIE is a restart with
+   the view it had (stale) and no memory of gone holders. Active-active routing only decides
+   which manager acts first on a key, and every live manager still decides every key with an
+   event (the owner at once, the others a backup delay later), so the managers here, which
+   decide any key at any time, are a superset of it; a manager that only starts later is one
+   that stays idle on its initial view. */
+#ifndef DIE
+#define DIE 0
+#endif
 /* 1 (default): views carry no tokens, and an rv in a view or a decision that is not the
    store's any more is replaced by one "stale" marker (exact: see stale()). The counter-token
    and no-own-PL-write mutations read tokens from the view, so they keep them (0). */
@@ -1049,6 +1059,10 @@ proctype Manager(byte m) {
 	:: d_step { pb[m] && CHAOS -> step(m, 0) }
 #endif
 	:: d_step { pb[m] && CHAOS && CRASH -> printf("@@ M%d crashes: the rest of its decision is abandoned\n", m); clearplan(m); plive[m] = 0; tidy() }
+#if DIE
+	/* dies for good: its process ends, so fairness never asks it to act again */
+	:: d_step { m == NMGR - 1 && CHAOS -> printf("@@ M%d dies for good\n", m); clearplan(m); plive[m] = 0; tidy() }; break
+#endif
 #if PROGRESS
 	/* calm (after the environment is done): refresh every view, decide the next key, repeat */
 	:: d_step { !pb[m] && !CHAOS -> refreshR(m); refreshP(m); cpCL(vcl[m], cl); plive[m] = 0; plan(m, nk[m], 0, 0); nk[m] = 1 - nk[m]; tidy() }

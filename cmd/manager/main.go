@@ -4,11 +4,15 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -23,6 +27,7 @@ import (
 	"github.com/turnstile-dev/turnstile/internal/deadlock"
 	"github.com/turnstile-dev/turnstile/internal/lockmetrics"
 	"github.com/turnstile-dev/turnstile/internal/queue"
+	"github.com/turnstile-dev/turnstile/internal/sharding"
 )
 
 type options struct {
@@ -43,6 +48,9 @@ type options struct {
 	deadlockPolicy                  string
 	deadlockScan                    time.Duration
 	deadlockDetection               bool
+	activeActive                    bool
+	membership                      sharding.Config
+	handover                        time.Duration
 }
 
 func parseFlags(args []string) (options, zap.Options, error) {
@@ -72,6 +80,13 @@ func parseFlags(args []string) (options, zap.Options, error) {
 	fs.StringVar(&o.deadlockPolicy, "deadlock-victim", string(deadlock.PolicyNewest), "Which request of a deadlock cycle fails: newest, oldest or lowest-priority.")
 	fs.DurationVar(&o.deadlockScan, "deadlock-scan-interval", 30*time.Second, "Period of the full deadlock scan (a safety net; cycles are also checked when a request starts waiting). 0 disables the scan.")
 	fs.BoolVar(&o.deadlockDetection, "deadlock-detection", true, "Detect wait-for cycles and fail one victim per cycle (see --deadlock-victim). false turns detection off: a cycle then lasts until a waitTimeout or ttl ends it.")
+	fs.BoolVar(&o.activeActive, "active-active", false, "Run every replica active: the owner of a key (rendezvous hashing over the live members) decides it at once, every other replica --backup-delay later, so a dead replica delays hand-offs by about that much. Excludes --leader-elect.")
+	fs.StringVar(&o.membership.Namespace, "membership-namespace", os.Getenv("POD_NAMESPACE"), "Namespace of the membership Leases of --active-active (default: $POD_NAMESPACE).")
+	fs.StringVar(&o.membership.Identity, "membership-id", "", "This replica's member identity (default: $POD_NAME or the host name, plus a random suffix: each process is a new member).")
+	fs.DurationVar(&o.membership.Renew, "membership-renew-interval", time.Second, "How often each replica renews its membership Lease.")
+	fs.DurationVar(&o.membership.Lapse, "membership-lapse", 3*time.Second, "How long a membership Lease may go unrenewed before the replica stops counting as a member and its keys move to the others.")
+	fs.DurationVar(&o.membership.Backup, "backup-delay", 300*time.Millisecond, "How long a replica waits before deciding a key another live replica owns: the longest a dead owner delays a hand-off before its membership lapses.")
+	fs.DurationVar(&o.handover, "shutdown-handover", time.Second, "With --active-active, how long a stopping replica keeps working after deleting its membership Lease, while the others take its keys over.")
 	zopts := zap.Options{Development: false}
 	zopts.BindFlags(fs)
 	if err := fs.Parse(args); err != nil {
@@ -82,6 +97,17 @@ func parseFlags(args []string) (options, zap.Options, error) {
 	}
 	if o.leaderElect && (o.retryPeriod <= 0 || o.retryPeriod >= o.renewDeadline || o.renewDeadline >= o.leaseDuration) {
 		return o, zopts, fmt.Errorf("leader election needs 0 < --leader-elect-retry-period (%s) < --leader-elect-renew-deadline (%s) < --leader-elect-lease-duration (%s)", o.retryPeriod, o.renewDeadline, o.leaseDuration)
+	}
+	if o.activeActive {
+		if o.leaderElect {
+			return o, zopts, errors.New("--active-active and --leader-elect exclude each other: pick one")
+		}
+		if o.membership.Identity == "" {
+			o.membership.Identity = defaultIdentity()
+		}
+		if err := o.membership.Validate(); err != nil {
+			return o, zopts, fmt.Errorf("--active-active: %w (set --membership-namespace, or $POD_NAMESPACE)", err)
+		}
 	}
 	if o.cfg.DefaultTTL <= 0 || o.cfg.MaxTTL <= 0 || o.cfg.DefaultTTL > o.cfg.MaxTTL {
 		return o, zopts, fmt.Errorf("--default-ttl (%s) must be positive and at most --max-ttl (%s)", o.cfg.DefaultTTL, o.cfg.MaxTTL)
@@ -100,6 +126,21 @@ func main() {
 		ctrl.Log.Error(err, "manager exited")
 		os.Exit(1)
 	}
+}
+
+// defaultIdentity is $POD_NAME or the host name, lower-cased, plus a random suffix.
+func defaultIdentity() string {
+	name := os.Getenv("POD_NAME")
+	if name == "" {
+		name, _ = os.Hostname()
+	}
+	name = strings.ToLower(name)
+	if name == "" {
+		name = "manager"
+	}
+	suffix := make([]byte, 3)
+	_, _ = rand.Read(suffix)
+	return fmt.Sprintf("%s-%x", name, suffix)
 }
 
 func run(ctx context.Context, o options) error {
@@ -138,7 +179,7 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
 	}
-	if err := controller.Setup(ctx, mgr, controller.SetupOptions{
+	setup := controller.SetupOptions{
 		Queue:               o.cfg,
 		Freeze:              o.flags,
 		Workers:             o.workers,
@@ -149,7 +190,23 @@ func run(ctx context.Context, o options) error {
 		Registry:            metrics.Registry,
 
 		DisableDeadlockDetection: !o.deadlockDetection,
-	}); err != nil {
+	}
+	if o.activeActive {
+		members := sharding.New(o.membership, mgr.GetClient(), mgr.GetCache(), nil)
+		members.OnChange(func(live []string) { log.Info("membership changed", "live", live) })
+		if err := metrics.Registry.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "turnstile_membership_live_members",
+			Help: "Live members (active-active replicas) as this replica sees them.",
+		}, func() float64 { return float64(len(members.Live())) })); err != nil {
+			return fmt.Errorf("register membership metric: %w", err)
+		}
+		if err := mgr.Add(members); err != nil {
+			return err
+		}
+		setup.Router = members
+		ctx = handOverOnStop(ctx, members, o.handover)
+	}
+	if err := controller.Setup(ctx, mgr, setup); err != nil {
 		return err
 	}
 	// When each key's holder was granted it, read from the cache at scrape time (the
@@ -163,6 +220,34 @@ func run(ctx context.Context, o options) error {
 	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
 		return err
 	}
-	log.Info("starting manager", "leaderElection", o.leaderElect, "metrics", o.metricsAddr, "probes", o.probeAddr)
+	log.Info("starting manager", "leaderElection", o.leaderElect, "activeActive", o.activeActive,
+		"identity", o.membership.Identity, "metrics", o.metricsAddr, "probes", o.probeAddr)
 	return mgr.Start(ctx)
+}
+
+// handOverOnStop returns a context that ends handover after ctx: when the stop signal comes,
+// the replica first deletes its membership Lease, so the others own its keys as soon as they see
+// that, and goes on deciding its own keys until they have (a rolling upgrade never stalls).
+func handOverOnStop(ctx context.Context, members *sharding.Membership, handover time.Duration) context.Context {
+	mgrCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	go func() {
+		defer cancel()
+		select {
+		case <-ctx.Done():
+		case <-mgrCtx.Done():
+			return
+		}
+		leaveCtx, stop := context.WithTimeout(mgrCtx, 5*time.Second)
+		err := members.Leave(leaveCtx)
+		stop()
+		if err != nil {
+			ctrl.Log.Error(err, "leave the membership")
+			return
+		}
+		select {
+		case <-time.After(handover):
+		case <-mgrCtx.Done():
+		}
+	}()
+	return mgrCtx
 }

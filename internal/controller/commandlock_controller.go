@@ -15,11 +15,13 @@ import (
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
 	"github.com/turnstile-dev/turnstile/internal/queue"
+	"github.com/turnstile-dev/turnstile/internal/sharding"
 )
 
 // CommandLockReconciler reports a freeze's effect: how many granted holders of the command are
@@ -38,6 +40,8 @@ type CommandLockReconciler struct {
 	// thaws its command) still gets its Thaw event.
 	mu     sync.Mutex
 	frozen map[string]types.UID
+
+	router sharding.Router // set by Setup: active-active routing, or nil
 }
 
 var _ reconcile.Reconciler = (*CommandLockReconciler)(nil)
@@ -293,5 +297,6 @@ func (r *CommandLockReconciler) SetupWithManager(mgr ctrl.Manager) error {
 				{NamespacedName: types.NamespacedName{Name: locksv1.CommandAll}},
 			}
 		})).
+		WithOptions(controller.Options{NewQueue: sharding.NewQueueFunc(r.router)}).
 		Complete(r)
 }

@@ -28,6 +28,7 @@ import (
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
 	"github.com/turnstile-dev/turnstile/internal/lockkey"
 	"github.com/turnstile-dev/turnstile/internal/queue"
+	"github.com/turnstile-dev/turnstile/internal/sharding"
 )
 
 // conflictRetry is how soon a key is decided again after an optimistic write lost a race. The
@@ -57,6 +58,8 @@ type LockReconciler struct {
 
 	// overlay holds this reconciler's own recent writes until the cache shows them.
 	overlay *overlay
+	// router delays the keys another replica owns (active-active); nil: none.
+	router sharding.Router
 }
 
 var _ reconcile.Reconciler = (*LockReconciler)(nil)
@@ -96,6 +99,10 @@ func WithMetrics(m *Metrics) LockOption { return func(r *LockReconciler) { r.met
 func WithDeadlockChecker(d DeadlockChecker) LockOption {
 	return func(r *LockReconciler) { r.deadlocks = d }
 }
+
+// WithRouter runs the reconciler active-active: keys this replica does not own are decided
+// after the router's backup delay.
+func WithRouter(rt sharding.Router) LockOption { return func(r *LockReconciler) { r.router = rt } }
 
 // WithPositionRefreshRate bounds position-only status writes per key.
 func WithPositionRefreshRate(perSecond float64, burst int) LockOption {
@@ -587,7 +594,7 @@ func (r *LockReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&locksv1.LockRequest{}, r.requestEvents()).
 		Watches(&locksv1.CommandLock{}, handler.EnqueueRequestsFromMapFunc(r.commandKeys)).
 		Watches(&coordinationv1.Lease{}, handler.EnqueueRequestsFromMapFunc(r.leaseKeys), builder.WithPredicates(leaseShortened())).
-		WithOptions(controller.Options{MaxConcurrentReconciles: r.workers}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: r.workers, NewQueue: sharding.NewQueueFunc(r.router)}).
 		Complete(r)
 }
 

@@ -9,9 +9,11 @@ import (
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
+	"github.com/turnstile-dev/turnstile/internal/sharding"
 )
 
 // RetentionReconciler deletes finished LockRequests once their retention has passed, like a
@@ -21,6 +23,7 @@ type RetentionReconciler struct {
 	client    client.Client
 	clock     clock.PassiveClock
 	retention time.Duration
+	router    sharding.Router // set by Setup: active-active routing, or nil
 }
 
 var _ reconcile.Reconciler = (*RetentionReconciler)(nil)
@@ -60,5 +63,6 @@ func (r *RetentionReconciler) Reconcile(ctx context.Context, req reconcile.Reque
 
 // SetupWithManager registers the reconciler.
 func (r *RetentionReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	return ctrl.NewControllerManagedBy(mgr).Named("retention").For(&locksv1.LockRequest{}).Complete(r)
+	return ctrl.NewControllerManagedBy(mgr).Named("retention").For(&locksv1.LockRequest{}).
+		WithOptions(controller.Options{NewQueue: sharding.NewQueueFunc(r.router)}).Complete(r)
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/turnstile-dev/turnstile/internal/deadlock"
 	"github.com/turnstile-dev/turnstile/internal/queue"
+	"github.com/turnstile-dev/turnstile/internal/sharding"
 )
 
 // SetupOptions configure every Turnstile controller.
@@ -26,6 +27,9 @@ type SetupOptions struct {
 	DisableDeadlockDetection bool
 	// Registry receives the metrics; nil leaves them unregistered.
 	Registry prometheus.Registerer
+	// Router, when set, runs the controllers active-active: keys this replica does not own are
+	// decided after the router's backup delay (internal/sharding). nil: every key at once.
+	Router sharding.Router
 }
 
 // CacheOptions are the cache settings the controllers are written for. Cached objects carry no
@@ -44,7 +48,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o SetupOptions) error {
 	}
 	recorder := mgr.GetEventRecorder("turnstile")
 	m := NewMetrics(o.Registry, mgr.GetCache())
-	opts := []LockOption{WithConfig(o.Queue), WithFreezeFlags(o.Freeze), WithMetrics(m)}
+	opts := []LockOption{WithConfig(o.Queue), WithFreezeFlags(o.Freeze), WithMetrics(m), WithRouter(o.Router)}
 	if o.Workers > 0 {
 		opts = append(opts, WithWorkers(o.Workers))
 	}
@@ -66,8 +70,12 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o SetupOptions) error {
 	if err := locks.SetupWithManager(mgr); err != nil {
 		return err
 	}
-	if err := NewCommandLockReconciler(mgr.GetClient(), mgr.GetAPIReader(), recorder, o.Freeze, m, nil).SetupWithManager(mgr); err != nil {
+	commands := NewCommandLockReconciler(mgr.GetClient(), mgr.GetAPIReader(), recorder, o.Freeze, m, nil)
+	commands.router = o.Router
+	if err := commands.SetupWithManager(mgr); err != nil {
 		return err
 	}
-	return NewRetentionReconciler(mgr.GetClient(), o.Retention, nil).SetupWithManager(mgr)
+	retention := NewRetentionReconciler(mgr.GetClient(), o.Retention, nil)
+	retention.router = o.Router
+	return retention.SetupWithManager(mgr)
 }

@@ -25,6 +25,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -75,6 +76,16 @@ type Config struct {
 	DetectionRounds   int      `json:"detectionRounds"`
 	DetectionSamples  int      `json:"detectionSamples"`
 	DetectionDuration Duration `json:"detectionDuration"`
+	// Failover sizes the failover phase (active-active replicas killed, the leader-election
+	// baseline, a rolling restart).
+	Failover FailoverConfig `json:"failover"`
+
+	// Phases, when not empty, runs only these: "steady" (everything up to deadlock detection
+	// on/off), "scale", "failover" (BENCH_PHASES=failover make bench).
+	Phases []string `json:"phases,omitempty"`
+	// Replicas, above 1, runs the steady-state phases with that many managers active-active
+	// (--active-active) instead of one: the harness measures the first, the API server all.
+	Replicas int `json:"replicas,omitempty"`
 
 	// ProfileSeconds, when positive, serves pprof from the manager and records a CPU profile
 	// of that many seconds from the start of each back-to-back hand-off run, as
@@ -112,6 +123,8 @@ func Full() Config {
 		DetectionRounds:   2,
 		DetectionSamples:  150,
 		DetectionDuration: Duration(8 * time.Second),
+		Failover: FailoverConfig{Replicas: 3, Kills: 12, BackupDelay: Duration(300 * time.Millisecond), Lapse: Duration(3 * time.Second),
+			LeaderElectionKills: 4, LeaderElectionLease: Duration(15 * time.Second)},
 	}
 }
 
@@ -133,7 +146,15 @@ func Smoke() Config {
 		DetectionRounds:    1,
 		DetectionSamples:   3,
 		DetectionDuration:  Duration(500 * time.Millisecond),
+		// A short lease keeps the baseline to seconds; the full run uses the Deployment's 15 s.
+		Failover: FailoverConfig{Replicas: 2, Kills: 2, BackupDelay: Duration(300 * time.Millisecond), Lapse: Duration(2 * time.Second),
+			LeaderElectionKills: 1, LeaderElectionLease: Duration(3 * time.Second)},
 	}
+}
+
+// runs says whether phase is to run.
+func (c Config) runs(phase string) bool {
+	return len(c.Phases) == 0 || slices.Contains(c.Phases, phase)
 }
 
 func (c Config) validate() error {
@@ -154,6 +175,13 @@ func (c Config) validate() error {
 		return errors.New("scale needs at least one request per key")
 	case c.DetectionRounds < 1 || c.DetectionSamples < 1:
 		return errors.New("detection needs at least one round and one sample")
+	case c.Failover.Replicas < 2 || c.Failover.Kills < 1 || c.Failover.LeaderElectionKills < 1 || c.Failover.Lapse <= Duration(time.Second) || c.Failover.LeaderElectionLease <= 0:
+		return errors.New("failover needs at least 2 replicas, a kill of each kind, a lapse above the 1 s renewal and a lease")
+	}
+	for _, p := range c.Phases {
+		if p != "steady" && p != "scale" && p != "failover" {
+			return fmt.Errorf("unknown phase %q: steady, scale or failover", p)
+		}
 	}
 	for _, d := range c.HandoffDepths {
 		if d < 1 {
@@ -177,6 +205,7 @@ type bench struct {
 	tracker    *tracker
 	api        *scraper
 	mgr        *managerProc
+	peers      []*replica // Config.Replicas-1 active-active peers of mgr
 	mgrLog     *os.File
 	progress   io.Writer
 	// harnessWrites counts the harness's own writes to lockrequests and projectlocks, so a
@@ -240,6 +269,11 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	}
 	defer b.tracker.Stop()
 
+	if cfg.Replicas > 1 {
+		if err := b.c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: membersNamespace}}); err != nil {
+			return nil, fmt.Errorf("create namespace: %w", err)
+		}
+	}
 	res = &Result{Config: cfg, CPUs: runtime.NumCPU(), GoVersion: runtime.Version(), Started: started}
 	if err := b.runPhases(ctx, res); err != nil {
 		return nil, err
@@ -256,11 +290,36 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 }
 
 func (b *bench) runPhases(ctx context.Context, res *Result) error {
+	if b.cfg.runs("steady") || b.cfg.runs("scale") {
+		if err := b.steadyPhases(ctx, res); err != nil {
+			return err
+		}
+	}
+	if b.cfg.runs("failover") {
+		// The phase runs its own managers; the steady-state one would act on every key.
+		if b.mgr != nil {
+			if err := b.stopManager(); err != nil {
+				return err
+			}
+		}
+		f, err := b.failover(ctx)
+		if err != nil {
+			return fmt.Errorf("failover: %w", err)
+		}
+		res.Failover = &f
+	}
+	return nil
+}
+
+func (b *bench) steadyPhases(ctx context.Context, res *Result) error {
 	b.step("starting the manager")
 	if err := b.startManager(ctx, true); err != nil {
 		return err
 	}
 	res.IdleRSSBytes = b.mgr.rss().RSS
+	if !b.cfg.runs("steady") {
+		return b.scalePhase(ctx, res)
+	}
 
 	b.step("baseline: raw GET+UpdateStatus and the write→watch probe")
 	raw, rawObjs, err := b.raw(ctx)
@@ -301,7 +360,13 @@ func (b *bench) runPhases(ctx context.Context, res *Result) error {
 	if res.Detection, err = b.detection(ctx, deepest); err != nil {
 		return fmt.Errorf("detection on/off: %w", err)
 	}
+	if !b.cfg.runs("scale") {
+		return nil
+	}
+	return b.scalePhase(ctx, res)
+}
 
+func (b *bench) scalePhase(ctx context.Context, res *Result) (err error) {
 	b.step(fmt.Sprintf("scale: %d pending requests over %d keys", b.cfg.ScaleRequests, b.cfg.ScaleKeys))
 	if res.Scale, err = b.scale(ctx); err != nil {
 		return fmt.Errorf("scale: %w", err)

@@ -112,7 +112,16 @@ func TestSmoke(t *testing.T) {
 	check("scale writes at least one status per request", s.WritesPerRequest >= 1)
 	check("deadlock check sees every waiter", s.DeadlockCheck.Waiters == cfg.ScaleRequests-cfg.ScaleKeys && s.DeadlockCheck.KeysSeen == cfg.ScaleKeys)
 	check("deadlock check timed", s.DeadlockCheck.FullMs > 0 && s.DeadlockCheck.Runs > 0)
-	check("want every goal", len(back.Goals) == 5+len(cfg.LeaderElection))
+	f := back.Failover
+	check("want a failover result", f != nil)
+	if f != nil {
+		latency("failover kill", f.Kill, cfg.Failover.Kills)
+		latency("failover rolling restart", f.Rolling, cfg.Failover.Replicas)
+		latency("failover leader-election baseline", f.LeaderElection, cfg.Failover.LeaderElectionKills)
+		check("a failover hand-off writes at least the ProjectLock and the new holder", f.KillWrites >= 2)
+		check("409s are counted, never negative", f.KillConflicts >= 0 && f.RollingConflicts >= 0)
+	}
+	check("want every goal", len(back.Goals) == 9+len(cfg.LeaderElection))
 	for _, g := range back.Goals {
 		check(g.ID+" must be a finite positive ratio", g.Value > 0 && !math.IsInf(g.Value, 0) && !math.IsNaN(g.Value))
 	}

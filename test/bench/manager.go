@@ -18,6 +18,10 @@ import (
 	"github.com/turnstile-dev/turnstile/internal/testing/framework"
 )
 
+// membersNamespace holds the membership Leases of the steady-state managers when
+// Config.Replicas runs them active-active.
+const membersNamespace = "bench-members"
+
 // managerQPS raises the manager's client-side rate limit far above what this machine's API
 // server can serve, so the limiter is never what a number measures.
 const (
@@ -60,6 +64,20 @@ func (b *bench) launch(detection bool) error {
 		paddr := "127.0.0.1:" + strconv.Itoa(pport)
 		args = append(args, "--pprof-bind-address="+paddr)
 		pprofURL = "http://" + paddr + "/debug/pprof/profile"
+	}
+	if b.cfg.Replicas > 1 {
+		// Active-active: the measured manager and Replicas-1 peers, all deciding; each key's
+		// owner at once, the others after the backup delay.
+		gen := int(b.names.Add(1))
+		args = append(args, "--active-active", "--membership-namespace="+membersNamespace, fmt.Sprintf("--membership-id=steady-%d", gen))
+		for i := 1; i < b.cfg.Replicas; i++ {
+			peer, err := b.startReplica(fmt.Sprintf("steady-%d-peer-%d", gen, i), "--active-active", "--membership-namespace="+membersNamespace,
+				fmt.Sprintf("--membership-id=steady-%d-peer-%d", gen, i), "--deadlock-detection="+strconv.FormatBool(detection))
+			if err != nil {
+				return err
+			}
+			b.peers = append(b.peers, peer)
+		}
 	}
 	fmt.Fprintf(b.mgrLog, "\n===== %s starting manager (deadlock detection %t)\n", time.Now().Format(time.RFC3339), detection)
 	p, err := framework.StartProcess(b.cfg.Manager, b.kubeconfig, b.mgrLog, args...)
@@ -185,6 +203,12 @@ func (b *bench) waitReleased(ctx context.Context, ns string) error {
 
 // stopManager stops the manager with SIGTERM.
 func (b *bench) stopManager() error {
+	for _, p := range b.peers {
+		if err := p.p.Stop(30 * time.Second); err != nil {
+			return fmt.Errorf("stop peer %s: %w", p.id, err)
+		}
+	}
+	b.peers = nil
 	m := b.mgr
 	b.mgr = nil
 	if err := m.p.Stop(30 * time.Second); err != nil {

@@ -26,6 +26,7 @@ type Result struct {
 	Detection      DetectionResult        `json:"detection"`
 	Scale          ScaleResult            `json:"scale"`
 	IdleRSSBytes   int64                  `json:"idleRSSBytes"`
+	Failover       *FailoverResult        `json:"failover,omitempty"`
 
 	Goals []Goal `json:"goals"`
 }
@@ -49,6 +50,22 @@ func goal(id, what string, value float64, op string, target float64) Goal {
 }
 
 func computeGoals(r *Result) []Goal {
+	var goals []Goal
+	if f := r.Failover; f != nil {
+		goals = append(goals,
+			goal("F1", fmt.Sprintf("failover stall p50, ms: owner SIGKILLed, release → next Granted (%d replicas, %d kills)", f.Replicas, f.Kill.N), f.Kill.P50, "<=", 1000),
+			goal("F2", "failover stall max, ms", f.Kill.Max, "<=", 2000),
+			goal("F3", fmt.Sprintf("failover stall p50 ÷ the same with leader election (%s lease, %d kills)", f.LeaderElectionLease, f.LeaderElection.N),
+				ratio(f.Kill.P50, f.LeaderElection.P50), "<=", 0.1),
+			goal("F4", fmt.Sprintf("rolling restart stall max, ms (%d replicas, each in turn)", f.Rolling.N), f.Rolling.Max, "<=", 1000))
+	}
+	if len(r.Handoff) == 0 {
+		return goals
+	}
+	return append(goals, steadyGoals(r)...)
+}
+
+func steadyGoals(r *Result) []Goal {
 	small, deep := r.Handoff[0], r.Handoff[len(r.Handoff)-1]
 	goals := []Goal{
 		goal("G1", fmt.Sprintf("grants/s ÷ raw GET+UpdateStatus/s (%d clients each, median of %d rounds)", r.Throughput.Workers, len(r.Throughput.Rounds)),
@@ -89,43 +106,53 @@ func (r *Result) WriteTable(out io.Writer) {
 	var rows [][2]string
 	add := func(k, v string) { rows = append(rows, [2]string{k, v}) }
 	lat := func(l Latency) string { return fmt.Sprintf("%s / %s ms", num(l.P50), num(l.P99)) }
+	if len(r.Handoff) > 0 {
 
-	add("Raw GET+UpdateStatus, 1 client", fmt.Sprintf("%s ops/s", num(r.Raw.SequentialOpsPerSec)))
-	add(fmt.Sprintf("Raw GET+UpdateStatus, %d clients, median of %d rounds", r.Raw.Workers, len(r.Raw.ParallelRounds)), fmt.Sprintf("%s ops/s", num(r.Raw.ParallelOpsPerSec)))
-	add("Write → watch delivery p50 / p99", lat(r.Raw.Probe))
-	add("Acquire, free key: create → Granted seen, p50 / p99", lat(r.Acquire.Latency))
-	add(fmt.Sprintf("Grants/s, %d clients over %d keys (acquire → Granted → release), median of %d rounds", r.Throughput.Workers, r.Throughput.Keys, len(r.Throughput.Rounds)),
-		fmt.Sprintf("%s grants/s (create → Granted p50 / p99 %s)", num(r.Throughput.GrantsPerSec), lat(r.Throughput.Latency)))
-	add("API writes per grant / per release (LockRequest + ProjectLock)",
-		fmt.Sprintf("%s / %s (+ %s events per grant)", num(r.Acquire.WritesPerGrant), num(r.Acquire.WritesPerRelease), num(r.Acquire.EventsPerGrant)))
-	for _, h := range r.Handoff {
-		add(fmt.Sprintf("Hand-off at depth %d: release → next Granted seen, p50 / p99", h.Depth), lat(h.Latency))
-		add(fmt.Sprintf("Hand-offs/s at depth %d, back to back (p50 / p99)", h.Depth),
-			fmt.Sprintf("%s hand-offs/s (%s)", num(h.HandoffsPerSec), lat(h.LoadedLatency)))
-		add(fmt.Sprintf("API writes per hand-off at depth %d, one arrival each (of which refreshes; 409s)", h.Depth),
-			fmt.Sprintf("%s (%s; %s) + %s events", num(h.WritesPerHandoff), num(h.RefreshesPerHandoff), num(h.ConflictsPerHandoff), num(h.EventsPerHandoff)))
-		add(fmt.Sprintf("Manager CPU per hand-off at depth %d (reconciles per hand-off)", h.Depth),
-			fmt.Sprintf("%s ms (%s)", num(h.CPUPerHandoffMs), num(h.ReconcilesPerHandoff)))
+		add("Raw GET+UpdateStatus, 1 client", fmt.Sprintf("%s ops/s", num(r.Raw.SequentialOpsPerSec)))
+		add(fmt.Sprintf("Raw GET+UpdateStatus, %d clients, median of %d rounds", r.Raw.Workers, len(r.Raw.ParallelRounds)), fmt.Sprintf("%s ops/s", num(r.Raw.ParallelOpsPerSec)))
+		add("Write → watch delivery p50 / p99", lat(r.Raw.Probe))
+		add("Acquire, free key: create → Granted seen, p50 / p99", lat(r.Acquire.Latency))
+		add(fmt.Sprintf("Grants/s, %d clients over %d keys (acquire → Granted → release), median of %d rounds", r.Throughput.Workers, r.Throughput.Keys, len(r.Throughput.Rounds)),
+			fmt.Sprintf("%s grants/s (create → Granted p50 / p99 %s)", num(r.Throughput.GrantsPerSec), lat(r.Throughput.Latency)))
+		add("API writes per grant / per release (LockRequest + ProjectLock)",
+			fmt.Sprintf("%s / %s (+ %s events per grant)", num(r.Acquire.WritesPerGrant), num(r.Acquire.WritesPerRelease), num(r.Acquire.EventsPerGrant)))
+		for _, h := range r.Handoff {
+			add(fmt.Sprintf("Hand-off at depth %d: release → next Granted seen, p50 / p99", h.Depth), lat(h.Latency))
+			add(fmt.Sprintf("Hand-offs/s at depth %d, back to back (p50 / p99)", h.Depth),
+				fmt.Sprintf("%s hand-offs/s (%s)", num(h.HandoffsPerSec), lat(h.LoadedLatency)))
+			add(fmt.Sprintf("API writes per hand-off at depth %d, one arrival each (of which refreshes; 409s)", h.Depth),
+				fmt.Sprintf("%s (%s; %s) + %s events", num(h.WritesPerHandoff), num(h.RefreshesPerHandoff), num(h.ConflictsPerHandoff), num(h.EventsPerHandoff)))
+			add(fmt.Sprintf("Manager CPU per hand-off at depth %d (reconciles per hand-off)", h.Depth),
+				fmt.Sprintf("%s ms (%s)", num(h.CPUPerHandoffMs), num(h.ReconcilesPerHandoff)))
+		}
+		for _, le := range r.LeaderElection {
+			add(fmt.Sprintf("leaderelection Lease mutex, %d contenders: cancel → next leads, p50 / p99", le.Contenders), lat(le.Latency))
+			add(fmt.Sprintf("leaderelection Lease writes per hand-off (%d contenders)", le.Contenders), num(le.WritesPerHandoff))
+		}
+		d := r.Detection
+		add(fmt.Sprintf("Hand-offs/s at depth %d, deadlock detection on / off (median of %d)", d.Depth, len(d.Rounds)/2),
+			fmt.Sprintf("%s / %s", num(d.HandoffsPerSecOn), num(d.HandoffsPerSecOff)))
+		add(fmt.Sprintf("Manager CPU per hand-off at depth %d, deadlock detection on / off", d.Depth),
+			fmt.Sprintf("%s / %s ms", num(d.CPUPerHandoffMsOn), num(d.CPUPerHandoffMsOff)))
+		add(fmt.Sprintf("Deadlock checks per hand-off at depth %d (one arrival each): run / skipped", d.Depth),
+			fmt.Sprintf("%s / %s", num(d.ChecksPerHandoffOn), num(d.SkipsPerHandoffOn)))
+		add("Grants/s (uncontended, detection never runs), deadlock detection on / off",
+			fmt.Sprintf("%s / %s (manager CPU per grant %s / %s ms)", num(d.GrantsPerSecOn), num(d.GrantsPerSecOff), num(d.CPUPerGrantMsOn), num(d.CPUPerGrantMsOff)))
+		s := r.Scale
+		add(fmt.Sprintf("Scale: %s pending requests over %s keys, manager start → all have a phase", count(s.Requests), count(s.Keys)),
+			fmt.Sprintf("%s s (first after %s s; %s writes per request)", num(s.ReconcileSeconds), num(s.FirstPhaseSeconds), num(s.WritesPerRequest)))
+		add("Manager RSS: idle / with them / peak", fmt.Sprintf("%s / %s / %s MiB", mib(s.IdleRSSBytes), mib(s.RSSBytes), mib(s.PeakRSSBytes)))
+		add(fmt.Sprintf("Deadlock check over %s waiters on %s keys: full / cache list / graph", count(s.DeadlockCheck.Waiters), count(s.DeadlockCheck.KeysSeen)),
+			fmt.Sprintf("%s / %s / %s ms", num(s.DeadlockCheck.FullMs), num(s.DeadlockCheck.ListMs), num(s.DeadlockCheck.GraphMs)))
 	}
-	for _, le := range r.LeaderElection {
-		add(fmt.Sprintf("leaderelection Lease mutex, %d contenders: cancel → next leads, p50 / p99", le.Contenders), lat(le.Latency))
-		add(fmt.Sprintf("leaderelection Lease writes per hand-off (%d contenders)", le.Contenders), num(le.WritesPerHandoff))
+	if f := r.Failover; f != nil {
+		maxLat := func(l Latency) string { return fmt.Sprintf("%s / %s ms", num(l.P50), num(l.Max)) }
+		add(fmt.Sprintf("Failover, %d replicas active-active (backup delay %s, lapse %s): owner SIGKILLed, release → next Granted, p50 / max of %d", f.Replicas, f.BackupDelay, f.Lapse, f.Kill.N), maxLat(f.Kill))
+		add("Failover: API writes per hand-off (409s)", fmt.Sprintf("%s (%s)", num(f.KillWrites), num(f.KillConflicts)))
+		add(fmt.Sprintf("Failover baseline, 2 replicas with leader election (%s lease): leader SIGKILLed, release → next Granted, p50 / max of %d", f.LeaderElectionLease, f.LeaderElection.N), maxLat(f.LeaderElection))
+		add(fmt.Sprintf("Rolling restart, each of %d replicas in turn (SIGTERM as its key's holder releases): p50 / max (409s per hand-off)", f.Rolling.N),
+			fmt.Sprintf("%s (%s)", maxLat(f.Rolling), num(f.RollingConflicts)))
 	}
-	d := r.Detection
-	add(fmt.Sprintf("Hand-offs/s at depth %d, deadlock detection on / off (median of %d)", d.Depth, len(d.Rounds)/2),
-		fmt.Sprintf("%s / %s", num(d.HandoffsPerSecOn), num(d.HandoffsPerSecOff)))
-	add(fmt.Sprintf("Manager CPU per hand-off at depth %d, deadlock detection on / off", d.Depth),
-		fmt.Sprintf("%s / %s ms", num(d.CPUPerHandoffMsOn), num(d.CPUPerHandoffMsOff)))
-	add(fmt.Sprintf("Deadlock checks per hand-off at depth %d (one arrival each): run / skipped", d.Depth),
-		fmt.Sprintf("%s / %s", num(d.ChecksPerHandoffOn), num(d.SkipsPerHandoffOn)))
-	add("Grants/s (uncontended, detection never runs), deadlock detection on / off",
-		fmt.Sprintf("%s / %s (manager CPU per grant %s / %s ms)", num(d.GrantsPerSecOn), num(d.GrantsPerSecOff), num(d.CPUPerGrantMsOn), num(d.CPUPerGrantMsOff)))
-	s := r.Scale
-	add(fmt.Sprintf("Scale: %s pending requests over %s keys, manager start → all have a phase", count(s.Requests), count(s.Keys)),
-		fmt.Sprintf("%s s (first after %s s; %s writes per request)", num(s.ReconcileSeconds), num(s.FirstPhaseSeconds), num(s.WritesPerRequest)))
-	add("Manager RSS: idle / with them / peak", fmt.Sprintf("%s / %s / %s MiB", mib(s.IdleRSSBytes), mib(s.RSSBytes), mib(s.PeakRSSBytes)))
-	add(fmt.Sprintf("Deadlock check over %s waiters on %s keys: full / cache list / graph", count(s.DeadlockCheck.Waiters), count(s.DeadlockCheck.KeysSeen)),
-		fmt.Sprintf("%s / %s / %s ms", num(s.DeadlockCheck.FullMs), num(s.DeadlockCheck.ListMs), num(s.DeadlockCheck.GraphMs)))
 
 	fmt.Fprintln(out, "| Measurement | Result |")
 	fmt.Fprintln(out, "|---|---|")

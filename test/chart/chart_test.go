@@ -451,7 +451,7 @@ func TestAlertsAndDashboardMatchConfig(t *testing.T) {
 // deployedFlags are set on purpose to other values than the manager's defaults: how it runs
 // in a cluster.
 var deployedFlags = map[string]bool{
-	"leader-elect":              true,
+	"active-active":             true,
 	"health-probe-bind-address": true,
 	"metrics-bind-address":      true,
 	"metrics-secure":            true,

@@ -237,7 +237,8 @@ func (c *cluster) startManager(name, kubeconfig, namespace string, deploymentArg
 		}
 		args = append(args, a)
 	}
-	args = append(args, "--leader-election-namespace="+namespace)
+	// A pod has $POD_NAMESPACE from the Deployment; a process outside the cluster is told.
+	args = append(args, "--leader-election-namespace="+namespace, "--membership-namespace="+namespace)
 	fmt.Fprintf(GinkgoWriter, "starting manager %s: %s %s\n", name, managerBin, strings.Join(args, " "))
 	// A file, not a pipe: the process writes its log straight into it, so nothing in the test
 	// can ever hold up its writes.
@@ -304,9 +305,9 @@ func (m *managerProcess) scrape(token string) (int, string, error) {
 	return resp.StatusCode, string(body), err
 }
 
-// leaderStatus is the manager's leader_election_master_status for Turnstile's Lease: "1"
-// leading, "0" standing by, "" not yet known.
-func (m *managerProcess) leaderStatus(token string) (string, error) {
+// liveMembers is the manager's turnstile_membership_live_members: how many active-active
+// replicas it counts ("" before the metric is served).
+func (m *managerProcess) liveMembers(token string) (string, error) {
 	code, body, err := m.scrape(token)
 	if err != nil {
 		return "", err
@@ -314,7 +315,7 @@ func (m *managerProcess) leaderStatus(token string) (string, error) {
 	if code != http.StatusOK {
 		return "", fmt.Errorf("scrape: HTTP %d: %s", code, body)
 	}
-	match := regexp.MustCompile(`(?m)^leader_election_master_status\{name="turnstile\.locks\.turnstile\.dev"\} (\d)$`).FindStringSubmatch(body)
+	match := regexp.MustCompile(`(?m)^turnstile_membership_live_members (\d+)$`).FindStringSubmatch(body)
 	if match == nil {
 		return "", nil
 	}

@@ -4,7 +4,7 @@
 //
 //   - passes a server-side dry-run of the manifests, then installs them with the real kubectl;
 //   - creates the manager's pod spec under the restricted Pod Security Standard (dry-run);
-//   - runs the real manager binary, as the Deployment runs it (its args, leader election on),
+//   - runs the real manager binary, as the Deployment runs it (its args, active-active),
 //     authenticated only as the installed ServiceAccount: a token from the TokenRequest API, no
 //     admin kubeconfig, so the installed RBAC is all it has;
 //   - drives a grant, a hand-off and an expiry with kubectl as a user bound to the installed
@@ -16,8 +16,8 @@
 //     checks that every metric and label the alerts and the dashboard select is exported;
 //   - fails on any "forbidden" in the manager's log.
 //
-// For the chart it also measures how long hand-offs pause while the leader is replaced in a
-// rollout (SIGTERM of the leader, a standby takes over).
+// For the chart it also measures how long hand-offs pause while a replica is replaced in a
+// rollout (SIGTERM of one replica; it leaves the membership and the other takes its keys).
 //
 // Run it with `make test`, or alone with:
 //

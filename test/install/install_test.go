@@ -140,7 +140,7 @@ func describeInstall(ip installPath) {
 			deployArgs = append(deployArgs, a.(string))
 		}
 		Expect(namespace).NotTo(BeEmpty())
-		Expect(deployArgs).To(ContainElement("--leader-elect=true"), "the Deployment elects a leader")
+		Expect(deployArgs).To(ContainElement("--active-active=true"), "the Deployment runs its replicas active-active")
 	})
 
 	AfterAll(func() {
@@ -204,9 +204,9 @@ func describeInstall(ip installPath) {
 		c.mustKubectl("", "create", "clusterrolebinding", "prometheus-turnstile-metrics", "--clusterrole="+reader, "--serviceaccount=monitoring:prometheus")
 		readerToken = c.token("monitoring", "prometheus")
 
-		By("waiting until it leads (leader election on, as in the Deployment)")
-		Eventually(func() (string, error) { return a.leaderStatus(readerToken) }).WithTimeout(settle).WithPolling(200*time.Millisecond).
-			Should(Equal("1"), "manager-a never led (%v)", a.running())
+		By("waiting until it is a member (active-active, as in the Deployment)")
+		Eventually(func() (string, error) { return a.liveMembers(readerToken) }).WithTimeout(settle).WithPolling(200*time.Millisecond).
+			Should(Equal("1"), "manager-a never joined the membership (%v)", a.running())
 	})
 
 	It("grants, hands off and expires locks for users bound to the installed requester role", func() {
@@ -313,11 +313,13 @@ spec:
 		Expect(monitoring.Check(queries, exported)).To(BeEmpty())
 	})
 
-	It("hands off while a rollout replaces the leader", func() {
-		By("a second replica stands by")
+	It("hands off while a rollout replaces a replica", func() {
+		By("a second replica joins")
 		b = c.startManager("manager-b", c.serviceAccountKubeconfig(namespace, sa), namespace, deployArgs)
-		Eventually(func() (string, error) { return b.leaderStatus(readerToken) }).WithTimeout(settle).WithPolling(200*time.Millisecond).
-			Should(Equal("0"), "manager-b never stood by (%v)", b.running())
+		for _, m := range []*managerProcess{a, b} {
+			Eventually(func() (string, error) { return m.liveMembers(readerToken) }).WithTimeout(settle).WithPolling(200*time.Millisecond).
+				Should(Equal("2"), "%s never saw both replicas (%v)", m.name, m.running())
+		}
 
 		By("a holder and a waiter on one key")
 		for _, r := range []struct{ name, user string }{{"rollout-1", "alice"}, {"rollout-2", "bob"}} {
@@ -336,7 +338,7 @@ spec:
 		Eventually(granted("rollout-1")).WithTimeout(settle).WithPolling(poll).Should(BeTrue())
 		Eventually(phase("rollout-2")).WithTimeout(settle).WithPolling(poll).Should(Equal(locksv1.PhasePending))
 
-		By("the rollout stops the leader (SIGTERM) as the holder releases")
+		By("the rollout stops a replica (SIGTERM) as the holder releases")
 		start := time.Now()
 		stopped := make(chan error, 1)
 		go func() { stopped <- a.p.Stop(shutdownGrace) }()
@@ -344,12 +346,13 @@ spec:
 		lr.Namespace, lr.Name = team, "rollout-1"
 		Expect(cl.Patch(testCtx, lr, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"release":true}}`)))).To(Succeed())
 		Eventually(granted("rollout-2")).WithTimeout(2*time.Minute).WithPolling(poll).Should(BeTrue(),
-			"the waiter was never granted after the leader stopped (%v)", b.running())
+			"the waiter was never granted after a replica stopped (%v)", b.running())
 		pause := time.Since(start)
-		Expect(<-stopped).To(Succeed(), "the old leader did not exit cleanly within %s of SIGTERM", shutdownGrace)
-		Expect(b.leaderStatus(readerToken)).To(Equal("1"))
-		AddReportEntry("hand-off pause while the leader is replaced", pause.Round(time.Millisecond).String())
-		fmt.Fprintf(GinkgoWriter, "hand-off during the leader's replacement: %s from SIGTERM of the leader to the waiter's grant\n", pause.Round(time.Millisecond))
+		Expect(<-stopped).To(Succeed(), "the stopped replica did not exit cleanly within %s of SIGTERM", shutdownGrace)
+		Eventually(func() (string, error) { return b.liveMembers(readerToken) }).WithTimeout(settle).WithPolling(200*time.Millisecond).
+			Should(Equal("1"), "the stopped replica left the membership")
+		AddReportEntry("hand-off pause while a replica is replaced", pause.Round(time.Millisecond).String())
+		fmt.Fprintf(GinkgoWriter, "hand-off during a replica's replacement: %s from SIGTERM of a replica to the waiter's grant\n", pause.Round(time.Millisecond))
 	})
 
 	It("stops cleanly, and no manager was ever forbidden anything", func() {

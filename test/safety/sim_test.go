@@ -24,11 +24,14 @@ import (
 	"github.com/turnstile-dev/turnstile/internal/controller"
 	"github.com/turnstile-dev/turnstile/internal/deadlock"
 	"github.com/turnstile-dev/turnstile/internal/queue"
+	"github.com/turnstile-dev/turnstile/internal/sharding"
 	"github.com/turnstile-dev/turnstile/internal/testing/lag"
 )
 
 // The seeded simulation: three managers with their own lagging caches and skewed clocks run the
-// real reconcilers (keys, CommandLock, deadlock detector) one step at a time, while the test
+// real reconcilers (keys, CommandLock, deadlock detector) one step at a time, as active-active
+// replicas whose membership changes (one dies, one joins with a fresh cache or comes back with
+// the stale one it had, views of the membership lapse late), while the test
 // creates, releases, deletes (with and without finalizers) and renews requests — single-key,
 // multi-key and re-entrant —, force-unlocks keys, freezes and thaws, lets holder Leases lapse
 // and time pass. After every step the store is checked against every promise, and every
@@ -67,7 +70,7 @@ func simBudget() (seeds []uint64, steps int, fixed bool) {
 
 // simWant is where the walk must have gone, or it proves nothing: every kind of step, and every
 // outcome a request can come to.
-var simWant = []string{"decide", "create", "release", "delete", "force-unlock", "crash", "freeze", "thaw",
+var simWant = []string{"decide", "create", "release", "delete", "force-unlock", "crash", "die", "rejoin", "lapse", "freeze", "thaw",
 	"time", "lose-lease", "drained", locksv1.ReasonGranted, locksv1.ReasonForceUnlocked, locksv1.ReasonExpired,
 	locksv1.ReasonHolderLost, locksv1.ReasonReleased, "demoted", "reissued", "conflict"}
 
@@ -123,6 +126,13 @@ type sim struct {
 	seq      int
 	did      map[string]int
 
+	// Membership (issue #18), on its own random stream: dead[i] says manager i's process is
+	// gone; members[i] is whom manager i counts as live (it learns of a death only at a
+	// "lapse"), and routes by: the owner of a key decides first.
+	mrng    *rand.Rand
+	dead    []bool
+	members [][]string
+
 	eventsChecked int
 	trace         bool             // TURNSTILE_SIM_TRACE=1 prints every step
 	tokens        map[string]int64 // request/key -> the last per-key token seen, for re-issues
@@ -133,6 +143,7 @@ func newSim(seed uint64) *sim {
 		seed: seed, rng: rand.New(rand.NewPCG(seed, 0x7475726e)), ns: newNamespace(),
 		cfg: queue.Config{DefaultTTL: 40 * time.Second, MaxTTL: 2 * time.Minute, AgingStep: 30 * time.Second, QueueCap: 8, HeadSize: 5},
 		did: map[string]int{}, tokens: map[string]int64{}, trace: os.Getenv("TURNSTILE_SIM_TRACE") != "",
+		mrng: rand.New(rand.NewPCG(seed, 0x6d656d62)),
 	}
 	s.command = fmt.Sprintf("apply-%s", s.ns)
 	// Ahead of the API server's clock, so that no creationTimestamp is in the simulation's
@@ -144,6 +155,10 @@ func newSim(seed uint64) *sim {
 		m.simNow = &s.now
 		s.ms = append(s.ms, m)
 		s.dets = append(s.dets, s.detector(m))
+		s.dead = append(s.dead, false)
+	}
+	for range s.ms {
+		s.members = append(s.members, []string{"m0", "m1", "m2"})
 	}
 	for _, p := range []string{"net", "app", "db"} {
 		t := target(p)
@@ -178,7 +193,12 @@ func (s *sim) run(steps int) {
 	for step := 0; step < steps; step++ {
 		s.now = s.now.Add(20 * time.Millisecond)
 		before := history.Mark()
-		what := s.step()
+		var what string
+		if s.mrng.IntN(100) < 3 {
+			what = s.membership()
+		} else {
+			what = s.step()
+		}
 		s.did[strings.Fields(what)[0]]++
 		s.check(step, what, before)
 	}
@@ -216,7 +236,7 @@ func (s *sim) step() string {
 	default:
 		// A crash between two writes of a decision: the reconcile stops after a random number of
 		// them, and the manager comes back with nothing remembered and a fresh cache.
-		m := s.ms[s.rng.IntN(len(s.ms))]
+		m := s.ms[s.pickManager()]
 		s.advance(m)
 		k := s.keys[s.rng.IntN(len(s.keys))]
 		writes := s.rng.IntN(4)
@@ -250,7 +270,7 @@ func (s *sim) advance(m *manager) {
 }
 
 func (s *sim) decide() string {
-	m := s.ms[s.rng.IntN(len(s.ms))]
+	m := s.ms[s.pickManager()]
 	s.advance(m)
 	if s.rng.IntN(8) == 0 {
 		_, err := m.reconcileCommand(s.command)
@@ -258,9 +278,75 @@ func (s *sim) decide() string {
 		return "drained " + m.name
 	}
 	k := s.keys[s.rng.IntN(len(s.keys))]
+	// Routing: the key's owner, by this manager's view of the membership, decides at once; this
+	// manager, a backup, after the backup delay. Either may come first.
+	self := slices.Index(s.ms, m)
+	if i := slices.IndexFunc(s.ms, func(o *manager) bool { return o.name == sharding.Owner(s.members[self], k.String()) }); i >= 0 && i != self && !s.dead[i] && s.mrng.IntN(2) == 0 {
+		m = s.ms[i]
+		s.advance(m)
+	}
 	_, err := m.reconcileKey(k)
 	Expect(err).NotTo(HaveOccurred(), "%s: reconcile %s", m.name, k.Name)
 	return fmt.Sprintf("decide %s by %s at %v", k.Name, m.name, m.view.Pos())
+}
+
+// pickManager picks a live manager: a random one, or the next live one after it.
+func (s *sim) pickManager() int {
+	i := s.rng.IntN(len(s.ms))
+	for s.dead[i] {
+		i = (i + 1) % len(s.ms)
+	}
+	return i
+}
+
+// membership changes who runs: a replica dies (never more than two at once), a dead one comes
+// back — as a new process with a fresh cache, or with the stale cache it had, as after a
+// network partition —, or the live ones notice the membership as it is (a lapse).
+func (s *sim) membership() string {
+	var live, gone []int
+	for i := range s.ms {
+		if s.dead[i] {
+			gone = append(gone, i)
+		} else {
+			live = append(live, i)
+		}
+	}
+	switch r := s.mrng.IntN(3); {
+	case r == 0 && len(live) > 1:
+		i := live[s.mrng.IntN(len(live))]
+		s.tallyOne(s.ms[i])
+		s.dead[i] = true
+		return "die " + s.ms[i].name
+	case r == 1 && len(gone) > 0:
+		i := gone[s.mrng.IntN(len(gone))]
+		m := s.ms[i]
+		m.restart(s.cfg)
+		s.dets[i] = s.detector(m)
+		s.dead[i] = false
+		if s.mrng.IntN(2) == 0 {
+			m.view.CatchUp()
+			s.members[i] = s.liveNames()
+			return "join " + m.name + " with a fresh cache"
+		}
+		// Its caches and its view of the membership are where they were when it went.
+		return fmt.Sprintf("rejoin %s with its stale cache at %v", m.name, m.view.Pos())
+	default:
+		names := s.liveNames()
+		for _, i := range live {
+			s.members[i] = names
+		}
+		return fmt.Sprintf("lapse (the live replicas count %v)", names)
+	}
+}
+
+func (s *sim) liveNames() []string {
+	var out []string
+	for i, m := range s.ms {
+		if !s.dead[i] {
+			out = append(out, m.name)
+		}
+	}
+	return out
 }
 
 func (s *sim) create() string {
@@ -412,7 +498,7 @@ func (s *sim) lease() string {
 }
 
 func (s *sim) scanDeadlocks() string {
-	i := s.rng.IntN(len(s.ms))
+	i := s.pickManager()
 	s.advance(s.ms[i])
 	Expect(s.dets[i].Check(ctx, s.ns)).To(Succeed())
 	return "deadlock-scan " + s.ms[i].name
@@ -476,8 +562,10 @@ func (s *sim) count(reqs []locksv1.LockRequest) {
 
 // tally adds what the managers' metrics counted: lost races, and grants taken back.
 func (s *sim) tally() {
-	for _, m := range s.ms {
-		s.tallyOne(m)
+	for i, m := range s.ms {
+		if !s.dead[i] { // a dead one was counted when it died
+			s.tallyOne(m)
+		}
 	}
 }
 
@@ -505,6 +593,9 @@ func (s *sim) settle(steps int) {
 		syncHistory()
 		before := history.Mark()
 		for i, m := range s.ms {
+			if s.dead[i] {
+				continue // progress must come from the survivors alone
+			}
 			m.view.CatchUp()
 			for _, k := range s.keys {
 				m.decide(k)

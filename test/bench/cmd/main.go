@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 
 	"github.com/go-logr/logr"
@@ -20,11 +21,13 @@ import (
 
 func main() {
 	var (
-		size    = flag.String("size", "full", "full (make bench) or smoke (seconds; what make test runs)")
-		manager = flag.String("manager", "bin/manager", "the manager binary")
-		out     = flag.String("out", "bin/bench", "directory for results.json and manager.log")
-		assets  = flag.String("assets", "", "directory with kube-apiserver and etcd (default $KUBEBUILDER_ASSETS)")
-		profile = flag.Int("profile", 0, "seconds of manager CPU profile to record from the start of each back-to-back hand-off run into <out>/cpu-handoff-depth<N>.pprof (0: none)")
+		size     = flag.String("size", "full", "full (make bench) or smoke (seconds; what make test runs)")
+		manager  = flag.String("manager", "bin/manager", "the manager binary")
+		out      = flag.String("out", "bin/bench", "directory for results.json and manager.log")
+		assets   = flag.String("assets", "", "directory with kube-apiserver and etcd (default $KUBEBUILDER_ASSETS)")
+		phases   = flag.String("phases", "", "comma-separated phases to run: steady, scale, failover (default: all)")
+		replicas = flag.Int("replicas", 1, "managers in the steady-state phases; above 1 they run active-active")
+		profile  = flag.Int("profile", 0, "seconds of manager CPU profile to record from the start of each back-to-back hand-off run into <out>/cpu-handoff-depth<N>.pprof (0: none)")
 	)
 	flag.Parse()
 	var cfg bench.Config
@@ -39,6 +42,10 @@ func main() {
 	}
 	cfg.Manager, cfg.OutDir, cfg.Assets, cfg.Progress = *manager, *out, *assets, os.Stderr
 	cfg.ProfileSeconds = *profile
+	cfg.Replicas = *replicas
+	if *phases != "" {
+		cfg.Phases = strings.Split(*phases, ",")
+	}
 	// The harness's own informers would log through controller-runtime; nothing there is news.
 	log.SetLogger(logr.Discard())
 

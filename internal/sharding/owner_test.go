@@ -1,0 +1,198 @@
+package sharding
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+)
+
+func keys(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("team-%d/acme-infra-net-default-%04x", i%7, i)
+	}
+	return out
+}
+
+func TestOwner(t *testing.T) {
+	cases := map[string]struct {
+		members []string
+		key     string
+		want    string
+	}{
+		"no members":  {members: nil, key: "ns/k", want: ""},
+		"one member":  {members: []string{"a"}, key: "ns/k", want: "a"},
+		"order-blind": {members: []string{"b", "a", "c"}, key: "ns/k", want: Owner([]string{"a", "b", "c"}, "ns/k")},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, Owner(tc.members, tc.key)); diff != "" {
+				t.Errorf("Owner(%v, %q) (-want +got):\n%s", tc.members, tc.key, diff)
+			}
+		})
+	}
+}
+
+// TestOwnerMoves checks rendezvous hashing's promise: a member leaving moves only its own keys,
+// each to some survivor, and a member joining takes keys only for itself.
+func TestOwnerMoves(t *testing.T) {
+	all := []string{"mgr-a-1f2e3d", "mgr-b-0a0b0c", "mgr-c-777777"}
+	ks := keys(3000)
+	before := map[string]string{}
+	counts := map[string]int{}
+	for _, k := range ks {
+		before[k] = Owner(all, k)
+		counts[before[k]]++
+	}
+	for _, m := range all {
+		// Each of 3 members owns about a third: allow ±15% of 1000.
+		if counts[m] < 850 || counts[m] > 1150 {
+			t.Errorf("member %s owns %d of %d keys; want about a third: %v", m, counts[m], len(ks), counts)
+		}
+	}
+	survivors := all[:2]
+	var moved, wrong int
+	for _, k := range ks {
+		after := Owner(survivors, k)
+		switch {
+		case before[k] == all[2]:
+			moved++
+		case after != before[k]:
+			wrong++
+		}
+	}
+	if wrong != 0 {
+		t.Errorf("%d keys of surviving members changed owner when %s left; want 0", wrong, all[2])
+	}
+	if moved != counts[all[2]] {
+		t.Errorf("moved %d keys, want the leaver's %d", moved, counts[all[2]])
+	}
+	// Joining is leaving in reverse: only keys that end up with the joiner change hands.
+	for _, k := range ks {
+		if was, now := Owner(survivors, k), Owner(all, k); was != now && now != all[2] {
+			t.Fatalf("key %s moved from %s to %s when %s joined", k, was, now, all[2])
+		}
+	}
+}
+
+// TestRank: for every key the members' ranks are 0 (the owner, as Owner says), 1, 2: one
+// backup per delay step, never two at once.
+func TestRank(t *testing.T) {
+	members := []string{"a", "b", "c"}
+	for _, k := range keys(200) {
+		var got []int
+		for _, m := range members {
+			r := Rank(members, m, k)
+			if r == 0 && Owner(members, k) != m {
+				t.Fatalf("key %s: %s ranks 0 but %s owns it", k, m, Owner(members, k))
+			}
+			got = append(got, r)
+		}
+		slices.Sort(got)
+		if diff := cmp.Diff([]int{0, 1, 2}, got); diff != "" {
+			t.Fatalf("key %s: ranks (-want +got):\n%s", k, diff)
+		}
+	}
+	if r := Rank(members, "d", "ns/k"); r != 3 {
+		t.Errorf("a non-member ranks %d, want 3 (after every member)", r)
+	}
+}
+
+type fixedRouter map[string]time.Duration
+
+func (f fixedRouter) Delay(key string) time.Duration { return f[key] }
+
+// recordingQueue is a PriorityQueue that records what is added to it.
+type recordingQueue struct {
+	priorityqueue.PriorityQueue[reconcile.Request]
+	adds []priorityqueue.AddOpts
+}
+
+func (q *recordingQueue) AddWithOpts(o priorityqueue.AddOpts, items ...reconcile.Request) {
+	for range items {
+		o.Priority = nil
+		q.adds = append(q.adds, o)
+	}
+}
+
+func TestRoutedQueue(t *testing.T) {
+	owned := reconcile.Request{}
+	owned.Namespace, owned.Name = "ns", "owned"
+	other := reconcile.Request{}
+	other.Namespace, other.Name = "ns", "other"
+	router := fixedRouter{"ns/other": 300 * time.Millisecond}
+	cases := map[string]struct {
+		add  func(q *routedQueue)
+		want []priorityqueue.AddOpts
+	}{
+		"an event on an owned key is ready at once": {
+			add:  func(q *routedQueue) { q.Add(owned) },
+			want: []priorityqueue.AddOpts{{}},
+		},
+		"an event on another's key waits the backup delay": {
+			add:  func(q *routedQueue) { q.Add(other) },
+			want: []priorityqueue.AddOpts{{After: 300 * time.Millisecond}},
+		},
+		"a deadline of an owned key is kept": {
+			add:  func(q *routedQueue) { q.AddAfter(owned, time.Minute) },
+			want: []priorityqueue.AddOpts{{After: time.Minute}},
+		},
+		"a backup's deadline comes the backup delay later": {
+			add:  func(q *routedQueue) { q.AddAfter(other, time.Minute) },
+			want: []priorityqueue.AddOpts{{After: time.Minute + 300*time.Millisecond}},
+		},
+		"handler adds with options are routed per item": {
+			add: func(q *routedQueue) {
+				q.AddWithOpts(priorityqueue.AddOpts{After: time.Second}, owned, other)
+			},
+			want: []priorityqueue.AddOpts{{After: time.Second}, {After: 1300 * time.Millisecond}},
+		},
+		"retries after an error are not delayed": {
+			add:  func(q *routedQueue) { q.AddWithOpts(priorityqueue.AddOpts{RateLimited: true}, other) },
+			want: []priorityqueue.AddOpts{{RateLimited: true}},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			rec := &recordingQueue{}
+			q := &routedQueue{PriorityQueue: rec, router: router, delayed: map[reconcile.Request]bool{}}
+			tc.add(q)
+			if diff := cmp.Diff(tc.want, rec.adds); diff != "" {
+				t.Errorf("adds (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestNewQueueFuncNilRouter(t *testing.T) {
+	if NewQueueFunc(nil) != nil {
+		t.Fatal("NewQueueFunc(nil) is not nil: without a router the controllers must keep controller-runtime's own queue")
+	}
+}
+
+// TestReroute: a key delayed as a backup is made ready at once when this replica comes to own
+// it, and a key handed out since is not added again.
+func TestReroute(t *testing.T) {
+	a := reconcile.Request{}
+	a.Namespace, a.Name = "ns", "a"
+	b := reconcile.Request{}
+	b.Namespace, b.Name = "ns", "b"
+	router := fixedRouter{"ns/a": time.Second, "ns/b": time.Second}
+	rec := &recordingQueue{}
+	q := &routedQueue{PriorityQueue: rec, router: router, delayed: map[reconcile.Request]bool{}}
+	q.Add(a)
+	q.AddAfter(b, time.Minute)
+	q.reroute() // nothing owned yet
+	router["ns/a"], router["ns/b"] = 0, 0
+	q.reroute()
+	q.reroute() // once only
+	want := []priorityqueue.AddOpts{{After: time.Second}, {After: time.Minute + time.Second}, {}, {}}
+	if diff := cmp.Diff(want, rec.adds); diff != "" {
+		t.Errorf("adds (-want +got):\n%s", diff)
+	}
+}

@@ -1,0 +1,234 @@
+package sharding_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
+	"github.com/turnstile-dev/turnstile/internal/controller"
+	"github.com/turnstile-dev/turnstile/internal/lockkey"
+	"github.com/turnstile-dev/turnstile/internal/queue"
+	"github.com/turnstile-dev/turnstile/internal/sharding"
+	"github.com/turnstile-dev/turnstile/internal/testing/framework"
+	"github.com/turnstile-dev/turnstile/internal/testing/wrappers"
+)
+
+// Shared timeouts: membership changes take a lapse (2 s here); these leave room for load.
+const (
+	timeout  = 20 * time.Second
+	interval = 20 * time.Millisecond
+	renew    = 500 * time.Millisecond
+	lapse    = 2 * time.Second
+)
+
+var (
+	ctx = context.Background()
+	env *framework.Env
+	k8s client.Client
+)
+
+func TestRouting(t *testing.T) {
+	RegisterFailHandler(Fail)
+	RunSpecs(t, "Sharding suite")
+}
+
+var _ = BeforeSuite(func() {
+	var err error
+	env, err = framework.Start("")
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(env.Stop)
+	k8s = env.Client
+})
+
+func newNamespace() string {
+	GinkgoHelper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "sharding-"}}
+	Expect(k8s.Create(ctx, ns)).To(Succeed())
+	return ns.Name
+}
+
+// replica is one manager in this process, active-active, its membership Leases in ns.
+type replica struct {
+	members *sharding.Membership
+	cancel  context.CancelFunc
+	done    chan error
+	stopped sync.Once
+}
+
+func startReplica(id, ns string, backup time.Duration) *replica {
+	GinkgoHelper()
+	cfg := rest.CopyConfig(env.Config)
+	cfg.QPS, cfg.Burst = 1000, 2000
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                 framework.Scheme,
+		Cache:                  controller.CacheOptions(),
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
+	})
+	Expect(err).NotTo(HaveOccurred())
+	members := sharding.New(sharding.Config{Identity: id, Namespace: ns, Renew: renew, Lapse: lapse, Backup: backup},
+		mgr.GetClient(), mgr.GetCache(), nil)
+	Expect(mgr.Add(members)).To(Succeed())
+	rctx, cancel := context.WithCancel(ctx)
+	Expect(controller.Setup(rctx, mgr, controller.SetupOptions{Router: members, Workers: 2, Queue: queue.DefaultConfig()})).To(Succeed())
+	r := &replica{members: members, cancel: cancel, done: make(chan error, 1)}
+	go func() { r.done <- mgr.Start(rctx) }()
+	DeferCleanup(r.stop)
+	return r
+}
+
+// stop ends the replica as SIGTERM does: its membership Lease is deleted on the way out.
+func (r *replica) stop() {
+	r.stopped.Do(func() {
+		r.cancel()
+		Eventually(r.done, timeout).Should(Receive(BeNil()))
+	})
+}
+
+// ghost is a member no manager stands behind: a membership Lease the test renews, as a replica
+// that hung or lost its network would have left it.
+type ghost struct {
+	lease *coordinationv1.Lease
+	stop  chan struct{}
+	done  chan struct{}
+}
+
+func startGhost(id, ns string) *ghost {
+	GinkgoHelper()
+	l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: sharding.LeaseName(id),
+		Labels: map[string]string{sharding.LabelRole: sharding.RoleMember}}}
+	l.Spec.HolderIdentity = &id
+	now := metav1.NewMicroTime(time.Now())
+	l.Spec.RenewTime = &now
+	Expect(k8s.Create(ctx, l)).To(Succeed())
+	g := &ghost{lease: l, stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer GinkgoRecover()
+		defer close(g.done)
+		t := time.NewTicker(renew)
+		defer t.Stop()
+		for {
+			select {
+			case <-g.stop:
+				return
+			case <-t.C:
+				now := metav1.NewMicroTime(time.Now())
+				g.lease.Spec.RenewTime = &now
+				Expect(k8s.Update(ctx, g.lease)).To(Succeed())
+			}
+		}
+	}()
+	DeferCleanup(g.hang)
+	return g
+}
+
+// hang stops renewing, as a crash would.
+func (g *ghost) hang() {
+	select {
+	case <-g.stop:
+	default:
+		close(g.stop)
+	}
+	<-g.done
+}
+
+func liveOf(r *replica) func() []string { return r.members.Live }
+
+// keyOwnedBy finds a lock target whose key the rendezvous hash gives to want among members.
+func keyOwnedBy(ns, want string, members []string) locksv1.LockTarget {
+	GinkgoHelper()
+	for i := range 1000 {
+		t := locksv1.LockTarget{Repo: "acme/infra", Path: fmt.Sprintf("stack-%d", i), Workspace: "default"}
+		if sharding.Owner(members, ns+"/"+lockkey.Name(t)) == want {
+			return t
+		}
+	}
+	Fail("no key owned by " + want)
+	return locksv1.LockTarget{}
+}
+
+func request(ns, name string, t locksv1.LockTarget) *locksv1.LockRequest {
+	return wrappers.MakeLockRequest(name, ns).Lock(t.Repo, t.Path, t.Workspace).Owner("alice", 1).Obj()
+}
+
+func phase(ns, name string) func() locksv1.LockRequestPhase {
+	return func() locksv1.LockRequestPhase {
+		var lr locksv1.LockRequest
+		if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &lr); err != nil {
+			return ""
+		}
+		return lr.Status.Phase
+	}
+}
+
+var _ = Describe("Membership", func() {
+	It("sees replicas join, leave gracefully at once, and lapse when they stop renewing", func() {
+		ns := newNamespace()
+		a := startReplica("a", ns, 300*time.Millisecond)
+		b := startReplica("b", ns, 300*time.Millisecond)
+		Eventually(liveOf(a), timeout, interval).Should(Equal([]string{"a", "b"}))
+		Eventually(liveOf(b), timeout, interval).Should(Equal([]string{"a", "b"}))
+
+		g := startGhost("c", ns)
+		Eventually(liveOf(a), timeout, interval).Should(Equal([]string{"a", "b", "c"}))
+		g.hang()
+		Eventually(liveOf(a), timeout, interval).Should(Equal([]string{"a", "b"}))
+
+		b.stop()
+		var lease coordinationv1.Lease
+		err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: sharding.LeaseName("b")}, &lease)
+		Expect(err).To(MatchError(ContainSubstring("not found")), "a replica that stops deletes its membership Lease")
+		Eventually(liveOf(a), timeout, interval).Should(Equal([]string{"a"}))
+	})
+})
+
+var _ = Describe("Routing", func() {
+	// The backup delay is an hour: a key another live member owns is never decided here by
+	// the delay, only once this replica owns it.
+	const never = time.Hour
+
+	It("decides its own keys at once and another member's keys only once that member is gone", func() {
+		ns := newNamespace()
+		r := startReplica("r", ns, never)
+		leaver := startGhost("leaver", ns)
+		hung := startGhost("hung", ns)
+		all := []string{"hung", "leaver", "r"}
+		Eventually(liveOf(r), timeout, interval).Should(Equal(all))
+
+		mine := keyOwnedBy(ns, "r", all)
+		ofLeaver := keyOwnedBy(ns, "leaver", all)
+		ofHung := keyOwnedBy(ns, "hung", all)
+		for name, t := range map[string]locksv1.LockTarget{"mine": mine, "of-leaver": ofLeaver, "of-hung": ofHung} {
+			Expect(k8s.Create(ctx, request(ns, name, t))).To(Succeed())
+		}
+		Eventually(phase(ns, "mine"), timeout, interval).Should(Equal(locksv1.PhaseGranted))
+		Consistently(phase(ns, "of-leaver"), 2*time.Second, interval).Should(BeEmpty(), "another live member's key waits for the backup delay")
+		Expect(phase(ns, "of-hung")()).To(BeEmpty())
+
+		// A graceful leave: the Lease is deleted and the key is decided as soon as that is seen.
+		leaver.hang()
+		Expect(k8s.Delete(ctx, leaver.lease)).To(Succeed())
+		Eventually(phase(ns, "of-leaver"), timeout, interval).Should(Equal(locksv1.PhaseGranted))
+		Expect(phase(ns, "of-hung")()).To(BeEmpty())
+
+		// A hung member: its key is decided once its Lease lapses.
+		hung.hang()
+		Eventually(phase(ns, "of-hung"), timeout, interval).Should(Equal(locksv1.PhaseGranted))
+	})
+})
