@@ -132,7 +132,7 @@ var _ = Describe("Deployed as its ServiceAccount, under the admission policies",
 				deployArgs = o.Spec.Template.Spec.Containers[0].Args
 			}
 		}
-		Expect(deployArgs).To(ContainElement("--leader-elect=true"), "the Deployment elects a leader")
+		Expect(deployArgs).To(ContainElement("--active-active=true"), "the Deployment runs its replicas active-active")
 		admin("apply", "--server-side", "-k", filepath.Join(repoRoot, "config", "default"))
 		admin("wait", "--for=condition=Established", "--timeout=60s",
 			"crd/lockrequests.locks.turnstile.dev", "crd/projectlocks.locks.turnstile.dev", "crd/commandlocks.locks.turnstile.dev")
@@ -180,14 +180,14 @@ var _ = Describe("Deployed as its ServiceAccount, under the admission policies",
 		mustAs("alice", "", "delete", "lease/warmup")
 	})
 
-	It("runs the manager binary as the installed ServiceAccount, with the Deployment's args and leader election", func() {
+	It("runs the manager binary as the installed ServiceAccount, with the Deployment's args (active-active membership)", func() {
 		m = startManager(serviceAccountKubeconfig(namespace, sa), namespace, deployArgs, "--finished-retention="+retention.String())
 		eventually(func() (string, error) {
 			if err := m.running(); err != nil {
 				StopTrying(err.Error()).Now()
 			}
-			return run(kubeconfig, "", "-n", namespace, "get", "lease", "turnstile.locks.turnstile.dev", "-o", "jsonpath={.spec.holderIdentity}")
-		}).Should(Not(BeEmpty()), "the manager never took the leader election Lease")
+			return run(kubeconfig, "", "-n", namespace, "get", "lease", "-l", "locks.turnstile.dev/role=member", "-o", "jsonpath={.items[*].spec.holderIdentity}")
+		}).Should(Not(BeEmpty()), "the manager never wrote its membership Lease")
 	})
 
 	It("grants a request to its owner (filled in by admission), queues another, renews and hands off", func() {

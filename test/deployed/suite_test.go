@@ -4,7 +4,7 @@
 //
 //   - `kubectl apply --server-side -k config/default` installs the CRDs, the RBAC, the admission
 //     policies and the Deployment;
-//   - the real manager binary runs with the Deployment's args (leader election on) under the
+//   - the real manager binary runs with the Deployment's args (active-active membership) under the
 //     installed ServiceAccount alone: a token from the TokenRequest API, no admin kubeconfig;
 //   - people bound to the shipped roles (kubectl --as), a CI ServiceAccount running the real
 //     plugin with its own token, and a platform admin take, hand off, renew, freeze, drain and
@@ -184,7 +184,7 @@ type manager struct {
 }
 
 // startManager runs the binary with the Deployment's args, except the listen addresses
-// (loopback ports instead of the pod's) and the leader election namespace (which a pod reads
+// (loopback ports instead of the pod's) and the leader election and membership namespace (which a pod reads
 // from its ServiceAccount mount), plus extra. The caller stops it (the Ordered container's AfterAll).
 func startManager(kc, namespace string, deploymentArgs []string, extra ...string) *manager {
 	GinkgoHelper()
@@ -199,7 +199,7 @@ func startManager(kc, namespace string, deploymentArgs []string, extra ...string
 		}
 		args = append(args, a)
 	}
-	args = append(append(args, "--leader-election-namespace="+namespace), extra...)
+	args = append(append(args, "--leader-election-namespace="+namespace, "--membership-namespace="+namespace), extra...)
 	fmt.Fprintf(GinkgoWriter, "starting the manager: %s %s\n", managerBin, strings.Join(args, " "))
 	f, err := os.Create(m.logPath)
 	Expect(err).NotTo(HaveOccurred())
