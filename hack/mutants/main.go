@@ -37,7 +37,10 @@ const (
 	controller = "internal/controller/lock_controller.go"
 	commands   = "internal/controller/commandlock_controller.go"
 	overlay    = "internal/controller/overlay.go"
+	leases     = "internal/controller/holder_lease.go"
+	detector   = "internal/controller/deadlock_detector.go"
 	safety     = "./test/safety/"
+	controls   = "./internal/controller/"
 )
 
 var mutants = []mutant{
@@ -97,6 +100,41 @@ var mutants = []mutant{
 		name: "no-live-holder-read", guard: "a holder missing from the cache is looked up live before its key moves on",
 		edits: []edit{{controller, "			if byUID[uid] {\n", "			if true || byUID[uid] {\n"}},
 		pkg:   safety, focus: "live holder read",
+	},
+	{
+		name: "no-live-holder-read-controller", guard: "the same live holder read, seen by the controller suite (a cache without the holder)",
+		edits: []edit{{controller, "			if byUID[uid] {\n", "			if true || byUID[uid] {\n"}},
+		pkg:   controls, focus: "the live holder read\\)",
+	},
+	{
+		name: "no-live-lease-read", guard: "a holder Lease the cache shows lapsed is read live before its holder is released",
+		edits: []edit{{leases, "if st := judgeLease(key, &lease, now); st.lost == \"\" {", "if st := judgeLease(key, &lease, now); true || st.lost == \"\" {"}},
+		pkg:   controls, focus: "live Lease read",
+	},
+	{
+		name: "drained-holder-from-cache", guard: "a ProjectLock holder missing from the cache is read live before Drained is said",
+		edits: []edit{{commands, "			if lr == nil {\n", "			if lr == nil {\n\t\t\t\tcontinue\n"}},
+		pkg:   controls, focus: "live holder read of Drained",
+	},
+	{
+		name: "deadlock-victim-moved-on", guard: "a deadlock victim is failed only while it still waits (read after the snapshot)",
+		edits: []edit{{detector, "	if lr.Status.Phase != locksv1.PhasePending {\n", "	if false && lr.Status.Phase != locksv1.PhasePending {\n"}},
+		pkg:   controls, focus: "victim's phase check",
+	},
+	{
+		name: "deadlock-edge-to-departed-holder", guard: "a ProjectLock's holder counts for the wait-for graph only while one of its requests is live",
+		edits: []edit{{detector, "			if live[r.UID] {\n", "			if true || live[r.UID] {\n"}},
+		pkg:   controls, focus: "run:TestWaitsFor",
+	},
+	{
+		name: "deadlock-skip-with-waiters-behind", guard: "a new wait with someone queued behind it is checked for cycles",
+		edits: []edit{{detector, "	if !last {\n\t\treturn false\n\t}\n", ""}},
+		pkg:   controls, focus: "run:TestCannotCloseCycle",
+	},
+	{
+		name: "deadlock-skip-while-holding", guard: "a new wait whose request holds a key is checked for cycles",
+		edits: []edit{{detector, "		if l.Held {\n", "		if false && l.Held {\n"}},
+		pkg:   controls, focus: "run:TestCannotCloseCycle",
 	},
 	{
 		name: "no-live-projectlock-read", guard: "a claimant the cached ProjectLock does not list is checked against the live one",
