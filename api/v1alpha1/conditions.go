@@ -48,8 +48,6 @@ const (
 	// the operator's maximum). For a granted request whose renewal asks for too long, it is the
 	// reason of the Warning event that refuses the renewal; the grant stands.
 	ReasonInvalid = "Invalid"
-	// ReasonFailed: the request failed; the Stalled condition's message says why.
-	ReasonFailed = "Failed"
 	// ReasonFree: a ProjectLock with no holder.
 	ReasonFree = "Free"
 	// ReasonHeld: a ProjectLock with a holder.

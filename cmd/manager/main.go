@@ -40,13 +40,13 @@ type options struct {
 	flags                           queue.FreezeFlags
 	retention                       time.Duration
 	refreshRate                     float64
-	deadlockPolicy                  string
+	deadlockPolicy                  deadlock.Policy
 	deadlockScan                    time.Duration
 	deadlockDetection               bool
 }
 
 func parseFlags(args []string) (options, zap.Options, error) {
-	o := options{cfg: queue.DefaultConfig()}
+	o := options{cfg: queue.DefaultConfig(), deadlockPolicy: deadlock.PolicyNewest}
 	fs := flag.NewFlagSet("manager", flag.ContinueOnError)
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "Address the metrics endpoint binds to; \"0\" disables it.")
 	fs.BoolVar(&o.metricsSecure, "metrics-secure", false, "Serve metrics over HTTPS with Kubernetes authentication and authorization (on in the deployed configuration).")
@@ -69,16 +69,16 @@ func parseFlags(args []string) (options, zap.Options, error) {
 	fs.Float64Var(&o.refreshRate, "position-refresh-rate", 20, "Most queue-position refresh writes per second per key.")
 	fs.BoolVar(&o.flags.DisableApply, "disable-apply", false, "Freeze apply always (highest precedence, like Atlantis --disable-apply).")
 	fs.BoolVar(&o.flags.DisableGlobalApplyLock, "disable-global-apply-lock", false, "Ignore CommandLocks for apply (like Atlantis --disable-global-apply-lock).")
-	fs.StringVar(&o.deadlockPolicy, "deadlock-victim", string(deadlock.PolicyNewest), "Which request of a deadlock cycle fails: newest, oldest or lowest-priority.")
+	fs.Func("deadlock-victim", "Which request of a deadlock cycle fails: newest, oldest or lowest-priority (default newest).", func(s string) (err error) {
+		o.deadlockPolicy, err = deadlock.ParsePolicy(s)
+		return err
+	})
 	fs.DurationVar(&o.deadlockScan, "deadlock-scan-interval", 30*time.Second, "Period of the full deadlock scan (a safety net; cycles are also checked when a request starts waiting). 0 disables the scan.")
 	fs.BoolVar(&o.deadlockDetection, "deadlock-detection", true, "Detect wait-for cycles and fail one victim per cycle (see --deadlock-victim). false turns detection off: a cycle then lasts until a waitTimeout or ttl ends it.")
 	zopts := zap.Options{Development: false}
 	zopts.BindFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return o, zopts, err
-	}
-	if _, err := deadlock.ParsePolicy(o.deadlockPolicy); err != nil {
-		return o, zopts, fmt.Errorf("--deadlock-victim: %w", err)
 	}
 	if o.leaderElect && (o.retryPeriod <= 0 || o.retryPeriod >= o.renewDeadline || o.renewDeadline >= o.leaseDuration) {
 		return o, zopts, fmt.Errorf("leader election needs 0 < --leader-elect-retry-period (%s) < --leader-elect-renew-deadline (%s) < --leader-elect-lease-duration (%s)", o.retryPeriod, o.renewDeadline, o.leaseDuration)
@@ -144,7 +144,7 @@ func run(ctx context.Context, o options) error {
 		Workers:             o.workers,
 		Retention:           o.retention,
 		PositionRefreshRate: o.refreshRate,
-		DeadlockPolicy:      deadlock.Policy(o.deadlockPolicy),
+		DeadlockPolicy:      o.deadlockPolicy,
 		DeadlockScan:        o.deadlockScan,
 		Registry:            metrics.Registry,
 

@@ -82,8 +82,6 @@ type Update struct {
 	// Refresh marks a write that only refreshes a waiter's position or message; the caller may
 	// defer it to bound the write rate. Every other update changes what the request may do.
 	Refresh bool
-	// Order ranks refreshes: lower first (the queue position).
-	Order int
 	// Acquires marks a write that makes the request hold the key for the first time. It is
 	// written only after the ProjectLock write that lists it, and only if the request's command
 	// is not frozen as the API server says then (docs/protocol.md, steps 4-6).
@@ -442,7 +440,7 @@ func Decide(in Input) Decision {
 		if refresh {
 			refreshes++
 		}
-		u := Update{Request: e.req, Status: st, Refresh: refresh, Order: i}
+		u := Update{Request: e.req, Status: st, Refresh: refresh}
 		if !e.stamped || e.demoted {
 			u.Event = &Event{"Normal", condReason(st), condMessage(st)}
 		}

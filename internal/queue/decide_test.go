@@ -114,7 +114,7 @@ func runDecideCases(t *testing.T, cases map[string]decideCase) {
 // untilFromNow is the RequeueAfter for a deadline at t, seen from now.
 func untilFromNow(t time.Time) time.Duration { return t.Sub(now) }
 
-// Item 1: a free key and one request: the ProjectLock is created, the request granted, every
+// A free key and one request: the ProjectLock is created, the request granted, every
 // field of both statuses as written.
 // No ProjectLock yet: create it, and decide nothing else until it exists — a grant's token is
 // the resourceVersion of the object it is written to.
@@ -245,7 +245,7 @@ func TestDecideGrantsFreeKey(t *testing.T) {
 	}
 }
 
-// Item 2: a new request on a held key queues, with an actionable message and an event.
+// A new request on a held key queues, with an actionable message and an event.
 func TestDecideQueuesBehindHolder(t *testing.T) {
 	h := aliceHolder().obj()
 	in := Input{Now: now, Name: name1, Lock: aliceLock(h), Config: testConfig(),
@@ -310,7 +310,7 @@ func TestDecide(t *testing.T) {
 	expiredAtT0 := makeReq("h").owner("alice", 100).granted(t0.Add(-30*time.Minute), 41).obj()
 
 	cases := map[string]decideCase{
-		// Item 3: release and deletion hand on in the same decision.
+		// Release and deletion hand on in the same decision.
 		"spec.release finishes the holder and grants the next, token + 1": {
 			lock:        aliceLock(h),
 			reqs:        reqs(aliceHolder().release(), bobWaits()),
@@ -346,7 +346,7 @@ func TestDecide(t *testing.T) {
 			wantRequeue: untilFromNow(hExpires),
 		},
 
-		// Item 5: TTL.
+		// TTL.
 		"an expired holder finishes Expired and the next is granted": {
 			lock:        aliceLock(expiredAtT0),
 			reqs:        []*locksv1.LockRequest{expiredAtT0, bobWaits().obj()},
@@ -380,7 +380,7 @@ func TestDecide(t *testing.T) {
 			wantRequeue: untilFromNow(t0.Add(35 * time.Minute)),
 		},
 
-		// Item 6: wait timeouts.
+		// Wait timeouts.
 		"waitTimeout 0s on a busy key fails Busy": {
 			lock:       aliceLock(h),
 			reqs:       reqs(aliceHolder(), makeReq("n").owner("bob", 7).waitTimeout(0)),
@@ -423,7 +423,7 @@ func TestDecide(t *testing.T) {
 			wantRequeue: untilFromNow(hExpires),
 		},
 
-		// Item 7: re-entrancy.
+		// Re-entrancy.
 		"the holder's owner+pull re-enters at once, ahead of the queue, same token": {
 			lock:       aliceLock(h),
 			reqs:       reqs(aliceHolder(), makeReq("w").owner("bob", 7).queuedAt(t0.Add(-2*time.Minute)), makeReq("r").owner("alice", 100).command("apply")),
@@ -452,7 +452,7 @@ func TestDecide(t *testing.T) {
 			wantRequeue: untilFromNow(hExpires),
 		},
 
-		// Item 13: the holder's Lease lapsed.
+		// The holder's Lease lapsed.
 		"a lost holder is released (HolderLost) and the next granted": {
 			lock:        aliceLock(h),
 			reqs:        reqs(aliceHolder(), bobWaits()),
@@ -464,7 +464,7 @@ func TestDecide(t *testing.T) {
 			wantRequeue: untilFromNow(grant30),
 		},
 
-		// Item 14: a spec the operator cannot honor.
+		// A spec the operator cannot honor.
 		"ttl over MaxTTL fails Invalid with what to ask for": {
 			// Nobody holds or waits, so no ProjectLock is created for the key.
 			reqs: reqs(makeReq("n").owner("bob", 7).ttl(3 * time.Hour)),

@@ -39,7 +39,7 @@ func TestAgedPriority(t *testing.T) {
 	}
 }
 
-// Item 4 and 15: the grant order.
+// The grant order.
 func TestOrder(t *testing.T) {
 	aging := testConfig()
 	aging.AgingStep = 10 * time.Minute
@@ -167,7 +167,7 @@ func TestOrder(t *testing.T) {
 	}
 }
 
-// Item 4: Decide stamps first-seen requests with distinct microsecond arrivals in grant order,
+// Decide stamps first-seen requests with distinct microsecond arrivals in grant order,
 // and ProjectLock.status.queue shows the aged priority.
 func TestDecideStampsArrivals(t *testing.T) {
 	h := aliceHolder().obj()
@@ -186,18 +186,17 @@ func TestDecideStampsArrivals(t *testing.T) {
 		Name     string
 		QueuedAt time.Time
 		Refresh  bool
-		Order    int
 		Position int32
 	}
 	var got []stamp
 	for _, u := range d.Waiting {
-		got = append(got, stamp{u.Request.Name, u.Status.QueuedAt.UTC(), u.Refresh, u.Order, u.Status.QueuePosition})
+		got = append(got, stamp{u.Request.Name, u.Status.QueuedAt.UTC(), u.Refresh, u.Status.QueuePosition})
 	}
 	us := now.Truncate(time.Microsecond)
 	want := []stamp{
-		{"low", t0.Add(-15 * time.Minute), true, 0, 1},
-		{"b", us, false, 1, 2},
-		{"a", us.Add(time.Microsecond), false, 2, 3},
+		{"low", t0.Add(-15 * time.Minute), true, 1},
+		{"b", us, false, 2},
+		{"a", us.Add(time.Microsecond), false, 3},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("waiting updates (-want +got):\n%s", diff)
