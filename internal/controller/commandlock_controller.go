@@ -232,9 +232,8 @@ func CommandLockStatus(cl *locksv1.CommandLock, requests []locksv1.LockRequest, 
 			}
 		}
 	}
-	ts := metav1.NewTime(now.Truncate(time.Second))
 	set := func(typ string, s metav1.ConditionStatus, reason, msg string) {
-		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: typ, Status: s, Reason: reason, Message: msg, ObservedGeneration: st.ObservedGeneration, LastTransitionTime: ts})
+		queue.SetCondition(&st.Conditions, typ, s, reason, msg, st.ObservedGeneration, now)
 	}
 	if inForce {
 		set(locksv1.ConditionLocked, metav1.ConditionTrue, locksv1.ReasonFrozen, freeze.Message)

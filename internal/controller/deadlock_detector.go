@@ -8,8 +8,6 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
@@ -220,7 +218,7 @@ func (d *DeadlockDetector) noCycleThrough(ctx context.Context, namespace string,
 		}
 		var same locksv1.LockRequestList
 		if err := d.client.List(ctx, &same, client.InNamespace(namespace),
-			client.MatchingFields{IndexHolderIdentity: queue.Identity(lr.Spec.Holder)}, client.UnsafeDisableDeepCopy); err != nil {
+			client.MatchingFields{IndexHolderIdentity: lr.Spec.Holder.Identity()}, client.UnsafeDisableDeepCopy); err != nil {
 			return false
 		}
 		if !cannotCloseCycle(&lr, w.last, same.Items) {
@@ -390,29 +388,7 @@ func (d *DeadlockDetector) fail(ctx context.Context, namespace string, victim de
 	msg := c.String()
 	now := d.clock.Now()
 	obj := lr.DeepCopy()
-	st := &obj.Status
-	st.Phase = locksv1.PhaseFailed
-	st.QueuePosition = 0
-	st.BlockedBy = msg
-	for i := range st.Locks {
-		st.Locks[i].Held = false
-	}
-	fin := metav1.NewTime(now.Truncate(time.Second))
-	st.FinishedAt = &fin
-	st.ObservedGeneration = lr.Generation
-	for _, cond := range []struct {
-		typ    string
-		status metav1.ConditionStatus
-		msg    string
-	}{
-		{locksv1.ConditionGranted, metav1.ConditionFalse, msg},
-		{locksv1.ConditionReady, metav1.ConditionFalse, msg},
-		{locksv1.ConditionReconciling, metav1.ConditionFalse, "finished"},
-		{locksv1.ConditionStalled, metav1.ConditionTrue, msg},
-	} {
-		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: cond.typ, Status: cond.status, Reason: locksv1.ReasonDeadlock,
-			Message: cond.msg, ObservedGeneration: lr.Generation, LastTransitionTime: fin})
-	}
+	obj.Status = queue.FinishedStatus(&lr, locksv1.PhaseFailed, locksv1.ReasonDeadlock, msg, now)
 	if err := d.client.Status().Update(ctx, obj); err != nil {
 		switch {
 		case apierrors.IsConflict(err):

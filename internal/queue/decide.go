@@ -161,20 +161,11 @@ type outcome struct {
 	event   string // event type
 }
 
-// Identity is the holder identity of a request: owner plus pull.
-func Identity(h locksv1.Holder) string {
-	if h.Pull == 0 {
-		return h.Owner
-	}
-	return h.Owner + "#" + strconv.FormatInt(h.Pull, 10)
-}
-
-// Describe renders a holder for people: "pull #100 (alice)", or "alice" without a pull.
+// Describe renders a holder for people: locksv1.Holder.Describe of owner and pull.
+//
+// Deprecated: use locksv1.Holder.Describe; kept for the plugin and the dashboard until they move.
 func Describe(owner string, pull int64) string {
-	if pull == 0 {
-		return owner
-	}
-	return fmt.Sprintf("pull #%d (%s)", pull, owner)
+	return locksv1.Holder{Owner: owner, Pull: pull}.Describe()
 }
 
 // TTL is the grant duration of a request under cfg.
@@ -504,7 +495,7 @@ func newEntry(req *locksv1.LockRequest, name string, cfg Config, now time.Time) 
 		ref:   refs[pos],
 		refs:  refs,
 		pos:   pos,
-		id:    Identity(req.Spec.Holder),
+		id:    req.Spec.Holder.Identity(),
 		ttl:   TTL(req, cfg),
 		final: req.Status.Phase.IsFinal(),
 	}
@@ -686,10 +677,10 @@ func lockStatus(lock *locksv1.ProjectLock, holders, waiting []*entry, token int6
 	}
 	st.QueueLength = int32(len(waiting))
 	if st.Holder != nil {
-		setCond(&st.Conditions, locksv1.ConditionLocked, metav1.ConditionTrue, locksv1.ReasonHeld,
-			fmt.Sprintf("locked by %s", Describe(st.Holder.Owner, st.Holder.Pull)), st.ObservedGeneration, now)
+		SetCondition(&st.Conditions, locksv1.ConditionLocked, metav1.ConditionTrue, locksv1.ReasonHeld,
+			fmt.Sprintf("locked by %s", locksv1.Holder{Owner: st.Holder.Owner, Pull: st.Holder.Pull}.Describe()), st.ObservedGeneration, now)
 	} else {
-		setCond(&st.Conditions, locksv1.ConditionLocked, metav1.ConditionFalse, locksv1.ReasonFree, "not locked", st.ObservedGeneration, now)
+		SetCondition(&st.Conditions, locksv1.ConditionLocked, metav1.ConditionFalse, locksv1.ReasonFree, "not locked", st.ObservedGeneration, now)
 	}
 	return st
 }
@@ -768,30 +759,39 @@ func baseStatus(req *locksv1.LockRequest) locksv1.LockRequestStatus {
 	return st
 }
 
-func finishedStatus(e *entry, now time.Time) locksv1.LockRequestStatus {
-	st := baseStatus(e.req)
-	o := e.outcome
+// FinishedStatus is the status of a request that ends now: phase (Released, Expired or Failed)
+// for reason, with message. It is the one builder of a finished status: Decide's outcomes and
+// the deadlock detector's victims are written with it.
+func FinishedStatus(req *locksv1.LockRequest, phase locksv1.LockRequestPhase, reason, message string, now time.Time) locksv1.LockRequestStatus {
+	st := baseStatus(req)
 	for i := range st.Locks {
 		st.Locks[i].Held = false
 	}
-	stampArrival(&st, e)
-	st.Phase = o.phase
+	st.Phase = phase
 	st.QueuePosition = 0
 	st.BlockedBy = ""
-	if o.reason == locksv1.ReasonCommandLocked || o.reason == locksv1.ReasonBusy || o.reason == locksv1.ReasonDeadlock {
-		st.BlockedBy = o.message
+	if reason == locksv1.ReasonCommandLocked || reason == locksv1.ReasonBusy || reason == locksv1.ReasonDeadlock {
+		st.BlockedBy = message
 	}
 	fin := newTime(now)
 	st.FinishedAt = &fin
 	g := st.ObservedGeneration
-	setCond(&st.Conditions, locksv1.ConditionGranted, metav1.ConditionFalse, o.reason, o.message, g, now)
-	setCond(&st.Conditions, locksv1.ConditionReady, metav1.ConditionFalse, o.reason, o.message, g, now)
-	setCond(&st.Conditions, locksv1.ConditionReconciling, metav1.ConditionFalse, o.reason, "finished", g, now)
-	if o.phase == locksv1.PhaseFailed {
-		setCond(&st.Conditions, locksv1.ConditionStalled, metav1.ConditionTrue, o.reason, o.message, g, now)
+	SetCondition(&st.Conditions, locksv1.ConditionGranted, metav1.ConditionFalse, reason, message, g, now)
+	SetCondition(&st.Conditions, locksv1.ConditionReady, metav1.ConditionFalse, reason, message, g, now)
+	SetCondition(&st.Conditions, locksv1.ConditionReconciling, metav1.ConditionFalse, reason, "finished", g, now)
+	if phase == locksv1.PhaseFailed {
+		SetCondition(&st.Conditions, locksv1.ConditionStalled, metav1.ConditionTrue, reason, message, g, now)
 	} else {
-		setCond(&st.Conditions, locksv1.ConditionStalled, metav1.ConditionFalse, o.reason, "finished", g, now)
+		SetCondition(&st.Conditions, locksv1.ConditionStalled, metav1.ConditionFalse, reason, "finished", g, now)
 	}
+	return st
+}
+
+// finishedStatus is FinishedStatus for an entry's outcome, stamped with its arrival if it was
+// never written before.
+func finishedStatus(e *entry, now time.Time) locksv1.LockRequestStatus {
+	st := FinishedStatus(e.req, e.outcome.phase, e.outcome.reason, e.outcome.message, now)
+	stampArrival(&st, e)
 	return st
 }
 
@@ -828,10 +828,10 @@ func heldStatus(e *entry, token int64, now time.Time) (locksv1.LockRequestStatus
 		if e.term.refused != "" {
 			msg += "; " + e.term.refused
 		}
-		setCond(&st.Conditions, locksv1.ConditionGranted, metav1.ConditionTrue, locksv1.ReasonGranted, msg, g, now)
-		setCond(&st.Conditions, locksv1.ConditionReady, metav1.ConditionTrue, locksv1.ReasonGranted, msg, g, now)
-		setCond(&st.Conditions, locksv1.ConditionReconciling, metav1.ConditionFalse, locksv1.ReasonGranted, "granted", g, now)
-		setCond(&st.Conditions, locksv1.ConditionStalled, metav1.ConditionFalse, locksv1.ReasonGranted, "granted", g, now)
+		SetCondition(&st.Conditions, locksv1.ConditionGranted, metav1.ConditionTrue, locksv1.ReasonGranted, msg, g, now)
+		SetCondition(&st.Conditions, locksv1.ConditionReady, metav1.ConditionTrue, locksv1.ReasonGranted, msg, g, now)
+		SetCondition(&st.Conditions, locksv1.ConditionReconciling, metav1.ConditionFalse, locksv1.ReasonGranted, "granted", g, now)
+		SetCondition(&st.Conditions, locksv1.ConditionStalled, metav1.ConditionFalse, locksv1.ReasonGranted, "granted", g, now)
 	} else if st.Phase != locksv1.PhasePending || !HoldsKey(e.req, e.ref) {
 		// Its part of the request was just granted: say so once. From then on the queue of the
 		// key it waits for speaks for it (position, blocker); rewriting the message here on every
@@ -854,10 +854,10 @@ func heldStatus(e *entry, token int64, now time.Time) (locksv1.LockRequestStatus
 func pendingConds(st *locksv1.LockRequestStatus, reason, msg string, now time.Time) {
 	g := st.ObservedGeneration
 	st.Phase = locksv1.PhasePending
-	setCond(&st.Conditions, locksv1.ConditionGranted, metav1.ConditionFalse, reason, msg, g, now)
-	setCond(&st.Conditions, locksv1.ConditionReady, metav1.ConditionFalse, reason, msg, g, now)
-	setCond(&st.Conditions, locksv1.ConditionReconciling, metav1.ConditionTrue, reason, msg, g, now)
-	setCond(&st.Conditions, locksv1.ConditionStalled, metav1.ConditionFalse, reason, "waiting", g, now)
+	SetCondition(&st.Conditions, locksv1.ConditionGranted, metav1.ConditionFalse, reason, msg, g, now)
+	SetCondition(&st.Conditions, locksv1.ConditionReady, metav1.ConditionFalse, reason, msg, g, now)
+	SetCondition(&st.Conditions, locksv1.ConditionReconciling, metav1.ConditionTrue, reason, msg, g, now)
+	SetCondition(&st.Conditions, locksv1.ConditionStalled, metav1.ConditionFalse, reason, "waiting", g, now)
 }
 
 // waitingStatus is the status of a request still in this key's queue at index i of n.
@@ -937,12 +937,12 @@ func newBlockers(holders, granted, waiting []*entry) blockers {
 	for _, set := range [][]*entry{holders, granted} {
 		if len(set) > 0 {
 			h := set[0].req.Spec.Holder
-			return blockers{ahead: "locked by " + Describe(h.Owner, h.Pull)}
+			return blockers{ahead: "locked by " + h.Describe()}
 		}
 	}
 	if len(waiting) > 0 {
 		h := waiting[0].req.Spec.Holder
-		return blockers{ahead: "waiting behind " + Describe(h.Owner, h.Pull), head: waiting[0]}
+		return blockers{ahead: "waiting behind " + h.Describe(), head: waiting[0]}
 	}
 	return blockers{}
 }
@@ -961,7 +961,7 @@ func blockerText(holders, granted, waiting []*entry, e *entry) string {
 }
 
 func grantedMessage(e *entry, st locksv1.LockRequestStatus) string {
-	return fmt.Sprintf("granted %s to %s (fencing token %d)", keysText(e), Describe(e.req.Spec.Holder.Owner, e.req.Spec.Holder.Pull), st.FencingToken)
+	return fmt.Sprintf("granted %s to %s (fencing token %d)", keysText(e), e.req.Spec.Holder.Describe(), st.FencingToken)
 }
 
 func keysText(e *entry) string {

@@ -277,27 +277,6 @@ func TestFirstUnheld(t *testing.T) {
 	}
 }
 
-func TestIdentityAndDescribe(t *testing.T) {
-	cases := map[string]struct {
-		tc           locksv1.Holder
-		wantIdentity string
-		wantDescribe string
-	}{
-		"owner and pull": {tc: locksv1.Holder{Owner: "alice", Pull: 100}, wantIdentity: "alice#100", wantDescribe: "pull #100 (alice)"},
-		"owner only":     {tc: locksv1.Holder{Owner: "ci/deploy"}, wantIdentity: "ci/deploy", wantDescribe: "ci/deploy"},
-	}
-	for name, tc := range cases {
-		t.Run(name, func(t *testing.T) {
-			if diff := cmp.Diff(tc.wantIdentity, Identity(tc.tc)); diff != "" {
-				t.Errorf("Identity (-want +got):\n%s", diff)
-			}
-			if diff := cmp.Diff(tc.wantDescribe, Describe(tc.tc.Owner, tc.tc.Pull)); diff != "" {
-				t.Errorf("Describe (-want +got):\n%s", diff)
-			}
-		})
-	}
-}
-
 func TestTTL(t *testing.T) {
 	cfg := testConfig()
 	if got := TTL(makeReq("a").obj(), cfg); got != cfg.DefaultTTL {

@@ -20,7 +20,9 @@ func newMicroTime(t time.Time) metav1.MicroTime {
 	return metav1.NewMicroTime(t.Truncate(time.Microsecond))
 }
 
-func setCond(conds *[]metav1.Condition, typ string, status metav1.ConditionStatus, reason, msg string, gen int64, now time.Time) {
+// SetCondition sets one condition of a Turnstile status, stamped at the API server's precision:
+// the one condition setter of the queue's statuses, the deadlock victim's and CommandLock's.
+func SetCondition(conds *[]metav1.Condition, typ string, status metav1.ConditionStatus, reason, msg string, gen int64, now time.Time) {
 	meta.SetStatusCondition(conds, metav1.Condition{
 		Type: typ, Status: status, Reason: reason, Message: msg,
 		ObservedGeneration: gen, LastTransitionTime: newTime(now),

@@ -381,7 +381,7 @@ func (s *sim) freeze() string {
 
 // ensureLease makes sure the holder Lease of id exists and is renewed at the simulated now.
 func (s *sim) ensureLease(id locksv1.Holder) string {
-	name := "lease-" + strings.ReplaceAll(queue.Identity(id), "#", "-")
+	name := "lease-" + strings.ReplaceAll(id.Identity(), "#", "-")
 	var l coordinationv1.Lease
 	err := k8s.Get(ctx, client.ObjectKey{Namespace: s.ns, Name: name}, &l)
 	now := metav1.NewMicroTime(s.now)
@@ -403,7 +403,7 @@ func (s *sim) ensureLease(id locksv1.Holder) string {
 func (s *sim) lease() string {
 	id := s.ids[s.rng.IntN(len(s.ids))]
 	if s.rng.IntN(3) == 0 {
-		name := "lease-" + strings.ReplaceAll(queue.Identity(id), "#", "-")
+		name := "lease-" + strings.ReplaceAll(id.Identity(), "#", "-")
 		l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: name}}
 		Expect(client.IgnoreNotFound(k8s.Delete(ctx, l))).To(Succeed())
 		return "lose-lease " + name

@@ -12,7 +12,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
-	"github.com/turnstile-dev/turnstile/internal/queue"
 )
 
 // InvariantChecker watches every LockRequest and checks, after each event, the safety
@@ -108,7 +107,7 @@ func (ic *InvariantChecker) observe(ev watch.Event) {
 			if holders[lk] == nil {
 				holders[lk] = map[string][]string{}
 			}
-			id := queue.Identity(r.Spec.Holder)
+			id := r.Spec.Holder.Identity()
 			holders[lk][id] = append(holders[lk][id], k)
 		}
 	}
