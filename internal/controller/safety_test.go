@@ -52,14 +52,6 @@ func dump(ns string) string {
 	return out
 }
 
-func startChecker(ns string) *framework.InvariantChecker {
-	GinkgoHelper()
-	ic, err := framework.StartInvariantChecker(ctx, k8s, ns)
-	Expect(err).NotTo(HaveOccurred())
-	DeferCleanup(ic.Stop)
-	return ic
-}
-
 func expectNoViolations(ic *framework.InvariantChecker, minGrants int64) {
 	GinkgoHelper()
 	// Let the last events arrive before judging.
@@ -74,7 +66,7 @@ var _ = Describe("Safety under concurrency", func() {
 	// served and no key is ever held by two identities.
 	churnSafely := func(requesters, rounds, keys int, seed int64) {
 		ns := newNamespace()
-		ic := startChecker(ns)
+		ic := framework.StartChecker(ctx, k8s, ns)
 		grants := churn(ns, requesters, rounds, keys, seed)
 		Expect(grants).To(BeEquivalentTo(requesters * rounds))
 		expectNoViolations(ic, grants)
