@@ -12,7 +12,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
-	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -27,12 +26,10 @@ import (
 // maintenance window), how many requests it blocks, and whether it is in force. It requeues at
 // spec.until so the status thaws on time; the lock keys requeue at that time themselves.
 type CommandLockReconciler struct {
+	options
 	client    client.Client
 	apiReader client.Reader
 	recorder  events.EventRecorder
-	clock     clock.PassiveClock
-	flags     queue.FreezeFlags
-	metrics   *Metrics
 
 	// frozen remembers the CommandLocks last seen in force, by name, so that deleting one (which
 	// thaws its command) still gets its Thaw event.
@@ -44,11 +41,9 @@ var _ reconcile.Reconciler = (*CommandLockReconciler)(nil)
 
 // NewCommandLockReconciler builds the reconciler. apiReader reads past the cache: Drained is
 // confirmed against the store before it is reported.
-func NewCommandLockReconciler(c client.Client, apiReader client.Reader, recorder events.EventRecorder, flags queue.FreezeFlags, m *Metrics, clk clock.PassiveClock) *CommandLockReconciler {
-	if clk == nil {
-		clk = clock.RealClock{}
-	}
-	return &CommandLockReconciler{client: c, apiReader: apiReader, recorder: recorder, clock: clk, flags: flags, metrics: m, frozen: map[string]types.UID{}}
+// It uses WithClock, WithFreezeFlags and WithMetrics.
+func NewCommandLockReconciler(c client.Client, apiReader client.Reader, recorder events.EventRecorder, opts ...Option) *CommandLockReconciler {
+	return &CommandLockReconciler{options: newOptions(opts), client: c, apiReader: apiReader, recorder: recorder, frozen: map[string]types.UID{}}
 }
 
 // +kubebuilder:rbac:groups=locks.turnstile.dev,resources=commandlocks,verbs=get;list;watch

@@ -19,7 +19,6 @@ import (
 	"github.com/turnstile-dev/turnstile/internal/controller"
 	"github.com/turnstile-dev/turnstile/internal/deadlock"
 	"github.com/turnstile-dev/turnstile/internal/lockkey"
-	"github.com/turnstile-dev/turnstile/internal/queue"
 	. "github.com/turnstile-dev/turnstile/internal/testing/wrappers"
 )
 
@@ -133,8 +132,7 @@ var _ = Describe("Guards of the controllers", func() {
 		Eventually(clCond(command, locksv1.ConditionDrained), timeout, interval).Should(HavePrefix("False/"))
 
 		// A second reconciler whose cache has not seen h; the ProjectLock lists it as holder.
-		r := controller.NewCommandLockReconciler(laggingCache{Client: k8s, hidden: []string{"h"}}, k8s, nopRecorder{},
-			queue.FreezeFlags{}, controller.NewMetrics(nil), nil)
+		r := controller.NewCommandLockReconciler(laggingCache{Client: k8s, hidden: []string{"h"}}, k8s, nopRecorder{})
 		_, err := r.Reconcile(ctx, reconcile.Request{NamespacedName: types.NamespacedName{Name: command}})
 		Expect(err).NotTo(HaveOccurred())
 		Expect(clCond(command, locksv1.ConditionDrained)()).To(HavePrefix("False/"), "drained while h holds the key")
@@ -160,7 +158,7 @@ var _ = Describe("Guards of the controllers", func() {
 		// The detector's list still shows v-bob waiting, which closes a cycle with w-alice; by
 		// the time it reads the victim (the older waiter), v-bob has let go.
 		det := controller.NewDeadlockDetector(laggingCache{Client: k8s, stale: []client.Object{waiting}, getsLive: true}, nopRecorder{},
-			queue.DefaultConfig(), queue.FreezeFlags{}, deadlock.PolicyOldest, 0, controller.NewMetrics(nil), nil)
+			controller.WithDeadlockPolicy(deadlock.PolicyOldest))
 		Expect(det.Check(ctx, ns)).To(Succeed())
 		Expect(get(ns, "v-bob").Status.Phase).To(Equal(locksv1.PhaseReleased), "a released request was failed as a deadlock victim")
 		Expect(get(ns, "w-alice").Status.Phase).To(Equal(locksv1.PhasePending))

@@ -14,7 +14,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
-	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -38,22 +37,15 @@ const conflictRetry = 20 * time.Millisecond
 // ProjectLock (namespace/name), whether or not that ProjectLock exists yet. Keys reconcile in
 // parallel and independently, so one busy key never delays another.
 type LockReconciler struct {
+	// options: refreshRate bounds the writes that only refresh a waiter's queue position, per
+	// key, so a hand-off costs O(1) writes however deep the queue is.
+	options
 	client    client.Client
 	apiReader client.Reader
 	recorder  events.EventRecorder
-	clock     clock.PassiveClock
-	cfg       queue.Config
-	flags     queue.FreezeFlags
-	workers   int
-	metrics   *Metrics
-	deadlocks DeadlockChecker
 
-	// refreshRate bounds the writes that only refresh a waiter's queue position, per key, so a
-	// hand-off costs O(1) writes however deep the queue is.
-	refreshRate  rate.Limit
-	refreshBurst int
-	mu           sync.Mutex
-	refresh      map[types.NamespacedName]*rate.Limiter
+	mu      sync.Mutex
+	refresh map[types.NamespacedName]*rate.Limiter
 
 	// overlay holds this reconciler's own recent writes until the cache shows them.
 	overlay *overlay
@@ -74,51 +66,15 @@ type NewWait struct {
 	Last bool
 }
 
-// LockOption configures a LockReconciler.
-type LockOption func(*LockReconciler)
-
-// WithClock sets the clock (tests use a fake one).
-func WithClock(c clock.PassiveClock) LockOption { return func(r *LockReconciler) { r.clock = c } }
-
-// WithConfig sets the queue policy.
-func WithConfig(cfg queue.Config) LockOption { return func(r *LockReconciler) { r.cfg = cfg } }
-
-// WithFreezeFlags sets --disable-apply and --disable-global-apply-lock.
-func WithFreezeFlags(f queue.FreezeFlags) LockOption { return func(r *LockReconciler) { r.flags = f } }
-
-// WithWorkers sets how many keys reconcile at once.
-func WithWorkers(n int) LockOption { return func(r *LockReconciler) { r.workers = n } }
-
-// WithMetrics sets where metrics are recorded.
-func WithMetrics(m *Metrics) LockOption { return func(r *LockReconciler) { r.metrics = m } }
-
-// WithDeadlockChecker wires deadlock detection in.
-func WithDeadlockChecker(d DeadlockChecker) LockOption {
-	return func(r *LockReconciler) { r.deadlocks = d }
-}
-
-// WithPositionRefreshRate bounds position-only status writes per key.
-func WithPositionRefreshRate(perSecond float64, burst int) LockOption {
-	return func(r *LockReconciler) { r.refreshRate, r.refreshBurst = rate.Limit(perSecond), burst }
-}
-
 // NewLockReconciler builds the key reconciler. apiReader reads past the cache; it confirms a
 // holder is really gone before its lock is handed on.
-func NewLockReconciler(c client.Client, apiReader client.Reader, recorder events.EventRecorder, opts ...LockOption) *LockReconciler {
-	r := &LockReconciler{
-		client: c, apiReader: apiReader, recorder: recorder,
-		clock: clock.RealClock{}, cfg: queue.DefaultConfig(), workers: 8,
-		refreshRate: 20, refreshBurst: 20,
+func NewLockReconciler(c client.Client, apiReader client.Reader, recorder events.EventRecorder, opts ...Option) *LockReconciler {
+	return &LockReconciler{
+		options: newOptions(opts),
+		client:  c, apiReader: apiReader, recorder: recorder,
 		refresh: map[types.NamespacedName]*rate.Limiter{},
 		overlay: newOverlay(),
 	}
-	for _, o := range opts {
-		o(r)
-	}
-	if r.metrics == nil {
-		r.metrics = NewMetrics(nil)
-	}
-	return r
 }
 
 // +kubebuilder:rbac:groups=locks.turnstile.dev,resources=projectlocks;lockrequests;commandlocks,verbs=get;list;watch;create;update;patch;delete

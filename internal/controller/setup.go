@@ -44,7 +44,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o SetupOptions) error {
 	}
 	recorder := mgr.GetEventRecorder("turnstile")
 	m := NewMetrics(o.Registry, mgr.GetCache())
-	opts := []LockOption{WithConfig(o.Queue), WithFreezeFlags(o.Freeze), WithMetrics(m)}
+	opts := []Option{WithConfig(o.Queue), WithFreezeFlags(o.Freeze), WithMetrics(m)}
 	if o.Workers > 0 {
 		opts = append(opts, WithWorkers(o.Workers))
 	}
@@ -56,7 +56,8 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o SetupOptions) error {
 		if policy == "" {
 			policy = deadlock.PolicyNewest
 		}
-		det := NewDeadlockDetector(mgr.GetClient(), recorder, o.Queue, o.Freeze, policy, o.DeadlockScan, m, nil)
+		det := NewDeadlockDetector(mgr.GetClient(), recorder, WithConfig(o.Queue), WithFreezeFlags(o.Freeze),
+			WithDeadlockPolicy(policy), WithScanInterval(o.DeadlockScan), WithMetrics(m))
 		if err := mgr.Add(det); err != nil {
 			return err
 		}
@@ -66,8 +67,8 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o SetupOptions) error {
 	if err := locks.SetupWithManager(mgr); err != nil {
 		return err
 	}
-	if err := NewCommandLockReconciler(mgr.GetClient(), mgr.GetAPIReader(), recorder, o.Freeze, m, nil).SetupWithManager(mgr); err != nil {
+	if err := NewCommandLockReconciler(mgr.GetClient(), mgr.GetAPIReader(), recorder, WithFreezeFlags(o.Freeze), WithMetrics(m)).SetupWithManager(mgr); err != nil {
 		return err
 	}
-	return NewRetentionReconciler(mgr.GetClient(), o.Retention, nil).SetupWithManager(mgr)
+	return NewRetentionReconciler(mgr.GetClient(), o.Retention).SetupWithManager(mgr)
 }

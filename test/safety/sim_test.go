@@ -166,7 +166,7 @@ func newSim(seed uint64) *sim {
 }
 
 func (s *sim) detector(m *manager) *controller.DeadlockDetector {
-	return controller.NewDeadlockDetector(m.view, nopRecorder{}, s.cfg, queue.FreezeFlags{}, deadlock.PolicyNewest, 0, controller.NewMetrics(nil), m.clock)
+	return controller.NewDeadlockDetector(m.view, nopRecorder{}, controller.WithConfig(s.cfg), controller.WithDeadlockPolicy(deadlock.PolicyNewest), controller.WithClock(m.clock))
 }
 
 // where says where a failure happened, with the seed that replays it.
