@@ -85,16 +85,14 @@ func NewLockReconciler(c client.Client, apiReader client.Reader, recorder events
 // Reconcile decides one key and writes the decision in the safe order.
 func (r *LockReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	now := r.clock.Now()
-	in, ok, err := r.read(ctx, req)
+	in, ok, err := r.read(ctx, req, now)
 	if err != nil || !ok {
 		return reconcile.Result{}, err
 	}
-	in.Now = now
-	lost, lapse, err := r.holderLeases(ctx, req.Namespace, in.Requests, now)
+	in.LostHolders, in.NextLeaseLapse, err = r.holderLeases(ctx, req.Namespace, in.Requests, now)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	in.LostHolders = lost
 	// Only as many position refreshes as the key's write rate allows are worth building.
 	in.Refreshes = queue.RefreshBudget{Limited: true, N: int(r.limiter(req.NamespacedName).TokensAt(now))}
 	d := queue.Decide(in)
@@ -109,17 +107,12 @@ func (r *LockReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 			return reconcile.Result{}, fmt.Errorf("decide %s: asked to create the ProjectLock it was given", req)
 		}
 	}
-	res, err := r.apply(ctx, req, in, d, 0)
-	if err == nil && !lapse.IsZero() {
-		// A holder Lease lapses by the clock: decide again then, no event will say so.
-		res.RequeueAfter = minPositive(res.RequeueAfter, lapse.Sub(now)+time.Millisecond)
-	}
-	return res, err
+	return r.apply(ctx, req, in, d, 0)
 }
 
 // read gathers the decision's inputs. ok is false when there is nothing to decide.
-func (r *LockReconciler) read(ctx context.Context, req reconcile.Request) (queue.Input, bool, error) {
-	in := queue.Input{Name: req.Name, Config: r.cfg}
+func (r *LockReconciler) read(ctx context.Context, req reconcile.Request, now time.Time) (queue.Input, bool, error) {
+	in := queue.Input{Now: now, Name: req.Name, Config: r.cfg}
 	var lock locksv1.ProjectLock
 	switch err := r.client.Get(ctx, req.NamespacedName, &lock); {
 	case apierrors.IsNotFound(err):
@@ -135,7 +128,7 @@ func (r *LockReconciler) read(ctx context.Context, req reconcile.Request) (queue
 			if err := r.client.Update(ctx, withFinalizer); err != nil {
 				return in, false, fmt.Errorf("add finalizer to projectlock %s: %w", req, err)
 			}
-			r.overlay.wroteLock(withFinalizer, r.clock.Now())
+			r.overlay.wroteLock(withFinalizer, now)
 			in.Lock = withFinalizer
 		}
 	}
@@ -221,11 +214,7 @@ func (r *LockReconciler) read(ctx context.Context, req reconcile.Request) (queue
 	if err := r.client.List(ctx, &cls); err != nil {
 		return in, false, fmt.Errorf("list commandlocks: %w", err)
 	}
-	var thaw time.Time
-	in.Freezes, thaw = queue.ResolveFreezes(cls.Items, r.flags, r.clock.Now())
-	if !thaw.IsZero() {
-		in.NextThaw = thaw
-	}
+	in.Freezes, in.NextThaw = queue.ResolveFreezes(cls.Items, r.flags, now)
 	return in, true, nil
 }
 
@@ -353,18 +342,15 @@ func (r *LockReconciler) apply(ctx context.Context, req reconcile.Request, in qu
 		}
 	}
 
+	// Time-driven work is the decision's (queue.Decide's nextDeadline); the write rate is ours.
 	result := reconcile.Result{RequeueAfter: d.RequeueAfter}
-	if !in.NextThaw.IsZero() && len(d.Queue) > 0 {
-		// A freeze thaws by the clock: decide again then, no event will say so.
-		result.RequeueAfter = minPositive(result.RequeueAfter, in.NextThaw.Sub(in.Now)+time.Millisecond)
-	}
 	var newlyWaiting []NewWait
 	limiter := r.limiter(req.NamespacedName)
 	for _, u := range d.Waiting {
 		if u.Refresh {
 			if res := limiter.ReserveN(r.clock.Now(), 1); res.Delay() > 0 {
 				res.Cancel()
-				result.RequeueAfter = minPositive(result.RequeueAfter, time.Second/time.Duration(max(1, int(r.refreshRate))))
+				result.RequeueAfter = minPositive(result.RequeueAfter, r.refreshRetry())
 				continue
 			}
 		}
@@ -376,7 +362,7 @@ func (r *LockReconciler) apply(ctx context.Context, req reconcile.Request, in qu
 		}
 	}
 	if d.RefreshDeferred {
-		result.RequeueAfter = minPositive(result.RequeueAfter, time.Second/time.Duration(max(1, int(r.refreshRate))))
+		result.RequeueAfter = minPositive(result.RequeueAfter, r.refreshRetry())
 	}
 	if len(d.Waiting) == 0 && len(d.Queue) == 0 {
 		r.forgetLimiter(req.NamespacedName)
@@ -460,7 +446,7 @@ func (r *LockReconciler) frozenSince(ctx context.Context, in *queue.Input, d que
 			read = append(read, cl)
 		}
 	}
-	freezes, thaw := queue.ResolveFreezes(read, r.flags, r.clock.Now())
+	freezes, thaw := queue.ResolveFreezes(read, r.flags, in.Now)
 	for _, c := range commands {
 		if _, frozen := freezes.For(c); frozen {
 			in.Freezes, in.NextThaw = freezes, thaw
@@ -510,6 +496,11 @@ func (r *LockReconciler) forgetLimiter(key types.NamespacedName) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.refresh, key)
+}
+
+// refreshRetry is when the key's write rate allows the next position refresh.
+func (r *LockReconciler) refreshRetry() time.Duration {
+	return time.Second / time.Duration(max(1, int(r.refreshRate)))
 }
 
 func minPositive(a, b time.Duration) time.Duration {

@@ -54,11 +54,15 @@ type Input struct {
 	// Requests are the live requests that name this key (any phase). A holder that is not
 	// among them is gone: the caller has confirmed that with a live read.
 	Requests []*locksv1.LockRequest
-	// Freezes are the command freezes in force at Now; NextThaw is when one thaws by itself.
+	// Freezes are the command freezes in force at Now; NextThaw is when one thaws by itself
+	// (zero: none does), which no event announces.
 	Freezes  Freezes
 	NextThaw time.Time
 	// LostHolders are requests whose holder Lease lapsed, with a message saying how.
 	LostHolders map[types.UID]string
+	// NextLeaseLapse is the earliest time a live holder Lease of these requests lapses unless it
+	// is renewed (zero: none can), which no event announces either.
+	NextLeaseLapse time.Time
 	// GoneTokens are the request-level tokens that listed holders missing from Requests showed
 	// last (the watch's delete event carries them). The token of the key's next holder must be
 	// above them; a gone holder missing here has a token nobody knows any more.
@@ -126,7 +130,8 @@ type Decision struct {
 	// Queue is every waiting request in grant order.
 	Queue []*locksv1.LockRequest
 	// RequeueAfter is when the key needs deciding again without any event (a TTL, a wait
-	// timeout, an aging step); zero when nothing is due.
+	// timeout, an aging step, a freeze thawing, a holder Lease lapsing); zero when nothing is
+	// due. It is the decision's one requeue (nextDeadline).
 	RequeueAfter time.Duration
 	// RefreshDeferred is true when waiters whose position moved were left for later because
 	// the refresh budget ran out: decide again once the caller can write more.
@@ -445,7 +450,7 @@ func Decide(in Input) Decision {
 		return dropFirst(lock, entries, d.Demote, now, in.Config)
 	}
 
-	d.RequeueAfter = nextDeadline(allHolders, waiting, now, in.Config)
+	d.RequeueAfter = nextDeadline(in, allHolders, waiting)
 	return d
 }
 
@@ -971,7 +976,12 @@ func keysText(e *entry) string {
 	return fmt.Sprintf("%d locks", len(e.refs))
 }
 
-func nextDeadline(holders, waiting []*entry, now time.Time, cfg Config) time.Duration {
+// nextDeadline is the one time-driven requeue of a decision: the nearest of the holders'
+// expiries, the waiters' timeouts and aging steps, a freeze thawing while someone waits, and a
+// live holder Lease lapsing. The clock-driven inputs are decided a millisecond after their time,
+// so the decision then sees them passed.
+func nextDeadline(in Input, holders, waiting []*entry) time.Duration {
+	now, cfg := in.Now, in.Config
 	var next time.Time
 	consider := func(t time.Time) {
 		if t.After(now) && (next.IsZero() || t.Before(next)) {
@@ -992,6 +1002,12 @@ func nextDeadline(holders, waiting []*entry, now time.Time, cfg Config) time.Dur
 			steps := waited/cfg.AgingStep + 1
 			consider(e.arrival.Add(steps * cfg.AgingStep))
 		}
+	}
+	if !in.NextThaw.IsZero() && len(waiting) > 0 {
+		consider(in.NextThaw.Add(time.Millisecond))
+	}
+	if !in.NextLeaseLapse.IsZero() {
+		consider(in.NextLeaseLapse.Add(time.Millisecond))
 	}
 	if next.IsZero() {
 		return 0

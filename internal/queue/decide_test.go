@@ -539,3 +539,42 @@ func TestDecideExpiryFollowsRequeue(t *testing.T) {
 		})
 	}
 }
+
+// Decide owns time: a freeze thawing while someone waits and a holder Lease lapsing are its
+// inputs, and its one requeue is the nearest deadline of all (nextDeadline).
+func TestDecideRequeuesForThawsAndLeaseLapses(t *testing.T) {
+	h := aliceHolder().obj() // expires at t0+25m
+	waiter := makeReq("b").owner("bob", 7).obj()
+	cases := map[string]struct {
+		waiters         []*locksv1.LockRequest
+		thaw, lapse     time.Time
+		wantRequeueTill time.Time
+	}{
+		"only the holder's expiry": {
+			waiters: []*locksv1.LockRequest{waiter}, wantRequeueTill: t0.Add(25 * time.Minute),
+		},
+		"a freeze thaws first while someone waits": {
+			waiters: []*locksv1.LockRequest{waiter}, thaw: t0.Add(time.Minute),
+			wantRequeueTill: t0.Add(time.Minute + time.Millisecond),
+		},
+		"a thaw with nobody waiting is no deadline": {
+			thaw: t0.Add(time.Minute), wantRequeueTill: t0.Add(25 * time.Minute),
+		},
+		"a holder Lease lapses first": {
+			waiters: []*locksv1.LockRequest{waiter}, thaw: t0.Add(time.Minute), lapse: t0.Add(30 * time.Second),
+			wantRequeueTill: t0.Add(30*time.Second + time.Millisecond),
+		},
+		"a Lease lapse after the expiry": {
+			lapse: t0.Add(time.Hour), wantRequeueTill: t0.Add(25 * time.Minute),
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			in := Input{Now: now, Name: name1, Lock: aliceLock(h), Config: testConfig(),
+				Requests: append([]*locksv1.LockRequest{h}, tc.waiters...), NextThaw: tc.thaw, NextLeaseLapse: tc.lapse}
+			if diff := cmp.Diff(untilFromNow(tc.wantRequeueTill), Decide(in).RequeueAfter); diff != "" {
+				t.Errorf("RequeueAfter (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
