@@ -206,41 +206,7 @@ func Decide(in Input) Decision {
 
 	// 1. Who leaves the holder set or the queue now.
 	for _, e := range entries {
-		req := e.req
-		switch {
-		case e.final:
-			// Already final: if still listed as holder, it just drops out below.
-		case req.DeletionTimestamp != nil:
-			// Its object is going (a finalizer keeps it a while): its runner may still be
-			// watching it, so it is told before the key moves on.
-			msg := "deleted while it held the lock"
-			if !e.heldHere && req.Status.Phase != locksv1.PhaseGranted {
-				msg = "deleted before it was granted"
-			}
-			e.outcome = &outcome{locksv1.PhaseReleased, locksv1.ReasonReleased, msg, "Normal"}
-		case req.Spec.Release:
-			msg := "released"
-			if !e.heldHere && req.Status.Phase != locksv1.PhaseGranted {
-				msg = "released before it was granted"
-			}
-			e.outcome = &outcome{locksv1.PhaseReleased, locksv1.ReasonReleased, msg, "Normal"}
-		case in.LostHolders[req.UID] != "":
-			e.outcome = &outcome{locksv1.PhaseReleased, locksv1.ReasonHolderLost, in.LostHolders[req.UID], "Warning"}
-		case e.claims && !e.heldHere:
-			// Its status says it holds this key but the ProjectLock does not list it: the
-			// ProjectLock was deleted (or re-created) under it, an admin's force-unlock.
-			e.outcome = &outcome{locksv1.PhaseReleased, locksv1.ReasonForceUnlocked,
-				fmt.Sprintf("ProjectLock %s was deleted: the lock on %s was force-unlocked", in.Name, e.ref.Key), "Warning"}
-		case e.heldHere && !e.term.expiry.IsZero() && !now.Before(e.term.expiry):
-			e.outcome = &outcome{locksv1.PhaseExpired, locksv1.ReasonExpired, expiredMessage(e), "Warning"}
-		case !e.heldHere && in.Config.MaxTTL > 0 && e.ttl > in.Config.MaxTTL:
-			e.outcome = &outcome{locksv1.PhaseFailed, locksv1.ReasonInvalid,
-				fmt.Sprintf("spec.ttl %s is over this operator's maximum of %s; ask for at most %s", e.ttl, in.Config.MaxTTL, in.Config.MaxTTL), "Warning"}
-		case !e.heldHere && e.stamped && req.Spec.WaitTimeout != nil && req.Spec.WaitTimeout.Duration > 0 &&
-			!now.Before(e.arrival.Add(req.Spec.WaitTimeout.Duration)):
-			e.outcome = &outcome{locksv1.PhaseFailed, locksv1.ReasonTimeout,
-				fmt.Sprintf("not granted within waitTimeout %s", req.Spec.WaitTimeout.Duration), "Warning"}
-		}
+		e.outcome = leaving(e, in)
 	}
 
 	// 2. The holders that stay. One listed but never written as holding (a crash, or a lost
@@ -440,6 +406,49 @@ func Decide(in Input) Decision {
 
 	d.RequeueAfter = nextDeadline(in, allHolders, waiting)
 	return d
+}
+
+// leaving is why e leaves the key's holders or its queue in this decision, or nil if it stays:
+// the first step of Decide. The order of the cases is the order of precedence: an object being
+// deleted or released is that before anything the clock says of it.
+func leaving(e *entry, in Input) *outcome {
+	req := e.req
+	switch {
+	case e.final:
+		// Already final: if still listed as holder, it just drops out of the holders.
+		return nil
+	case req.DeletionTimestamp != nil:
+		// Its object is going (a finalizer keeps it a while): its runner may still be
+		// watching it, so it is told before the key moves on.
+		msg := "deleted while it held the lock"
+		if !e.heldHere && req.Status.Phase != locksv1.PhaseGranted {
+			msg = "deleted before it was granted"
+		}
+		return &outcome{locksv1.PhaseReleased, locksv1.ReasonReleased, msg, "Normal"}
+	case req.Spec.Release:
+		msg := "released"
+		if !e.heldHere && req.Status.Phase != locksv1.PhaseGranted {
+			msg = "released before it was granted"
+		}
+		return &outcome{locksv1.PhaseReleased, locksv1.ReasonReleased, msg, "Normal"}
+	case in.LostHolders[req.UID] != "":
+		return &outcome{locksv1.PhaseReleased, locksv1.ReasonHolderLost, in.LostHolders[req.UID], "Warning"}
+	case e.claims && !e.heldHere:
+		// Its status says it holds this key but the ProjectLock does not list it: the
+		// ProjectLock was deleted (or re-created) under it, an admin's force-unlock.
+		return &outcome{locksv1.PhaseReleased, locksv1.ReasonForceUnlocked,
+			fmt.Sprintf("ProjectLock %s was deleted: the lock on %s was force-unlocked", in.Name, e.ref.Key), "Warning"}
+	case e.heldHere && !e.term.expiry.IsZero() && !in.Now.Before(e.term.expiry):
+		return &outcome{locksv1.PhaseExpired, locksv1.ReasonExpired, expiredMessage(e), "Warning"}
+	case !e.heldHere && in.Config.MaxTTL > 0 && e.ttl > in.Config.MaxTTL:
+		return &outcome{locksv1.PhaseFailed, locksv1.ReasonInvalid,
+			fmt.Sprintf("spec.ttl %s is over this operator's maximum of %s; ask for at most %s", e.ttl, in.Config.MaxTTL, in.Config.MaxTTL), "Warning"}
+	case !e.heldHere && e.stamped && req.Spec.WaitTimeout != nil && req.Spec.WaitTimeout.Duration > 0 &&
+		!in.Now.Before(e.arrival.Add(req.Spec.WaitTimeout.Duration)):
+		return &outcome{locksv1.PhaseFailed, locksv1.ReasonTimeout,
+			fmt.Sprintf("not granted within waitTimeout %s", req.Spec.WaitTimeout.Duration), "Warning"}
+	}
+	return nil
 }
 
 // forceUnlock decides a ProjectLock that is being deleted: every request it lists that is not
