@@ -34,6 +34,8 @@ type mutant struct {
 
 const (
 	decide     = "internal/queue/decide.go"
+	tokens     = "internal/queue/tokens.go"
+	order      = "internal/queue/order.go"
 	controller = "internal/controller/lock_controller.go"
 	commands   = "internal/controller/commandlock_controller.go"
 	overlay    = "internal/controller/overlay.go"
@@ -54,13 +56,13 @@ var mutants = []mutant{
 	},
 	{
 		name: "counter-token", guard: "a grant's token is the ProjectLock's resourceVersion",
-		edits: []edit{{decide, "return max(prev+1, revision, leaving+1)", "return prev + 1 + 0*revision + 0*leaving"}},
+		edits: []edit{{tokens, "return max(prev+1, revision, leaving+1)", "return prev + 1 + 0*revision + 0*leaving"}},
 		pkg:   safety, focus: "hole 3|hole 4",
 	},
 	{
 		name: "token-below-leaving-holder", guard: "a new holder's token is above the tokens of the holders leaving in the same write",
 		edits: []edit{
-			{decide, "return max(prev+1, revision, leaving+1)", "return max(prev+1, revision, 0*leaving)"},
+			{tokens, "return max(prev+1, revision, leaving+1)", "return max(prev+1, revision, 0*leaving)"},
 			{decide, "again = unknown && newHolder\n", "again = false && unknown && newHolder\n"},
 		},
 		pkg: safety, focus: "hole 3",
@@ -72,7 +74,7 @@ var mutants = []mutant{
 	},
 	{
 		name: "deleting-holder-unwritten", guard: "a holder whose object is being deleted is written Released first",
-		edits: []edit{{decide, "		case req.DeletionTimestamp != nil:\n", "		case req.DeletionTimestamp != nil && false:\n"}},
+		edits: []edit{{decide, "	case req.DeletionTimestamp != nil:\n", "	case req.DeletionTimestamp != nil && false:\n"}},
 		pkg:   safety, focus: "hole 5",
 	},
 	{
@@ -92,7 +94,7 @@ var mutants = []mutant{
 	},
 	{
 		name: "fifo-by-clock", guard: "queues order by the API server's order (creation, arrival revision), not queuedAt",
-		edits: []edit{{decide, "	if c := a.req.CreationTimestamp.Compare(b.req.CreationTimestamp.Time); c != 0 {\n\t\treturn c\n\t}\n\tif a.ticket != b.ticket {",
+		edits: []edit{{order, "	if c := a.req.CreationTimestamp.Compare(b.req.CreationTimestamp.Time); c != 0 {\n\t\treturn c\n\t}\n\tif a.ticket != b.ticket {",
 			"	if c := a.arrival.Compare(b.arrival); c != 0 {\n\t\treturn c\n\t}\n\tif a.ticket != b.ticket {"}},
 		pkg: safety, focus: "hole 7",
 	},
@@ -153,7 +155,7 @@ var mutants = []mutant{
 	},
 	{
 		name: "again-drops-demotions", guard: "the Again split writes its demotions before the ProjectLock drops them",
-		edits: []edit{{decide, "	d := Decision{Again: true, Demote: demote}\n", "	d := Decision{Again: true}\n\t_ = demote\n"}},
+		edits: []edit{{tokens, "	d := Decision{Again: true, Demote: demote}\n", "	d := Decision{Again: true}\n\t_ = demote\n"}},
 		pkg:   "./internal/queue/", focus: "run:TestDecideUnconfirmedGrant",
 	},
 	{
