@@ -26,7 +26,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
@@ -211,56 +214,87 @@ func (c *Client) TryAcquire(ctx context.Context, r Request) (*Lock, error) {
 // Wait watches the named LockRequest until it is granted or ends. It does not delete anything.
 func (c *Client) Wait(ctx context.Context, name string) (*Lock, error) {
 	key := types.NamespacedName{Namespace: c.namespace, Name: name}
-	for {
-		var lr locksv1.LockRequest
-		if err := c.c.Get(ctx, key, &lr); err != nil {
-			return nil, fmt.Errorf("get lockrequest %s: %w", key, err)
-		}
-		if lock, done, err := c.outcome(&lr); done {
-			return lock, err
-		}
-		w, err := c.c.Watch(ctx, &locksv1.LockRequestList{},
-			ctrlclient.InNamespace(c.namespace),
-			ctrlclient.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("metadata.name", name)},
-			&ctrlclient.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: lr.ResourceVersion}})
-		if err != nil {
-			return nil, fmt.Errorf("watch lockrequest %s: %w", key, err)
-		}
-		lock, done, err := c.follow(ctx, w, key)
-		w.Stop()
-		if done {
-			return lock, err
-		}
-		// The watch closed (server timeout, or too old a resourceVersion): read and watch again.
+	var lock *Lock
+	decided := func(lr *locksv1.LockRequest) (bool, error) {
+		l, done, err := c.outcome(lr)
+		lock = l
+		return done, err
 	}
+	err := c.until(ctx, name,
+		func(lr *locksv1.LockRequest) (bool, error) {
+			if lr == nil {
+				return false, fmt.Errorf("get lockrequest %s: %w", key, apierrors.NewNotFound(locksv1.GroupVersion.WithResource("lockrequests").GroupResource(), name))
+			}
+			return decided(lr)
+		},
+		func(ev watch.Event) (bool, error) {
+			if ev.Type == watch.Deleted {
+				return true, &NotGrantedError{Request: key, Phase: locksv1.PhaseReleased, Reason: locksv1.ReasonReleased,
+					Message: "the LockRequest was deleted while waiting"}
+			}
+			lr, _ := ev.Object.(*locksv1.LockRequest)
+			if lr == nil {
+				return false, nil
+			}
+			return decided(lr)
+		})
+	if err != nil {
+		return nil, err
+	}
+	return lock, nil
 }
 
-// follow reads watch events until the request is decided, the context ends, or the watch closes.
-func (c *Client) follow(ctx context.Context, w watch.Interface, key types.NamespacedName) (*Lock, bool, error) {
-	for {
-		select {
-		case <-ctx.Done():
-			return nil, true, fmt.Errorf("waiting for lockrequest %s: %w", key, ctx.Err())
-		case ev, ok := <-w.ResultChan():
-			if !ok {
-				return nil, false, nil
-			}
-			switch ev.Type {
-			case watch.Deleted:
-				return nil, true, &NotGrantedError{Request: key, Phase: locksv1.PhaseReleased, Reason: locksv1.ReasonReleased,
-					Message: "the LockRequest was deleted while waiting"}
-			case watch.Error:
-				return nil, false, nil
-			}
-			lr, ok := ev.Object.(*locksv1.LockRequest)
-			if !ok {
-				continue
-			}
-			if lock, done, err := c.outcome(lr); done {
-				return lock, true, err
-			}
-		}
+// until follows the LockRequest name the way `kubectl wait` does, with client-go's
+// watchtools.UntilWithSync: an informer on that one object that lists, watches, and lists again
+// whenever the watch closes or its resourceVersion is too old. pre sees the object as first
+// listed (nil when there is none) and cond every change after; either ends the wait by returning
+// true or an error. A wait that ctx ends returns ctx's error, wrapped.
+func (c *Client) until(ctx context.Context, name string, pre func(*locksv1.LockRequest) (bool, error), cond watchtools.ConditionFunc) error {
+	sel := fields.OneTermEqualSelector("metadata.name", name).String()
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.FieldSelector = sel
+			var list locksv1.LockRequestList
+			err := c.c.List(ctx, &list, ctrlclient.InNamespace(c.namespace), &ctrlclient.ListOptions{Raw: &o})
+			return &list, err
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.FieldSelector = sel
+			return c.c.Watch(ctx, &locksv1.LockRequestList{}, ctrlclient.InNamespace(c.namespace), &ctrlclient.ListOptions{Raw: &o})
+		},
 	}
+	var preErr error
+	precondition := func(store cache.Store) (bool, error) {
+		obj, exists, err := store.GetByKey(c.namespace + "/" + name)
+		if err != nil {
+			return false, err
+		}
+		var lr *locksv1.LockRequest
+		if exists {
+			lr, _ = obj.(*locksv1.LockRequest)
+		}
+		done, err := pre(lr)
+		preErr = err
+		return done || err != nil, nil
+	}
+	var condErr error
+	condition := func(ev watch.Event) (bool, error) {
+		done, err := cond(ev)
+		condErr = err
+		return done || err != nil, nil
+	}
+	_, err := watchtools.UntilWithSync(ctx, lw, &locksv1.LockRequest{}, precondition, condition)
+	switch {
+	case preErr != nil:
+		return preErr
+	case condErr != nil:
+		return condErr
+	case ctx.Err() != nil:
+		return fmt.Errorf("waiting for lockrequest %s/%s: %w", c.namespace, name, ctx.Err())
+	case err != nil:
+		return fmt.Errorf("waiting for lockrequest %s/%s: %w", c.namespace, name, err)
+	}
+	return nil
 }
 
 // outcome turns a request's status into a Lock or an error, or says it is still pending.
@@ -370,50 +404,25 @@ func (l *Lock) Renew(ctx context.Context, ttl time.Duration) (time.Time, error) 
 // moment its lock is gone.
 func (l *Lock) WaitLost(ctx context.Context) error {
 	key := l.Key()
-	for {
-		var lr locksv1.LockRequest
-		err := l.c.c.Get(ctx, key, &lr)
+	ended := func(lr *locksv1.LockRequest) (bool, error) {
 		switch {
-		case apierrors.IsNotFound(err):
-			return &NotGrantedError{Request: key, Phase: locksv1.PhaseReleased, Reason: locksv1.ReasonReleased, Message: "the LockRequest was deleted"}
-		case err != nil:
-			return fmt.Errorf("get lockrequest %s: %w", key, err)
+		case lr == nil:
+			return true, &NotGrantedError{Request: key, Phase: locksv1.PhaseReleased, Reason: locksv1.ReasonReleased, Message: "the LockRequest was deleted"}
 		case lr.UID != l.UID:
-			return &NotGrantedError{Request: key, Phase: locksv1.PhaseReleased, Reason: locksv1.ReasonReleased, Message: "the LockRequest was deleted and re-created"}
+			return true, &NotGrantedError{Request: key, Phase: locksv1.PhaseReleased, Reason: locksv1.ReasonReleased, Message: "the LockRequest was deleted and re-created"}
 		case lr.Status.Phase != locksv1.PhaseGranted:
-			return notGranted(&lr)
+			return true, notGranted(lr)
 		}
-		w, err := l.c.c.Watch(ctx, &locksv1.LockRequestList{},
-			ctrlclient.InNamespace(l.Namespace),
-			ctrlclient.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("metadata.name", l.Name)},
-			&ctrlclient.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: lr.ResourceVersion}})
-		if err != nil {
-			return fmt.Errorf("watch lockrequest %s: %w", key, err)
-		}
-		err = l.followGrant(ctx, w)
-		w.Stop()
-		if err != nil {
-			return err
-		}
+		return false, nil
 	}
-}
-
-// followGrant returns once the grant ends or ctx is done; nil means the watch closed.
-func (l *Lock) followGrant(ctx context.Context, w watch.Interface) error {
-	for {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case ev, ok := <-w.ResultChan():
-			if !ok || ev.Type == watch.Error {
-				return nil
-			}
-			if ev.Type == watch.Deleted {
-				return &NotGrantedError{Request: l.Key(), Phase: locksv1.PhaseReleased, Reason: locksv1.ReasonReleased, Message: "the LockRequest was deleted"}
-			}
-			if lr, ok := ev.Object.(*locksv1.LockRequest); ok && lr.Status.Phase != locksv1.PhaseGranted {
-				return notGranted(lr)
-			}
+	return l.c.until(ctx, l.Name, ended, func(ev watch.Event) (bool, error) {
+		if ev.Type == watch.Deleted {
+			return ended(nil)
 		}
-	}
+		lr, _ := ev.Object.(*locksv1.LockRequest)
+		if lr == nil {
+			return false, nil
+		}
+		return ended(lr)
+	})
 }

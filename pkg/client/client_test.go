@@ -136,4 +136,49 @@ var _ = Describe("The Go client", func() {
 			Should(MatchError(client.ErrLost))
 		Expect(a.Release(ctx)).To(MatchError(client.ErrLost))
 	})
+
+	It("tells a holder waiting on WaitLost the moment its grant is taken away", func() {
+		tc := newClient()
+		a, err := tc.Acquire(ctx, client.Request{Locks: vpc, Holder: locksv1.Holder{Owner: "alice", Pull: 1}})
+		Expect(err).NotTo(HaveOccurred())
+		lost := make(chan error, 1)
+		go func() { lost <- a.WaitLost(ctx) }()
+		Consistently(lost, time.Second).ShouldNot(Receive(), "the grant stands")
+
+		var pls locksv1.ProjectLockList
+		Expect(k8s.List(ctx, &pls, ctrlclient.InNamespace(a.Namespace))).To(Succeed())
+		Expect(pls.Items).To(HaveLen(1))
+		Expect(k8s.Delete(ctx, &pls.Items[0])).To(Succeed())
+		var err2 error
+		Eventually(lost, 10*time.Second).Should(Receive(&err2))
+		Expect(err2).To(MatchError(client.ErrLost))
+		Expect(err2.Error()).To(ContainSubstring("force-unlocked"))
+
+		short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		defer cancel()
+		b, err := tc.Acquire(ctx, client.Request{Locks: vpc, Holder: locksv1.Holder{Owner: "bob", Pull: 2}})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(b.WaitLost(short)).To(MatchError(context.DeadlineExceeded), "a grant that stands outlives the context")
+		Expect(b.Delete(ctx)).To(Succeed())
+		Expect(b.WaitLost(ctx)).To(MatchError(client.ErrReleased), "a deleted request has let go")
+	})
+
+	It("reports a request deleted while it waits as released", func() {
+		tc := newClient()
+		_, err := tc.Acquire(ctx, client.Request{Locks: vpc, Holder: locksv1.Holder{Owner: "alice", Pull: 1}})
+		Expect(err).NotTo(HaveOccurred())
+		waiter, err := tc.Create(ctx, client.Request{Name: "w", Locks: vpc, Holder: locksv1.Holder{Owner: "bob", Pull: 2}})
+		Expect(err).NotTo(HaveOccurred())
+		done := make(chan error, 1)
+		go func() { _, err := tc.Wait(ctx, "w"); done <- err }()
+		Consistently(done, time.Second).ShouldNot(Receive(), "w waits")
+		Expect(k8s.Delete(ctx, waiter)).To(Succeed())
+		var werr error
+		Eventually(done, 10*time.Second).Should(Receive(&werr))
+		Expect(werr).To(MatchError(client.ErrReleased))
+		Expect(werr.Error()).To(ContainSubstring("deleted while waiting"))
+
+		_, err = tc.Wait(ctx, "nobody")
+		Expect(apierrors.IsNotFound(err)).To(BeTrue(), "waiting for a request that does not exist: %v", err)
+	})
 })
