@@ -25,6 +25,10 @@ const (
 	ReasonCommandLocked = "CommandLocked"
 	// ReasonGranted: holds all its locks.
 	ReasonGranted = "Granted"
+	// ReasonRenewalRefused: holds all its locks, and its spec.ttl is not in force: the renewal
+	// asked for more than the operator's maximum, so the grant keeps the expiresAt it had (the
+	// Granted condition's message says why).
+	ReasonRenewalRefused = "RenewalRefused"
 	// ReasonRenewed (event): a granted request's spec.ttl changed, so its grant now lasts the
 	// new ttl from the renewal.
 	ReasonRenewed = "Renewed"

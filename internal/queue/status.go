@@ -225,11 +225,14 @@ func heldStatus(e *entry, token int64, now time.Time) (locksv1.LockRequestStatus
 		}
 		st.ExpiresAt = &exp
 		msg := fmt.Sprintf("holds %s (fencing token %d) until %s", keysText(e), st.FencingToken, exp.UTC().Format(time.RFC3339))
+		reason := locksv1.ReasonGranted
 		if e.term.refused != "" {
+			// Machine-readable: the grant stands, and a client can tell its renewal was refused.
 			msg += "; " + e.term.refused
+			reason = locksv1.ReasonRenewalRefused
 		}
-		SetCondition(&st.Conditions, locksv1.ConditionGranted, metav1.ConditionTrue, locksv1.ReasonGranted, msg, g, now)
-		SetCondition(&st.Conditions, locksv1.ConditionReady, metav1.ConditionTrue, locksv1.ReasonGranted, msg, g, now)
+		SetCondition(&st.Conditions, locksv1.ConditionGranted, metav1.ConditionTrue, reason, msg, g, now)
+		SetCondition(&st.Conditions, locksv1.ConditionReady, metav1.ConditionTrue, reason, msg, g, now)
 		SetCondition(&st.Conditions, locksv1.ConditionReconciling, metav1.ConditionFalse, locksv1.ReasonGranted, "granted", g, now)
 		SetCondition(&st.Conditions, locksv1.ConditionStalled, metav1.ConditionFalse, locksv1.ReasonGranted, "granted", g, now)
 	} else if st.Phase != locksv1.PhasePending || !HoldsKey(e.req, e.ref) {

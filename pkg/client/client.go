@@ -18,7 +18,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -375,27 +374,36 @@ func (l *Lock) Renew(ctx context.Context, ttl time.Duration) (time.Time, error) 
 	}
 	// The controller answers a spec change by writing expiresAt (and observedGeneration).
 	gen := lr.Generation
-	for {
-		var cur locksv1.LockRequest
-		if err := l.c.c.Get(ctx, l.Key(), &cur); err != nil {
-			return time.Time{}, fmt.Errorf("get lockrequest %s: %w", l.Key(), err)
-		}
+	var refused error
+	answered := func(cur *locksv1.LockRequest) (bool, error) {
 		switch {
+		case cur == nil:
+			return true, &NotGrantedError{Request: l.Key(), Phase: locksv1.PhaseReleased, Reason: locksv1.ReasonReleased, Message: "the LockRequest was deleted"}
 		case cur.Status.Phase.IsFinal():
-			return time.Time{}, notGranted(&cur)
+			return true, notGranted(cur)
 		case cur.Status.ObservedGeneration >= gen && cur.Status.ExpiresAt != nil:
 			l.ExpiresAt = cur.Status.ExpiresAt.Time
-			if c := meta.FindStatusCondition(cur.Status.Conditions, locksv1.ConditionGranted); c != nil && strings.Contains(c.Message, "renewal refused") {
-				return l.ExpiresAt, fmt.Errorf("renew lockrequest %s: %w: %s", l.Key(), ErrInvalid, c.Message)
+			if c := meta.FindStatusCondition(cur.Status.Conditions, locksv1.ConditionGranted); c != nil && c.Reason == locksv1.ReasonRenewalRefused {
+				refused = fmt.Errorf("renew lockrequest %s: %w: %s", l.Key(), ErrInvalid, c.Message)
 			}
-			return l.ExpiresAt, nil
+			return true, nil
 		}
-		select {
-		case <-ctx.Done():
-			return time.Time{}, fmt.Errorf("waiting for the renewal of %s: %w", l.Key(), ctx.Err())
-		case <-time.After(50 * time.Millisecond):
-		}
+		return false, nil
 	}
+	err := l.c.until(ctx, l.Name, answered, func(ev watch.Event) (bool, error) {
+		if ev.Type == watch.Deleted {
+			return answered(nil)
+		}
+		cur, _ := ev.Object.(*locksv1.LockRequest)
+		if cur == nil {
+			return false, nil
+		}
+		return answered(cur)
+	})
+	if err != nil {
+		return time.Time{}, err
+	}
+	return l.ExpiresAt, refused
 }
 
 // WaitLost blocks while the lock stays granted. It returns the NotGrantedError that ended the
