@@ -189,8 +189,8 @@ func (c *Client) Acquire(ctx context.Context, r Request) (*Lock, error) {
 
 // Await waits for the grant of a request this caller created (Create), and deletes the request
 // if ctx ends first or it ends without a grant, as Acquire does.
-func (c *Client) Await(ctx context.Context, lr *locksv1.LockRequest) (*Lock, error) {
-	lock, err := c.Wait(ctx, lr.Name)
+func (c *Client) Await(ctx context.Context, lr *locksv1.LockRequest, opts ...WaitOption) (*Lock, error) {
+	lock, err := c.Wait(ctx, lr.Name, opts...)
 	if err != nil {
 		// Leave nothing queued behind: a caller that gave up must not be granted later.
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
@@ -210,11 +210,32 @@ func (c *Client) TryAcquire(ctx context.Context, r Request) (*Lock, error) {
 	return c.Acquire(ctx, r)
 }
 
+// WaitOption changes how Wait and Await wait.
+type WaitOption func(*waitOptions)
+
+type waitOptions struct {
+	onChange func(*locksv1.LockRequest)
+}
+
+// OnChange has Wait call seen with the request as first read and after every change the watch
+// delivers, until it is decided: a caller reports progress (its queue position, who holds the
+// lock) from the same watch, with no polling of its own.
+func OnChange(seen func(*locksv1.LockRequest)) WaitOption {
+	return func(o *waitOptions) { o.onChange = seen }
+}
+
 // Wait watches the named LockRequest until it is granted or ends. It does not delete anything.
-func (c *Client) Wait(ctx context.Context, name string) (*Lock, error) {
+func (c *Client) Wait(ctx context.Context, name string, opts ...WaitOption) (*Lock, error) {
+	var o waitOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	key := types.NamespacedName{Namespace: c.namespace, Name: name}
 	var lock *Lock
 	decided := func(lr *locksv1.LockRequest) (bool, error) {
+		if o.onChange != nil {
+			o.onChange(lr)
+		}
 		l, done, err := c.outcome(lr)
 		lock = l
 		return done, err

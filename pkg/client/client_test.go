@@ -10,6 +10,7 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -170,7 +171,14 @@ var _ = Describe("The Go client", func() {
 		waiter, err := tc.Create(ctx, client.Request{Name: "w", Locks: vpc, Holder: locksv1.Holder{Owner: "bob", Pull: 2}})
 		Expect(err).NotTo(HaveOccurred())
 		done := make(chan error, 1)
-		go func() { _, err := tc.Wait(ctx, "w"); done <- err }()
+		told := make(chan string, 100)
+		report := client.OnChange(func(lr *locksv1.LockRequest) {
+			if c := meta.FindStatusCondition(lr.Status.Conditions, locksv1.ConditionGranted); c != nil {
+				told <- c.Message
+			}
+		})
+		go func() { _, err := tc.Wait(ctx, "w", report); done <- err }()
+		Eventually(told, 10*time.Second).Should(Receive(Equal("locked by pull #1 (alice); position 1 of 1")), "the waiter's report comes from the watch")
 		Consistently(done, time.Second).ShouldNot(Receive(), "w waits")
 		Expect(k8s.Delete(ctx, waiter)).To(Succeed())
 		var werr error
