@@ -180,39 +180,22 @@ request, so nothing is left queued. Release with "kubectl turnstile release NAME
 	return cmd
 }
 
-// acquire creates the request, reports on stderr why it waits (once per change), and waits.
-func acquire(cmd *cobra.Command, c ctrlclient.Client, tc *client.Client, r client.Request) (*client.Lock, error) {
-	ctx := cmd.Context()
-	lr, err := tc.Create(ctx, r)
+// acquire creates the request and waits, reporting on stderr why it waits (once per change)
+// from the wait's own watch.
+func acquire(cmd *cobra.Command, _ ctrlclient.Client, tc *client.Client, r client.Request) (*client.Lock, error) {
+	lr, err := tc.Create(cmd.Context(), r)
 	if err != nil {
 		return nil, err
 	}
-	stop := make(chan struct{})
-	defer close(stop)
-	go reportWaiting(cmd, c, tc.Namespace(), lr.Name, stop)
-	return tc.Await(ctx, lr)
-}
-
-// reportWaiting prints the request's Granted message to stderr whenever it changes, until stop.
-func reportWaiting(cmd *cobra.Command, c ctrlclient.Client, ns, name string, stop <-chan struct{}) {
 	last := ""
-	t := time.NewTicker(500 * time.Millisecond)
-	defer t.Stop()
-	for {
-		var lr locksv1.LockRequest
-		if err := c.Get(cmd.Context(), ctrlclient.ObjectKey{Namespace: ns, Name: name}, &lr); err == nil {
-			if c := meta.FindStatusCondition(lr.Status.Conditions, locksv1.ConditionGranted); c != nil &&
-				c.Status != "True" && lr.Status.Phase == locksv1.PhasePending && c.Message != last {
-				last = c.Message
-				fmt.Fprintf(cmd.ErrOrStderr(), "lockrequest/%s waiting: %s\n", name, c.Message)
-			}
+	report := client.OnChange(func(lr *locksv1.LockRequest) {
+		c := meta.FindStatusCondition(lr.Status.Conditions, locksv1.ConditionGranted)
+		if c != nil && c.Status != "True" && lr.Status.Phase == locksv1.PhasePending && c.Message != last {
+			last = c.Message
+			fmt.Fprintf(cmd.ErrOrStderr(), "lockrequest/%s waiting: %s\n", lr.Name, c.Message)
 		}
-		select {
-		case <-stop:
-			return
-		case <-t.C:
-		}
-	}
+	})
+	return tc.Await(cmd.Context(), lr, report)
 }
 
 func newReleaseCmd(g *globals) *cobra.Command {
