@@ -133,7 +133,7 @@ func newWhyCmd(g *globals) *cobra.Command {
 			}
 			out := cmd.OutOrStdout()
 			h := lr.Spec.Holder
-			fmt.Fprintf(out, "lockrequest/%s for %s", lr.Name, queue.Describe(h.Owner, h.Pull))
+			fmt.Fprintf(out, "lockrequest/%s for %s", lr.Name, locksv1.Holder{Owner: h.Owner, Pull: h.Pull}.Describe())
 			if lr.Spec.Command != "" {
 				fmt.Fprintf(out, ", command %s", lr.Spec.Command)
 			}
@@ -171,7 +171,7 @@ func newWhyCmd(g *globals) *cobra.Command {
 					for _, r := range hh.Requests {
 						names = append(names, r.Name)
 					}
-					fmt.Fprintf(out, "    held by %s via %s (token %d", queue.Describe(hh.Owner, hh.Pull), strings.Join(names, ", "), pl.Status.FencingToken)
+					fmt.Fprintf(out, "    held by %s via %s (token %d", locksv1.Holder{Owner: hh.Owner, Pull: hh.Pull}.Describe(), strings.Join(names, ", "), pl.Status.FencingToken)
 					if hh.ExpiresAt != nil {
 						fmt.Fprintf(out, ", until %s", hh.ExpiresAt.UTC().Format(time.RFC3339))
 					}
@@ -184,7 +184,7 @@ func newWhyCmd(g *globals) *cobra.Command {
 					if q.Request == lr.Name {
 						marker = "  <- this request"
 					}
-					fmt.Fprintf(out, "    %d. %s %s (%s)%s\n", i+1, q.Request, queue.Describe(q.Owner, q.Pull), q.Priority, marker)
+					fmt.Fprintf(out, "    %d. %s %s (%s)%s\n", i+1, q.Request, locksv1.Holder{Owner: q.Owner, Pull: q.Pull}.Describe(), q.Priority, marker)
 				}
 				if rest := int(pl.Status.QueueLength) - len(pl.Status.Queue); rest > 0 {
 					fmt.Fprintf(out, "    ... and %d more waiting\n", rest)

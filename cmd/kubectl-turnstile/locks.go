@@ -16,7 +16,6 @@ import (
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
 	"github.com/turnstile-dev/turnstile/internal/lockkey"
-	"github.com/turnstile-dev/turnstile/internal/queue"
 	"github.com/turnstile-dev/turnstile/pkg/client"
 )
 
@@ -119,7 +118,7 @@ func newLocksCmd(g *globals) *cobra.Command {
 			for _, pl := range pls.Items {
 				holder, expires := "<free>", ""
 				if h := pl.Status.Holder; h != nil {
-					holder = queue.Describe(h.Owner, h.Pull)
+					holder = locksv1.Holder{Owner: h.Owner, Pull: h.Pull}.Describe()
 					if h.ExpiresAt != nil {
 						expires = h.ExpiresAt.UTC().Format(time.RFC3339)
 					}

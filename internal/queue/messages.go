@@ -10,13 +10,6 @@ import (
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
 )
 
-// Describe renders a holder for people: locksv1.Holder.Describe of owner and pull.
-//
-// Deprecated: use locksv1.Holder.Describe; kept for the plugin and the dashboard until they move.
-func Describe(owner string, pull int64) string {
-	return locksv1.Holder{Owner: owner, Pull: pull}.Describe()
-}
-
 // queuedText is what a waiter that has reached this key is told: the reason, who or what
 // blocks it, and the message of its conditions up to its place in the queue (positionText).
 func queuedText(e *entry, told blockers) (reason, blockedBy, prefix string) {

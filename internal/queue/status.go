@@ -2,7 +2,6 @@ package queue
 
 import (
 	"fmt"
-	"github.com/turnstile-dev/turnstile/internal/lockkey"
 	"sort"
 	"time"
 
@@ -11,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
+	"github.com/turnstile-dev/turnstile/internal/lockkey"
 )
 
 // Times are built at the precision the API server keeps (seconds for metav1.Time, microseconds
