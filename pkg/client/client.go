@@ -240,24 +240,16 @@ func (c *Client) Wait(ctx context.Context, name string, opts ...WaitOption) (*Lo
 		lock = l
 		return done, err
 	}
-	err := c.until(ctx, name,
-		func(lr *locksv1.LockRequest) (bool, error) {
-			if lr == nil {
-				return false, fmt.Errorf("get lockrequest %s: %w", key, apierrors.NewNotFound(locksv1.GroupVersion.WithResource("lockrequests").GroupResource(), name))
-			}
-			return decided(lr)
-		},
-		func(ev watch.Event) (bool, error) {
-			if ev.Type == watch.Deleted {
-				return true, &NotGrantedError{Request: key, Phase: locksv1.PhaseReleased, Reason: locksv1.ReasonReleased,
-					Message: "the LockRequest was deleted while waiting"}
-			}
-			lr, _ := ev.Object.(*locksv1.LockRequest)
-			if lr == nil {
-				return false, nil
-			}
-			return decided(lr)
-		})
+	err := c.until(ctx, name, func(lr *locksv1.LockRequest, listed bool) (bool, error) {
+		switch {
+		case lr == nil && listed:
+			return false, fmt.Errorf("get lockrequest %s: %w", key, apierrors.NewNotFound(locksv1.GroupVersion.WithResource("lockrequests").GroupResource(), name))
+		case lr == nil:
+			return true, &NotGrantedError{Request: key, Phase: locksv1.PhaseReleased, Reason: locksv1.ReasonReleased,
+				Message: "the LockRequest was deleted while waiting"}
+		}
+		return decided(lr)
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -266,10 +258,11 @@ func (c *Client) Wait(ctx context.Context, name string, opts ...WaitOption) (*Lo
 
 // until follows the LockRequest name the way `kubectl wait` does, with client-go's
 // watchtools.UntilWithSync: an informer on that one object that lists, watches, and lists again
-// whenever the watch closes or its resourceVersion is too old. pre sees the object as first
-// listed (nil when there is none) and cond every change after; either ends the wait by returning
-// true or an error. A wait that ctx ends returns ctx's error, wrapped.
-func (c *Client) until(ctx context.Context, name string, pre func(*locksv1.LockRequest) (bool, error), cond watchtools.ConditionFunc) error {
+// whenever the watch closes or its resourceVersion is too old. decide sees the object as first
+// listed (listed true), then after every change (nil once deleted, or when there was none to
+// list); it ends the wait by returning true or an error. A wait that ctx ends returns ctx's
+// error, wrapped.
+func (c *Client) until(ctx context.Context, name string, decide func(lr *locksv1.LockRequest, listed bool) (bool, error)) error {
 	sel := fields.OneTermEqualSelector("metadata.name", name).String()
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
@@ -293,13 +286,19 @@ func (c *Client) until(ctx context.Context, name string, pre func(*locksv1.LockR
 		if exists {
 			lr, _ = obj.(*locksv1.LockRequest)
 		}
-		done, err := pre(lr)
+		done, err := decide(lr, true)
 		preErr = err
 		return done || err != nil, nil
 	}
 	var condErr error
 	condition := func(ev watch.Event) (bool, error) {
-		done, err := cond(ev)
+		lr, _ := ev.Object.(*locksv1.LockRequest)
+		if ev.Type == watch.Deleted {
+			lr = nil
+		} else if lr == nil {
+			return false, nil
+		}
+		done, err := decide(lr, false)
 		condErr = err
 		return done || err != nil, nil
 	}
@@ -411,16 +410,7 @@ func (l *Lock) Renew(ctx context.Context, ttl time.Duration) (time.Time, error) 
 		}
 		return false, nil
 	}
-	err := l.c.until(ctx, l.Name, answered, func(ev watch.Event) (bool, error) {
-		if ev.Type == watch.Deleted {
-			return answered(nil)
-		}
-		cur, _ := ev.Object.(*locksv1.LockRequest)
-		if cur == nil {
-			return false, nil
-		}
-		return answered(cur)
-	})
+	err := l.c.until(ctx, l.Name, func(cur *locksv1.LockRequest, _ bool) (bool, error) { return answered(cur) })
 	if err != nil {
 		return time.Time{}, err
 	}
@@ -444,14 +434,5 @@ func (l *Lock) WaitLost(ctx context.Context) error {
 		}
 		return false, nil
 	}
-	return l.c.until(ctx, l.Name, ended, func(ev watch.Event) (bool, error) {
-		if ev.Type == watch.Deleted {
-			return ended(nil)
-		}
-		lr, _ := ev.Object.(*locksv1.LockRequest)
-		if lr == nil {
-			return false, nil
-		}
-		return ended(lr)
-	})
+	return l.c.until(ctx, l.Name, func(lr *locksv1.LockRequest, _ bool) (bool, error) { return ended(lr) })
 }
