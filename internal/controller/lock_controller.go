@@ -310,11 +310,7 @@ func (r *LockReconciler) apply(ctx context.Context, req reconcile.Request, in qu
 		if redecided > 1 {
 			return reconcile.Result{RequeueAfter: conflictRetry}, nil
 		}
-		in.Lock = lock
-		for i, lr := range in.Requests {
-			in.Requests[i] = r.overlay.request(lr)
-		}
-		return r.apply(ctx, req, in, queue.Decide(in), redecided+1)
+		return r.redecide(ctx, req, in, lock, redecided)
 	}
 	if refreeze, err := r.frozenSince(ctx, &in, d); err != nil {
 		return reconcile.Result{}, err
@@ -325,11 +321,7 @@ func (r *LockReconciler) apply(ctx context.Context, req reconcile.Request, in qu
 		}
 		// A command froze after the cache last said so: decide again on what was just written
 		// and the freezes the API server reports, which takes the grant back (demotes it).
-		in.Lock = lock
-		for i, lr := range in.Requests {
-			in.Requests[i] = r.overlay.request(lr)
-		}
-		return r.apply(ctx, req, in, queue.Decide(in), redecided+1)
+		return r.redecide(ctx, req, in, lock, redecided)
 	}
 	r.metrics.queueDepth(req.Namespace, req.Name, len(d.Queue))
 
@@ -372,6 +364,16 @@ func (r *LockReconciler) apply(ctx context.Context, req reconcile.Request, in qu
 	}
 	logger.V(1).Info("decided", "holder", d.Holder, "queue", len(d.Queue), "finished", len(d.Finish), "granted", len(d.Grant))
 	return result, nil
+}
+
+// redecide decides the key again on the ProjectLock just written and the requests as this
+// reconciler last wrote them, and applies that decision.
+func (r *LockReconciler) redecide(ctx context.Context, req reconcile.Request, in queue.Input, lock *locksv1.ProjectLock, redecided int) (reconcile.Result, error) {
+	in.Lock = lock
+	for i, lr := range in.Requests {
+		in.Requests[i] = r.overlay.request(lr)
+	}
+	return r.apply(ctx, req, in, queue.Decide(in), redecided+1)
 }
 
 // waitsLast reports whether the waiting update u leaves its request last in the queue of key
