@@ -6,23 +6,20 @@ import (
 	"github.com/google/go-cmp/cmp"
 )
 
-func TestIdentityAndDescribe(t *testing.T) {
+// Identity is what the protocol compares, Describe what people read.
+func TestHolderIdentityAndDescribe(t *testing.T) {
+	type names struct{ Identity, Describe string }
 	cases := map[string]struct {
-		tc           Holder
-		wantIdentity string
-		wantDescribe string
+		holder Holder
+		want   names
 	}{
-		"owner and pull": {tc: Holder{Owner: "alice", Pull: 100}, wantIdentity: "alice#100", wantDescribe: "pull #100 (alice)"},
-		"owner only":     {tc: Holder{Owner: "ci/deploy"}, wantIdentity: "ci/deploy", wantDescribe: "ci/deploy"},
+		"owner and pull": {holder: Holder{Owner: "alice", Pull: 100}, want: names{"alice#100", "pull #100 (alice)"}},
+		"owner only":     {holder: Holder{Owner: "ci/deploy"}, want: names{"ci/deploy", "ci/deploy"}},
 	}
 	for name, tc := range cases {
-		t.Run(name, func(t *testing.T) {
-			if diff := cmp.Diff(tc.wantIdentity, tc.tc.Identity()); diff != "" {
-				t.Errorf("Identity (-want +got):\n%s", diff)
-			}
-			if diff := cmp.Diff(tc.wantDescribe, tc.tc.Describe()); diff != "" {
-				t.Errorf("Describe (-want +got):\n%s", diff)
-			}
-		})
+		got := names{tc.holder.Identity(), tc.holder.Describe()}
+		if diff := cmp.Diff(tc.want, got); diff != "" {
+			t.Errorf("%s (-want +got):\n%s", name, diff)
+		}
 	}
 }

@@ -81,10 +81,7 @@ func (nopRecorder) Eventf(runtime.Object, runtime.Object, string, string, string
 var _ = Describe("Guards of the controllers", func() {
 	It("reads a holder missing from a lagging cache live before its key moves on (the live holder read)", func() {
 		ns := newNamespace()
-		create(req("a", ns).Owner("alice", 1).Obj())
-		expectPhase(ns, "a", locksv1.PhaseGranted)
-		create(req("b", ns).Owner("bob", 2).Obj())
-		expectPhase(ns, "b", locksv1.PhasePending)
+		aliceHoldsBobWaits(ns)
 		before := projectLock(ns, vpc)
 
 		// A second reconciler whose cache has b but not the holder a; its API reader has both.

@@ -101,20 +101,14 @@ var _ = Describe("Convergence after crashes", Ordered, func() {
 
 	It("hands the lock on when the holder was deleted while no manager ran", func() {
 		ns := newNamespace()
-		create(req("a", ns).Owner("alice", 1).Obj())
-		expectPhase(ns, "a", locksv1.PhaseGranted)
-		create(req("b", ns).Owner("bob", 2).Obj())
-		expectPhase(ns, "b", locksv1.PhasePending)
+		aliceHoldsBobWaits(ns)
 		restart(func() { deleteRequest(ns, "a") })
 		expectPhase(ns, "b", locksv1.PhaseGranted)
 	})
 
 	It("completes a hand-off the manager crashed in the middle of", func() {
 		ns := newNamespace()
-		create(req("a", ns).Owner("alice", 1).Obj())
-		expectPhase(ns, "a", locksv1.PhaseGranted)
-		create(req("b", ns).Owner("bob", 2).Obj())
-		expectPhase(ns, "b", locksv1.PhasePending)
+		aliceHoldsBobWaits(ns)
 		restart(func() {
 			// The state after steps a and b of a hand-off, before c: the old holder is
 			// Released, the ProjectLock names the new holder, whose own status still says Pending.
@@ -135,10 +129,7 @@ var _ = Describe("Convergence after crashes", Ordered, func() {
 
 	It("recreates a ProjectLock deleted while no manager ran and force-unlocks its holder", func() {
 		ns := newNamespace()
-		create(req("a", ns).Owner("alice", 1).Obj())
-		expectPhase(ns, "a", locksv1.PhaseGranted)
-		create(req("b", ns).Owner("bob", 2).Obj())
-		expectPhase(ns, "b", locksv1.PhasePending)
+		aliceHoldsBobWaits(ns)
 		restart(func() {
 			Expect(k8s.Delete(ctx, projectLock(ns, vpc))).To(Succeed())
 		})

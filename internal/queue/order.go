@@ -118,6 +118,22 @@ func Order(name string, reqs []*locksv1.LockRequest, now time.Time, cfg Config) 
 	return out
 }
 
+// HeldLocks is what a request holds by its own status: every lock it names while Granted, the
+// ones marked held while it is Pending (a multi-lock request part way), none once it is final.
+// The safety checkers judge mutual exclusion by it.
+func HeldLocks(req *locksv1.LockRequest) []locksv1.LockStatus {
+	if req.Status.Phase.IsFinal() {
+		return nil
+	}
+	var out []locksv1.LockStatus
+	for _, l := range req.Status.Locks {
+		if l.Held || req.Status.Phase == locksv1.PhaseGranted {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
 // FirstUnheld returns the ref of the first key, in acquisition order, that the request does not
 // hold yet: the key it is actually waiting for. ok is false when it holds them all.
 func FirstUnheld(req *locksv1.LockRequest) (lockkey.Ref, bool) {

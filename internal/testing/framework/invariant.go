@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
+	"github.com/turnstile-dev/turnstile/internal/queue"
 )
 
 // InvariantChecker watches every LockRequest and checks, after each event, the safety
@@ -96,13 +97,7 @@ func (ic *InvariantChecker) observe(ev watch.Event) {
 	// Who holds each key now, by the requests' own word.
 	holders := map[string]map[string][]string{} // ns/lockName -> identity -> request names
 	for k, r := range ic.requests {
-		if r.Status.Phase.IsFinal() {
-			continue
-		}
-		for _, l := range r.Status.Locks {
-			if !l.Held && r.Status.Phase != locksv1.PhaseGranted {
-				continue
-			}
+		for _, l := range queue.HeldLocks(r) {
 			lk := r.Namespace + "/" + l.Name
 			if holders[lk] == nil {
 				holders[lk] = map[string][]string{}

@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
+	"github.com/turnstile-dev/turnstile/internal/queue"
 )
 
 // Invariants checks states of the store, read live, against Turnstile's promises. It remembers
@@ -136,13 +137,7 @@ func (inv *Invariants) checkRequests(reqs []*locksv1.LockRequest) ([]string, map
 	var out []string
 	holders := map[string][]holding{}
 	for _, lr := range reqs {
-		if lr.Status.Phase.IsFinal() {
-			continue
-		}
-		for _, l := range lr.Status.Locks {
-			if !l.Held && lr.Status.Phase != locksv1.PhaseGranted {
-				continue
-			}
+		for _, l := range queue.HeldLocks(lr) {
 			key := lr.Namespace + "/" + l.Name
 			holders[key] = append(holders[key], holding{lr, keyToken(lr, l)})
 		}
