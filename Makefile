@@ -120,8 +120,9 @@ dashboard-screenshots: k8s-bins build chromium ## Run the browser tests and writ
 	TURNSTILE_REQUIRE_BROWSER=1 TURNSTILE_SCREENSHOTS=$(CURDIR)/docs/dashboard go test -count=1 -v ./test/dashboard/
 
 .PHONY: test-unit
-test-unit: ## Only the pure unit tests (no control plane).
-	go test -race ./internal/queue/... ./internal/deadlock/... ./internal/lockkey/... ./internal/dashboard/... ./pkg/workdir/...
+test-unit: ## Only the pure unit tests (no control plane), the packages' *_internal_test.go included.
+	go test -race ./api/... ./internal/queue/... ./internal/deadlock/... ./internal/lockkey/... ./internal/dashboard/... ./pkg/workdir/... ./internal/testing/framework/
+	go test -race -skip '^TestControllers$$' ./internal/controller/
 
 # The long run of the safety simulation (test/safety): seeds and steps per seed. A failure prints
 # the seed that replays it: make soak SOAK_SEEDS=<seed>.

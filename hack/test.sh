@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs every test: pure unit tests (with -race), envtest integration suites against a real
+# Runs every test, all with -race: pure unit tests, envtest integration suites against a real
 # kube-apiserver + etcd, the benchmark harness at smoke size, and e2e tests that drive the real
 # manager binary with the real kubectl. Prints one summary line: "N passed, N failed, N skipped".
 # Expects KUBEBUILDER_ASSETS (set by the Makefile after `make k8s-bins`).
@@ -12,6 +12,6 @@ rest=$(go list ./... | grep -v -x -F -f <(echo "$pure"))
 status=0
 {
   go test -json -race -count=1 $pure || true
-  go test -json -count=1 -timeout 25m -p 2 $rest || true
+  go test -json -race -count=1 -timeout 25m -p 2 $rest || true
 } | bin/testsummary || status=$?
 exit $status

@@ -29,6 +29,10 @@ const (
 	ReasonCommandLocked = "CommandLocked"
 	// ReasonGranted: holds all its locks.
 	ReasonGranted = "Granted"
+	// ReasonRenewalRefused: holds all its locks, and its spec.ttl is not in force: the renewal
+	// asked for more than the operator's maximum, so the grant keeps the expiresAt it had (the
+	// Granted condition's message says why).
+	ReasonRenewalRefused = "RenewalRefused"
 	// ReasonRenewed (event): a granted request's spec.ttl changed, so its grant now lasts the
 	// new ttl from the renewal.
 	ReasonRenewed = "Renewed"
@@ -52,8 +56,6 @@ const (
 	// the operator's maximum). For a granted request whose renewal asks for too long, it is the
 	// reason of the Warning event that refuses the renewal; the grant stands.
 	ReasonInvalid = "Invalid"
-	// ReasonFailed: the request failed; the Stalled condition's message says why.
-	ReasonFailed = "Failed"
 	// ReasonFree: a ProjectLock with no holder.
 	ReasonFree = "Free"
 	// ReasonHeld: a ProjectLock with a holder.

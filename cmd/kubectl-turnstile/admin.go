@@ -147,7 +147,7 @@ func explain(ctx context.Context, c ctrlclient.Client, ns, name string, out io.W
 	cond := meta.FindStatusCondition(st.Conditions, locksv1.ConditionGranted)
 	writeHeader := func(listed bool) {
 		h := lr.Spec.Holder
-		fmt.Fprintf(out, "lockrequest/%s for %s", lr.Name, queue.Describe(h.Owner, h.Pull))
+		fmt.Fprintf(out, "lockrequest/%s for %s", lr.Name, locksv1.Holder{Owner: h.Owner, Pull: h.Pull}.Describe())
 		if lr.Spec.Command != "" {
 			fmt.Fprintf(out, ", command %s", lr.Spec.Command)
 		}
@@ -221,7 +221,7 @@ func explain(ctx context.Context, c ctrlclient.Client, ns, name string, out io.W
 			for _, r := range hh.Requests {
 				names = append(names, r.Name)
 			}
-			fmt.Fprintf(&body, "held by %s via %s (token %d", queue.Describe(hh.Owner, hh.Pull), strings.Join(names, ", "), pl.Status.FencingToken)
+			fmt.Fprintf(&body, "held by %s via %s (token %d", locksv1.Holder{Owner: hh.Owner, Pull: hh.Pull}.Describe(), strings.Join(names, ", "), pl.Status.FencingToken)
 			if hh.ExpiresAt != nil {
 				fmt.Fprintf(&body, ", until %s", hh.ExpiresAt.UTC().Format(time.RFC3339))
 			}
@@ -239,7 +239,7 @@ func explain(ctx context.Context, c ctrlclient.Client, ns, name string, out io.W
 				marker = "  <- this request"
 				listed = true
 			}
-			fmt.Fprintf(&body, "    %d. %s %s (%s)%s\n", i+1, q.Request, queue.Describe(q.Owner, q.Pull), q.Priority, marker)
+			fmt.Fprintf(&body, "    %d. %s %s (%s)%s\n", i+1, q.Request, locksv1.Holder{Owner: q.Owner, Pull: q.Pull}.Describe(), q.Priority, marker)
 		}
 		if rest := int(pl.Status.QueueLength) - len(pl.Status.Queue); rest > 0 {
 			fmt.Fprintf(&body, "    ... and %d more waiting\n", rest)

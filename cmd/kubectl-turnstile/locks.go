@@ -16,7 +16,6 @@ import (
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
 	"github.com/turnstile-dev/turnstile/internal/lockkey"
-	"github.com/turnstile-dev/turnstile/internal/queue"
 	"github.com/turnstile-dev/turnstile/pkg/client"
 )
 
@@ -166,7 +165,7 @@ func newLocksCmd(g *globals) *cobra.Command {
 			for _, pl := range pls.Items {
 				holder, expires, reason := "<free>", "", ""
 				if h := pl.Status.Holder; h != nil {
-					holder = queue.Describe(h.Owner, h.Pull)
+					holder = locksv1.Holder{Owner: h.Owner, Pull: h.Pull}.Describe()
 					if h.ExpiresAt != nil {
 						expires = h.ExpiresAt.UTC().Format(time.RFC3339)
 					}
@@ -238,39 +237,22 @@ request, so nothing is left queued. Release with "kubectl turnstile release NAME
 	return cmd
 }
 
-// acquire creates the request, reports on stderr why it waits (once per change), and waits.
-func acquire(cmd *cobra.Command, c ctrlclient.Client, tc *client.Client, r client.Request) (*client.Lock, error) {
-	ctx := cmd.Context()
-	lr, err := tc.Create(ctx, r)
+// acquire creates the request and waits, reporting on stderr why it waits (once per change)
+// from the wait's own watch.
+func acquire(cmd *cobra.Command, _ ctrlclient.Client, tc *client.Client, r client.Request) (*client.Lock, error) {
+	lr, err := tc.Create(cmd.Context(), r)
 	if err != nil {
 		return nil, err
 	}
-	stop := make(chan struct{})
-	defer close(stop)
-	go reportWaiting(cmd, c, tc.Namespace(), lr.Name, stop)
-	return tc.Await(ctx, lr)
-}
-
-// reportWaiting prints the request's Granted message to stderr whenever it changes, until stop.
-func reportWaiting(cmd *cobra.Command, c ctrlclient.Client, ns, name string, stop <-chan struct{}) {
 	last := ""
-	t := time.NewTicker(500 * time.Millisecond)
-	defer t.Stop()
-	for {
-		var lr locksv1.LockRequest
-		if err := c.Get(cmd.Context(), ctrlclient.ObjectKey{Namespace: ns, Name: name}, &lr); err == nil {
-			if c := meta.FindStatusCondition(lr.Status.Conditions, locksv1.ConditionGranted); c != nil &&
-				c.Status != "True" && lr.Status.Phase == locksv1.PhasePending && c.Message != last {
-				last = c.Message
-				fmt.Fprintf(cmd.ErrOrStderr(), "lockrequest/%s waiting: %s\n", name, c.Message)
-			}
+	report := client.OnChange(func(lr *locksv1.LockRequest) {
+		c := meta.FindStatusCondition(lr.Status.Conditions, locksv1.ConditionGranted)
+		if c != nil && c.Status != "True" && lr.Status.Phase == locksv1.PhasePending && c.Message != last {
+			last = c.Message
+			fmt.Fprintf(cmd.ErrOrStderr(), "lockrequest/%s waiting: %s\n", lr.Name, c.Message)
 		}
-		select {
-		case <-stop:
-			return
-		case <-t.C:
-		}
-	}
+	})
+	return tc.Await(cmd.Context(), lr, report)
 }
 
 func newReleaseCmd(g *globals) *cobra.Command {
@@ -371,7 +353,7 @@ func releasePull(cmd *cobra.Command, tc *client.Client, from, repo string, pull 
 		if was == "" {
 			was = "not yet seen"
 		}
-		fmt.Fprintf(out, "lockrequest/%s released (%s, was %s): %s\n", lr.Name, queue.Describe(lr.Spec.Holder.Owner, lr.Spec.Holder.Pull), was, strings.Join(keys, ", "))
+		fmt.Fprintf(out, "lockrequest/%s released (%s, was %s): %s\n", lr.Name, locksv1.Holder{Owner: lr.Spec.Holder.Owner, Pull: lr.Spec.Holder.Pull}.Describe(), was, strings.Join(keys, ", "))
 	}
 	if len(released) == 0 && err == nil {
 		fmt.Fprintf(out, "no unfinished lock request of pull #%d in %s in namespace %s\n", pull, repo, tc.Namespace())

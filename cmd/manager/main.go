@@ -13,8 +13,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -22,7 +20,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
 	"github.com/turnstile-dev/turnstile/internal/controller"
 	"github.com/turnstile-dev/turnstile/internal/deadlock"
 	"github.com/turnstile-dev/turnstile/internal/lockmetrics"
@@ -45,7 +42,7 @@ type options struct {
 	flags                           queue.FreezeFlags
 	retention                       time.Duration
 	refreshRate                     float64
-	deadlockPolicy                  string
+	deadlockPolicy                  deadlock.Policy
 	deadlockScan                    time.Duration
 	deadlockDetection               bool
 	activeActive                    bool
@@ -54,7 +51,7 @@ type options struct {
 }
 
 func parseFlags(args []string) (options, zap.Options, error) {
-	o := options{cfg: queue.DefaultConfig()}
+	o := options{cfg: queue.DefaultConfig(), deadlockPolicy: deadlock.PolicyNewest}
 	fs := flag.NewFlagSet("manager", flag.ContinueOnError)
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "Address the metrics endpoint binds to; \"0\" disables it.")
 	fs.BoolVar(&o.metricsSecure, "metrics-secure", false, "Serve metrics over HTTPS with Kubernetes authentication and authorization (on in the deployed configuration).")
@@ -77,7 +74,10 @@ func parseFlags(args []string) (options, zap.Options, error) {
 	fs.Float64Var(&o.refreshRate, "position-refresh-rate", 20, "Most queue-position refresh writes per second per key.")
 	fs.BoolVar(&o.flags.DisableApply, "disable-apply", false, "Freeze apply always (highest precedence, like Atlantis --disable-apply).")
 	fs.BoolVar(&o.flags.DisableGlobalApplyLock, "disable-global-apply-lock", false, "Ignore CommandLocks for apply (like Atlantis --disable-global-apply-lock).")
-	fs.StringVar(&o.deadlockPolicy, "deadlock-victim", string(deadlock.PolicyNewest), "Which request of a deadlock cycle fails: newest, oldest or lowest-priority.")
+	fs.Func("deadlock-victim", "Which request of a deadlock cycle fails: newest, oldest or lowest-priority (default newest).", func(s string) (err error) {
+		o.deadlockPolicy, err = deadlock.ParsePolicy(s)
+		return err
+	})
 	fs.DurationVar(&o.deadlockScan, "deadlock-scan-interval", 30*time.Second, "Period of the full deadlock scan (a safety net; cycles are also checked when a request starts waiting). 0 disables the scan.")
 	fs.BoolVar(&o.deadlockDetection, "deadlock-detection", true, "Detect wait-for cycles and fail one victim per cycle (see --deadlock-victim). false turns detection off: a cycle then lasts until a waitTimeout or ttl ends it.")
 	fs.BoolVar(&o.activeActive, "active-active", false, "Run every replica active: the owner of a key (rendezvous hashing over the live members) decides it at once, every other replica --backup-delay later, so a dead replica delays hand-offs by about that much. Excludes --leader-elect.")
@@ -91,9 +91,6 @@ func parseFlags(args []string) (options, zap.Options, error) {
 	zopts.BindFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return o, zopts, err
-	}
-	if _, err := deadlock.ParsePolicy(o.deadlockPolicy); err != nil {
-		return o, zopts, fmt.Errorf("--deadlock-victim: %w", err)
 	}
 	if o.leaderElect && (o.retryPeriod <= 0 || o.retryPeriod >= o.renewDeadline || o.renewDeadline >= o.leaseDuration) {
 		return o, zopts, fmt.Errorf("leader election needs 0 < --leader-elect-retry-period (%s) < --leader-elect-renew-deadline (%s) < --leader-elect-lease-duration (%s)", o.retryPeriod, o.renewDeadline, o.leaseDuration)
@@ -145,13 +142,7 @@ func defaultIdentity() string {
 
 func run(ctx context.Context, o options) error {
 	log := ctrl.Log.WithName("setup")
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		return err
-	}
-	if err := locksv1.AddToScheme(scheme); err != nil {
-		return err
-	}
+	scheme := controller.NewScheme()
 	cfg, err := ctrl.GetConfig()
 	if err != nil {
 		return fmt.Errorf("kubeconfig: %w", err)
@@ -185,7 +176,7 @@ func run(ctx context.Context, o options) error {
 		Workers:             o.workers,
 		Retention:           o.retention,
 		PositionRefreshRate: o.refreshRate,
-		DeadlockPolicy:      deadlock.Policy(o.deadlockPolicy),
+		DeadlockPolicy:      o.deadlockPolicy,
 		DeadlockScan:        o.deadlockScan,
 		Registry:            metrics.Registry,
 

@@ -5,6 +5,7 @@
 //
 //	go run ./hack/mutants            # every mutant
 //	go run ./hack/mutants -only token # the mutants whose name contains "token"
+//	go run ./hack/mutants -dry       # only check that every mutant still applies to the code
 //
 // It needs KUBEBUILDER_ASSETS (make mutants sets it).
 package main
@@ -34,10 +35,15 @@ type mutant struct {
 
 const (
 	decide     = "internal/queue/decide.go"
+	tokens     = "internal/queue/tokens.go"
+	order      = "internal/queue/order.go"
 	controller = "internal/controller/lock_controller.go"
 	commands   = "internal/controller/commandlock_controller.go"
 	overlay    = "internal/controller/overlay.go"
+	leases     = "internal/controller/holder_lease.go"
+	detector   = "internal/controller/deadlock_detector.go"
 	safety     = "./test/safety/"
+	controls   = "./internal/controller/"
 )
 
 var mutants = []mutant{
@@ -51,13 +57,13 @@ var mutants = []mutant{
 	},
 	{
 		name: "counter-token", guard: "a grant's token is the ProjectLock's resourceVersion",
-		edits: []edit{{decide, "return max(prev+1, revision, leaving+1)", "return prev + 1 + 0*revision + 0*leaving"}},
+		edits: []edit{{tokens, "return max(prev+1, revision, leaving+1)", "return prev + 1 + 0*revision + 0*leaving"}},
 		pkg:   safety, focus: "hole 3|hole 4",
 	},
 	{
 		name: "token-below-leaving-holder", guard: "a new holder's token is above the tokens of the holders leaving in the same write",
 		edits: []edit{
-			{decide, "return max(prev+1, revision, leaving+1)", "return max(prev+1, revision, 0*leaving)"},
+			{tokens, "return max(prev+1, revision, leaving+1)", "return max(prev+1, revision, 0*leaving)"},
 			{decide, "again = unknown && newHolder\n", "again = false && unknown && newHolder\n"},
 		},
 		pkg: safety, focus: "hole 3",
@@ -69,7 +75,7 @@ var mutants = []mutant{
 	},
 	{
 		name: "deleting-holder-unwritten", guard: "a holder whose object is being deleted is written Released first",
-		edits: []edit{{decide, "		case req.DeletionTimestamp != nil:\n", "		case req.DeletionTimestamp != nil && false:\n"}},
+		edits: []edit{{decide, "	case req.DeletionTimestamp != nil:\n", "	case req.DeletionTimestamp != nil && false:\n"}},
 		pkg:   safety, focus: "hole 5",
 	},
 	{
@@ -89,7 +95,7 @@ var mutants = []mutant{
 	},
 	{
 		name: "fifo-by-clock", guard: "queues order by the API server's order (creation, arrival revision), not queuedAt",
-		edits: []edit{{decide, "	if c := a.req.CreationTimestamp.Compare(b.req.CreationTimestamp.Time); c != 0 {\n\t\treturn c\n\t}\n\tif a.ticket != b.ticket {",
+		edits: []edit{{order, "	if c := a.req.CreationTimestamp.Compare(b.req.CreationTimestamp.Time); c != 0 {\n\t\treturn c\n\t}\n\tif a.ticket != b.ticket {",
 			"	if c := a.arrival.Compare(b.arrival); c != 0 {\n\t\treturn c\n\t}\n\tif a.ticket != b.ticket {"}},
 		pkg: safety, focus: "hole 7",
 	},
@@ -97,6 +103,41 @@ var mutants = []mutant{
 		name: "no-live-holder-read", guard: "a holder missing from the cache is looked up live before its key moves on",
 		edits: []edit{{controller, "			if byUID[uid] {\n", "			if true || byUID[uid] {\n"}},
 		pkg:   safety, focus: "live holder read",
+	},
+	{
+		name: "no-live-holder-read-controller", guard: "the same live holder read, seen by the controller suite (a cache without the holder)",
+		edits: []edit{{controller, "			if byUID[uid] {\n", "			if true || byUID[uid] {\n"}},
+		pkg:   controls, focus: "the live holder read\\)",
+	},
+	{
+		name: "no-live-lease-read", guard: "a holder Lease the cache shows lapsed is read live before its holder is released",
+		edits: []edit{{leases, "if st := judgeLease(key, &lease, now); st.lost == \"\" {", "if st := judgeLease(key, &lease, now); true || st.lost == \"\" {"}},
+		pkg:   controls, focus: "live Lease read",
+	},
+	{
+		name: "drained-holder-from-cache", guard: "a ProjectLock holder missing from the cache is read live before Drained is said",
+		edits: []edit{{commands, "			if lr == nil {\n", "			if lr == nil {\n\t\t\t\tcontinue\n"}},
+		pkg:   controls, focus: "live holder read of Drained",
+	},
+	{
+		name: "deadlock-victim-moved-on", guard: "a deadlock victim is failed only while it still waits (read after the snapshot)",
+		edits: []edit{{detector, "	if lr.Status.Phase != locksv1.PhasePending {\n", "	if false && lr.Status.Phase != locksv1.PhasePending {\n"}},
+		pkg:   controls, focus: "victim's phase check",
+	},
+	{
+		name: "deadlock-edge-to-departed-holder", guard: "a ProjectLock's holder counts for the wait-for graph only while one of its requests is live",
+		edits: []edit{{detector, "			if live[r.UID] {\n", "			if true || live[r.UID] {\n"}},
+		pkg:   controls, focus: "run:TestWaitsFor",
+	},
+	{
+		name: "deadlock-skip-with-waiters-behind", guard: "a new wait with someone queued behind it is checked for cycles",
+		edits: []edit{{detector, "	if !last {\n\t\treturn false\n\t}\n", ""}},
+		pkg:   controls, focus: "run:TestCannotCloseCycle",
+	},
+	{
+		name: "deadlock-skip-while-holding", guard: "a new wait whose request holds a key is checked for cycles",
+		edits: []edit{{detector, "		if l.Held {\n", "		if false && l.Held {\n"}},
+		pkg:   controls, focus: "run:TestCannotCloseCycle",
 	},
 	{
 		name: "no-live-projectlock-read", guard: "a claimant the cached ProjectLock does not list is checked against the live one",
@@ -115,7 +156,7 @@ var mutants = []mutant{
 	},
 	{
 		name: "again-drops-demotions", guard: "the Again split writes its demotions before the ProjectLock drops them",
-		edits: []edit{{decide, "	d := Decision{Again: true, Demote: demote}\n", "	d := Decision{Again: true}\n\t_ = demote\n"}},
+		edits: []edit{{tokens, "	d := Decision{Again: true, Demote: demote}\n", "	d := Decision{Again: true}\n\t_ = demote\n"}},
 		pkg:   "./internal/queue/", focus: "run:TestDecideUnconfirmedGrant",
 	},
 	{
@@ -137,13 +178,14 @@ var mutants = []mutant{
 
 func main() {
 	only := flag.String("only", "", "run only the mutants whose name contains this")
+	dry := flag.Bool("dry", false, "apply and restore each mutant without running its tests: after a refactor, which edits no longer match the code")
 	flag.Parse()
-	os.Exit(runMutants(*only))
+	os.Exit(runMutants(*only, *dry))
 }
 
 // runMutants runs the mutants whose name contains only and returns the exit status; every file
 // it touched is restored before it returns.
-func runMutants(only string) int {
+func runMutants(only string, dry bool) int {
 	originals := map[string][]byte{}
 	restore := func() {
 		for f, b := range originals {
@@ -167,6 +209,12 @@ func runMutants(only string) int {
 			fmt.Fprintf(os.Stderr, "mutant %s: %v (the code changed: update hack/mutants)\n", m.name, err)
 			return 2
 		}
+		if dry {
+			restore()
+			clear(originals)
+			fmt.Printf("%-34s applies\n", m.name)
+			continue
+		}
 		start := time.Now()
 		out, err := run(m)
 		restore()
@@ -179,6 +227,10 @@ func runMutants(only string) int {
 			killed++
 		}
 		fmt.Printf("%-26s %-8s %s (%s)\n  guard: %s\n", m.name, time.Since(start).Round(time.Second), verdict, m.focus, m.guard)
+	}
+	if dry {
+		fmt.Println("dry run: every mutant selected applies")
+		return 0
 	}
 	fmt.Printf("%d mutants killed, %d survived\n", killed, survived)
 	if survived > 0 {

@@ -12,7 +12,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
-	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
@@ -29,30 +28,24 @@ import (
 // maintenance window), how many requests it blocks, and whether it is in force. It requeues at
 // spec.until so the status thaws on time; the lock keys requeue at that time themselves.
 type CommandLockReconciler struct {
+	options
 	client    client.Client
 	apiReader client.Reader
 	recorder  events.EventRecorder
-	clock     clock.PassiveClock
-	flags     queue.FreezeFlags
-	metrics   *Metrics
 
 	// frozen remembers the CommandLocks last seen in force, by name, so that deleting one (which
 	// thaws its command) still gets its Thaw event.
 	mu     sync.Mutex
 	frozen map[string]types.UID
-
-	router sharding.Router // set by Setup: active-active routing, or nil
 }
 
 var _ reconcile.Reconciler = (*CommandLockReconciler)(nil)
 
 // NewCommandLockReconciler builds the reconciler. apiReader reads past the cache: Drained is
 // confirmed against the store before it is reported.
-func NewCommandLockReconciler(c client.Client, apiReader client.Reader, recorder events.EventRecorder, flags queue.FreezeFlags, m *Metrics, clk clock.PassiveClock) *CommandLockReconciler {
-	if clk == nil {
-		clk = clock.RealClock{}
-	}
-	return &CommandLockReconciler{client: c, apiReader: apiReader, recorder: recorder, clock: clk, flags: flags, metrics: m, frozen: map[string]types.UID{}}
+// It uses WithClock, WithFreezeFlags and WithMetrics.
+func NewCommandLockReconciler(c client.Client, apiReader client.Reader, recorder events.EventRecorder, opts ...Option) *CommandLockReconciler {
+	return &CommandLockReconciler{options: newOptions(opts), client: c, apiReader: apiReader, recorder: recorder, frozen: map[string]types.UID{}}
 }
 
 // +kubebuilder:rbac:groups=locks.turnstile.dev,resources=commandlocks,verbs=get;list;watch
@@ -236,9 +229,8 @@ func CommandLockStatus(cl *locksv1.CommandLock, requests []locksv1.LockRequest, 
 			}
 		}
 	}
-	ts := metav1.NewTime(now.Truncate(time.Second))
 	set := func(typ string, s metav1.ConditionStatus, reason, msg string) {
-		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: typ, Status: s, Reason: reason, Message: msg, ObservedGeneration: st.ObservedGeneration, LastTransitionTime: ts})
+		queue.SetCondition(&st.Conditions, typ, s, reason, msg, st.ObservedGeneration, now)
 	}
 	if inForce {
 		set(locksv1.ConditionLocked, metav1.ConditionTrue, locksv1.ReasonFrozen, freeze.Message)
@@ -255,7 +247,7 @@ func CommandLockStatus(cl *locksv1.CommandLock, requests []locksv1.LockRequest, 
 		set(locksv1.ConditionDrained, metav1.ConditionFalse, locksv1.ReasonActiveHolders,
 			fmt.Sprintf("%d granted request(s) of this command still hold their locks", st.ActiveHolders))
 	}
-	commandLockKstatus(&st, inForce, ts)
+	commandLockKstatus(&st, inForce, now)
 	return st
 }
 
@@ -263,9 +255,9 @@ func CommandLockStatus(cl *locksv1.CommandLock, requests []locksv1.LockRequest, 
 // health check judge a CommandLock by, from its Locked and Drained: a freeze in force that still
 // has holders is draining, so Reconciling=True and Ready=False (InProgress: a `wait` keeps
 // waiting); a drained freeze, or no freeze, is Ready=True (Current).
-func commandLockKstatus(st *locksv1.CommandLockStatus, inForce bool, ts metav1.Time) {
+func commandLockKstatus(st *locksv1.CommandLockStatus, inForce bool, now time.Time) {
 	set := func(typ string, s metav1.ConditionStatus, reason, msg string) {
-		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: typ, Status: s, Reason: reason, Message: msg, ObservedGeneration: st.ObservedGeneration, LastTransitionTime: ts})
+		queue.SetCondition(&st.Conditions, typ, s, reason, msg, st.ObservedGeneration, now)
 	}
 	drained := meta.FindStatusCondition(st.Conditions, locksv1.ConditionDrained)
 	switch {

@@ -8,11 +8,8 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/events"
-	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -29,14 +26,9 @@ import (
 // behind it, and its identity has nothing else live) costs no check: that is the common
 // arrival, a new pull request at the back of a queue.
 type DeadlockDetector struct {
+	options
 	client   client.Client
 	recorder events.EventRecorder
-	clock    clock.PassiveClock
-	cfg      queue.Config
-	freezes  queue.FreezeFlags
-	policy   deadlock.Policy
-	scan     time.Duration
-	metrics  *Metrics
 
 	mu sync.Mutex
 	// work is, per namespace, what asked for a check since the last round.
@@ -70,13 +62,11 @@ const (
 
 var _ DeadlockChecker = (*DeadlockDetector)(nil)
 
-// NewDeadlockDetector builds a detector; scan <= 0 disables the periodic scan.
-func NewDeadlockDetector(c client.Client, recorder events.EventRecorder, cfg queue.Config, flags queue.FreezeFlags, policy deadlock.Policy, scan time.Duration, m *Metrics, clk clock.PassiveClock) *DeadlockDetector {
-	if clk == nil {
-		clk = clock.RealClock{}
-	}
-	return &DeadlockDetector{client: c, recorder: recorder, clock: clk, cfg: cfg, freezes: flags, policy: policy,
-		scan: scan, metrics: m, work: map[string]*checkWork{}, kick: make(chan struct{}, 1)}
+// NewDeadlockDetector builds a detector. It uses WithClock, WithConfig, WithFreezeFlags,
+// WithDeadlockPolicy, WithScanInterval (none: no periodic scan) and WithMetrics.
+func NewDeadlockDetector(c client.Client, recorder events.EventRecorder, opts ...Option) *DeadlockDetector {
+	return &DeadlockDetector{options: newOptions(opts), client: c, recorder: recorder,
+		work: map[string]*checkWork{}, kick: make(chan struct{}, 1)}
 }
 
 // Waiting asks for a check of namespace because requests in it started waiting. The check
@@ -131,9 +121,9 @@ func (d *DeadlockDetector) wake() {
 func (d *DeadlockDetector) Start(ctx context.Context) error {
 	var tick <-chan time.Time
 	if d.scan > 0 {
-		t := time.NewTicker(d.scan)
+		t := d.clock.NewTicker(d.scan)
 		defer t.Stop()
-		tick = t.C
+		tick = t.C()
 	}
 	for {
 		select {
@@ -220,7 +210,7 @@ func (d *DeadlockDetector) noCycleThrough(ctx context.Context, namespace string,
 		}
 		var same locksv1.LockRequestList
 		if err := d.client.List(ctx, &same, client.InNamespace(namespace),
-			client.MatchingFields{IndexHolderIdentity: queue.Identity(lr.Spec.Holder)}, client.UnsafeDisableDeepCopy); err != nil {
+			client.MatchingFields{IndexHolderIdentity: lr.Spec.Holder.Identity()}, client.UnsafeDisableDeepCopy); err != nil {
 			return false
 		}
 		if !cannotCloseCycle(&lr, w.last, same.Items) {
@@ -296,7 +286,7 @@ func (d *DeadlockDetector) snapshot(ctx context.Context, namespace string) (*dea
 		return nil, fmt.Errorf("list commandlocks: %w", err)
 	}
 	now := d.clock.Now()
-	freezes, _ := queue.ResolveFreezes(cls.Items, d.freezes, now)
+	freezes, _ := queue.ResolveFreezes(cls.Items, d.flags, now)
 	return deadlock.Build(WaitsFor(locks.Items, reqs.Items, freezes, now, d.cfg)), nil
 }
 
@@ -390,29 +380,7 @@ func (d *DeadlockDetector) fail(ctx context.Context, namespace string, victim de
 	msg := c.String()
 	now := d.clock.Now()
 	obj := lr.DeepCopy()
-	st := &obj.Status
-	st.Phase = locksv1.PhaseFailed
-	st.QueuePosition = 0
-	st.BlockedBy = msg
-	for i := range st.Locks {
-		st.Locks[i].Held = false
-	}
-	fin := metav1.NewTime(now.Truncate(time.Second))
-	st.FinishedAt = &fin
-	st.ObservedGeneration = lr.Generation
-	for _, cond := range []struct {
-		typ    string
-		status metav1.ConditionStatus
-		msg    string
-	}{
-		{locksv1.ConditionGranted, metav1.ConditionFalse, msg},
-		{locksv1.ConditionReady, metav1.ConditionFalse, msg},
-		{locksv1.ConditionReconciling, metav1.ConditionFalse, "finished"},
-		{locksv1.ConditionStalled, metav1.ConditionTrue, msg},
-	} {
-		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: cond.typ, Status: cond.status, Reason: locksv1.ReasonDeadlock,
-			Message: cond.msg, ObservedGeneration: lr.Generation, LastTransitionTime: fin})
-	}
+	obj.Status = queue.FinishedStatus(&lr, locksv1.PhaseFailed, locksv1.ReasonDeadlock, msg, now)
 	if err := d.client.Status().Update(ctx, obj); err != nil {
 		switch {
 		case apierrors.IsConflict(err):

@@ -363,7 +363,7 @@ func TestCannotCloseCycleIsSound(t *testing.T) {
 			}
 			var same []locksv1.LockRequest
 			for j := range reqs {
-				if queue.Identity(reqs[j].Spec.Holder) == queue.Identity(w.Spec.Holder) {
+				if reqs[j].Spec.Holder.Identity() == w.Spec.Holder.Identity() {
 					same = append(same, reqs[j])
 				}
 			}

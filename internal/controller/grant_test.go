@@ -138,7 +138,9 @@ var _ = Describe("Grant engine", func() {
 		expectPhase(ns, "holder", locksv1.PhaseGranted)
 		create(req("low", ns).Owner("l", 2).Priority(locksv1.PriorityLow).Obj())
 		expectPhase(ns, "low", locksv1.PhasePending)
-		time.Sleep(3500 * time.Millisecond)
+		// One aging step later the ProjectLock shows low at Normal: only then does normal arrive.
+		Eventually(func() []locksv1.QueueEntry { return projectLock(ns, vpc).Status.Queue }, timeout, interval).
+			Should(Equal([]locksv1.QueueEntry{{Request: "low", Owner: "l", Pull: 2, Priority: locksv1.PriorityNormal}}))
 		create(req("normal", ns).Owner("n", 3).Obj())
 		expectPhase(ns, "normal", locksv1.PhasePending)
 		Eventually(func() []locksv1.QueueEntry { return projectLock(ns, vpc).Status.Queue }, timeout, interval).Should(HaveLen(2))

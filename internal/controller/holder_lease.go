@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
+	"github.com/turnstile-dev/turnstile/pkg/workdir"
 )
 
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch
@@ -26,23 +27,6 @@ type leaseState struct {
 	lost string
 	// expiry is when a live Lease lapses unless renewed; zero if it never lapses by time.
 	expiry time.Time
-}
-
-// leaseExpiry is when a Lease lapses: its last renewal (or acquisition, or creation) plus its
-// duration. ok is false for a Lease without a duration, which only its deletion ends.
-func leaseExpiry(l *coordinationv1.Lease) (expiry time.Time, renewed time.Time, ok bool) {
-	if l.Spec.LeaseDurationSeconds == nil {
-		return time.Time{}, time.Time{}, false
-	}
-	switch {
-	case l.Spec.RenewTime != nil:
-		renewed = l.Spec.RenewTime.Time
-	case l.Spec.AcquireTime != nil:
-		renewed = l.Spec.AcquireTime.Time
-	default:
-		renewed = l.CreationTimestamp.Time
-	}
-	return renewed.Add(time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second), renewed, true
 }
 
 // holderLeases reads the Leases that requests name in spec.holder.lease. It returns the
@@ -107,7 +91,7 @@ func judgeLease(key types.NamespacedName, lease *coordinationv1.Lease, now time.
 	if lease.DeletionTimestamp != nil {
 		return leaseState{lost: fmt.Sprintf("holder Lease %s is being deleted: the holder is gone", key)}
 	}
-	expiry, renewed, ok := leaseExpiry(lease)
+	expiry, renewed, ok := workdir.LeaseExpiry(lease)
 	if !ok {
 		return leaseState{}
 	}
@@ -143,8 +127,8 @@ func leaseShortened() predicate.Funcs {
 			if newLease.DeletionTimestamp != nil {
 				return true
 			}
-			oldExp, _, oldOK := leaseExpiry(oldLease)
-			newExp, _, newOK := leaseExpiry(newLease)
+			oldExp, _, oldOK := workdir.LeaseExpiry(oldLease)
+			newExp, _, newOK := workdir.LeaseExpiry(newLease)
 			return oldOK != newOK || newExp.Before(oldExp)
 		},
 		GenericFunc: func(event.GenericEvent) bool { return false },

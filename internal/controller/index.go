@@ -10,7 +10,6 @@ import (
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
 	"github.com/turnstile-dev/turnstile/internal/lockkey"
-	"github.com/turnstile-dev/turnstile/internal/queue"
 )
 
 const (
@@ -37,7 +36,7 @@ var Indexes = []Index{
 	{IndexLockName, func(lr *locksv1.LockRequest) []string { return lockkey.Names(lr.Spec.Locks) }},
 	{IndexCommand, func(lr *locksv1.LockRequest) []string { return nonEmpty(lr.Spec.Command) }},
 	{IndexHolderLease, func(lr *locksv1.LockRequest) []string { return nonEmpty(lr.Spec.Holder.Lease) }},
-	{IndexHolderIdentity, func(lr *locksv1.LockRequest) []string { return []string{queue.Identity(lr.Spec.Holder)} }},
+	{IndexHolderIdentity, func(lr *locksv1.LockRequest) []string { return []string{lr.Spec.Holder.Identity()} }},
 }
 
 func nonEmpty(s string) []string {

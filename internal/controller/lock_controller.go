@@ -14,7 +14,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
-	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -39,27 +38,18 @@ const conflictRetry = 20 * time.Millisecond
 // ProjectLock (namespace/name), whether or not that ProjectLock exists yet. Keys reconcile in
 // parallel and independently, so one busy key never delays another.
 type LockReconciler struct {
+	// options: refreshRate bounds the writes that only refresh a waiter's queue position, per
+	// key, so a hand-off costs O(1) writes however deep the queue is.
+	options
 	client    client.Client
 	apiReader client.Reader
 	recorder  events.EventRecorder
-	clock     clock.PassiveClock
-	cfg       queue.Config
-	flags     queue.FreezeFlags
-	workers   int
-	metrics   *Metrics
-	deadlocks DeadlockChecker
 
-	// refreshRate bounds the writes that only refresh a waiter's queue position, per key, so a
-	// hand-off costs O(1) writes however deep the queue is.
-	refreshRate  rate.Limit
-	refreshBurst int
-	mu           sync.Mutex
-	refresh      map[types.NamespacedName]*rate.Limiter
+	mu      sync.Mutex
+	refresh map[types.NamespacedName]*rate.Limiter
 
 	// overlay holds this reconciler's own recent writes until the cache shows them.
 	overlay *overlay
-	// router delays the keys another replica owns (active-active); nil: none.
-	router sharding.Router
 }
 
 var _ reconcile.Reconciler = (*LockReconciler)(nil)
@@ -77,55 +67,15 @@ type NewWait struct {
 	Last bool
 }
 
-// LockOption configures a LockReconciler.
-type LockOption func(*LockReconciler)
-
-// WithClock sets the clock (tests use a fake one).
-func WithClock(c clock.PassiveClock) LockOption { return func(r *LockReconciler) { r.clock = c } }
-
-// WithConfig sets the queue policy.
-func WithConfig(cfg queue.Config) LockOption { return func(r *LockReconciler) { r.cfg = cfg } }
-
-// WithFreezeFlags sets --disable-apply and --disable-global-apply-lock.
-func WithFreezeFlags(f queue.FreezeFlags) LockOption { return func(r *LockReconciler) { r.flags = f } }
-
-// WithWorkers sets how many keys reconcile at once.
-func WithWorkers(n int) LockOption { return func(r *LockReconciler) { r.workers = n } }
-
-// WithMetrics sets where metrics are recorded.
-func WithMetrics(m *Metrics) LockOption { return func(r *LockReconciler) { r.metrics = m } }
-
-// WithDeadlockChecker wires deadlock detection in.
-func WithDeadlockChecker(d DeadlockChecker) LockOption {
-	return func(r *LockReconciler) { r.deadlocks = d }
-}
-
-// WithRouter runs the reconciler active-active: keys this replica does not own are decided
-// after the router's backup delay.
-func WithRouter(rt sharding.Router) LockOption { return func(r *LockReconciler) { r.router = rt } }
-
-// WithPositionRefreshRate bounds position-only status writes per key.
-func WithPositionRefreshRate(perSecond float64, burst int) LockOption {
-	return func(r *LockReconciler) { r.refreshRate, r.refreshBurst = rate.Limit(perSecond), burst }
-}
-
 // NewLockReconciler builds the key reconciler. apiReader reads past the cache; it confirms a
 // holder is really gone before its lock is handed on.
-func NewLockReconciler(c client.Client, apiReader client.Reader, recorder events.EventRecorder, opts ...LockOption) *LockReconciler {
-	r := &LockReconciler{
-		client: c, apiReader: apiReader, recorder: recorder,
-		clock: clock.RealClock{}, cfg: queue.DefaultConfig(), workers: 8,
-		refreshRate: 20, refreshBurst: 20,
+func NewLockReconciler(c client.Client, apiReader client.Reader, recorder events.EventRecorder, opts ...Option) *LockReconciler {
+	return &LockReconciler{
+		options: newOptions(opts),
+		client:  c, apiReader: apiReader, recorder: recorder,
 		refresh: map[types.NamespacedName]*rate.Limiter{},
 		overlay: newOverlay(),
 	}
-	for _, o := range opts {
-		o(r)
-	}
-	if r.metrics == nil {
-		r.metrics = NewMetrics(nil)
-	}
-	return r
 }
 
 // +kubebuilder:rbac:groups=locks.turnstile.dev,resources=projectlocks;lockrequests;commandlocks,verbs=get;list;watch;create;update;patch;delete
@@ -136,16 +86,14 @@ func NewLockReconciler(c client.Client, apiReader client.Reader, recorder events
 // Reconcile decides one key and writes the decision in the safe order.
 func (r *LockReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	now := r.clock.Now()
-	in, ok, err := r.read(ctx, req)
+	in, ok, err := r.read(ctx, req, now)
 	if err != nil || !ok {
 		return reconcile.Result{}, err
 	}
-	in.Now = now
-	lost, lapse, err := r.holderLeases(ctx, req.Namespace, in.Requests, now)
+	in.LostHolders, in.NextLeaseLapse, err = r.holderLeases(ctx, req.Namespace, in.Requests, now)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	in.LostHolders = lost
 	// Only as many position refreshes as the key's write rate allows are worth building.
 	in.Refreshes = queue.RefreshBudget{Limited: true, N: int(r.limiter(req.NamespacedName).TokensAt(now))}
 	d := queue.Decide(in)
@@ -160,17 +108,12 @@ func (r *LockReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 			return reconcile.Result{}, fmt.Errorf("decide %s: asked to create the ProjectLock it was given", req)
 		}
 	}
-	res, err := r.apply(ctx, req, in, d, 0)
-	if err == nil && !lapse.IsZero() {
-		// A holder Lease lapses by the clock: decide again then, no event will say so.
-		res.RequeueAfter = minPositive(res.RequeueAfter, lapse.Sub(now)+time.Millisecond)
-	}
-	return res, err
+	return r.apply(ctx, req, in, d, 0)
 }
 
 // read gathers the decision's inputs. ok is false when there is nothing to decide.
-func (r *LockReconciler) read(ctx context.Context, req reconcile.Request) (queue.Input, bool, error) {
-	in := queue.Input{Name: req.Name, Config: r.cfg}
+func (r *LockReconciler) read(ctx context.Context, req reconcile.Request, now time.Time) (queue.Input, bool, error) {
+	in := queue.Input{Now: now, Name: req.Name, Config: r.cfg}
 	var lock locksv1.ProjectLock
 	switch err := r.client.Get(ctx, req.NamespacedName, &lock); {
 	case apierrors.IsNotFound(err):
@@ -186,7 +129,7 @@ func (r *LockReconciler) read(ctx context.Context, req reconcile.Request) (queue
 			if err := r.client.Update(ctx, withFinalizer); err != nil {
 				return in, false, fmt.Errorf("add finalizer to projectlock %s: %w", req, err)
 			}
-			r.overlay.wroteLock(withFinalizer, r.clock.Now())
+			r.overlay.wroteLock(withFinalizer, now)
 			in.Lock = withFinalizer
 		}
 	}
@@ -272,11 +215,7 @@ func (r *LockReconciler) read(ctx context.Context, req reconcile.Request) (queue
 	if err := r.client.List(ctx, &cls); err != nil {
 		return in, false, fmt.Errorf("list commandlocks: %w", err)
 	}
-	var thaw time.Time
-	in.Freezes, thaw = queue.ResolveFreezes(cls.Items, r.flags, r.clock.Now())
-	if !thaw.IsZero() {
-		in.NextThaw = thaw
-	}
+	in.Freezes, in.NextThaw = queue.ResolveFreezes(cls.Items, r.flags, now)
 	return in, true, nil
 }
 
@@ -372,11 +311,7 @@ func (r *LockReconciler) apply(ctx context.Context, req reconcile.Request, in qu
 		if redecided > 1 {
 			return reconcile.Result{RequeueAfter: conflictRetry}, nil
 		}
-		in.Lock = lock
-		for i, lr := range in.Requests {
-			in.Requests[i] = r.overlay.request(lr)
-		}
-		return r.apply(ctx, req, in, queue.Decide(in), redecided+1)
+		return r.redecide(ctx, req, in, lock, redecided)
 	}
 	if refreeze, err := r.frozenSince(ctx, &in, d); err != nil {
 		return reconcile.Result{}, err
@@ -387,11 +322,7 @@ func (r *LockReconciler) apply(ctx context.Context, req reconcile.Request, in qu
 		}
 		// A command froze after the cache last said so: decide again on what was just written
 		// and the freezes the API server reports, which takes the grant back (demotes it).
-		in.Lock = lock
-		for i, lr := range in.Requests {
-			in.Requests[i] = r.overlay.request(lr)
-		}
-		return r.apply(ctx, req, in, queue.Decide(in), redecided+1)
+		return r.redecide(ctx, req, in, lock, redecided)
 	}
 	r.metrics.queueDepth(req.Namespace, req.Name, len(d.Queue))
 
@@ -404,18 +335,15 @@ func (r *LockReconciler) apply(ctx context.Context, req reconcile.Request, in qu
 		}
 	}
 
+	// Time-driven work is the decision's (queue.Decide's nextDeadline); the write rate is ours.
 	result := reconcile.Result{RequeueAfter: d.RequeueAfter}
-	if !in.NextThaw.IsZero() && len(d.Queue) > 0 {
-		// A freeze thaws by the clock: decide again then, no event will say so.
-		result.RequeueAfter = minPositive(result.RequeueAfter, in.NextThaw.Sub(in.Now)+time.Millisecond)
-	}
 	var newlyWaiting []NewWait
 	limiter := r.limiter(req.NamespacedName)
 	for _, u := range d.Waiting {
 		if u.Refresh {
 			if res := limiter.ReserveN(r.clock.Now(), 1); res.Delay() > 0 {
 				res.Cancel()
-				result.RequeueAfter = minPositive(result.RequeueAfter, time.Second/time.Duration(max(1, int(r.refreshRate))))
+				result.RequeueAfter = minPositive(result.RequeueAfter, r.refreshRetry())
 				continue
 			}
 		}
@@ -427,7 +355,7 @@ func (r *LockReconciler) apply(ctx context.Context, req reconcile.Request, in qu
 		}
 	}
 	if d.RefreshDeferred {
-		result.RequeueAfter = minPositive(result.RequeueAfter, time.Second/time.Duration(max(1, int(r.refreshRate))))
+		result.RequeueAfter = minPositive(result.RequeueAfter, r.refreshRetry())
 	}
 	if len(d.Waiting) == 0 && len(d.Queue) == 0 {
 		r.forgetLimiter(req.NamespacedName)
@@ -437,6 +365,16 @@ func (r *LockReconciler) apply(ctx context.Context, req reconcile.Request, in qu
 	}
 	logger.V(1).Info("decided", "holder", d.Holder, "queue", len(d.Queue), "finished", len(d.Finish), "granted", len(d.Grant))
 	return result, nil
+}
+
+// redecide decides the key again on the ProjectLock just written and the requests as this
+// reconciler last wrote them, and applies that decision.
+func (r *LockReconciler) redecide(ctx context.Context, req reconcile.Request, in queue.Input, lock *locksv1.ProjectLock, redecided int) (reconcile.Result, error) {
+	in.Lock = lock
+	for i, lr := range in.Requests {
+		in.Requests[i] = r.overlay.request(lr)
+	}
+	return r.apply(ctx, req, in, queue.Decide(in), redecided+1)
 }
 
 // waitsLast reports whether the waiting update u leaves its request last in the queue of key
@@ -511,7 +449,7 @@ func (r *LockReconciler) frozenSince(ctx context.Context, in *queue.Input, d que
 			read = append(read, cl)
 		}
 	}
-	freezes, thaw := queue.ResolveFreezes(read, r.flags, r.clock.Now())
+	freezes, thaw := queue.ResolveFreezes(read, r.flags, in.Now)
 	for _, c := range commands {
 		if _, frozen := freezes.For(c); frozen {
 			in.Freezes, in.NextThaw = freezes, thaw
@@ -561,6 +499,11 @@ func (r *LockReconciler) forgetLimiter(key types.NamespacedName) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.refresh, key)
+}
+
+// refreshRetry is when the key's write rate allows the next position refresh.
+func (r *LockReconciler) refreshRetry() time.Duration {
+	return time.Second / time.Duration(max(1, int(r.refreshRate)))
 }
 
 func minPositive(a, b time.Duration) time.Duration {

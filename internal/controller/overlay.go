@@ -99,13 +99,14 @@ func (o *overlay) echoesLock(obj *locksv1.ProjectLock) bool {
 	return ok && w.obj.ResourceVersion == obj.ResourceVersion && w.obj.UID == obj.UID
 }
 
-// forget drops what is remembered of a request or lock whose write failed.
+// forgetRequest drops what is remembered of a request whose write failed.
 func (o *overlay) forgetRequest(uid types.UID) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	delete(o.requests, uid)
 }
 
+// forgetLock drops what is remembered of a ProjectLock whose write failed.
 func (o *overlay) forgetLock(key types.NamespacedName) {
 	o.mu.Lock()
 	defer o.mu.Unlock()

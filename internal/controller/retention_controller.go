@@ -6,7 +6,6 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
@@ -20,21 +19,17 @@ import (
 // Job's ttlSecondsAfterFinished: the deadline is derived from status.finishedAt and the
 // reconcile requeues at it.
 type RetentionReconciler struct {
+	options
 	client    client.Client
-	clock     clock.PassiveClock
 	retention time.Duration
-	router    sharding.Router // set by Setup: active-active routing, or nil
 }
 
 var _ reconcile.Reconciler = (*RetentionReconciler)(nil)
 
 // NewRetentionReconciler deletes requests retention after they finish; retention <= 0 keeps
-// them forever.
-func NewRetentionReconciler(c client.Client, retention time.Duration, clk clock.PassiveClock) *RetentionReconciler {
-	if clk == nil {
-		clk = clock.RealClock{}
-	}
-	return &RetentionReconciler{client: c, clock: clk, retention: retention}
+// them forever. It uses WithClock.
+func NewRetentionReconciler(c client.Client, retention time.Duration, opts ...Option) *RetentionReconciler {
+	return &RetentionReconciler{options: newOptions(opts), client: c, retention: retention}
 }
 
 // Reconcile deletes one finished request when its retention is over.

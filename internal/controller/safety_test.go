@@ -1,18 +1,15 @@
 package controller_test
 
 import (
-	"context"
 	"fmt"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
-	"github.com/turnstile-dev/turnstile/internal/lockkey"
 	"github.com/turnstile-dev/turnstile/internal/testing/framework"
 )
 
@@ -55,14 +52,6 @@ func dump(ns string) string {
 	return out
 }
 
-func startChecker(ns string) *framework.InvariantChecker {
-	GinkgoHelper()
-	ic, err := framework.StartInvariantChecker(ctx, k8s, ns)
-	Expect(err).NotTo(HaveOccurred())
-	DeferCleanup(ic.Stop)
-	return ic
-}
-
 func expectNoViolations(ic *framework.InvariantChecker, minGrants int64) {
 	GinkgoHelper()
 	// Let the last events arrive before judging.
@@ -77,7 +66,7 @@ var _ = Describe("Safety under concurrency", func() {
 	// served and no key is ever held by two identities.
 	churnSafely := func(requesters, rounds, keys int, seed int64) {
 		ns := newNamespace()
-		ic := startChecker(ns)
+		ic := framework.StartChecker(ctx, k8s, ns)
 		grants := churn(ns, requesters, rounds, keys, seed)
 		Expect(grants).To(BeEquivalentTo(requesters * rounds))
 		expectNoViolations(ic, grants)
@@ -112,20 +101,14 @@ var _ = Describe("Convergence after crashes", Ordered, func() {
 
 	It("hands the lock on when the holder was deleted while no manager ran", func() {
 		ns := newNamespace()
-		create(req("a", ns).Owner("alice", 1).Obj())
-		expectPhase(ns, "a", locksv1.PhaseGranted)
-		create(req("b", ns).Owner("bob", 2).Obj())
-		expectPhase(ns, "b", locksv1.PhasePending)
+		aliceHoldsBobWaits(ns)
 		restart(func() { deleteRequest(ns, "a") })
 		expectPhase(ns, "b", locksv1.PhaseGranted)
 	})
 
 	It("completes a hand-off the manager crashed in the middle of", func() {
 		ns := newNamespace()
-		create(req("a", ns).Owner("alice", 1).Obj())
-		expectPhase(ns, "a", locksv1.PhaseGranted)
-		create(req("b", ns).Owner("bob", 2).Obj())
-		expectPhase(ns, "b", locksv1.PhasePending)
+		aliceHoldsBobWaits(ns)
 		restart(func() {
 			// The state after steps a and b of a hand-off, before c: the old holder is
 			// Released, the ProjectLock names the new holder, whose own status still says Pending.
@@ -146,31 +129,12 @@ var _ = Describe("Convergence after crashes", Ordered, func() {
 
 	It("recreates a ProjectLock deleted while no manager ran and force-unlocks its holder", func() {
 		ns := newNamespace()
-		create(req("a", ns).Owner("alice", 1).Obj())
-		expectPhase(ns, "a", locksv1.PhaseGranted)
-		create(req("b", ns).Owner("bob", 2).Obj())
-		expectPhase(ns, "b", locksv1.PhasePending)
+		aliceHoldsBobWaits(ns)
 		restart(func() {
 			Expect(k8s.Delete(ctx, projectLock(ns, vpc))).To(Succeed())
 		})
 		expectPhase(ns, "a", locksv1.PhaseReleased)
 		expectPhase(ns, "b", locksv1.PhaseGranted)
 		Expect(projectLock(ns, vpc).Status.Holder.Owner).To(Equal("bob"))
-	})
-
-	It("does not lose a lock whose holder is missing from a lagging cache", func() {
-		// A request created while no manager ran is unknown to the new manager until its cache
-		// syncs; the ProjectLock lists it as holder. The live read must keep the grant.
-		ns := newNamespace()
-		create(req("a", ns).Owner("alice", 1).Obj())
-		expectPhase(ns, "a", locksv1.PhaseGranted)
-		restart(func() {})
-		create(req("b", ns).Owner("bob", 2).Obj())
-		expectPhase(ns, "b", locksv1.PhasePending)
-		consistentlyPhase(ns, "a", locksv1.PhaseGranted, time.Second)
-		Expect(projectLock(ns, vpc).Status.Holder.Requests[0].Name).To(Equal("a"))
-		var pl locksv1.ProjectLock
-		err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: lockkey.Name(vpc) + "-missing"}, &pl)
-		Expect(apierrors.IsNotFound(err)).To(BeTrue())
 	})
 })

@@ -48,7 +48,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o SetupOptions) error {
 	}
 	recorder := mgr.GetEventRecorder("turnstile")
 	m := NewMetrics(o.Registry, mgr.GetCache())
-	opts := []LockOption{WithConfig(o.Queue), WithFreezeFlags(o.Freeze), WithMetrics(m), WithRouter(o.Router)}
+	opts := []Option{WithConfig(o.Queue), WithFreezeFlags(o.Freeze), WithMetrics(m), WithRouter(o.Router)}
 	if o.Workers > 0 {
 		opts = append(opts, WithWorkers(o.Workers))
 	}
@@ -60,7 +60,8 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o SetupOptions) error {
 		if policy == "" {
 			policy = deadlock.PolicyNewest
 		}
-		det := NewDeadlockDetector(mgr.GetClient(), recorder, o.Queue, o.Freeze, policy, o.DeadlockScan, m, nil)
+		det := NewDeadlockDetector(mgr.GetClient(), recorder, WithConfig(o.Queue), WithFreezeFlags(o.Freeze),
+			WithDeadlockPolicy(policy), WithScanInterval(o.DeadlockScan), WithMetrics(m))
 		if err := mgr.Add(det); err != nil {
 			return err
 		}
@@ -70,12 +71,8 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o SetupOptions) error {
 	if err := locks.SetupWithManager(mgr); err != nil {
 		return err
 	}
-	commands := NewCommandLockReconciler(mgr.GetClient(), mgr.GetAPIReader(), recorder, o.Freeze, m, nil)
-	commands.router = o.Router
-	if err := commands.SetupWithManager(mgr); err != nil {
+	if err := NewCommandLockReconciler(mgr.GetClient(), mgr.GetAPIReader(), recorder, WithFreezeFlags(o.Freeze), WithMetrics(m), WithRouter(o.Router)).SetupWithManager(mgr); err != nil {
 		return err
 	}
-	retention := NewRetentionReconciler(mgr.GetClient(), o.Retention, nil)
-	retention.router = o.Router
-	return retention.SetupWithManager(mgr)
+	return NewRetentionReconciler(mgr.GetClient(), o.Retention, WithRouter(o.Router)).SetupWithManager(mgr)
 }

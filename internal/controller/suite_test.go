@@ -152,3 +152,12 @@ func release(ns, name string) {
 	lr.Spec.Release = true
 	Expect(k8s.Patch(ctx, lr, patch)).To(Succeed())
 }
+
+// aliceHoldsBobWaits is the usual start: alice's request a holds vpc, bob's b waits for it.
+func aliceHoldsBobWaits(ns string) {
+	GinkgoHelper()
+	create(req("a", ns).Owner("alice", 1).Obj())
+	expectPhase(ns, "a", locksv1.PhaseGranted)
+	create(req("b", ns).Owner("bob", 2).Obj())
+	expectPhase(ns, "b", locksv1.PhasePending)
+}

@@ -217,7 +217,7 @@ func buildKeys(in Input) []Key {
 
 func holderRow(h *locksv1.LockHolder, ns string, byName map[nsName]*locksv1.LockRequest) *Holder {
 	out := &Holder{
-		Who: queue.Describe(h.Owner, h.Pull), Owner: h.Owner, Pull: h.Pull, URL: SafeURL(h.URL),
+		Who: locksv1.Holder{Owner: h.Owner, Pull: h.Pull}.Describe(), Owner: h.Owner, Pull: h.Pull, URL: SafeURL(h.URL),
 		Since: h.Since.Time, Requests: make([]HolderRequest, 0, len(h.Requests)),
 	}
 	if h.ExpiresAt != nil {
@@ -256,7 +256,7 @@ func queueRows(pl *locksv1.ProjectLock, ws []waitingRef, byName map[nsName]*lock
 				continue // the ProjectLock's head is older than what the request says now
 			}
 			listed[e.Request] = true
-			w := Waiter{Request: e.Request, Who: queue.Describe(e.Owner, e.Pull), Owner: e.Owner, Pull: e.Pull,
+			w := Waiter{Request: e.Request, Who: locksv1.Holder{Owner: e.Owner, Pull: e.Pull}.Describe(), Owner: e.Owner, Pull: e.Pull,
 				Priority: string(locksv1.PriorityNormal), Aged: string(e.Priority)}
 			if r != nil {
 				fillWaiter(&w, r)
@@ -287,7 +287,7 @@ func queueRows(pl *locksv1.ProjectLock, ws []waitingRef, byName map[nsName]*lock
 	})
 	for _, wr := range rest {
 		r := wr.req
-		w := Waiter{Request: r.Name, Who: queue.Describe(r.Spec.Holder.Owner, r.Spec.Holder.Pull), Owner: r.Spec.Holder.Owner, Pull: r.Spec.Holder.Pull}
+		w := Waiter{Request: r.Name, Who: r.Spec.Holder.Describe(), Owner: r.Spec.Holder.Owner, Pull: r.Spec.Holder.Pull}
 		fillWaiter(&w, r)
 		waited := time.Duration(0)
 		if w.Since != nil {

@@ -32,9 +32,14 @@ func (g *Graph) FindCycles() []Cycle {
 }
 
 // CyclesThrough returns a cycle in which id's own waiting is one of the hops, or nil if there is
-// none. It is the check to run when id starts waiting: a wait that closes a new cycle is always
-// such a hop, so failing id's request is one way out. It is one breadth-first search from id,
-// over what id can reach, and stops at the first cycle it finds.
+// none: a wait that closes a new cycle is always such a hop, so failing id's request is one way
+// out. It is one breadth-first search from id, over what id can reach, and stops at the first
+// cycle it finds.
+//
+// The manager does not call it: its detector runs FindCycles over the whole namespace, after
+// skipping the new waits that cannot close a cycle (controller.cannotCloseCycle). It is a test
+// oracle: fullgraph_test.go checks it, with FindCycles, against the full wait-for graph, and the
+// benchmark prices a per-waiter check with it.
 //
 // An identity that is only queued behind a deadlock, between two members waiting on the same
 // key, gets nil even though it is stuck: failing it would not help anyone. The cycle it is stuck

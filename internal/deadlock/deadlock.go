@@ -16,6 +16,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
 )
 
 // Identity is who holds or wants a lock: an owner, plus the pull request it acts for. Requests of
@@ -25,12 +27,10 @@ type Identity struct {
 	Pull  int64
 }
 
-// String renders "alice#1", or just "alice" when there is no pull request.
+// String renders "alice#1", or just "alice" when there is no pull request: the API's
+// Holder.Identity.
 func (id Identity) String() string {
-	if id.Pull == 0 {
-		return id.Owner
-	}
-	return fmt.Sprintf("%s#%d", id.Owner, id.Pull)
+	return locksv1.Holder{Owner: id.Owner, Pull: id.Pull}.Identity()
 }
 
 func compareIdentity(a, b Identity) int {

@@ -12,7 +12,7 @@ import (
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
 )
 
-// Item 8: several targets are taken in canonical order (tgt1 before tgt2, whatever the spec
+// Several targets are taken in canonical order (tgt1 before tgt2, whatever the spec
 // order), and the request is Granted only when it holds them all.
 func TestDecideMultiLock(t *testing.T) {
 	const fresh = createdRV
@@ -155,7 +155,7 @@ func TestDecideMultiLockSettles(t *testing.T) {
 	}
 }
 
-// Item 9: `kubectl delete projectlock` is a force-unlock. The ProjectLock's finalizer keeps it
+// `kubectl delete projectlock` is a force-unlock. The ProjectLock's finalizer keeps it
 // until its holders are told; the waiters then create it anew (docs/protocol.md, step 2).
 func TestDecideForceUnlock(t *testing.T) {
 	grant30 := t0.Add(30 * time.Minute)
@@ -245,7 +245,7 @@ func TestDecideForceUnlock(t *testing.T) {
 	}
 }
 
-// Item 10: the queue cap fails newcomers, never a request already queued.
+// The queue cap fails newcomers, never a request already queued.
 func TestDecideQueueCap(t *testing.T) {
 	capped := testConfig()
 	capped.QueueCap = 2

@@ -114,7 +114,7 @@ func runDecideCases(t *testing.T, cases map[string]decideCase) {
 // untilFromNow is the RequeueAfter for a deadline at t, seen from now.
 func untilFromNow(t time.Time) time.Duration { return t.Sub(now) }
 
-// Item 1: a free key and one request: the ProjectLock is created, the request granted, every
+// A free key and one request: the ProjectLock is created, the request granted, every
 // field of both statuses as written.
 // No ProjectLock yet: create it, and decide nothing else until it exists — a grant's token is
 // the resourceVersion of the object it is written to.
@@ -245,7 +245,7 @@ func TestDecideGrantsFreeKey(t *testing.T) {
 	}
 }
 
-// Item 2: a new request on a held key queues, with an actionable message and an event.
+// A new request on a held key queues, with an actionable message and an event.
 func TestDecideQueuesBehindHolder(t *testing.T) {
 	h := aliceHolder().obj()
 	in := Input{Now: now, Name: name1, Lock: aliceLock(h), Config: testConfig(),
@@ -314,7 +314,7 @@ func TestDecide(t *testing.T) {
 	expiredAtT0 := makeReq("h").owner("alice", 100).granted(t0.Add(-30*time.Minute), 41).obj()
 
 	cases := map[string]decideCase{
-		// Item 3: release and deletion hand on in the same decision.
+		// Release and deletion hand on in the same decision.
 		"spec.release finishes the holder and grants the next, token + 1": {
 			lock:        aliceLock(h),
 			reqs:        reqs(aliceHolder().release(), bobWaits()),
@@ -350,7 +350,7 @@ func TestDecide(t *testing.T) {
 			wantRequeue: untilFromNow(hExpires),
 		},
 
-		// Item 5: TTL.
+		// TTL.
 		"an expired holder finishes Expired and the next is granted": {
 			lock:        aliceLock(expiredAtT0),
 			reqs:        []*locksv1.LockRequest{expiredAtT0, bobWaits().obj()},
@@ -384,7 +384,7 @@ func TestDecide(t *testing.T) {
 			wantRequeue: untilFromNow(t0.Add(35 * time.Minute)),
 		},
 
-		// Item 6: wait timeouts.
+		// Wait timeouts.
 		"waitTimeout 0s on a busy key fails Busy": {
 			lock:       aliceLock(h),
 			reqs:       reqs(aliceHolder(), makeReq("n").owner("bob", 7).waitTimeout(0)),
@@ -427,7 +427,7 @@ func TestDecide(t *testing.T) {
 			wantRequeue: untilFromNow(hExpires),
 		},
 
-		// Item 7: re-entrancy.
+		// Re-entrancy.
 		"the holder's owner+pull re-enters at once, ahead of the queue, same token": {
 			lock:       aliceLock(h),
 			reqs:       reqs(aliceHolder(), makeReq("w").owner("bob", 7).queuedAt(t0.Add(-2*time.Minute)), makeReq("r").owner("alice", 100).command("apply")),
@@ -456,7 +456,7 @@ func TestDecide(t *testing.T) {
 			wantRequeue: untilFromNow(hExpires),
 		},
 
-		// Item 13: the holder's Lease lapsed.
+		// The holder's Lease lapsed.
 		"a lost holder is released (HolderLost) and the next granted": {
 			lock:        aliceLock(h),
 			reqs:        reqs(aliceHolder(), bobWaits()),
@@ -468,7 +468,7 @@ func TestDecide(t *testing.T) {
 			wantRequeue: untilFromNow(grant30),
 		},
 
-		// Item 14: a spec the operator cannot honor.
+		// A spec the operator cannot honor.
 		"ttl over MaxTTL fails Invalid with what to ask for": {
 			// Nobody holds or waits, so no ProjectLock is created for the key.
 			reqs: reqs(makeReq("n").owner("bob", 7).ttl(3 * time.Hour)),
@@ -539,6 +539,45 @@ func TestDecideExpiryFollowsRequeue(t *testing.T) {
 			}
 			if a.Status.Phase != locksv1.PhaseExpired || !clock.Equal(tc.wantExpires) {
 				t.Errorf("finished %s at %v, want Expired at %v", a.Status.Phase, clock, tc.wantExpires)
+			}
+		})
+	}
+}
+
+// Decide owns time: a freeze thawing while someone waits and a holder Lease lapsing are its
+// inputs, and its one requeue is the nearest deadline of all (nextDeadline).
+func TestDecideRequeuesForThawsAndLeaseLapses(t *testing.T) {
+	h := aliceHolder().obj() // expires at t0+25m
+	waiter := makeReq("b").owner("bob", 7).obj()
+	cases := map[string]struct {
+		waiters         []*locksv1.LockRequest
+		thaw, lapse     time.Time
+		wantRequeueTill time.Time
+	}{
+		"only the holder's expiry": {
+			waiters: []*locksv1.LockRequest{waiter}, wantRequeueTill: t0.Add(25 * time.Minute),
+		},
+		"a freeze thaws first while someone waits": {
+			waiters: []*locksv1.LockRequest{waiter}, thaw: t0.Add(time.Minute),
+			wantRequeueTill: t0.Add(time.Minute + time.Millisecond),
+		},
+		"a thaw with nobody waiting is no deadline": {
+			thaw: t0.Add(time.Minute), wantRequeueTill: t0.Add(25 * time.Minute),
+		},
+		"a holder Lease lapses first": {
+			waiters: []*locksv1.LockRequest{waiter}, thaw: t0.Add(time.Minute), lapse: t0.Add(30 * time.Second),
+			wantRequeueTill: t0.Add(30*time.Second + time.Millisecond),
+		},
+		"a Lease lapse after the expiry": {
+			lapse: t0.Add(time.Hour), wantRequeueTill: t0.Add(25 * time.Minute),
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			in := Input{Now: now, Name: name1, Lock: aliceLock(h), Config: testConfig(),
+				Requests: append([]*locksv1.LockRequest{h}, tc.waiters...), NextThaw: tc.thaw, NextLeaseLapse: tc.lapse}
+			if diff := cmp.Diff(untilFromNow(tc.wantRequeueTill), Decide(in).RequeueAfter); diff != "" {
+				t.Errorf("RequeueAfter (-want +got):\n%s", diff)
 			}
 		})
 	}

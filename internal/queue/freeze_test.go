@@ -281,7 +281,7 @@ func TestIsLockInForce(t *testing.T) {
 	}
 }
 
-// Item 11 in Decide: a frozen request waits in its place without blocking the requests behind
+// In Decide, a frozen request waits in its place without blocking the requests behind
 // it; holders keep their grant; try-once requests fail at once.
 func TestDecideFreezes(t *testing.T) {
 	applyFrozen, _ := ResolveFreezes([]locksv1.CommandLock{commandLock("apply", true, "maintenance window", nil)}, FreezeFlags{}, now)

@@ -26,14 +26,14 @@ import (
 func voluntary(reason string) bool { return reason == locksv1.ReasonReleased }
 
 // kstatusFinished sets Ready or Stalled on a finished request's status as described above.
-func kstatusFinished(st *locksv1.LockRequestStatus, o *outcome, now time.Time) {
+func kstatusFinished(st *locksv1.LockRequestStatus, phase locksv1.LockRequestPhase, reason, message string, now time.Time) {
 	g := st.ObservedGeneration
 	switch {
-	case o.phase == locksv1.PhaseFailed:
+	case phase == locksv1.PhaseFailed:
 		// Stalled is True already.
-	case voluntary(o.reason):
-		setCond(&st.Conditions, locksv1.ConditionReady, metav1.ConditionTrue, o.reason, o.message, g, now)
+	case voluntary(reason):
+		SetCondition(&st.Conditions, locksv1.ConditionReady, metav1.ConditionTrue, reason, message, g, now)
 	default:
-		setCond(&st.Conditions, locksv1.ConditionStalled, metav1.ConditionTrue, o.reason, o.message, g, now)
+		SetCondition(&st.Conditions, locksv1.ConditionStalled, metav1.ConditionTrue, reason, message, g, now)
 	}
 }

@@ -11,7 +11,7 @@ import (
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
 )
 
-// Item 12: a decision fed back its own writes (through the API server's precision) decides
+// A decision fed back its own writes (through the API server's precision) decides
 // nothing: statuses are written only when they change.
 func TestDecideWritesOnlyChanges(t *testing.T) {
 	applyFrozen, _ := ResolveFreezes([]locksv1.CommandLock{commandLock("apply", true, "maintenance window", nil)}, FreezeFlags{}, now)

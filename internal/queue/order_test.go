@@ -39,7 +39,7 @@ func TestAgedPriority(t *testing.T) {
 	}
 }
 
-// Item 4 and 15: the grant order.
+// The grant order.
 func TestOrder(t *testing.T) {
 	aging := testConfig()
 	aging.AgingStep = 10 * time.Minute
@@ -167,7 +167,7 @@ func TestOrder(t *testing.T) {
 	}
 }
 
-// Item 4: Decide stamps first-seen requests with distinct microsecond arrivals in grant order,
+// Decide stamps first-seen requests with distinct microsecond arrivals in grant order,
 // and ProjectLock.status.queue shows the aged priority.
 func TestDecideStampsArrivals(t *testing.T) {
 	h := aliceHolder().obj()
@@ -186,18 +186,17 @@ func TestDecideStampsArrivals(t *testing.T) {
 		Name     string
 		QueuedAt time.Time
 		Refresh  bool
-		Order    int
 		Position int32
 	}
 	var got []stamp
 	for _, u := range d.Waiting {
-		got = append(got, stamp{u.Request.Name, u.Status.QueuedAt.UTC(), u.Refresh, u.Order, u.Status.QueuePosition})
+		got = append(got, stamp{u.Request.Name, u.Status.QueuedAt.UTC(), u.Refresh, u.Status.QueuePosition})
 	}
 	us := now.Truncate(time.Microsecond)
 	want := []stamp{
-		{"low", t0.Add(-15 * time.Minute), true, 0, 1},
-		{"b", us, false, 1, 2},
-		{"a", us.Add(time.Microsecond), false, 2, 3},
+		{"low", t0.Add(-15 * time.Minute), true, 1},
+		{"b", us, false, 2},
+		{"a", us.Add(time.Microsecond), false, 3},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("waiting updates (-want +got):\n%s", diff)
@@ -273,27 +272,6 @@ func TestFirstUnheld(t *testing.T) {
 			}
 			if ok && ref.Name != lockkey.Name(ref.Target) {
 				t.Errorf("ref.Name = %q, want the ProjectLock name of its target %q", ref.Name, lockkey.Name(ref.Target))
-			}
-		})
-	}
-}
-
-func TestIdentityAndDescribe(t *testing.T) {
-	cases := map[string]struct {
-		tc           locksv1.Holder
-		wantIdentity string
-		wantDescribe string
-	}{
-		"owner and pull": {tc: locksv1.Holder{Owner: "alice", Pull: 100}, wantIdentity: "alice#100", wantDescribe: "pull #100 (alice)"},
-		"owner only":     {tc: locksv1.Holder{Owner: "ci/deploy"}, wantIdentity: "ci/deploy", wantDescribe: "ci/deploy"},
-	}
-	for name, tc := range cases {
-		t.Run(name, func(t *testing.T) {
-			if diff := cmp.Diff(tc.wantIdentity, Identity(tc.tc)); diff != "" {
-				t.Errorf("Identity (-want +got):\n%s", diff)
-			}
-			if diff := cmp.Diff(tc.wantDescribe, Describe(tc.tc.Owner, tc.tc.Pull)); diff != "" {
-				t.Errorf("Describe (-want +got):\n%s", diff)
 			}
 		})
 	}

@@ -214,11 +214,11 @@ func checkInvariants(t testing.TB, where string, w *world, prev *locksv1.Project
 	lockID := ""
 	if lock != nil && lock.Status.Holder != nil {
 		h := lock.Status.Holder
-		lockID = Identity(locksv1.Holder{Owner: h.Owner, Pull: h.Pull})
+		lockID = locksv1.Holder{Owner: h.Owner, Pull: h.Pull}.Identity()
 		for _, hr := range h.Requests {
 			listed[types.UID(hr.UID)] = true
-			if r := w.reqs[types.UID(hr.UID)]; r != nil && Identity(r.Spec.Holder) != lockID {
-				t.Fatalf("%s: ProjectLock holder %s lists %s of %s", where, lockID, r.Name, Identity(r.Spec.Holder))
+			if r := w.reqs[types.UID(hr.UID)]; r != nil && r.Spec.Holder.Identity() != lockID {
+				t.Fatalf("%s: ProjectLock holder %s lists %s of %s", where, lockID, r.Name, r.Spec.Holder.Identity())
 			}
 		}
 	}
@@ -245,7 +245,7 @@ func checkInvariants(t testing.TB, where string, w *world, prev *locksv1.Project
 	if prev != nil {
 		prevTok = prev.Status.FencingToken
 		if h := prev.Status.Holder; h != nil {
-			prevID = Identity(locksv1.Holder{Owner: h.Owner, Pull: h.Pull})
+			prevID = locksv1.Holder{Owner: h.Owner, Pull: h.Pull}.Identity()
 		}
 		// A re-created ProjectLock shows no token until its first grant.
 		if tok != 0 && tok < prevTok {

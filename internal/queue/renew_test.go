@@ -33,6 +33,13 @@ func TestDecideRenewal(t *testing.T) {
 		return map[string]reqView{"h": {Phase: locksv1.PhaseGranted, Reason: locksv1.ReasonGranted,
 			Message: grantedMsg(key1, 41, exp) + suffix, Token: 41, Held: "1", True: trueGranted, Event: event}}
 	}
+	refusedHeld := func(exp time.Time, suffix, event string) map[string]reqView {
+		v := held(exp, suffix, event)
+		h := v["h"]
+		h.Reason = locksv1.ReasonRenewalRefused
+		v["h"] = h
+		return v
+	}
 	aliceUntil := func(exp time.Time) *lockView {
 		return &lockView{Holder: "pull #100 (alice)", Requests: []string{"h"}, Token: 41, Expires: exp}
 	}
@@ -73,14 +80,14 @@ func TestDecideRenewal(t *testing.T) {
 			lock:        aliceLock(h),
 			reqs:        []*locksv1.LockRequest{refused},
 			wantHolder:  "alice#100",
-			wantGrant:   held(hExpires, "; "+refusedMsg(3*time.Hour), locksv1.ReasonInvalid),
+			wantGrant:   refusedHeld(hExpires, "; "+refusedMsg(3*time.Hour), locksv1.ReasonInvalid),
 			wantRequeue: untilFromNow(hExpires),
 		},
 		"a renewal over MaxTTL by a holder of 24h is refused too (the bypass)": {
 			lock:        aliceLock(h),
 			reqs:        []*locksv1.LockRequest{renewedTo(aliceHolder(), 24*time.Hour)},
 			wantHolder:  "alice#100",
-			wantGrant:   held(hExpires, "; "+refusedMsg(24*time.Hour), locksv1.ReasonInvalid),
+			wantGrant:   refusedHeld(hExpires, "; "+refusedMsg(24*time.Hour), locksv1.ReasonInvalid),
 			wantRequeue: untilFromNow(hExpires),
 		},
 		"a grant whose renewal was refused expires at its old expiresAt": {

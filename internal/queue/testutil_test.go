@@ -280,7 +280,7 @@ func (w *lockWrapper) obj() *locksv1.ProjectLock {
 	}
 	st.Holder = h
 	st.Conditions = []metav1.Condition{cond(locksv1.ConditionLocked, metav1.ConditionTrue, locksv1.ReasonHeld,
-		"locked by "+Describe(h.Owner, h.Pull), pl.Generation, h.Since.Time)}
+		"locked by "+locksv1.Holder{Owner: h.Owner, Pull: h.Pull}.Describe(), pl.Generation, h.Since.Time)}
 	return pl
 }
 
@@ -356,7 +356,7 @@ func views(us []Update) map[string]reqView {
 
 // lockView is what a test asserts about the ProjectLock status a decision writes.
 type lockView struct {
-	Holder   string   // Describe(owner, pull), "" when free
+	Holder   string   // Holder.Describe, "" when free
 	Requests []string // holder request names
 	Token    int64
 	Queue    []string // "name:Priority"
@@ -370,7 +370,7 @@ func lockViewOf(st *locksv1.ProjectLockStatus) *lockView {
 	}
 	v := &lockView{Token: st.FencingToken, Length: st.QueueLength}
 	if h := st.Holder; h != nil {
-		v.Holder = Describe(h.Owner, h.Pull)
+		v.Holder = locksv1.Holder{Owner: h.Owner, Pull: h.Pull}.Describe()
 		for _, r := range h.Requests {
 			v.Requests = append(v.Requests, r.Name)
 		}

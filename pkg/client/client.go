@@ -21,7 +21,6 @@ import (
 	"maps"
 	"slices"
 	"sort"
-	"strings"
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -29,8 +28,11 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
@@ -221,8 +223,8 @@ func (c *Client) Acquire(ctx context.Context, r Request) (*Lock, error) {
 
 // Await waits for the grant of a request this caller created (Create), and deletes the request
 // if ctx ends first or it ends without a grant, as Acquire does.
-func (c *Client) Await(ctx context.Context, lr *locksv1.LockRequest) (*Lock, error) {
-	lock, err := c.Wait(ctx, lr.Name)
+func (c *Client) Await(ctx context.Context, lr *locksv1.LockRequest, opts ...WaitOption) (*Lock, error) {
+	lock, err := c.Wait(ctx, lr.Name, opts...)
 	if err != nil {
 		// Leave nothing queued behind: a caller that gave up must not be granted later.
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
@@ -242,59 +244,110 @@ func (c *Client) TryAcquire(ctx context.Context, r Request) (*Lock, error) {
 	return c.Acquire(ctx, r)
 }
 
-// Wait watches the named LockRequest until it is granted or ends. It does not delete anything.
-func (c *Client) Wait(ctx context.Context, name string) (*Lock, error) {
-	key := types.NamespacedName{Namespace: c.namespace, Name: name}
-	for {
-		var lr locksv1.LockRequest
-		if err := c.c.Get(ctx, key, &lr); err != nil {
-			return nil, fmt.Errorf("get lockrequest %s: %w", key, err)
-		}
-		if lock, done, err := c.outcome(&lr); done {
-			return lock, err
-		}
-		w, err := c.c.Watch(ctx, &locksv1.LockRequestList{},
-			ctrlclient.InNamespace(c.namespace),
-			ctrlclient.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("metadata.name", name)},
-			&ctrlclient.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: lr.ResourceVersion}})
-		if err != nil {
-			return nil, fmt.Errorf("watch lockrequest %s: %w", key, err)
-		}
-		lock, done, err := c.follow(ctx, w, key)
-		w.Stop()
-		if done {
-			return lock, err
-		}
-		// The watch closed (server timeout, or too old a resourceVersion): read and watch again.
-	}
+// WaitOption changes how Wait and Await wait.
+type WaitOption func(*waitOptions)
+
+type waitOptions struct {
+	onChange func(*locksv1.LockRequest)
 }
 
-// follow reads watch events until the request is decided, the context ends, or the watch closes.
-func (c *Client) follow(ctx context.Context, w watch.Interface, key types.NamespacedName) (*Lock, bool, error) {
-	for {
-		select {
-		case <-ctx.Done():
-			return nil, true, fmt.Errorf("waiting for lockrequest %s: %w", key, ctx.Err())
-		case ev, ok := <-w.ResultChan():
-			if !ok {
-				return nil, false, nil
-			}
-			switch ev.Type {
-			case watch.Deleted:
-				return nil, true, &NotGrantedError{Request: key, Phase: locksv1.PhaseReleased, Reason: locksv1.ReasonReleased,
-					Message: "the LockRequest was deleted while waiting"}
-			case watch.Error:
-				return nil, false, nil
-			}
-			lr, ok := ev.Object.(*locksv1.LockRequest)
-			if !ok {
-				continue
-			}
-			if lock, done, err := c.outcome(lr); done {
-				return lock, true, err
-			}
-		}
+// OnChange has Wait call seen with the request as first read and after every change the watch
+// delivers, until it is decided: a caller reports progress (its queue position, who holds the
+// lock) from the same watch, with no polling of its own.
+func OnChange(seen func(*locksv1.LockRequest)) WaitOption {
+	return func(o *waitOptions) { o.onChange = seen }
+}
+
+// Wait watches the named LockRequest until it is granted or ends. It does not delete anything.
+func (c *Client) Wait(ctx context.Context, name string, opts ...WaitOption) (*Lock, error) {
+	var o waitOptions
+	for _, opt := range opts {
+		opt(&o)
 	}
+	key := types.NamespacedName{Namespace: c.namespace, Name: name}
+	var lock *Lock
+	decided := func(lr *locksv1.LockRequest) (bool, error) {
+		if o.onChange != nil {
+			o.onChange(lr)
+		}
+		l, done, err := c.outcome(lr)
+		lock = l
+		return done, err
+	}
+	err := c.until(ctx, name, func(lr *locksv1.LockRequest, listed bool) (bool, error) {
+		switch {
+		case lr == nil && listed:
+			return false, fmt.Errorf("get lockrequest %s: %w", key, apierrors.NewNotFound(locksv1.GroupVersion.WithResource("lockrequests").GroupResource(), name))
+		case lr == nil:
+			return true, &NotGrantedError{Request: key, Phase: locksv1.PhaseReleased, Reason: locksv1.ReasonReleased,
+				Message: "the LockRequest was deleted while waiting"}
+		}
+		return decided(lr)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return lock, nil
+}
+
+// until follows the LockRequest name the way `kubectl wait` does, with client-go's
+// watchtools.UntilWithSync: an informer on that one object that lists, watches, and lists again
+// whenever the watch closes or its resourceVersion is too old. decide sees the object as first
+// listed (listed true), then after every change (nil once deleted, or when there was none to
+// list); it ends the wait by returning true or an error. A wait that ctx ends returns ctx's
+// error, wrapped.
+func (c *Client) until(ctx context.Context, name string, decide func(lr *locksv1.LockRequest, listed bool) (bool, error)) error {
+	sel := fields.OneTermEqualSelector("metadata.name", name).String()
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.FieldSelector = sel
+			var list locksv1.LockRequestList
+			err := c.c.List(ctx, &list, ctrlclient.InNamespace(c.namespace), &ctrlclient.ListOptions{Raw: &o})
+			return &list, err
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.FieldSelector = sel
+			return c.c.Watch(ctx, &locksv1.LockRequestList{}, ctrlclient.InNamespace(c.namespace), &ctrlclient.ListOptions{Raw: &o})
+		},
+	}
+	var preErr error
+	precondition := func(store cache.Store) (bool, error) {
+		obj, exists, err := store.GetByKey(c.namespace + "/" + name)
+		if err != nil {
+			return false, err
+		}
+		var lr *locksv1.LockRequest
+		if exists {
+			lr, _ = obj.(*locksv1.LockRequest)
+		}
+		done, err := decide(lr, true)
+		preErr = err
+		return done || err != nil, nil
+	}
+	var condErr error
+	condition := func(ev watch.Event) (bool, error) {
+		lr, _ := ev.Object.(*locksv1.LockRequest)
+		if ev.Type == watch.Deleted {
+			lr = nil
+		} else if lr == nil {
+			return false, nil
+		}
+		done, err := decide(lr, false)
+		condErr = err
+		return done || err != nil, nil
+	}
+	_, err := watchtools.UntilWithSync(ctx, lw, &locksv1.LockRequest{}, precondition, condition)
+	switch {
+	case preErr != nil:
+		return preErr
+	case condErr != nil:
+		return condErr
+	case ctx.Err() != nil:
+		return fmt.Errorf("waiting for lockrequest %s/%s: %w", c.namespace, name, ctx.Err())
+	case err != nil:
+		return fmt.Errorf("waiting for lockrequest %s/%s: %w", c.namespace, name, err)
+	}
+	return nil
 }
 
 // outcome turns a request's status into a Lock or an error, or says it is still pending.
@@ -375,27 +428,27 @@ func (l *Lock) Renew(ctx context.Context, ttl time.Duration) (time.Time, error) 
 	}
 	// The controller answers a spec change by writing expiresAt (and observedGeneration).
 	gen := lr.Generation
-	for {
-		var cur locksv1.LockRequest
-		if err := l.c.c.Get(ctx, l.Key(), &cur); err != nil {
-			return time.Time{}, fmt.Errorf("get lockrequest %s: %w", l.Key(), err)
-		}
+	var refused error
+	answered := func(cur *locksv1.LockRequest) (bool, error) {
 		switch {
+		case cur == nil:
+			return true, &NotGrantedError{Request: l.Key(), Phase: locksv1.PhaseReleased, Reason: locksv1.ReasonReleased, Message: "the LockRequest was deleted"}
 		case cur.Status.Phase.IsFinal():
-			return time.Time{}, notGranted(&cur)
+			return true, notGranted(cur)
 		case cur.Status.ObservedGeneration >= gen && cur.Status.ExpiresAt != nil:
 			l.ExpiresAt = cur.Status.ExpiresAt.Time
-			if c := meta.FindStatusCondition(cur.Status.Conditions, locksv1.ConditionGranted); c != nil && strings.Contains(c.Message, "renewal refused") {
-				return l.ExpiresAt, fmt.Errorf("renew lockrequest %s: %w: %s", l.Key(), ErrInvalid, c.Message)
+			if c := meta.FindStatusCondition(cur.Status.Conditions, locksv1.ConditionGranted); c != nil && c.Reason == locksv1.ReasonRenewalRefused {
+				refused = fmt.Errorf("renew lockrequest %s: %w: %s", l.Key(), ErrInvalid, c.Message)
 			}
-			return l.ExpiresAt, nil
+			return true, nil
 		}
-		select {
-		case <-ctx.Done():
-			return time.Time{}, fmt.Errorf("waiting for the renewal of %s: %w", l.Key(), ctx.Err())
-		case <-time.After(50 * time.Millisecond):
-		}
+		return false, nil
 	}
+	err := l.c.until(ctx, l.Name, func(cur *locksv1.LockRequest, _ bool) (bool, error) { return answered(cur) })
+	if err != nil {
+		return time.Time{}, err
+	}
+	return l.ExpiresAt, refused
 }
 
 // WaitLost blocks while the lock stays granted. It returns the NotGrantedError that ended the
@@ -404,52 +457,18 @@ func (l *Lock) Renew(ctx context.Context, ttl time.Duration) (time.Time, error) 
 // moment its lock is gone.
 func (l *Lock) WaitLost(ctx context.Context) error {
 	key := l.Key()
-	for {
-		var lr locksv1.LockRequest
-		err := l.c.c.Get(ctx, key, &lr)
+	ended := func(lr *locksv1.LockRequest) (bool, error) {
 		switch {
-		case apierrors.IsNotFound(err):
-			return &NotGrantedError{Request: key, Phase: locksv1.PhaseReleased, Reason: locksv1.ReasonReleased, Message: "the LockRequest was deleted"}
-		case err != nil:
-			return fmt.Errorf("get lockrequest %s: %w", key, err)
+		case lr == nil:
+			return true, &NotGrantedError{Request: key, Phase: locksv1.PhaseReleased, Reason: locksv1.ReasonReleased, Message: "the LockRequest was deleted"}
 		case lr.UID != l.UID:
-			return &NotGrantedError{Request: key, Phase: locksv1.PhaseReleased, Reason: locksv1.ReasonReleased, Message: "the LockRequest was deleted and re-created"}
+			return true, &NotGrantedError{Request: key, Phase: locksv1.PhaseReleased, Reason: locksv1.ReasonReleased, Message: "the LockRequest was deleted and re-created"}
 		case lr.Status.Phase != locksv1.PhaseGranted:
-			return notGranted(&lr)
+			return true, notGranted(lr)
 		}
-		w, err := l.c.c.Watch(ctx, &locksv1.LockRequestList{},
-			ctrlclient.InNamespace(l.Namespace),
-			ctrlclient.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("metadata.name", l.Name)},
-			&ctrlclient.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: lr.ResourceVersion}})
-		if err != nil {
-			return fmt.Errorf("watch lockrequest %s: %w", key, err)
-		}
-		err = l.followGrant(ctx, w)
-		w.Stop()
-		if err != nil {
-			return err
-		}
+		return false, nil
 	}
-}
-
-// followGrant returns once the grant ends or ctx is done; nil means the watch closed.
-func (l *Lock) followGrant(ctx context.Context, w watch.Interface) error {
-	for {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case ev, ok := <-w.ResultChan():
-			if !ok || ev.Type == watch.Error {
-				return nil
-			}
-			if ev.Type == watch.Deleted {
-				return &NotGrantedError{Request: l.Key(), Phase: locksv1.PhaseReleased, Reason: locksv1.ReasonReleased, Message: "the LockRequest was deleted"}
-			}
-			if lr, ok := ev.Object.(*locksv1.LockRequest); ok && lr.Status.Phase != locksv1.PhaseGranted {
-				return notGranted(lr)
-			}
-		}
-	}
+	return l.c.until(ctx, l.Name, func(lr *locksv1.LockRequest, _ bool) (bool, error) { return ended(lr) })
 }
 
 // ReleaseByPull releases every LockRequest in the client's namespace that is not finished, whose

@@ -10,6 +10,7 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
@@ -159,5 +160,57 @@ var _ = Describe("The Go client", func() {
 		named, err := client.New(asAlice, ns).Create(ctx, client.Request{Name: "for-bob", Locks: vpc, Holder: locksv1.Holder{Owner: "bob"}})
 		Expect(err).NotTo(HaveOccurred())
 		Expect(named.Spec.Holder.Owner).To(Equal("bob"), "an owner given is kept (the admission policies judge it)")
+	})
+
+	It("tells a holder waiting on WaitLost the moment its grant is taken away", func() {
+		tc := newClient()
+		a, err := tc.Acquire(ctx, client.Request{Locks: vpc, Holder: locksv1.Holder{Owner: "alice", Pull: 1}})
+		Expect(err).NotTo(HaveOccurred())
+		lost := make(chan error, 1)
+		go func() { lost <- a.WaitLost(ctx) }()
+		Consistently(lost, time.Second).ShouldNot(Receive(), "the grant stands")
+
+		var pls locksv1.ProjectLockList
+		Expect(k8s.List(ctx, &pls, ctrlclient.InNamespace(a.Namespace))).To(Succeed())
+		Expect(pls.Items).To(HaveLen(1))
+		Expect(k8s.Delete(ctx, &pls.Items[0])).To(Succeed())
+		var err2 error
+		Eventually(lost, 10*time.Second).Should(Receive(&err2))
+		Expect(err2).To(MatchError(client.ErrLost))
+		Expect(err2.Error()).To(ContainSubstring("force-unlocked"))
+
+		short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		defer cancel()
+		b, err := tc.Acquire(ctx, client.Request{Locks: vpc, Holder: locksv1.Holder{Owner: "bob", Pull: 2}})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(b.WaitLost(short)).To(MatchError(context.DeadlineExceeded), "a grant that stands outlives the context")
+		Expect(b.Delete(ctx)).To(Succeed())
+		Expect(b.WaitLost(ctx)).To(MatchError(client.ErrReleased), "a deleted request has let go")
+	})
+
+	It("reports a request deleted while it waits as released", func() {
+		tc := newClient()
+		_, err := tc.Acquire(ctx, client.Request{Locks: vpc, Holder: locksv1.Holder{Owner: "alice", Pull: 1}})
+		Expect(err).NotTo(HaveOccurred())
+		waiter, err := tc.Create(ctx, client.Request{Name: "w", Locks: vpc, Holder: locksv1.Holder{Owner: "bob", Pull: 2}})
+		Expect(err).NotTo(HaveOccurred())
+		done := make(chan error, 1)
+		told := make(chan string, 100)
+		report := client.OnChange(func(lr *locksv1.LockRequest) {
+			if c := meta.FindStatusCondition(lr.Status.Conditions, locksv1.ConditionGranted); c != nil {
+				told <- c.Message
+			}
+		})
+		go func() { _, err := tc.Wait(ctx, "w", report); done <- err }()
+		Eventually(told, 10*time.Second).Should(Receive(Equal("locked by pull #1 (alice); position 1 of 1")), "the waiter's report comes from the watch")
+		Consistently(done, time.Second).ShouldNot(Receive(), "w waits")
+		Expect(k8s.Delete(ctx, waiter)).To(Succeed())
+		var werr error
+		Eventually(done, 10*time.Second).Should(Receive(&werr))
+		Expect(werr).To(MatchError(client.ErrReleased))
+		Expect(werr.Error()).To(ContainSubstring("deleted while waiting"))
+
+		_, err = tc.Wait(ctx, "nobody")
+		Expect(apierrors.IsNotFound(err)).To(BeTrue(), "waiting for a request that does not exist: %v", err)
 	})
 })

@@ -351,9 +351,12 @@ func (h *Heartbeat) newLease(now time.Time, held []Held) *coordinationv1.Lease {
 // take turns overwriting each other's claim.
 func (h *Heartbeat) renewed(current *coordinationv1.Lease, now time.Time, held []Held, fresh bool) (*coordinationv1.Lease, error) {
 	holder := ptr.Deref(current.Spec.HolderIdentity, "")
-	if holder != "" && holder != h.identity && !leaseExpired(current, now) {
-		return nil, fmt.Errorf("held by %q until %s; is another process using this lease name?",
-			holder, formatTime(leaseRenewed(current).Add(leaseDuration(current))))
+	if holder != "" && holder != h.identity && !leaseLapsed(current, now) {
+		until := "it is deleted"
+		if expiry, _, ok := LeaseExpiry(current); ok {
+			until = formatTime(expiry)
+		}
+		return nil, fmt.Errorf("held by %q until %s; is another process using this lease name?", holder, until)
 	}
 	lease := current.DeepCopy()
 	if holder != h.identity || fresh {
@@ -372,25 +375,6 @@ func (h *Heartbeat) renewed(current *coordinationv1.Lease, now time.Time, held [
 	}
 	setGuardAnnotations(lease.Annotations, held)
 	return lease, nil
-}
-
-func leaseRenewed(l *coordinationv1.Lease) time.Time {
-	switch {
-	case l.Spec.RenewTime != nil:
-		return l.Spec.RenewTime.Time
-	case l.Spec.AcquireTime != nil:
-		return l.Spec.AcquireTime.Time
-	default:
-		return time.Time{}
-	}
-}
-
-func leaseDuration(l *coordinationv1.Lease) time.Duration {
-	return time.Duration(ptr.Deref(l.Spec.LeaseDurationSeconds, 0)) * time.Second
-}
-
-func leaseExpired(l *coordinationv1.Lease, now time.Time) bool {
-	return !now.Before(leaseRenewed(l).Add(leaseDuration(l)))
 }
 
 // giveUp ends the replica's claim: Guards refuse new locks first, so that no command starts

@@ -129,7 +129,7 @@ func (b *bench) deadlockCheck(ctx context.Context, ns string, runs int) (Deadloc
 		return res, err
 	}
 	cfg := queue.DefaultConfig()
-	det := controller.NewDeadlockDetector(cached, nil, cfg, queue.FreezeFlags{}, deadlock.PolicyNewest, 0, controller.NewMetrics(nil), nil)
+	det := controller.NewDeadlockDetector(cached, nil, controller.WithConfig(cfg), controller.WithDeadlockPolicy(deadlock.PolicyNewest))
 
 	var full, list, graph []float64
 	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

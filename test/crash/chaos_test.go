@@ -38,7 +38,7 @@ var _ = Describe("Active-active replicas killed at random", func() {
 			return startManager(name, append(args, "--membership-id="+name)...)
 		}
 		replicas := []*manager{start(), start(), start()}
-		ic := startChecker(ns)
+		ic := framework.StartChecker(ctx, k8s, ns)
 		history := lincheck.NewHistory()
 		const requesters = 8
 		rounds := chaosRounds()

@@ -30,14 +30,6 @@ func runChurn(c framework.Churn) <-chan churnResult {
 	return done
 }
 
-func startChecker(ns string) *framework.InvariantChecker {
-	GinkgoHelper()
-	ic, err := framework.StartInvariantChecker(ctx, k8s, ns)
-	Expect(err).NotTo(HaveOccurred())
-	DeferCleanup(ic.Stop)
-	return ic
-}
-
 // expectLinearizable checks what the requesters observed with porcupine against a fenced lock.
 func expectLinearizable(h *lincheck.History) {
 	GinkgoHelper()
@@ -60,7 +52,7 @@ func expectSafeAndConverged(ns string, ic *framework.InvariantChecker, grants in
 var _ = Describe("A manager killed with SIGKILL", func() {
 	It("converges after every restart and never grants a key twice, while requesters churn", func() {
 		ns := newNamespace()
-		ic := startChecker(ns)
+		ic := framework.StartChecker(ctx, k8s, ns)
 		rng := rand.New(rand.NewSource(GinkgoRandomSeed()))
 
 		m := startManager("manager-0")
@@ -107,7 +99,7 @@ var _ = Describe("Two managers with leader election", func() {
 			"--leader-elect-retry-period=" + retryPeriod.String(),
 		}
 		ms := []*manager{startManager("a-0", args...), startManager("b-0", args...)}
-		ic := startChecker(ns)
+		ic := framework.StartChecker(ctx, k8s, ns)
 		history := lincheck.NewHistory()
 		done := runChurn(framework.Churn{
 			Namespace: ns, Requesters: 6, Rounds: 25, Keys: 3, MultiLock: 0.25,

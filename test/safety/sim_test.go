@@ -181,7 +181,7 @@ func newSim(seed uint64) *sim {
 }
 
 func (s *sim) detector(m *manager) *controller.DeadlockDetector {
-	return controller.NewDeadlockDetector(m.view, nopRecorder{}, s.cfg, queue.FreezeFlags{}, deadlock.PolicyNewest, 0, controller.NewMetrics(nil), m.clock)
+	return controller.NewDeadlockDetector(m.view, nopRecorder{}, controller.WithConfig(s.cfg), controller.WithDeadlockPolicy(deadlock.PolicyNewest), controller.WithClock(m.clock))
 }
 
 // where says where a failure happened, with the seed that replays it.
@@ -467,7 +467,7 @@ func (s *sim) freeze() string {
 
 // ensureLease makes sure the holder Lease of id exists and is renewed at the simulated now.
 func (s *sim) ensureLease(id locksv1.Holder) string {
-	name := "lease-" + strings.ReplaceAll(queue.Identity(id), "#", "-")
+	name := "lease-" + strings.ReplaceAll(id.Identity(), "#", "-")
 	var l coordinationv1.Lease
 	err := k8s.Get(ctx, client.ObjectKey{Namespace: s.ns, Name: name}, &l)
 	now := metav1.NewMicroTime(s.now)
@@ -489,7 +489,7 @@ func (s *sim) ensureLease(id locksv1.Holder) string {
 func (s *sim) lease() string {
 	id := s.ids[s.rng.IntN(len(s.ids))]
 	if s.rng.IntN(3) == 0 {
-		name := "lease-" + strings.ReplaceAll(queue.Identity(id), "#", "-")
+		name := "lease-" + strings.ReplaceAll(id.Identity(), "#", "-")
 		l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: name}}
 		Expect(client.IgnoreNotFound(k8s.Delete(ctx, l))).To(Succeed())
 		return "lose-lease " + name

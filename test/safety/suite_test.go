@@ -97,7 +97,7 @@ func (m *manager) restart(cfg queue.Config) {
 	m.metrics = controller.NewMetrics(nil)
 	m.locks = controller.NewLockReconciler(m.view, k8s, nopRecorder{},
 		controller.WithClock(m.clock), controller.WithConfig(cfg), controller.WithMetrics(m.metrics))
-	m.cmds = controller.NewCommandLockReconciler(m.view, k8s, nopRecorder{}, queue.FreezeFlags{}, m.metrics, m.clock)
+	m.cmds = controller.NewCommandLockReconciler(m.view, k8s, nopRecorder{}, controller.WithMetrics(m.metrics), controller.WithClock(m.clock))
 }
 
 // tick sets the manager's clock to real time (or the simulation's) plus time simulated ahead,

@@ -13,7 +13,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
-	"github.com/turnstile-dev/turnstile/internal/queue"
 	"github.com/turnstile-dev/turnstile/internal/testing/lincheck"
 )
 
@@ -138,7 +137,7 @@ func (c Churn) record(kind lincheck.Kind, granted *locksv1.LockRequest, call int
 	}
 	ret := c.History.Now()
 	for _, l := range granted.Status.Locks {
-		c.History.Add(lincheck.Input{Kind: kind, Key: granted.Namespace + "/" + l.Name, Client: queue.Identity(granted.Spec.Holder)},
+		c.History.Add(lincheck.Input{Kind: kind, Key: granted.Namespace + "/" + l.Name, Client: granted.Spec.Holder.Identity()},
 			lincheck.Output{KeyToken: l.FencingToken, RequestToken: granted.Status.FencingToken}, call, ret)
 	}
 }

@@ -11,8 +11,6 @@ import (
 	"path/filepath"
 	"time"
 
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -21,21 +19,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
 	"github.com/turnstile-dev/turnstile/internal/controller"
 )
 
-// Scheme knows the built-in types and Turnstile's.
-var Scheme = func() *runtime.Scheme {
-	s := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(s); err != nil {
-		panic(err)
-	}
-	if err := locksv1.AddToScheme(s); err != nil {
-		panic(err)
-	}
-	return s
-}()
+// Scheme knows the built-in types and Turnstile's: the manager's own (controller.NewScheme).
+var Scheme = controller.NewScheme()
 
 // RepoRoot finds the repository root (the directory holding go.mod) from the working directory.
 func RepoRoot() (string, error) {

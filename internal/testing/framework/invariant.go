@@ -97,18 +97,12 @@ func (ic *InvariantChecker) observe(ev watch.Event) {
 	// Who holds each key now, by the requests' own word.
 	holders := map[string]map[string][]string{} // ns/lockName -> identity -> request names
 	for k, r := range ic.requests {
-		if r.Status.Phase.IsFinal() {
-			continue
-		}
-		for _, l := range r.Status.Locks {
-			if !l.Held && r.Status.Phase != locksv1.PhaseGranted {
-				continue
-			}
+		for _, l := range queue.HeldLocks(r) {
 			lk := r.Namespace + "/" + l.Name
 			if holders[lk] == nil {
 				holders[lk] = map[string][]string{}
 			}
-			id := queue.Identity(r.Spec.Holder)
+			id := r.Spec.Holder.Identity()
 			holders[lk][id] = append(holders[lk][id], k)
 		}
 	}

@@ -137,13 +137,7 @@ func (inv *Invariants) checkRequests(reqs []*locksv1.LockRequest) ([]string, map
 	var out []string
 	holders := map[string][]holding{}
 	for _, lr := range reqs {
-		if lr.Status.Phase.IsFinal() {
-			continue
-		}
-		for _, l := range lr.Status.Locks {
-			if !l.Held && lr.Status.Phase != locksv1.PhaseGranted {
-				continue
-			}
+		for _, l := range queue.HeldLocks(lr) {
 			key := lr.Namespace + "/" + l.Name
 			holders[key] = append(holders[key], holding{lr, keyToken(lr, l)})
 		}
@@ -152,7 +146,7 @@ func (inv *Invariants) checkRequests(reqs []*locksv1.LockRequest) ([]string, map
 		hs := holders[key]
 		ids := map[string][]string{}
 		for _, h := range hs {
-			id := queue.Identity(h.lr.Spec.Holder)
+			id := h.lr.Spec.Holder.Identity()
 			ids[id] = append(ids[id], h.lr.Name)
 		}
 		if len(ids) > 1 {
@@ -225,7 +219,7 @@ func keyToken(lr *locksv1.LockRequest, l locksv1.LockStatus) int64 {
 // identity's tenure the per-key token may rise (a re-issued grant) but never fall.
 func (inv *Invariants) observeToken(key string, lr *locksv1.LockRequest, keyTok int64) []string {
 	var out []string
-	id := queue.Identity(lr.Spec.Holder)
+	id := lr.Spec.Holder.Identity()
 	reqTok := lr.Status.FencingToken
 	if reqTok < keyTok {
 		out = append(out, fmt.Sprintf("fencing: %s reports token %d for the request, below its token %d for %s", lr.Name, reqTok, keyTok, key))

@@ -1,0 +1,70 @@
+package queue
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"k8s.io/apimachinery/pkg/api/meta"
+
+	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
+)
+
+// FinishedStatus is the one builder of a finished request's status, for Decide's outcomes and
+// the deadlock detector's victims alike.
+func TestFinishedStatus(t *testing.T) {
+	type view struct {
+		Phase     locksv1.LockRequestPhase
+		BlockedBy string
+		Held      []bool
+		Finished  time.Time
+		Conds     map[string]string // type -> status/reason: message
+	}
+	viewOf := func(st locksv1.LockRequestStatus) view {
+		v := view{Phase: st.Phase, BlockedBy: st.BlockedBy, Finished: st.FinishedAt.Time, Conds: map[string]string{}}
+		for _, l := range st.Locks {
+			v.Held = append(v.Held, l.Held)
+		}
+		for _, typ := range []string{locksv1.ConditionGranted, locksv1.ConditionReady, locksv1.ConditionReconciling, locksv1.ConditionStalled} {
+			c := meta.FindStatusCondition(st.Conditions, typ)
+			v.Conds[typ] = string(c.Status) + "/" + c.Reason + ": " + c.Message
+		}
+		return v
+	}
+	waiting := makeReq("v").owner("bob", 2).queuedAt(t0).obj()
+	waiting.Status.Locks = []locksv1.LockStatus{{Key: waiting.Status.Locks[0].Key, Name: waiting.Status.Locks[0].Name, Held: true}}
+	cases := map[string]struct {
+		phase           locksv1.LockRequestPhase
+		reason, message string
+		want            view
+	}{
+		"a deadlock victim": {
+			phase: locksv1.PhaseFailed, reason: locksv1.ReasonDeadlock, message: "cycle: alice -> bob -> alice",
+			want: view{Phase: locksv1.PhaseFailed, BlockedBy: "cycle: alice -> bob -> alice", Held: []bool{false}, Finished: now.Truncate(time.Second),
+				Conds: map[string]string{
+					locksv1.ConditionGranted:     "False/Deadlock: cycle: alice -> bob -> alice",
+					locksv1.ConditionReady:       "False/Deadlock: cycle: alice -> bob -> alice",
+					locksv1.ConditionReconciling: "False/Deadlock: finished",
+					locksv1.ConditionStalled:     "True/Deadlock: cycle: alice -> bob -> alice",
+				}},
+		},
+		"a release": {
+			phase: locksv1.PhaseReleased, reason: locksv1.ReasonReleased, message: "released",
+			want: view{Phase: locksv1.PhaseReleased, Held: []bool{false}, Finished: now.Truncate(time.Second),
+				Conds: map[string]string{
+					locksv1.ConditionGranted:     "False/Released: released",
+					locksv1.ConditionReady:       "False/Released: released",
+					locksv1.ConditionReconciling: "False/Released: finished",
+					locksv1.ConditionStalled:     "False/Released: finished",
+				}},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			got := viewOf(FinishedStatus(waiting, tc.phase, tc.reason, tc.message, now))
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("FinishedStatus (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
