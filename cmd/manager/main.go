@@ -74,10 +74,7 @@ func parseFlags(args []string) (options, zap.Options, error) {
 	fs.Float64Var(&o.refreshRate, "position-refresh-rate", 20, "Most queue-position refresh writes per second per key.")
 	fs.BoolVar(&o.flags.DisableApply, "disable-apply", false, "Freeze apply always (highest precedence, like Atlantis --disable-apply).")
 	fs.BoolVar(&o.flags.DisableGlobalApplyLock, "disable-global-apply-lock", false, "Ignore CommandLocks for apply (like Atlantis --disable-global-apply-lock).")
-	fs.Func("deadlock-victim", "Which request of a deadlock cycle fails: newest, oldest or lowest-priority (default newest).", func(s string) (err error) {
-		o.deadlockPolicy, err = deadlock.ParsePolicy(s)
-		return err
-	})
+	fs.Var(policyFlag{&o.deadlockPolicy}, "deadlock-victim", "Which request of a deadlock cycle fails: newest, oldest or lowest-priority.")
 	fs.DurationVar(&o.deadlockScan, "deadlock-scan-interval", 30*time.Second, "Period of the full deadlock scan (a safety net; cycles are also checked when a request starts waiting). 0 disables the scan.")
 	fs.BoolVar(&o.deadlockDetection, "deadlock-detection", true, "Detect wait-for cycles and fail one victim per cycle (see --deadlock-victim). false turns detection off: a cycle then lasts until a waitTimeout or ttl ends it.")
 	fs.BoolVar(&o.activeActive, "active-active", false, "Run every replica active: the owner of a key (rendezvous hashing over the live members) decides it at once, every other replica --backup-delay later, so a dead replica delays hand-offs by about that much. Excludes --leader-elect.")
@@ -123,6 +120,22 @@ func main() {
 		ctrl.Log.Error(err, "manager exited")
 		os.Exit(1)
 	}
+}
+
+// policyFlag is --deadlock-victim: parsed into a deadlock.Policy once, and its default shown
+// (and read by the chart's test of its values) like any other flag's.
+type policyFlag struct{ p *deadlock.Policy }
+
+func (f policyFlag) String() string {
+	if f.p == nil {
+		return ""
+	}
+	return string(*f.p)
+}
+
+func (f policyFlag) Set(s string) (err error) {
+	*f.p, err = deadlock.ParsePolicy(s)
+	return err
 }
 
 // defaultIdentity is $POD_NAME or the host name, lower-cased, plus a random suffix.

@@ -53,9 +53,19 @@ func TestFinishedStatus(t *testing.T) {
 			want: view{Phase: locksv1.PhaseReleased, Held: []bool{false}, Finished: now.Truncate(time.Second),
 				Conds: map[string]string{
 					locksv1.ConditionGranted:     "False/Released: released",
-					locksv1.ConditionReady:       "False/Released: released",
+					locksv1.ConditionReady:       "True/Released: released", // kstatus: Current
 					locksv1.ConditionReconciling: "False/Released: finished",
 					locksv1.ConditionStalled:     "False/Released: finished",
+				}},
+		},
+		"an expiry": {
+			phase: locksv1.PhaseExpired, reason: locksv1.ReasonExpired, message: "the grant expired",
+			want: view{Phase: locksv1.PhaseExpired, Held: []bool{false}, Finished: now.Truncate(time.Second),
+				Conds: map[string]string{
+					locksv1.ConditionGranted:     "False/Expired: the grant expired",
+					locksv1.ConditionReady:       "False/Expired: the grant expired",
+					locksv1.ConditionReconciling: "False/Expired: finished",
+					locksv1.ConditionStalled:     "True/Expired: the grant expired", // kstatus: Failed
 				}},
 		},
 	}

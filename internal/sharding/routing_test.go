@@ -3,6 +3,7 @@ package sharding_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -150,12 +151,15 @@ func (g *ghost) hang() {
 
 func liveOf(r *replica) func() []string { return r.members.Live }
 
-// keyOwnedBy finds a lock target whose key the rendezvous hash gives to want among members.
-func keyOwnedBy(ns, want string, members []string) locksv1.LockTarget {
+// keyOwnedBy finds a lock target whose key the rendezvous hash gives to want among members, and,
+// when then is given, to then once want has left the members.
+func keyOwnedBy(ns, want string, members []string, then ...string) locksv1.LockTarget {
 	GinkgoHelper()
+	rest := slices.DeleteFunc(slices.Clone(members), func(m string) bool { return m == want })
 	for i := range 1000 {
 		t := locksv1.LockTarget{Repo: "acme/infra", Path: fmt.Sprintf("stack-%d", i), Workspace: "default"}
-		if sharding.Owner(members, ns+"/"+lockkey.Name(t)) == want {
+		key := ns + "/" + lockkey.Name(t)
+		if sharding.Owner(members, key) == want && (len(then) == 0 || sharding.Owner(rest, key) == then[0]) {
 			return t
 		}
 	}
@@ -212,7 +216,8 @@ var _ = Describe("Routing", func() {
 		Eventually(liveOf(r), timeout, interval).Should(Equal(all))
 
 		mine := keyOwnedBy(ns, "r", all)
-		ofLeaver := keyOwnedBy(ns, "leaver", all)
+		// Once the leaver has gone, its key is r's (not hung's, which stays a member until it lapses).
+		ofLeaver := keyOwnedBy(ns, "leaver", all, "r")
 		ofHung := keyOwnedBy(ns, "hung", all)
 		for name, t := range map[string]locksv1.LockTarget{"mine": mine, "of-leaver": ofLeaver, "of-hung": ofHung} {
 			Expect(k8s.Create(ctx, request(ns, name, t))).To(Succeed())

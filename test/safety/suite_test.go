@@ -22,6 +22,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
@@ -45,6 +47,9 @@ func TestSafety(t *testing.T) {
 }
 
 var _ = BeforeSuite(func() {
+	// The reconcilers log through controller-runtime's logger (the simulation's membership
+	// changes among them): to the spec's output, shown when a spec fails.
+	logf.SetLogger(zap.New(zap.WriteTo(GinkgoWriter)))
 	var err error
 	env, err = framework.Start("")
 	Expect(err).NotTo(HaveOccurred())
