@@ -94,8 +94,13 @@ func (r *LockReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	// Only as many position refreshes as the key's write rate allows are worth building.
-	in.Refreshes = queue.RefreshBudget{Limited: true, N: int(r.limiter(req.NamespacedName).TokensAt(now))}
+	// Only as many position refreshes as the key's write rate allows are worth building, and
+	// none on a backup: a waiter's position is the owner's to refresh (a backup refreshing it
+	// too doubled those writes and made 409s); it is only information, nobody waits on it.
+	in.Refreshes = queue.RefreshBudget{Limited: true}
+	if !r.backup(req) {
+		in.Refreshes.N = int(r.limiter(req.NamespacedName).TokensAt(now))
+	}
 	d := queue.Decide(in)
 	if d.CreateLock {
 		// The grant is decided on the created object: its token is that object's revision.
@@ -354,7 +359,7 @@ func (r *LockReconciler) apply(ctx context.Context, req reconcile.Request, in qu
 			newlyWaiting = append(newlyWaiting, NewWait{Request: u.Request, Last: waitsLast(req.Name, u, d.Queue)})
 		}
 	}
-	if d.RefreshDeferred {
+	if d.RefreshDeferred && !r.backup(req) {
 		result.RequeueAfter = minPositive(result.RequeueAfter, r.refreshRetry())
 	}
 	if len(d.Waiting) == 0 && len(d.Queue) == 0 {
@@ -499,6 +504,14 @@ func (r *LockReconciler) forgetLimiter(key types.NamespacedName) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.refresh, key)
+}
+
+// backup reports whether another live replica owns the key (active-active): this replica then
+// decides it only as a backup, a backup delay after the owner, and leaves position refreshes
+// to the owner. Grants, hand-offs, expiries and first statuses it still writes, so a dead
+// owner delays them by the backup delay only.
+func (r *LockReconciler) backup(req reconcile.Request) bool {
+	return r.router != nil && r.router.Delay(req.String()) > 0
 }
 
 // refreshRetry is when the key's write rate allows the next position refresh.

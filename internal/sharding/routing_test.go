@@ -237,3 +237,49 @@ var _ = Describe("Routing", func() {
 		Eventually(phase(ns, "of-hung"), timeout, interval).Should(Equal(locksv1.PhaseGranted))
 	})
 })
+
+var _ = Describe("Backups", func() {
+	It("decide a dead owner's key after the backup delay, but leave position refreshes to the owner", func() {
+		ns := newNamespace()
+		r := startReplica("r", ns, 200*time.Millisecond)
+		owner := startGhost("owner", ns)
+		all := []string{"owner", "r"}
+		Eventually(liveOf(r), timeout, interval).Should(Equal(all))
+
+		// The owner is a member that does nothing: r decides its key as a backup.
+		t := keyOwnedBy(ns, "owner", all)
+		for _, name := range []string{"a", "b", "c"} {
+			lr := request(ns, name, t)
+			lr.Spec.Holder = locksv1.Holder{Owner: name, Pull: 1}
+			Expect(k8s.Create(ctx, lr)).To(Succeed())
+			if name == "a" {
+				Eventually(phase(ns, "a"), timeout, interval).Should(Equal(locksv1.PhaseGranted), "the backup grants")
+			}
+		}
+		position := func(name string) func() int32 {
+			return func() int32 {
+				var lr locksv1.LockRequest
+				if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &lr); err != nil {
+					return -1
+				}
+				return lr.Status.QueuePosition
+			}
+		}
+		Eventually(position("c"), timeout, interval).Should(BeEquivalentTo(2), "the backup writes a waiter's first status")
+
+		// b leaves the queue: c's position changes, which only a refresh would write.
+		var b locksv1.LockRequest
+		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "b"}, &b)).To(Succeed())
+		Expect(k8s.Delete(ctx, &b)).To(Succeed())
+		Eventually(func() bool {
+			err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "b"}, &b)
+			return err != nil
+		}, timeout, interval).Should(BeTrue(), "the backup lets b go")
+		Consistently(position("c"), 2*time.Second, interval).Should(BeEquivalentTo(2), "a backup does not refresh positions")
+
+		// The owner goes: r owns the key and refreshes c's position.
+		owner.hang()
+		Expect(k8s.Delete(ctx, owner.lease)).To(Succeed())
+		Eventually(position("c"), timeout, interval).Should(BeEquivalentTo(1))
+	})
+})
