@@ -544,13 +544,22 @@ func requestKeys(_ context.Context, o client.Object) []reconcile.Request {
 // LockRequest events every key they name, CommandLock events the keys of their command's
 // requests, holder Lease events the keys of the requests that name the Lease.
 func (r *LockReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	var queueOpts []sharding.QueueOption
+	if r.router != nil {
+		// A backup leaves a key alone while its owner is seen deciding it.
+		progress := newDecisions(r.clock)
+		if err := progress.watch(context.Background(), mgr.GetCache()); err != nil {
+			return err
+		}
+		queueOpts = append(queueOpts, sharding.WithProgress(progress), sharding.WithQueueClock(r.clock))
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("lock").
 		For(&locksv1.ProjectLock{}, builder.WithPredicates(r.notOwnEcho())).
 		Watches(&locksv1.LockRequest{}, r.requestEvents()).
 		Watches(&locksv1.CommandLock{}, handler.EnqueueRequestsFromMapFunc(r.commandKeys)).
 		Watches(&coordinationv1.Lease{}, handler.EnqueueRequestsFromMapFunc(r.leaseKeys), builder.WithPredicates(leaseShortened())).
-		WithOptions(controller.Options{MaxConcurrentReconciles: r.workers, NewQueue: sharding.NewQueueFunc(r.router)}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: r.workers, NewQueue: sharding.NewQueueFunc(r.router, queueOpts...)}).
 		Complete(r)
 }
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 )
@@ -107,18 +108,33 @@ type fixedRouter map[string]time.Duration
 
 func (f fixedRouter) Delay(key string) time.Duration { return f[key] }
 
-// recordingQueue is a PriorityQueue that records what is added to it.
+// recordingQueue is a PriorityQueue that records what is added to it and what is marked done.
+// It hands items out in the order they were added, as if each came due in turn.
 type recordingQueue struct {
 	priorityqueue.PriorityQueue[reconcile.Request]
-	adds []priorityqueue.AddOpts
+	adds  []priorityqueue.AddOpts
+	due   []reconcile.Request
+	dones []reconcile.Request
 }
 
 func (q *recordingQueue) AddWithOpts(o priorityqueue.AddOpts, items ...reconcile.Request) {
-	for range items {
+	for _, item := range items {
 		o.Priority = nil
 		q.adds = append(q.adds, o)
+		q.due = append(q.due, item)
 	}
 }
+
+func (q *recordingQueue) GetWithPriority() (reconcile.Request, int, bool) {
+	if len(q.due) == 0 {
+		return reconcile.Request{}, 0, true // shut down: nothing more will come
+	}
+	item := q.due[0]
+	q.due = q.due[1:]
+	return item, 0, false
+}
+
+func (q *recordingQueue) Done(item reconcile.Request) { q.dones = append(q.dones, item) }
 
 func TestRoutedQueue(t *testing.T) {
 	owned := reconcile.Request{}
@@ -160,7 +176,7 @@ func TestRoutedQueue(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			rec := &recordingQueue{}
-			q := &routedQueue{PriorityQueue: rec, router: router, delayed: map[reconcile.Request]bool{}}
+			q := newRoutedQueue(rec, router)
 			tc.add(q)
 			if diff := cmp.Diff(tc.want, rec.adds); diff != "" {
 				t.Errorf("adds (-want +got):\n%s", diff)
@@ -184,7 +200,7 @@ func TestReroute(t *testing.T) {
 	b.Namespace, b.Name = "ns", "b"
 	router := fixedRouter{"ns/a": time.Second, "ns/b": time.Second}
 	rec := &recordingQueue{}
-	q := &routedQueue{PriorityQueue: rec, router: router, delayed: map[reconcile.Request]bool{}}
+	q := newRoutedQueue(rec, router)
 	q.Add(a)
 	q.AddAfter(b, time.Minute)
 	q.reroute() // nothing owned yet
@@ -194,5 +210,93 @@ func TestReroute(t *testing.T) {
 	want := []priorityqueue.AddOpts{{After: time.Second}, {After: time.Minute + time.Second}, {}, {}}
 	if diff := cmp.Diff(want, rec.adds); diff != "" {
 		t.Errorf("adds (-want +got):\n%s", diff)
+	}
+}
+
+// progressAt is a Progress whose keys were last decided at fixed times.
+type progressAt map[string]time.Time
+
+func (p progressAt) LastDecided(key string) time.Time { return p[key] }
+
+// TestBackupDefersWhileOwnerDecides: a backup's item that comes due is decided here only if
+// nobody decided its key since the item was due for the owner; otherwise it waits one more
+// backup delay, and comes out once the owner has stopped deciding the key (it died, hung or
+// was cut off).
+func TestBackupDefersWhileOwnerDecides(t *testing.T) {
+	t0 := time.Date(2026, 11, 24, 1, 0, 0, 0, time.UTC)
+	const delay = 300 * time.Millisecond
+	key := reconcile.Request{}
+	key.Namespace, key.Name = "ns", "k"
+	at := func(d time.Duration) *time.Duration { return &d }
+	type want struct {
+		adds     []priorityqueue.AddOpts
+		deferred int // items marked done without being handed out
+	}
+	cases := map[string]struct {
+		owned    bool
+		ownLater bool // this replica comes to own the key before it comes due
+		add      func(q *routedQueue)
+		decided  *time.Duration // when, after the add, a decision's write was seen; nil: never
+		want     want
+	}{
+		"nobody decided the key: the backup decides it when due": {
+			add:  func(q *routedQueue) { q.Add(key) },
+			want: want{adds: []priorityqueue.AddOpts{{After: delay}}},
+		},
+		"a write seen before the event does not count": {
+			add: func(q *routedQueue) { q.Add(key) }, decided: at(-time.Millisecond),
+			want: want{adds: []priorityqueue.AddOpts{{After: delay}}},
+		},
+		"the owner decided the key since: one more backup delay, then the backup decides it": {
+			add: func(q *routedQueue) { q.Add(key) }, decided: at(100 * time.Millisecond),
+			want: want{adds: []priorityqueue.AddOpts{{After: delay}, {After: delay}}, deferred: 1},
+		},
+		"a deadline counts from when it was due for the owner, not from the requeue": {
+			add: func(q *routedQueue) { q.AddAfter(key, time.Minute) }, decided: at(30 * time.Second),
+			want: want{adds: []priorityqueue.AddOpts{{After: time.Minute + delay}}},
+		},
+		"an owned key is never held back": {
+			owned: true, add: func(q *routedQueue) { q.Add(key) }, decided: at(100 * time.Millisecond),
+			want: want{adds: []priorityqueue.AddOpts{{}}},
+		},
+		"a key this replica came to own is decided at once": {
+			ownLater: true, add: func(q *routedQueue) { q.Add(key) }, decided: at(100 * time.Millisecond),
+			want: want{adds: []priorityqueue.AddOpts{{After: delay}}},
+		},
+		"a retry after an error is not held back": {
+			add: func(q *routedQueue) { q.AddWithOpts(priorityqueue.AddOpts{RateLimited: true}, key) }, decided: at(100 * time.Millisecond),
+			want: want{adds: []priorityqueue.AddOpts{{RateLimited: true}}},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			router := fixedRouter{"ns/k": delay}
+			if tc.owned {
+				router["ns/k"] = 0
+			}
+			clk := clocktesting.NewFakePassiveClock(t0)
+			progress := progressAt{}
+			if tc.decided != nil {
+				progress["ns/k"] = t0.Add(*tc.decided)
+			}
+			rec := &recordingQueue{}
+			q := newRoutedQueue(rec, router, WithProgress(progress), WithQueueClock(clk))
+			tc.add(q)
+			if tc.ownLater {
+				router["ns/k"] = 0
+			}
+			clk.SetTime(t0.Add(delay)) // it comes due
+			item, _, shutdown := q.GetWithPriority()
+			if shutdown || item != key {
+				t.Fatalf("GetWithPriority = %v, shutdown %t; want %v handed out", item, shutdown, key)
+			}
+			got := want{adds: rec.adds, deferred: len(rec.dones)}
+			if diff := cmp.Diff(tc.want, got, cmp.AllowUnexported(want{})); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+			if _, ok := q.delayed[key]; ok {
+				t.Errorf("the handed-out item is still recorded as delayed")
+			}
+		})
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 )
@@ -15,22 +16,49 @@ import (
 // same rule, so a backup decides a deadline D after the owner would. Rate-limited retries
 // after an error are left alone: they only follow a reconcile that already ran here. A nil
 // router gives nil, controller-runtime's default queue.
-func NewQueueFunc(router Router) func(string, workqueue.TypedRateLimiter[reconcile.Request]) workqueue.TypedRateLimitingInterface[reconcile.Request] {
+func NewQueueFunc(router Router, opts ...QueueOption) func(string, workqueue.TypedRateLimiter[reconcile.Request]) workqueue.TypedRateLimitingInterface[reconcile.Request] {
 	if router == nil {
 		return nil
 	}
 	return func(name string, rl workqueue.TypedRateLimiter[reconcile.Request]) workqueue.TypedRateLimitingInterface[reconcile.Request] {
-		q := &routedQueue{
-			PriorityQueue: priorityqueue.New(name, func(o *priorityqueue.Opts[reconcile.Request]) { o.RateLimiter = rl }),
-			router:        router,
-			delayed:       map[reconcile.Request]bool{},
-		}
+		q := newRoutedQueue(priorityqueue.New(name, func(o *priorityqueue.Opts[reconcile.Request]) { o.RateLimiter = rl }), router, opts...)
 		if s, ok := router.(subscriber); ok {
 			s.Subscribe(q.reroute)
 		}
 		return q
 	}
 }
+
+func newRoutedQueue(pq priorityqueue.PriorityQueue[reconcile.Request], router Router, opts ...QueueOption) *routedQueue {
+	q := &routedQueue{PriorityQueue: pq, router: router, clock: clock.RealClock{}, delayed: map[reconcile.Request]time.Time{}}
+	for _, o := range opts {
+		o(q)
+	}
+	return q
+}
+
+// Progress says when a key was last decided by anyone: when a write of a decision on it (a
+// status that some replica wrote) was last seen in the watch.
+type Progress interface {
+	// LastDecided is the time that write was seen; zero when never.
+	LastDecided(key string) time.Time
+}
+
+// QueueOption configures NewQueueFunc's queue.
+type QueueOption func(*routedQueue)
+
+// WithProgress lets a backup leave a key alone while its owner decides it: when a delayed
+// item comes due and the key was decided since the item was due for its owner, the owner is
+// alive and at work on it, and the item waits one more backup delay instead of being decided
+// here. Only a key nobody has decided for a backup delay is decided by its backup: one whose
+// owner died, hung or is cut off. Without it a backup decides every key it is given from its
+// cache, a backup delay after its owner, which usually writes nothing but costs a reconcile
+// and, where this replica's cache lags the owner's writes by more than the delay, a
+// conflicting write (409).
+func WithProgress(p Progress) QueueOption { return func(q *routedQueue) { q.progress = p } }
+
+// WithQueueClock sets the clock that stamps when a delayed item was due for its owner.
+func WithQueueClock(c clock.PassiveClock) QueueOption { return func(q *routedQueue) { q.clock = c } }
 
 // subscriber is a Router that says when ownership may have changed.
 type subscriber interface{ Subscribe(func()) }
@@ -42,10 +70,15 @@ type routedQueue struct {
 	priorityqueue.PriorityQueue[reconcile.Request]
 	router Router
 
-	// delayed are the items added with a backup delay and not handed out since: when this
-	// replica comes to own one (its owner left or lapsed), reroute makes it ready at once.
+	progress Progress // nil: a backup decides every delayed item when it comes due
+	clock    clock.PassiveClock
+
+	// delayed are the items added with a backup delay and not handed out since, each with the
+	// earliest time it was due for its owner (the add, plus any RequeueAfter): when this replica
+	// comes to own one (its owner left or lapsed), reroute makes it ready at once; when it
+	// comes due, the owner's progress since that time defers it (WithProgress).
 	mu      sync.Mutex
-	delayed map[reconcile.Request]bool
+	delayed map[reconcile.Request]time.Time
 }
 
 var _ priorityqueue.PriorityQueue[reconcile.Request] = (*routedQueue)(nil)
@@ -66,9 +99,12 @@ func (q *routedQueue) AddWithOpts(o priorityqueue.AddOpts, items ...reconcile.Re
 	for _, item := range items {
 		io := o
 		if d := q.router.Delay(item.String()); d > 0 {
+			due := q.clock.Now().Add(io.After)
 			io.After += d
 			q.mu.Lock()
-			q.delayed[item] = true
+			if since, ok := q.delayed[item]; !ok || due.Before(since) {
+				q.delayed[item] = due
+			}
 			q.mu.Unlock()
 		}
 		q.PriorityQueue.AddWithOpts(io, item)
@@ -76,11 +112,38 @@ func (q *routedQueue) AddWithOpts(o priorityqueue.AddOpts, items ...reconcile.Re
 }
 
 func (q *routedQueue) GetWithPriority() (reconcile.Request, int, bool) {
-	item, prio, shutdown := q.PriorityQueue.GetWithPriority()
+	for {
+		item, prio, shutdown := q.PriorityQueue.GetWithPriority()
+		if shutdown {
+			return item, prio, shutdown
+		}
+		d, deferred := q.deferral(item)
+		if !deferred {
+			return item, prio, shutdown
+		}
+		// Handed out to nobody: put it back to come due again a backup delay from now.
+		q.PriorityQueue.Done(item)
+		q.PriorityQueue.AddWithOpts(priorityqueue.AddOpts{After: d}, item)
+	}
+}
+
+// deferral says whether item, just come due, waits another backup delay d: it was delayed as a
+// backup's, this replica still does not own it, and the key was decided since it was due for
+// its owner. It forgets the item as delayed otherwise.
+func (q *routedQueue) deferral(item reconcile.Request) (d time.Duration, deferred bool) {
 	q.mu.Lock()
+	defer q.mu.Unlock()
+	since, delayed := q.delayed[item]
 	delete(q.delayed, item)
-	q.mu.Unlock()
-	return item, prio, shutdown
+	if !delayed || q.progress == nil {
+		return 0, false
+	}
+	key := item.String()
+	if d = q.router.Delay(key); d == 0 || !q.progress.LastDecided(key).After(since) {
+		return 0, false
+	}
+	q.delayed[item] = q.clock.Now()
+	return d, true
 }
 
 func (q *routedQueue) Get() (reconcile.Request, bool) {
