@@ -160,13 +160,15 @@ mutants: k8s-bins ## Take each guard of the grant path out in turn and check tha
 # BENCH_PROFILE=10 records 10 s of manager CPU profile per hand-off depth into bin/bench/*.pprof.
 BENCH_PROFILE ?= 0
 # BENCH_PHASES=failover runs only that phase (steady, scale, failover; default all).
-# BENCH_REPLICAS=2 runs the steady-state phases with two managers active-active.
+# BENCH_REPLICAS=2 runs the steady-state phases with two managers active-active; with
+# BENCH_LEADER_ELECT=true, with leader election instead (one leads, one stands by).
 BENCH_PHASES ?=
 BENCH_REPLICAS ?= 1
+BENCH_LEADER_ELECT ?= false
 
 .PHONY: bench
 bench: k8s-bins build ## Benchmark harness (test/bench): Turnstile vs the raw API server and leaderelection; a table + bin/bench/results.json.
-	go run ./test/bench/cmd --size full --manager $(BIN)/manager --out $(BIN)/bench --profile $(BENCH_PROFILE) --phases "$(BENCH_PHASES)" --replicas $(BENCH_REPLICAS)
+	go run ./test/bench/cmd --size full --manager $(BIN)/manager --out $(BIN)/bench --profile $(BENCH_PROFILE) --phases "$(BENCH_PHASES)" --replicas $(BENCH_REPLICAS) --leader-elect=$(BENCH_LEADER_ELECT)
 
 ##@ Build
 

@@ -128,10 +128,10 @@
 /* 1: membership changes (issue #18): the last manager may also die for good, in the middle of a
    decision or between two, while the environment runs; a crash without DIE is a restart with
    the view it had (stale) and no memory of gone holders. Active-active routing only decides
-   which manager acts first on a key, and every live manager still decides every key with an
-   event (the owner at once, the others a backup delay later), so the managers here, which
-   decide any key at any time, are a superset of it; a manager that only starts later is one
-   that stays idle on its initial view. */
+   which manager acts first on a key: the owner at once, the others a backup delay later, and
+   only if nobody decided the key in between (so some live manager still decides every key with
+   an event); the managers here, which decide any key at any time, are a superset of it; a
+   manager that only starts later is one that stays idle on its initial view. */
 #ifndef DIE
 #define DIE 0
 #endif

@@ -81,11 +81,19 @@ type Config struct {
 	Failover FailoverConfig `json:"failover"`
 
 	// Phases, when not empty, runs only these: "steady" (everything up to deadlock detection
-	// on/off), "scale", "failover" (BENCH_PHASES=failover make bench).
+	// on/off), "scale", "replicas" (one manager, leader election and active-active compared),
+	// "failover" (BENCH_PHASES=failover make bench).
 	Phases []string `json:"phases,omitempty"`
 	// Replicas, above 1, runs the steady-state phases with that many managers active-active
 	// (--active-active) instead of one: the harness measures the first, the API server all.
 	Replicas int `json:"replicas,omitempty"`
+	// LeaderElect runs the Replicas managers with leader election instead (--leader-elect, the
+	// Deployment's mode before active-active): the measured manager leads, the others stand by
+	// with warm caches. It is the "one active manager" baseline of a replicated Deployment.
+	LeaderElect bool `json:"leaderElect,omitempty"`
+	// ReplicasPhase sizes the "replicas" phase (BENCH_PHASES=replicas): one manager, leader
+	// election and active-active compared round by round in one run.
+	ReplicasPhase ReplicasConfig `json:"replicasPhase"`
 
 	// ProfileSeconds, when positive, serves pprof from the manager and records a CPU profile
 	// of that many seconds from the start of each back-to-back hand-off run, as
@@ -125,6 +133,7 @@ func Full() Config {
 		DetectionDuration: Duration(8 * time.Second),
 		Failover: FailoverConfig{Replicas: 3, Kills: 12, BackupDelay: Duration(300 * time.Millisecond), Lapse: Duration(3 * time.Second),
 			LeaderElectionKills: 4, LeaderElectionLease: Duration(15 * time.Second)},
+		ReplicasPhase: ReplicasConfig{Replicas: 2, Rounds: 3},
 	}
 }
 
@@ -149,6 +158,7 @@ func Smoke() Config {
 		// A short lease keeps the baseline to seconds; the full run uses the Deployment's 15 s.
 		Failover: FailoverConfig{Replicas: 2, Kills: 2, BackupDelay: Duration(300 * time.Millisecond), Lapse: Duration(2 * time.Second),
 			LeaderElectionKills: 1, LeaderElectionLease: Duration(3 * time.Second)},
+		ReplicasPhase: ReplicasConfig{Replicas: 2, Rounds: 1},
 	}
 }
 
@@ -175,6 +185,8 @@ func (c Config) validate() error {
 		return errors.New("scale needs at least one request per key")
 	case c.DetectionRounds < 1 || c.DetectionSamples < 1:
 		return errors.New("detection needs at least one round and one sample")
+	case c.ReplicasPhase.Replicas < 2 || c.ReplicasPhase.Rounds < 1:
+		return errors.New("the replicas phase needs at least 2 replicas and 1 round")
 	case c.Failover.Replicas < 2 || c.Failover.Kills < 1 || c.Failover.LeaderElectionKills < 1 || c.Failover.Lapse <= Duration(time.Second) || c.Failover.LeaderElectionLease <= 0:
 		return errors.New("failover needs at least 2 replicas, a kill of each kind, a lapse above the 1 s renewal and a lease")
 	}
@@ -205,7 +217,8 @@ type bench struct {
 	tracker    *tracker
 	api        *scraper
 	mgr        *managerProc
-	peers      []*replica // Config.Replicas-1 active-active peers of mgr
+	peers      []*replica // topo.replicas-1 peers of mgr: active-active, or standbys
+	topo       topology   // how many managers run, and how
 	mgrLog     *os.File
 	progress   io.Writer
 	// harnessWrites counts the harness's own writes to lockrequests and projectlocks, so a
@@ -230,7 +243,7 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	if err := os.MkdirAll(cfg.OutDir, 0o755); err != nil {
 		return nil, err
 	}
-	b := &bench{cfg: cfg, progress: cfg.Progress}
+	b := &bench{cfg: cfg, progress: cfg.Progress, topo: topology{replicas: max(1, cfg.Replicas), leaderElect: cfg.LeaderElect}}
 	if b.progress == nil {
 		b.progress = io.Discard
 	}
@@ -295,13 +308,22 @@ func (b *bench) runPhases(ctx context.Context, res *Result) error {
 			return err
 		}
 	}
-	if b.cfg.runs("failover") {
-		// The phase runs its own managers; the steady-state one would act on every key.
+	if b.cfg.runs("replicas") || b.cfg.runs("failover") {
+		// These phases run their own managers; the steady-state one would act on every key.
 		if b.mgr != nil {
 			if err := b.stopManager(); err != nil {
 				return err
 			}
 		}
+	}
+	if b.cfg.runs("replicas") {
+		r, err := b.replicasPhase(ctx)
+		if err != nil {
+			return fmt.Errorf("replicas: %w", err)
+		}
+		res.Replicas = &r
+	}
+	if b.cfg.runs("failover") {
 		f, err := b.failover(ctx)
 		if err != nil {
 			return fmt.Errorf("failover: %w", err)

@@ -121,7 +121,16 @@ func TestSmoke(t *testing.T) {
 		check("a failover hand-off writes at least the ProjectLock and the new holder", f.KillWrites >= 2)
 		check("409s are counted, never negative", f.KillConflicts >= 0 && f.RollingConflicts >= 0)
 	}
-	check("want every goal", len(back.Goals) == 9+len(cfg.LeaderElection))
+	rp := back.Replicas
+	check("want a replicas result with three modes", rp != nil && len(rp.Modes) == 3)
+	if rp != nil {
+		for _, m := range rp.Modes {
+			check(m.Mode+": grants and hand-offs measured", m.G1 > 0 && m.HandoffP50Ms > 0 && m.HandoffsPerSec > 0)
+			check(m.Mode+": a hand-off writes at least the ProjectLock and the new holder", m.WritesPerHandoff >= 2)
+			check(m.Mode+": every manager's reconciles and CPU are counted", m.ReconcilesPerHandoff >= 1 && m.CPUPerHandoffMs > 0)
+		}
+	}
+	check("want every goal", len(back.Goals) == 19+len(cfg.LeaderElection))
 	for _, g := range back.Goals {
 		check(g.ID+" must be a finite positive ratio", g.Value > 0 && !math.IsInf(g.Value, 0) && !math.IsNaN(g.Value))
 	}

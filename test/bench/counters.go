@@ -219,6 +219,7 @@ type window struct {
 	api     apiCounts
 	harness int64
 	mgr     managerCounts
+	peers   []managerCounts // of b.peers, in order
 	trans   Transitions
 }
 
@@ -244,6 +245,10 @@ type Writes struct {
 	Reconciles       float64 `json:"reconciles"`
 	ManagerConflicts float64 `json:"managerConflicts"`
 	ManagerCPU       float64 `json:"managerCPUSeconds"`
+	// PeerReconciles and PeerCPU are the same of the manager's peers (active-active or
+	// standing by), summed.
+	PeerReconciles float64 `json:"peerReconciles,omitempty"`
+	PeerCPU        float64 `json:"peerCPUSeconds,omitempty"`
 	// DeadlockChecks are the namespace checks the detector ran; DeadlockSkips the ones it
 	// skipped because no new waiter could close a cycle.
 	DeadlockChecks float64 `json:"deadlockChecks"`
@@ -263,6 +268,13 @@ func (b *bench) open(ctx context.Context, ns string) (*window, error) {
 		if w.mgr, err = b.mgr.counts(ctx); err != nil {
 			return nil, err
 		}
+	}
+	for _, p := range b.peers {
+		c, err := p.counts(ctx)
+		if err != nil {
+			return nil, err
+		}
+		w.peers = append(w.peers, c)
 	}
 	w.start = time.Now()
 	return w, nil
@@ -308,5 +320,17 @@ func (w *window) close(ctx context.Context) (Writes, error) {
 	out.ManagerCPU = mgr.cpu - w.mgr.cpu
 	out.DeadlockChecks = mgr.checks - w.mgr.checks
 	out.DeadlockSkips = mgr.skips - w.mgr.skips
+	for i, p := range w.b.peers {
+		c, err := p.counts(ctx)
+		if err != nil {
+			return Writes{}, err
+		}
+		if i < len(w.peers) && w.peers[i].pid == c.pid {
+			c.reconciles -= w.peers[i].reconciles
+			c.cpu -= w.peers[i].cpu
+		}
+		out.PeerReconciles += c.reconciles
+		out.PeerCPU += c.cpu
+	}
 	return out, nil
 }

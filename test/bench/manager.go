@@ -65,18 +65,18 @@ func (b *bench) launch(detection bool) error {
 		args = append(args, "--pprof-bind-address="+paddr)
 		pprofURL = "http://" + paddr + "/debug/pprof/profile"
 	}
-	if b.cfg.Replicas > 1 {
+	if b.topo.replicas > 1 && b.topo.leaderElect {
+		// The measured manager starts alone and leads; startManager adds the standbys.
+		args = append(args, b.leaderElectArgs()...)
+	} else if b.topo.replicas > 1 {
 		// Active-active: the measured manager and Replicas-1 peers, all deciding; each key's
 		// owner at once, the others after the backup delay.
 		gen := int(b.names.Add(1))
 		args = append(args, "--active-active", "--membership-namespace="+membersNamespace, fmt.Sprintf("--membership-id=steady-%d", gen))
-		for i := 1; i < b.cfg.Replicas; i++ {
-			peer, err := b.startReplica(fmt.Sprintf("steady-%d-peer-%d", gen, i), "--active-active", "--membership-namespace="+membersNamespace,
-				fmt.Sprintf("--membership-id=steady-%d-peer-%d", gen, i), "--deadlock-detection="+strconv.FormatBool(detection))
-			if err != nil {
-				return err
-			}
-			b.peers = append(b.peers, peer)
+		if err := b.startPeers(fmt.Sprintf("steady-%d", gen), detection, func(id string) []string {
+			return []string{"--active-active", "--membership-namespace=" + membersNamespace, "--membership-id=" + id}
+		}); err != nil {
+			return err
 		}
 	}
 	fmt.Fprintf(b.mgrLog, "\n===== %s starting manager (deadlock detection %t)\n", time.Now().Format(time.RFC3339), detection)
@@ -135,7 +135,33 @@ func (b *bench) startManager(ctx context.Context, detection bool) error {
 	if err := b.launch(detection); err != nil {
 		return err
 	}
-	return b.warmup(ctx)
+	if err := b.warmup(ctx); err != nil {
+		return err
+	}
+	if b.topo.replicas > 1 && b.topo.leaderElect {
+		// It granted, so it leads: the others join as standbys.
+		gen := int(b.names.Add(1))
+		return b.startPeers(fmt.Sprintf("standby-%d", gen), detection, func(string) []string { return b.leaderElectArgs() })
+	}
+	return nil
+}
+
+// startPeers starts the topology's replicas-1 peers of the measured manager, named prefix-peer-<i>.
+func (b *bench) startPeers(prefix string, detection bool, args func(id string) []string) error {
+	for i := 1; i < b.topo.replicas; i++ {
+		id := fmt.Sprintf("%s-peer-%d", prefix, i)
+		peer, err := b.startReplica(id, append(args(id), "--deadlock-detection="+strconv.FormatBool(detection))...)
+		if err != nil {
+			return err
+		}
+		b.peers = append(b.peers, peer)
+	}
+	return nil
+}
+
+// leaderElectArgs run a manager with leader election, its Lease beside the membership Leases.
+func (b *bench) leaderElectArgs() []string {
+	return []string{"--leader-elect", "--leader-election-namespace=" + membersNamespace}
 }
 
 // warmup grants and releases one lock in its own namespace, and waits until the release is

@@ -26,6 +26,7 @@ type Result struct {
 	Detection      DetectionResult        `json:"detection"`
 	Scale          ScaleResult            `json:"scale"`
 	IdleRSSBytes   int64                  `json:"idleRSSBytes"`
+	Replicas       *ReplicasResult        `json:"replicas,omitempty"`
 	Failover       *FailoverResult        `json:"failover,omitempty"`
 
 	Goals []Goal `json:"goals"`
@@ -58,6 +59,9 @@ func computeGoals(r *Result) []Goal {
 			goal("F3", fmt.Sprintf("failover stall p50 ÷ the same with leader election (%s lease, %d kills)", f.LeaderElectionLease, f.LeaderElection.N),
 				ratio(f.Kill.P50, f.LeaderElection.P50), "<=", 0.1),
 			goal("F4", fmt.Sprintf("rolling restart stall max, ms (%d replicas, each in turn)", f.Rolling.N), f.Rolling.Max, "<=", 1000))
+	}
+	if rp := r.Replicas; rp != nil {
+		goals = append(goals, replicasGoals(rp)...)
 	}
 	if len(r.Handoff) == 0 {
 		return goals
@@ -145,6 +149,17 @@ func (r *Result) WriteTable(out io.Writer) {
 		add(fmt.Sprintf("Deadlock check over %s waiters on %s keys: full / cache list / graph", count(s.DeadlockCheck.Waiters), count(s.DeadlockCheck.KeysSeen)),
 			fmt.Sprintf("%s / %s / %s ms", num(s.DeadlockCheck.FullMs), num(s.DeadlockCheck.ListMs), num(s.DeadlockCheck.GraphMs)))
 	}
+	if rp := r.Replicas; rp != nil {
+		for _, m := range rp.Modes {
+			n := rp.Replicas
+			if m.Mode == ModeOne {
+				n = 1
+			}
+			add(fmt.Sprintf("Replicas, %s (%d managers; median of %d rounds): G1 · hand-off p50 / p99 · G2b · hand-offs/s · writes (409s) · reconciles · CPU ms per hand-off", m.Mode, n, rp.Rounds),
+				fmt.Sprintf("%s · %s / %s ms · %s · %s · %s (%s) · %s · %s", num(m.G1), num(m.HandoffP50Ms), num(m.HandoffP99Ms), num(m.G2b),
+					num(m.HandoffsPerSec), num(m.WritesPerHandoff), num(m.ConflictsPerHandoff), num(m.ReconcilesPerHandoff), num(m.CPUPerHandoffMs)))
+		}
+	}
 	if f := r.Failover; f != nil {
 		maxLat := func(l Latency) string { return fmt.Sprintf("%s / %s ms", num(l.P50), num(l.Max)) }
 		add(fmt.Sprintf("Failover, %d replicas active-active (backup delay %s, lapse %s): owner SIGKILLed, release → next Granted, p50 / max of %d", f.Replicas, f.BackupDelay, f.Lapse, f.Kill.N), maxLat(f.Kill))
@@ -214,3 +229,28 @@ func count(n int) string {
 }
 
 func mib(b int64) string { return num(float64(b) / (1 << 20)) }
+
+// replicasGoals: active-active in steady state against one active manager, alone and as the
+// leader of a replicated Deployment; "no worse" within 5%, these machines' noise between rounds.
+func replicasGoals(rp *ReplicasResult) []Goal {
+	modes := map[string]ReplicaMode{}
+	for _, m := range rp.Modes {
+		modes[m.Mode] = m
+	}
+	aa, one, le := modes[ModeActiveActive], modes[ModeOne], modes[ModeLeaderElection]
+	var goals []Goal
+	for _, base := range []struct {
+		id   string
+		m    ReplicaMode
+		what string
+	}{{"S", one, "one manager"}, {"L", le, fmt.Sprintf("%d with leader election", rp.Replicas)}} {
+		what := fmt.Sprintf("%d active-active ÷ %s", rp.Replicas, base.what)
+		goals = append(goals,
+			goal(base.id+"1", "G1 (grants/s ÷ raw ops/s), "+what, ratio(aa.G1, base.m.G1), ">=", 0.95),
+			goal(base.id+"2a", "hand-off p50 (depth 10), "+what, ratio(aa.HandoffP50Ms, base.m.HandoffP50Ms), "<=", 1.05),
+			goal(base.id+"2b", "G2b (hand-off p99 ÷ write→watch p99), "+what, ratio(aa.G2b, base.m.G2b), "<=", 1.05),
+			goal(base.id+"3", "hand-offs/s back to back (depth 10), "+what, ratio(aa.HandoffsPerSec, base.m.HandoffsPerSec), ">=", 0.95),
+			goal(base.id+"4", "API writes per hand-off, "+what, ratio(aa.WritesPerHandoff, base.m.WritesPerHandoff), "<=", 1.05))
+	}
+	return goals
+}

@@ -27,6 +27,7 @@ func main() {
 		assets   = flag.String("assets", "", "directory with kube-apiserver and etcd (default $KUBEBUILDER_ASSETS)")
 		phases   = flag.String("phases", "", "comma-separated phases to run: steady, scale, failover (default: all)")
 		replicas = flag.Int("replicas", 1, "managers in the steady-state phases; above 1 they run active-active")
+		leader   = flag.Bool("leader-elect", false, "with --replicas above 1: run them with leader election (one leads, the others stand by) instead of active-active")
 		profile  = flag.Int("profile", 0, "seconds of manager CPU profile to record from the start of each back-to-back hand-off run into <out>/cpu-handoff-depth<N>.pprof (0: none)")
 	)
 	flag.Parse()
@@ -42,7 +43,7 @@ func main() {
 	}
 	cfg.Manager, cfg.OutDir, cfg.Assets, cfg.Progress = *manager, *out, *assets, os.Stderr
 	cfg.ProfileSeconds = *profile
-	cfg.Replicas = *replicas
+	cfg.Replicas, cfg.LeaderElect = *replicas, *leader
 	if *phases != "" {
 		cfg.Phases = strings.Split(*phases, ",")
 	}
