@@ -26,6 +26,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -163,6 +164,9 @@ func Smoke() Config {
 }
 
 // runs says whether phase is to run.
+// phases are the phases Config.Phases may name.
+var phases = []string{"steady", "scale", "replicas", "failover"}
+
 func (c Config) runs(phase string) bool {
 	return len(c.Phases) == 0 || slices.Contains(c.Phases, phase)
 }
@@ -191,8 +195,8 @@ func (c Config) validate() error {
 		return errors.New("failover needs at least 2 replicas, a kill of each kind, a lapse above the 1 s renewal and a lease")
 	}
 	for _, p := range c.Phases {
-		if p != "steady" && p != "scale" && p != "failover" {
-			return fmt.Errorf("unknown phase %q: steady, scale or failover", p)
+		if !slices.Contains(phases, p) {
+			return fmt.Errorf("unknown phase %q: one of %s", p, strings.Join(phases, ", "))
 		}
 	}
 	for _, d := range c.HandoffDepths {
