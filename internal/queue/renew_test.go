@@ -8,12 +8,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
+	"github.com/turnstile-dev/turnstile/internal/testing/wrappers"
 )
 
 // renewedTo is w's request as the holder leaves it after changing spec.ttl to ttl: the spec is a
 // generation ahead of the status the controller last wrote.
-func renewedTo(w *reqWrapper, ttl time.Duration) *locksv1.LockRequest {
-	lr := w.obj()
+func renewedTo(w *wrappers.LockRequestWrapper, ttl time.Duration) *locksv1.LockRequest {
+	lr := w.Obj()
 	lr.Spec.TTL = &metav1.Duration{Duration: ttl}
 	lr.Generation++
 	return lr
@@ -43,11 +44,11 @@ func TestDecideRenewal(t *testing.T) {
 	aliceUntil := func(exp time.Time) *lockView {
 		return &lockView{Holder: "pull #100 (alice)", Requests: []string{"h"}, Token: 41, Expires: exp}
 	}
-	h := aliceHolder().obj()
+	h := aliceHolder().Obj()
 	refused := renewedTo(aliceHolder(), 3*time.Hour)
 	longDefault := testConfig()
 	longDefault.DefaultTTL = time.Hour
-	priorityOnly := aliceHolder().obj()
+	priorityOnly := aliceHolder().Obj()
 	priorityOnly.Spec.Priority = locksv1.PriorityHigh
 	priorityOnly.Generation++
 
@@ -131,7 +132,7 @@ func TestDecideRenewal(t *testing.T) {
 func TestDecideRenewalSequence(t *testing.T) {
 	cfg := testConfig()
 	w := newWorld(t)
-	w.add(makeReq("a").owner("alice", 100).ttl(2 * time.Hour).obj())
+	w.add(makeReq("a").Owner("alice", 100).TTL(2 * time.Hour).Obj())
 
 	type step struct {
 		at          time.Duration // after t0
@@ -202,7 +203,7 @@ func TestDecideRenewalSequence(t *testing.T) {
 func TestDecideRenewalTwoKeys(t *testing.T) {
 	cfg := testConfig()
 	w := newWorld(t)
-	w.add(makeReq("m").owner("alice", 100).targets(tgt1, tgt2).ttl(30 * time.Minute).obj())
+	w.add(makeReq("m").Owner("alice", 100).Targets(tgt1, tgt2).TTL(30 * time.Minute).Obj())
 	w.decide(name1, t0, cfg)
 	w.decide(name2, t0, cfg)
 	if m := w.get("m"); m.Status.Phase != locksv1.PhaseGranted {

@@ -31,7 +31,7 @@ func TestFinishedStatus(t *testing.T) {
 		}
 		return v
 	}
-	waiting := makeReq("v").owner("bob", 2).queuedAt(t0).obj()
+	waiting := makeReq("v").Owner("bob", 2).QueuedAt(t0).Obj()
 	waiting.Status.Locks = []locksv1.LockStatus{{Key: waiting.Status.Locks[0].Key, Name: waiting.Status.Locks[0].Name, Held: true}}
 	cases := map[string]struct {
 		phase           locksv1.LockRequestPhase
