@@ -171,10 +171,6 @@ func TestDecideForceUnlock(t *testing.T) {
 		return reqView{Phase: locksv1.PhaseReleased, Reason: locksv1.ReasonForceUnlocked, Message: forceMsg,
 			Token: token, Held: held, True: trueEnded, Event: locksv1.ReasonForceUnlocked}
 	}
-	bobGranted := func(token int64) reqView {
-		return reqView{Phase: locksv1.PhaseGranted, Reason: locksv1.ReasonGranted, Message: grantedMsg(key1, token, grant30),
-			Token: token, Held: "1", True: trueGranted, Event: locksv1.ReasonGranted}
-	}
 	deleting := func(holders ...*locksv1.LockRequest) *locksv1.ProjectLock {
 		pl := makeLock(tgt1).token(41).holder(t0.Add(-5*time.Minute), holders...).Obj()
 		pl.Finalizers = []string{locksv1.ReleaseHoldersFinalizer}
@@ -182,70 +178,47 @@ func TestDecideForceUnlock(t *testing.T) {
 		pl.DeletionTimestamp = &ts
 		return pl
 	}
-	cases := map[string]struct {
-		decideCase
-		wantRelease bool
-	}{
+	runDecideCases(t, map[string]decideCase{
 		"a deleted ProjectLock: its holder is told, then the finalizer goes; nobody is granted on it": {
-			decideCase: decideCase{
-				lock:       deleting(claimant(41).Obj()),
-				reqs:       reqs(claimant(41), bobWaits()),
-				wantFinish: map[string]reqView{"c": unlocked(41, "0")},
-			},
+			lock:        deleting(claimant(41).Obj()),
+			reqs:        reqs(claimant(41), bobWaits()),
+			wantFinish:  map[string]reqView{"c": unlocked(41, "0")},
 			wantRelease: true,
 		},
 		"a multi-lock holder loses all its locks": {
-			decideCase: decideCase{
-				lock:       deleting(makeReq("c").Owner("alice", 100).Targets(tgt1, tgt2).Granted(t0.Add(-5*time.Minute), 41).Obj()),
-				reqs:       reqs(makeReq("c").Owner("alice", 100).Targets(tgt1, tgt2).Granted(t0.Add(-5*time.Minute), 41), bobWaits()),
-				wantFinish: map[string]reqView{"c": unlocked(41, "00")},
-			},
+			lock:        deleting(makeReq("c").Owner("alice", 100).Targets(tgt1, tgt2).Granted(t0.Add(-5*time.Minute), 41).Obj()),
+			reqs:        reqs(makeReq("c").Owner("alice", 100).Targets(tgt1, tgt2).Granted(t0.Add(-5*time.Minute), 41), bobWaits()),
+			wantFinish:  map[string]reqView{"c": unlocked(41, "00")},
 			wantRelease: true,
 		},
 		"a holder that is gone or already final needs no write": {
-			decideCase: decideCase{
-				lock: deleting(claimant(41).Obj(), makeReq("gone").Owner("alice", 100).Granted(t0, 41).Obj()),
-				reqs: reqs(claimant(41).Phase(locksv1.PhaseReleased), bobWaits()),
-			},
+			lock:        deleting(claimant(41).Obj(), makeReq("gone").Owner("alice", 100).Granted(t0, 41).Obj()),
+			reqs:        reqs(claimant(41).Phase(locksv1.PhaseReleased), bobWaits()),
 			wantRelease: true,
 		},
 		"without the finalizer (removed by hand) the holders are still told": {
-			decideCase: decideCase{
-				lock: func() *locksv1.ProjectLock {
-					pl := deleting(claimant(41).Obj())
-					pl.Finalizers = nil
-					return pl
-				}(),
-				reqs:       reqs(claimant(41)),
-				wantFinish: map[string]reqView{"c": unlocked(41, "0")},
-			},
+			lock: func() *locksv1.ProjectLock {
+				pl := deleting(claimant(41).Obj())
+				pl.Finalizers = nil
+				return pl
+			}(),
+			reqs:       reqs(claimant(41)),
+			wantFinish: map[string]reqView{"c": unlocked(41, "0")},
 		},
 		"a claimant the ProjectLock does not list (it was deleted past its finalizer) is told; the next is granted": {
-			decideCase: decideCase{
-				lock:        createdLock(),
-				reqs:        reqs(claimant(41), bobWaits()),
-				wantHolder:  "bob#7",
-				wantLock:    &lockView{Holder: "pull #7 (bob)", Requests: []string{"w"}, Token: createdRV, Expires: grant30},
-				wantFinish:  map[string]reqView{"c": unlocked(41, "0")},
-				wantGrant:   map[string]reqView{"w": bobGranted(createdRV)},
-				wantRequeue: untilFromNow(grant30),
-			},
+			lock:        createdLock(),
+			reqs:        reqs(claimant(41), bobWaits()),
+			wantHolder:  "bob#7",
+			wantLock:    &lockView{Holder: "pull #7 (bob)", Requests: []string{"w"}, Token: createdRV, Expires: grant30},
+			wantFinish:  map[string]reqView{"c": unlocked(41, "0")},
+			wantGrant:   map[string]reqView{"w": bobGranted(createdRV, grant30)},
+			wantRequeue: untilFromNow(grant30),
 		},
 		"with nobody waiting such a claimant is told and no ProjectLock is created": {
-			decideCase: decideCase{
-				reqs:       reqs(claimant(41)),
-				wantFinish: map[string]reqView{"c": unlocked(41, "0")},
-			},
+			reqs:       reqs(claimant(41)),
+			wantFinish: map[string]reqView{"c": unlocked(41, "0")},
 		},
-	}
-	for name, tc := range cases {
-		t.Run(name, func(t *testing.T) {
-			runDecideCases(t, map[string]decideCase{name: tc.decideCase})
-			if got := Decide(tc.input()).ReleaseFinalizer; got != tc.wantRelease {
-				t.Errorf("ReleaseFinalizer = %v, want %v", got, tc.wantRelease)
-			}
-		})
-	}
+	})
 }
 
 // The queue cap fails newcomers, never a request already queued.
@@ -366,47 +339,33 @@ func TestDecideUnconfirmedGrant(t *testing.T) {
 	bob := func() *wrappers.LockRequestWrapper {
 		return makeReq("w").Owner("bob", 7).QueuedAt(t0.Add(-time.Minute))
 	}
-	bobGranted := func(token int64) reqView {
-		return reqView{Phase: locksv1.PhaseGranted, Reason: locksv1.ReasonGranted, Message: grantedMsg(key1, token, grant30),
-			Token: token, Held: "1", True: trueGranted, Event: locksv1.ReasonGranted}
-	}
-	cases := map[string]struct {
-		decideCase
-		wantDemote map[string]reqView
-		wantAgain  bool
-	}{
+	runDecideCases(t, map[string]decideCase{
 		"re-issued with the ProjectLock's resourceVersion as its token": {
-			decideCase: decideCase{
-				lock:        listed(bob().Obj()),
-				reqs:        reqs(bob()),
-				wantHolder:  "bob#7",
-				wantLock:    &lockView{Holder: "pull #7 (bob)", Requests: []string{"w"}, Token: 90, Expires: grant30},
-				wantGrant:   map[string]reqView{"w": bobGranted(90)},
-				wantRequeue: untilFromNow(grant30),
-			},
+			lock:        listed(bob().Obj()),
+			reqs:        reqs(bob()),
+			wantHolder:  "bob#7",
+			wantLock:    &lockView{Holder: "pull #7 (bob)", Requests: []string{"w"}, Token: 90, Expires: grant30},
+			wantGrant:   map[string]reqView{"w": bobGranted(90, grant30)},
+			wantRequeue: untilFromNow(grant30),
 		},
 		"a re-entrant request whose write never landed: its identity's holders all take the new token": {
-			decideCase: decideCase{
-				lock:       listed(bob().Granted(now, 41).Obj(), makeReq("w2").Owner("bob", 7).Obj()),
-				reqs:       reqs(bob().Granted(now, 41), makeReq("w2").Owner("bob", 7).QueuedAt(t0.Add(-time.Minute))),
-				wantHolder: "bob#7",
-				wantLock:   &lockView{Holder: "pull #7 (bob)", Requests: []string{"w", "w2"}, Token: 90, Expires: grant30},
-				wantGrant: map[string]reqView{
-					"w":  {Phase: locksv1.PhaseGranted, Reason: locksv1.ReasonGranted, Message: grantedMsg(key1, 90, grant30), Token: 90, Held: "1", True: trueGranted},
-					"w2": bobGranted(90),
-				},
-				wantRequeue: untilFromNow(grant30),
+			lock:       listed(bob().Granted(now, 41).Obj(), makeReq("w2").Owner("bob", 7).Obj()),
+			reqs:       reqs(bob().Granted(now, 41), makeReq("w2").Owner("bob", 7).QueuedAt(t0.Add(-time.Minute))),
+			wantHolder: "bob#7",
+			wantLock:   &lockView{Holder: "pull #7 (bob)", Requests: []string{"w", "w2"}, Token: 90, Expires: grant30},
+			wantGrant: map[string]reqView{
+				"w":  {Phase: locksv1.PhaseGranted, Reason: locksv1.ReasonGranted, Message: grantedMsg(key1, 90, grant30), Token: 90, Held: "1", True: trueGranted},
+				"w2": bobGranted(90, grant30),
 			},
+			wantRequeue: untilFromNow(grant30),
 		},
 		"its command froze since: it waits again, and is told before the ProjectLock drops it": {
-			decideCase: decideCase{
-				lock:        listed(bob().Command("apply").Obj()),
-				reqs:        reqs(bob().Command("apply")),
-				freezes:     applyFrozen,
-				wantLock:    &lockView{Token: 41, Queue: []string{"w:Normal"}, Length: 1},
-				wantQueue:   []string{"w"},
-				wantRequeue: 0,
-			},
+			lock:        listed(bob().Command("apply").Obj()),
+			reqs:        reqs(bob().Command("apply")),
+			freezes:     applyFrozen,
+			wantLock:    &lockView{Token: 41, Queue: []string{"w:Normal"}, Length: 1},
+			wantQueue:   []string{"w"},
+			wantRequeue: 0,
 			wantDemote: map[string]reqView{"w": {Phase: locksv1.PhasePending, Reason: locksv1.ReasonCommandLocked,
 				Message: maintenance + "; position 1 of 1", Position: 1, Held: "0", True: truePending, Event: locksv1.ReasonCommandLocked}},
 		},
@@ -415,38 +374,22 @@ func TestDecideUnconfirmedGrant(t *testing.T) {
 			// writing it first: the held write of the decision that listed it may still be in
 			// flight, and would land on a request the ProjectLock no longer lists (the spin
 			// model's mutation 8).
-			decideCase: decideCase{
-				lock:     listed(makeReq("g").Owner("bob", 7).Obj(), bob().Command("apply").Obj()),
-				reqs:     reqs(bob().Command("apply"), makeReq("c").Owner("carol", 9).QueuedAt(t0.Add(-time.Minute))),
-				freezes:  applyFrozen,
-				wantLock: &lockView{Token: 41},
-			},
+			lock:      listed(makeReq("g").Owner("bob", 7).Obj(), bob().Command("apply").Obj()),
+			reqs:      reqs(bob().Command("apply"), makeReq("c").Owner("carol", 9).QueuedAt(t0.Add(-time.Minute))),
+			freezes:   applyFrozen,
+			wantLock:  &lockView{Token: 41},
 			wantAgain: true,
 			wantDemote: map[string]reqView{"w": {Phase: locksv1.PhasePending, Reason: locksv1.ReasonCommandLocked,
 				Message: maintenance + "; position 1 of 1", Position: 1, Held: "0", True: truePending, Event: locksv1.ReasonCommandLocked}},
 		},
 		"a holder whose write landed keeps its grant under the freeze": {
-			decideCase: decideCase{
-				lock:        listed(bob().Command("apply").Granted(now, 41).Obj()),
-				reqs:        reqs(bob().Command("apply").Granted(now, 41)),
-				freezes:     applyFrozen,
-				wantHolder:  "bob#7",
-				wantRequeue: untilFromNow(now.Truncate(time.Second).Add(30 * time.Minute)),
-			},
+			lock:        listed(bob().Command("apply").Granted(now, 41).Obj()),
+			reqs:        reqs(bob().Command("apply").Granted(now, 41)),
+			freezes:     applyFrozen,
+			wantHolder:  "bob#7",
+			wantRequeue: untilFromNow(now.Truncate(time.Second).Add(30 * time.Minute)),
 		},
-	}
-	for name, tc := range cases {
-		t.Run(name, func(t *testing.T) {
-			runDecideCases(t, map[string]decideCase{name: tc.decideCase})
-			d := Decide(tc.input())
-			if diff := cmp.Diff(tc.wantDemote, views(d.Demote)); diff != "" {
-				t.Errorf("Demote (-want +got):\n%s", diff)
-			}
-			if d.Again != tc.wantAgain {
-				t.Errorf("Again = %v, want %v", d.Again, tc.wantAgain)
-			}
-		})
-	}
+	})
 }
 
 // The token of a key's next holder is above every token its leaving holder showed, per key or
@@ -466,54 +409,33 @@ func TestDecideTokenAboveLeavingHolders(t *testing.T) {
 	bob := func() *wrappers.LockRequestWrapper {
 		return makeReq("w").Owner("bob", 7).QueuedAt(t0.Add(-time.Minute))
 	}
-	bobGranted := func(token int64) reqView {
-		return reqView{Phase: locksv1.PhaseGranted, Reason: locksv1.ReasonGranted, Message: grantedMsg(key1, token, grant30),
-			Token: token, Held: "1", True: trueGranted, Event: locksv1.ReasonGranted}
-	}
-	cases := map[string]struct {
-		decideCase
-		wantAgain bool
-	}{
+	runDecideCases(t, map[string]decideCase{
 		"a releasing holder: the next token is above its request token": {
-			decideCase: decideCase{
-				lock:       lockOf(m().Obj()),
-				reqs:       reqs(m().Release(), bob()),
-				wantHolder: "bob#7",
-				wantLock:   &lockView{Holder: "pull #7 (bob)", Requests: []string{"w"}, Token: 100, Expires: grant30},
-				wantFinish: map[string]reqView{"m": {Phase: locksv1.PhaseReleased, Reason: locksv1.ReasonReleased, Message: "released",
-					Token: 99, Held: "00", True: trueReleased, Event: locksv1.ReasonReleased}},
-				wantGrant:   map[string]reqView{"w": bobGranted(100)},
-				wantRequeue: untilFromNow(grant30),
-			},
+			lock:       lockOf(m().Obj()),
+			reqs:       reqs(m().Release(), bob()),
+			wantHolder: "bob#7",
+			wantLock:   &lockView{Holder: "pull #7 (bob)", Requests: []string{"w"}, Token: 100, Expires: grant30},
+			wantFinish: map[string]reqView{"m": {Phase: locksv1.PhaseReleased, Reason: locksv1.ReasonReleased, Message: "released",
+				Token: 99, Held: "00", True: trueReleased, Event: locksv1.ReasonReleased}},
+			wantGrant:   map[string]reqView{"w": bobGranted(100, grant30)},
+			wantRequeue: untilFromNow(grant30),
 		},
 		"a deleted holder whose delete event said its token": {
-			decideCase: decideCase{
-				lock:        lockOf(m().Obj()),
-				reqs:        reqs(bob()),
-				gone:        map[types.UID]int64{"uid-m": 99},
-				wantHolder:  "bob#7",
-				wantLock:    &lockView{Holder: "pull #7 (bob)", Requests: []string{"w"}, Token: 100, Expires: grant30},
-				wantGrant:   map[string]reqView{"w": bobGranted(100)},
-				wantRequeue: untilFromNow(grant30),
-			},
+			lock:        lockOf(m().Obj()),
+			reqs:        reqs(bob()),
+			gone:        map[types.UID]int64{"uid-m": 99},
+			wantHolder:  "bob#7",
+			wantLock:    &lockView{Holder: "pull #7 (bob)", Requests: []string{"w"}, Token: 100, Expires: grant30},
+			wantGrant:   map[string]reqView{"w": bobGranted(100, grant30)},
+			wantRequeue: untilFromNow(grant30),
 		},
 		"a deleted holder whose token nobody knows: take it out, grant on the next revision": {
-			decideCase: decideCase{
-				lock:     lockOf(m().Obj()),
-				reqs:     reqs(bob()),
-				wantLock: &lockView{Token: 41},
-			},
+			lock:      lockOf(m().Obj()),
+			reqs:      reqs(bob()),
+			wantLock:  &lockView{Token: 41},
 			wantAgain: true,
 		},
-	}
-	for name, tc := range cases {
-		t.Run(name, func(t *testing.T) {
-			runDecideCases(t, map[string]decideCase{name: tc.decideCase})
-			if got := Decide(tc.input()).Again; got != tc.wantAgain {
-				t.Errorf("Again = %v, want %v", got, tc.wantAgain)
-			}
-		})
-	}
+	})
 }
 
 // A demotion is written even when the request's status already reads like it (say, a queue

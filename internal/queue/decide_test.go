@@ -62,6 +62,11 @@ type decideCase struct {
 	wantWaiting map[string]reqView
 	wantQueue   []string
 	wantRequeue time.Duration
+	// wantDemote, wantAgain and wantRelease (ReleaseFinalizer) are checked in every case; their
+	// zero values say a decision demotes nobody, needs no second pass and keeps the finalizer.
+	wantDemote  map[string]reqView
+	wantAgain   bool
+	wantRelease bool
 }
 
 func (tc decideCase) input() Input {
@@ -108,8 +113,23 @@ func runDecideCases(t *testing.T, cases map[string]decideCase) {
 			if diff := cmp.Diff(tc.wantRequeue, d.RequeueAfter); diff != "" {
 				t.Errorf("RequeueAfter (-want +got):\n%s", diff)
 			}
+			if diff := cmp.Diff(tc.wantDemote, views(d.Demote)); diff != "" {
+				t.Errorf("Demote (-want +got):\n%s", diff)
+			}
+			if d.Again != tc.wantAgain {
+				t.Errorf("Again = %v, want %v", d.Again, tc.wantAgain)
+			}
+			if d.ReleaseFinalizer != tc.wantRelease {
+				t.Errorf("ReleaseFinalizer = %v, want %v", d.ReleaseFinalizer, tc.wantRelease)
+			}
 		})
 	}
+}
+
+// bobGranted is the grant of bob's request w on key1 with token, until exp.
+func bobGranted(token int64, exp time.Time) reqView {
+	return reqView{Phase: locksv1.PhaseGranted, Reason: locksv1.ReasonGranted, Message: grantedMsg(key1, token, exp),
+		Token: token, Held: "1", True: trueGranted, Event: locksv1.ReasonGranted}
 }
 
 // untilFromNow is the RequeueAfter for a deadline at t, seen from now.
@@ -291,10 +311,6 @@ func TestDecide(t *testing.T) {
 	bobWaits := func() *wrappers.LockRequestWrapper {
 		return makeReq("w").Owner("bob", 7).QueuedAt(t0.Add(-time.Minute))
 	}
-	bobGranted := func(token int64) reqView {
-		return reqView{Phase: locksv1.PhaseGranted, Reason: locksv1.ReasonGranted, Message: grantedMsg(key1, token, grant30),
-			Token: token, Held: "1", True: trueGranted, Event: locksv1.ReasonGranted}
-	}
 	bobHolds := func(token int64) *lockView {
 		return &lockView{Holder: "pull #7 (bob)", Requests: []string{"w"}, Token: token, Expires: grant30}
 	}
@@ -311,6 +327,12 @@ func TestDecide(t *testing.T) {
 	failed := func(reason, msg string) reqView {
 		return reqView{Phase: locksv1.PhaseFailed, Reason: reason, Message: msg, Held: "0", True: trueFailed, Event: reason}
 	}
+	// handedToBob is c, in which the key passes to bob's w with the next token, 42, for 30m.
+	handedToBob := func(c decideCase) decideCase {
+		c.wantHolder, c.wantLock, c.wantRequeue = "bob#7", bobHolds(42), untilFromNow(grant30)
+		c.wantGrant = map[string]reqView{"w": bobGranted(42, grant30)}
+		return c
+	}
 	renewed := aliceHolder().Obj()
 	renewed.Spec.TTL = &metav1.Duration{Duration: 35 * time.Minute}
 	renewed.Generation = 2
@@ -318,33 +340,21 @@ func TestDecide(t *testing.T) {
 
 	cases := map[string]decideCase{
 		// Release and deletion hand on in the same decision.
-		"spec.release finishes the holder and grants the next, token + 1": {
-			lock:        aliceLock(h),
-			reqs:        reqs(aliceHolder().Release(), bobWaits()),
-			wantHolder:  "bob#7",
-			wantLock:    bobHolds(42),
-			wantFinish:  map[string]reqView{"h": finished(locksv1.PhaseReleased, locksv1.ReasonReleased, "released", 41)},
-			wantGrant:   map[string]reqView{"w": bobGranted(42)},
-			wantRequeue: untilFromNow(grant30),
-		},
-		"a deleted holder (gone from the requests, its delete event seen) is replaced": {
-			lock:        aliceLock(h),
-			reqs:        reqs(bobWaits()),
-			gone:        map[types.UID]int64{"uid-h": 41},
-			wantHolder:  "bob#7",
-			wantLock:    bobHolds(42),
-			wantGrant:   map[string]reqView{"w": bobGranted(42)},
-			wantRequeue: untilFromNow(grant30),
-		},
-		"a holder being deleted (a finalizer keeps it) is told before the next is granted": {
-			lock:        aliceLock(h),
-			reqs:        reqs(aliceHolder().Deleting(t0.Add(-time.Second)), bobWaits()),
-			wantHolder:  "bob#7",
-			wantLock:    bobHolds(42),
-			wantFinish:  map[string]reqView{"h": finished(locksv1.PhaseReleased, locksv1.ReasonReleased, "deleted while it held the lock", 41)},
-			wantGrant:   map[string]reqView{"w": bobGranted(42)},
-			wantRequeue: untilFromNow(grant30),
-		},
+		"spec.release finishes the holder and grants the next, token + 1": handedToBob(decideCase{
+			lock:       aliceLock(h),
+			reqs:       reqs(aliceHolder().Release(), bobWaits()),
+			wantFinish: map[string]reqView{"h": finished(locksv1.PhaseReleased, locksv1.ReasonReleased, "released", 41)},
+		}),
+		"a deleted holder (gone from the requests, its delete event seen) is replaced": handedToBob(decideCase{
+			lock: aliceLock(h),
+			reqs: reqs(bobWaits()),
+			gone: map[types.UID]int64{"uid-h": 41},
+		}),
+		"a holder being deleted (a finalizer keeps it) is told before the next is granted": handedToBob(decideCase{
+			lock:       aliceLock(h),
+			reqs:       reqs(aliceHolder().Deleting(t0.Add(-time.Second)), bobWaits()),
+			wantFinish: map[string]reqView{"h": finished(locksv1.PhaseReleased, locksv1.ReasonReleased, "deleted while it held the lock", 41)},
+		}),
 		"a waiter released before its grant leaves the queue": {
 			lock:        aliceLock(h),
 			reqs:        reqs(aliceHolder(), bobWaits().Release()),
@@ -354,15 +364,11 @@ func TestDecide(t *testing.T) {
 		},
 
 		// TTL.
-		"an expired holder finishes Expired and the next is granted": {
-			lock:        aliceLock(expiredAtT0),
-			reqs:        []*locksv1.LockRequest{expiredAtT0, bobWaits().Obj()},
-			wantHolder:  "bob#7",
-			wantLock:    bobHolds(42),
-			wantFinish:  map[string]reqView{"h": finished(locksv1.PhaseExpired, locksv1.ReasonExpired, "the grant expired after its ttl of 30m0s", 41)},
-			wantGrant:   map[string]reqView{"w": bobGranted(42)},
-			wantRequeue: untilFromNow(grant30),
-		},
+		"an expired holder finishes Expired and the next is granted": handedToBob(decideCase{
+			lock:       aliceLock(expiredAtT0),
+			reqs:       []*locksv1.LockRequest{expiredAtT0, bobWaits().Obj()},
+			wantFinish: map[string]reqView{"h": finished(locksv1.PhaseExpired, locksv1.ReasonExpired, "the grant expired after its ttl of 30m0s", 41)},
+		}),
 		"a grant expires at exactly grantedAt + ttl": {
 			now:        t0,
 			lock:       aliceLock(expiredAtT0),
@@ -460,16 +466,12 @@ func TestDecide(t *testing.T) {
 		},
 
 		// The holder's Lease lapsed.
-		"a lost holder is released (HolderLost) and the next granted": {
-			lock:        aliceLock(h),
-			reqs:        reqs(aliceHolder(), bobWaits()),
-			lost:        map[types.UID]string{"uid-h": "Lease team-a/runner-1 expired"},
-			wantHolder:  "bob#7",
-			wantLock:    bobHolds(42),
-			wantFinish:  map[string]reqView{"h": finished(locksv1.PhaseReleased, locksv1.ReasonHolderLost, "Lease team-a/runner-1 expired", 41)},
-			wantGrant:   map[string]reqView{"w": bobGranted(42)},
-			wantRequeue: untilFromNow(grant30),
-		},
+		"a lost holder is released (HolderLost) and the next granted": handedToBob(decideCase{
+			lock:       aliceLock(h),
+			reqs:       reqs(aliceHolder(), bobWaits()),
+			lost:       map[types.UID]string{"uid-h": "Lease team-a/runner-1 expired"},
+			wantFinish: map[string]reqView{"h": finished(locksv1.PhaseReleased, locksv1.ReasonHolderLost, "Lease team-a/runner-1 expired", 41)},
+		}),
 
 		// A spec the operator cannot honor.
 		"ttl over MaxTTL fails Invalid with what to ask for": {
