@@ -20,6 +20,17 @@ func TestDecideWritesOnlyChanges(t *testing.T) {
 	capped := testConfig()
 	capped.QueueCap = 1
 	cfg := testConfig()
+	// aliceHolds: alice's a was granted two minutes before now.
+	aliceHolds := func(w *world) {
+		w.add(makeReq("a").Owner("alice", 100).Obj())
+		w.decide(name1, now.Add(-2*time.Minute), cfg)
+	}
+	// bobWaits: and bob's b queued behind her a minute before now.
+	bobWaits := func(w *world) {
+		aliceHolds(w)
+		w.add(makeReq("b").Owner("bob", 7).Obj())
+		w.decide(name1, now.Add(-time.Minute), cfg)
+	}
 
 	cases := map[string]struct {
 		// tc builds the world up to the decision at now: it may decide earlier itself.
@@ -39,8 +50,7 @@ func TestDecideWritesOnlyChanges(t *testing.T) {
 		},
 		"a release hands on": {
 			tc: func(w *world) {
-				w.add(makeReq("a").Owner("alice", 100).Obj())
-				w.decide(name1, now.Add(-2*time.Minute), cfg)
+				aliceHolds(w)
 				w.add(makeReq("b").Owner("bob", 7).Obj())
 				w.add(makeReq("c").Owner("carol", 9).Obj())
 				w.decide(name1, now.Add(-time.Minute), cfg)
@@ -58,17 +68,13 @@ func TestDecideWritesOnlyChanges(t *testing.T) {
 		},
 		"a deleted holder is replaced": {
 			tc: func(w *world) {
-				w.add(makeReq("a").Owner("alice", 100).Obj())
-				w.decide(name1, now.Add(-2*time.Minute), cfg)
-				w.add(makeReq("b").Owner("bob", 7).Obj())
-				w.decide(name1, now.Add(-time.Minute), cfg)
+				bobWaits(w)
 				w.del("uid-a")
 			},
 		},
 		"a renewal": {
 			tc: func(w *world) {
-				w.add(makeReq("a").Owner("alice", 100).Obj())
-				w.decide(name1, now.Add(-2*time.Minute), cfg)
+				aliceHolds(w)
 				a := w.get("a")
 				a.Spec.TTL = &metav1.Duration{Duration: time.Hour}
 				a.Generation++
@@ -76,26 +82,19 @@ func TestDecideWritesOnlyChanges(t *testing.T) {
 		},
 		"a re-entry ahead of the queue": {
 			tc: func(w *world) {
-				w.add(makeReq("a").Owner("alice", 100).Obj())
-				w.decide(name1, now.Add(-2*time.Minute), cfg)
-				w.add(makeReq("b").Owner("bob", 7).Obj())
-				w.decide(name1, now.Add(-time.Minute), cfg)
+				bobWaits(w)
 				w.add(makeReq("a2").Owner("alice", 100).Command("apply").Obj())
 			},
 		},
 		"a force-unlock": {
 			tc: func(w *world) {
-				w.add(makeReq("a").Owner("alice", 100).Obj())
-				w.decide(name1, now.Add(-2*time.Minute), cfg)
-				w.add(makeReq("b").Owner("bob", 7).Obj())
-				w.decide(name1, now.Add(-time.Minute), cfg)
+				bobWaits(w)
 				delete(w.locks, name1)
 			},
 		},
 		"try-once and timed-out waiters fail": {
 			tc: func(w *world) {
-				w.add(makeReq("a").Owner("alice", 100).Obj())
-				w.decide(name1, now.Add(-2*time.Minute), cfg)
+				aliceHolds(w)
 				w.add(makeReq("c").Owner("carol", 9).WaitTimeout(30 * time.Second).Obj())
 				w.decide(name1, now.Add(-time.Minute), cfg)
 				w.add(makeReq("b").Owner("bob", 7).WaitTimeout(0).Obj())
@@ -132,8 +131,7 @@ func TestDecideWritesOnlyChanges(t *testing.T) {
 		},
 		"a lost holder": {
 			tc: func(w *world) {
-				w.add(makeReq("a").Owner("alice", 100).Obj())
-				w.decide(name1, now.Add(-2*time.Minute), cfg)
+				aliceHolds(w)
 				w.add(makeReq("b").Owner("bob", 7).Obj())
 				w.lost = map[types.UID]string{"uid-a": "Lease team-a/runner lapsed"}
 			},

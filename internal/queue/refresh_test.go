@@ -98,21 +98,19 @@ func TestRefreshBudget(t *testing.T) {
 // BenchmarkDecideHandOffDepth1000 is the reconcile after a hand-off in a deep queue, with the
 // refresh budget a key's default write rate allows at once.
 func BenchmarkDecideHandOffDepth1000(b *testing.B) {
-	w := deepQueue(b, 1000)
-	w.del("uid-holder")
-	in := w.input(name1, now.Add(2*time.Second), testConfig())
-	in.Refreshes = RefreshBudget{Limited: true, N: 20}
-	b.ReportAllocs()
-	for b.Loop() {
-		Decide(in)
-	}
+	benchDeepQueue(b, func(w *world) { w.del("uid-holder") })
 }
 
 // BenchmarkDecideArrivalDepth1000 is the reconcile an arrival at the back of a settled deep
 // queue pays, with the refresh budget a key's default write rate allows at once.
 func BenchmarkDecideArrivalDepth1000(b *testing.B) {
+	benchDeepQueue(b, func(w *world) { w.add(makeReq("late").Owner("late", 5000).Obj()) })
+}
+
+// benchDeepQueue measures the decision on a settled queue 1000 deep after change.
+func benchDeepQueue(b *testing.B, change func(w *world)) {
 	w := deepQueue(b, 1000)
-	w.add(makeReq("late").Owner("late", 5000).Obj())
+	change(w)
 	in := w.input(name1, now.Add(2*time.Second), testConfig())
 	in.Refreshes = RefreshBudget{Limited: true, N: 20}
 	b.ReportAllocs()
