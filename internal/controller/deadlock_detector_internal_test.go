@@ -105,6 +105,12 @@ func TestWaitsFor(t *testing.T) {
 	b2 := dlReq{name: "b2", owner: "bob", pull: 2, paths: []string{"k1"}, phase: pending, queued: 10}
 	lockK1, lockK2 := dlLock("k1", "alice", 1, "a1"), dlLock("k2", "bob", 2, "b1")
 	with := func(r dlReq, edit func(*dlReq)) dlReq { edit(&r); return r }
+	// k2Free is the classic deadlock's keys once bob#2 no longer holds k2: nobody holds it, and
+	// no cycle is left.
+	k2Free := []keyView{
+		{Key: dlKey("k1"), Holder: "alice#1", Queue: []string{"bob#2/b2"}},
+		{Key: dlKey("k2"), Queue: []string{"alice#1/a2"}},
+	}
 	applyFrozen, _ := queue.ResolveFreezes([]locksv1.CommandLock{{ObjectMeta: metav1.ObjectMeta{Name: "apply"}, Spec: locksv1.CommandLockSpec{Locked: true}}}, queue.FreezeFlags{}, dlNow)
 
 	cases := map[string]struct {
@@ -124,36 +130,24 @@ func TestWaitsFor(t *testing.T) {
 			wantCycle: "deadlock: alice#1 waits for bob#2 on acme/infra/k2/default; bob#2 waits for alice#1 on acme/infra/k1/default",
 		},
 		"a holder whose request is deleted no longer holds, though its ProjectLock still says so": {
-			locks: []locksv1.ProjectLock{lockK1, lockK2},
-			reqs:  []dlReq{a1, a2, b2},
-			wantKeys: []keyView{
-				{Key: dlKey("k1"), Holder: "alice#1", Queue: []string{"bob#2/b2"}},
-				{Key: dlKey("k2"), Queue: []string{"alice#1/a2"}},
-			},
+			locks:    []locksv1.ProjectLock{lockK1, lockK2},
+			reqs:     []dlReq{a1, a2, b2},
+			wantKeys: k2Free,
 		},
 		"a holder whose request is being deleted no longer holds": {
-			locks: []locksv1.ProjectLock{lockK1, lockK2},
-			reqs:  []dlReq{a1, with(b1, func(r *dlReq) { r.deleting = true }), a2, b2},
-			wantKeys: []keyView{
-				{Key: dlKey("k1"), Holder: "alice#1", Queue: []string{"bob#2/b2"}},
-				{Key: dlKey("k2"), Queue: []string{"alice#1/a2"}},
-			},
+			locks:    []locksv1.ProjectLock{lockK1, lockK2},
+			reqs:     []dlReq{a1, with(b1, func(r *dlReq) { r.deleting = true }), a2, b2},
+			wantKeys: k2Free,
 		},
 		"a holder that set spec.release no longer holds": {
-			locks: []locksv1.ProjectLock{lockK1, lockK2},
-			reqs:  []dlReq{a1, with(b1, func(r *dlReq) { r.release = true }), a2, b2},
-			wantKeys: []keyView{
-				{Key: dlKey("k1"), Holder: "alice#1", Queue: []string{"bob#2/b2"}},
-				{Key: dlKey("k2"), Queue: []string{"alice#1/a2"}},
-			},
+			locks:    []locksv1.ProjectLock{lockK1, lockK2},
+			reqs:     []dlReq{a1, with(b1, func(r *dlReq) { r.release = true }), a2, b2},
+			wantKeys: k2Free,
 		},
 		"a holder whose request finished no longer holds": {
-			locks: []locksv1.ProjectLock{lockK1, lockK2},
-			reqs:  []dlReq{a1, with(b1, func(r *dlReq) { r.phase = locksv1.PhaseExpired; r.held = nil }), a2, b2},
-			wantKeys: []keyView{
-				{Key: dlKey("k1"), Holder: "alice#1", Queue: []string{"bob#2/b2"}},
-				{Key: dlKey("k2"), Queue: []string{"alice#1/a2"}},
-			},
+			locks:    []locksv1.ProjectLock{lockK1, lockK2},
+			reqs:     []dlReq{a1, with(b1, func(r *dlReq) { r.phase = locksv1.PhaseExpired; r.held = nil }), a2, b2},
+			wantKeys: k2Free,
 		},
 		"a holder being granted (its status not written yet) holds": {
 			locks: []locksv1.ProjectLock{lockK1, lockK2},
