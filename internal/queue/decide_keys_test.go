@@ -163,9 +163,6 @@ func TestDecideForceUnlock(t *testing.T) {
 	claimant := func(token int64) *wrappers.LockRequestWrapper {
 		return makeReq("c").Owner("alice", 100).Granted(t0.Add(-5*time.Minute), token)
 	}
-	bobWaits := func() *wrappers.LockRequestWrapper {
-		return makeReq("w").Owner("bob", 7).QueuedAt(t0.Add(-time.Minute))
-	}
 	forceMsg := fmt.Sprintf("ProjectLock %s was deleted: the lock on %s was force-unlocked", name1, key1)
 	unlocked := func(token int64, held string) reqView {
 		return reqView{Phase: locksv1.PhaseReleased, Reason: locksv1.ReasonForceUnlocked, Message: forceMsg,
@@ -332,25 +329,20 @@ func TestDecideUnconfirmedGrant(t *testing.T) {
 	maintenance := "Apply commands are locked globally: maintenance window"
 	// bob was listed at token 41; the ProjectLock has been written since (resourceVersion 90).
 	listed := func(holders ...*locksv1.LockRequest) *locksv1.ProjectLock {
-		pl := makeLock(tgt1).token(41).holder(now, holders...).Obj()
-		pl.ResourceVersion = "90"
-		return pl
-	}
-	bob := func() *wrappers.LockRequestWrapper {
-		return makeReq("w").Owner("bob", 7).QueuedAt(t0.Add(-time.Minute))
+		return makeLock(tgt1).token(41).holder(now, holders...).rv("90").Obj()
 	}
 	runDecideCases(t, map[string]decideCase{
 		"re-issued with the ProjectLock's resourceVersion as its token": {
-			lock:        listed(bob().Obj()),
-			reqs:        reqs(bob()),
+			lock:        listed(bobWaits().Obj()),
+			reqs:        reqs(bobWaits()),
 			wantHolder:  "bob#7",
 			wantLock:    &lockView{Holder: "pull #7 (bob)", Requests: []string{"w"}, Token: 90, Expires: grant30},
 			wantGrant:   map[string]reqView{"w": bobGranted(90, grant30)},
 			wantRequeue: untilFromNow(grant30),
 		},
 		"a re-entrant request whose write never landed: its identity's holders all take the new token": {
-			lock:       listed(bob().Granted(now, 41).Obj(), makeReq("w2").Owner("bob", 7).Obj()),
-			reqs:       reqs(bob().Granted(now, 41), makeReq("w2").Owner("bob", 7).QueuedAt(t0.Add(-time.Minute))),
+			lock:       listed(bobWaits().Granted(now, 41).Obj(), makeReq("w2").Owner("bob", 7).Obj()),
+			reqs:       reqs(bobWaits().Granted(now, 41), makeReq("w2").Owner("bob", 7).QueuedAt(t0.Add(-time.Minute))),
 			wantHolder: "bob#7",
 			wantLock:   &lockView{Holder: "pull #7 (bob)", Requests: []string{"w", "w2"}, Token: 90, Expires: grant30},
 			wantGrant: map[string]reqView{
@@ -360,8 +352,8 @@ func TestDecideUnconfirmedGrant(t *testing.T) {
 			wantRequeue: untilFromNow(grant30),
 		},
 		"its command froze since: it waits again, and is told before the ProjectLock drops it": {
-			lock:        listed(bob().Command("apply").Obj()),
-			reqs:        reqs(bob().Command("apply")),
+			lock:        listed(bobWaits().Command("apply").Obj()),
+			reqs:        reqs(bobWaits().Command("apply")),
 			freezes:     applyFrozen,
 			wantLock:    &lockView{Token: 41, Queue: []string{"w:Normal"}, Length: 1},
 			wantQueue:   []string{"w"},
@@ -374,8 +366,8 @@ func TestDecideUnconfirmedGrant(t *testing.T) {
 			// writing it first: the held write of the decision that listed it may still be in
 			// flight, and would land on a request the ProjectLock no longer lists (the spin
 			// model's mutation 8).
-			lock:      listed(makeReq("g").Owner("bob", 7).Obj(), bob().Command("apply").Obj()),
-			reqs:      reqs(bob().Command("apply"), makeReq("c").Owner("carol", 9).QueuedAt(t0.Add(-time.Minute))),
+			lock:      listed(makeReq("g").Owner("bob", 7).Obj(), bobWaits().Command("apply").Obj()),
+			reqs:      reqs(bobWaits().Command("apply"), makeReq("c").Owner("carol", 9).QueuedAt(t0.Add(-time.Minute))),
 			freezes:   applyFrozen,
 			wantLock:  &lockView{Token: 41},
 			wantAgain: true,
@@ -383,8 +375,8 @@ func TestDecideUnconfirmedGrant(t *testing.T) {
 				Message: maintenance + "; position 1 of 1", Position: 1, Held: "0", True: truePending, Event: locksv1.ReasonCommandLocked}},
 		},
 		"a holder whose write landed keeps its grant under the freeze": {
-			lock:        listed(bob().Command("apply").Granted(now, 41).Obj()),
-			reqs:        reqs(bob().Command("apply").Granted(now, 41)),
+			lock:        listed(bobWaits().Command("apply").Granted(now, 41).Obj()),
+			reqs:        reqs(bobWaits().Command("apply").Granted(now, 41)),
 			freezes:     applyFrozen,
 			wantHolder:  "bob#7",
 			wantRequeue: untilFromNow(now.Truncate(time.Second).Add(30 * time.Minute)),
@@ -402,17 +394,12 @@ func TestDecideTokenAboveLeavingHolders(t *testing.T) {
 		return makeReq("m").Owner("alice", 100).Targets(tgt1, tgt2).Granted(t0.Add(-5*time.Minute), 99)
 	}
 	lockOf := func(holder *locksv1.LockRequest) *locksv1.ProjectLock {
-		pl := makeLock(tgt1).token(41).holder(t0.Add(-5*time.Minute), holder).Obj()
-		pl.ResourceVersion = "50"
-		return pl
-	}
-	bob := func() *wrappers.LockRequestWrapper {
-		return makeReq("w").Owner("bob", 7).QueuedAt(t0.Add(-time.Minute))
+		return makeLock(tgt1).token(41).holder(t0.Add(-5*time.Minute), holder).rv("50").Obj()
 	}
 	runDecideCases(t, map[string]decideCase{
 		"a releasing holder: the next token is above its request token": {
 			lock:       lockOf(m().Obj()),
-			reqs:       reqs(m().Release(), bob()),
+			reqs:       reqs(m().Release(), bobWaits()),
 			wantHolder: "bob#7",
 			wantLock:   &lockView{Holder: "pull #7 (bob)", Requests: []string{"w"}, Token: 100, Expires: grant30},
 			wantFinish: map[string]reqView{"m": {Phase: locksv1.PhaseReleased, Reason: locksv1.ReasonReleased, Message: "released",
@@ -422,7 +409,7 @@ func TestDecideTokenAboveLeavingHolders(t *testing.T) {
 		},
 		"a deleted holder whose delete event said its token": {
 			lock:        lockOf(m().Obj()),
-			reqs:        reqs(bob()),
+			reqs:        reqs(bobWaits()),
 			gone:        map[types.UID]int64{"uid-m": 99},
 			wantHolder:  "bob#7",
 			wantLock:    &lockView{Holder: "pull #7 (bob)", Requests: []string{"w"}, Token: 100, Expires: grant30},
@@ -431,7 +418,7 @@ func TestDecideTokenAboveLeavingHolders(t *testing.T) {
 		},
 		"a deleted holder whose token nobody knows: take it out, grant on the next revision": {
 			lock:      lockOf(m().Obj()),
-			reqs:      reqs(bob()),
+			reqs:      reqs(bobWaits()),
 			wantLock:  &lockView{Token: 41},
 			wantAgain: true,
 		},
@@ -446,8 +433,7 @@ func TestDecideTokenAboveLeavingHolders(t *testing.T) {
 func TestDecideDemotesEvenWhenUnchanged(t *testing.T) {
 	applyFrozen, _ := ResolveFreezes([]locksv1.CommandLock{commandLock("apply", true, "maintenance window", nil)}, FreezeFlags{}, now)
 	bob := makeReq("w").Owner("bob", 7).Command("apply").QueuedAt(t0.Add(-time.Minute)).Obj()
-	pl := makeLock(tgt1).token(41).holder(now, bob).Obj()
-	pl.ResourceVersion = "90"
+	pl := makeLock(tgt1).token(41).holder(now, bob).rv("90").Obj()
 	in := Input{Name: pl.Name, Lock: pl, Requests: []*locksv1.LockRequest{bob}, Freezes: applyFrozen, Now: now, Config: testConfig()}
 	first := Decide(in)
 	if len(first.Demote) != 1 {

@@ -25,6 +25,11 @@ func aliceHolder() *wrappers.LockRequestWrapper {
 	return makeReq("h").Owner("alice", 100).Granted(t0.Add(-5*time.Minute), 41)
 }
 
+// bobWaits is bob's request w, queued on tgt1 a minute before t0.
+func bobWaits() *wrappers.LockRequestWrapper {
+	return makeReq("w").Owner("bob", 7).QueuedAt(t0.Add(-time.Minute))
+}
+
 // createdRV is the resourceVersion of createdLock: the token of its first grant.
 const createdRV = 57
 
@@ -153,45 +158,35 @@ func TestDecideCreatesProjectLockFirst(t *testing.T) {
 }
 
 func TestDecideGrantsFreeKey(t *testing.T) {
-	withRV := func(w *lockWrapper, rv string) *locksv1.ProjectLock {
-		pl := w.Obj()
-		pl.ResourceVersion = rv
-		return pl
-	}
 	cases := map[string]struct {
 		tc          *wrappers.LockRequestWrapper
 		lock        *locksv1.ProjectLock
 		wantToken   int64
 		wantExpires time.Time
-		wantLockGen int64 // a created ProjectLock is at generation 1
 	}{
 		"a created ProjectLock: the token is its resourceVersion": {
 			tc:          makeReq("a").Owner("alice", 100),
-			lock:        withRV(makeLock(tgt1), "57"),
+			lock:        makeLock(tgt1).rv("57").Obj(),
 			wantToken:   57,
 			wantExpires: t0.Add(30 * time.Minute),
-			wantLockGen: 1,
 		},
 		"spec.ttl sets expiresAt": {
 			tc:          makeReq("a").Owner("alice", 100).TTL(45 * time.Minute),
-			lock:        withRV(makeLock(tgt1), "57"),
+			lock:        makeLock(tgt1).rv("57").Obj(),
 			wantToken:   57,
 			wantExpires: t0.Add(45 * time.Minute),
-			wantLockGen: 1,
 		},
 		"a free ProjectLock: the token is the resourceVersion the write replaces, above the last": {
 			tc:          makeReq("a").Owner("alice", 100),
-			lock:        withRV(makeLock(tgt1).token(41), "90"),
+			lock:        makeLock(tgt1).token(41).rv("90").Obj(),
 			wantToken:   90,
 			wantExpires: t0.Add(30 * time.Minute),
-			wantLockGen: 1,
 		},
 		"a token above the resourceVersion (written before tokens were revisions) counts on by one": {
 			tc:          makeReq("a").Owner("alice", 100),
-			lock:        withRV(makeLock(tgt1).token(41), "7"),
+			lock:        makeLock(tgt1).token(41).rv("7").Obj(),
 			wantToken:   42,
 			wantExpires: t0.Add(30 * time.Minute),
-			wantLockGen: 1,
 		},
 	}
 	for name, tc := range cases {
@@ -216,9 +211,9 @@ func TestDecideGrantsFreeKey(t *testing.T) {
 					ExpiresAt: &expires,
 				},
 				FencingToken:       tc.wantToken,
-				ObservedGeneration: tc.wantLockGen,
+				ObservedGeneration: 1, // a created ProjectLock is at generation 1
 				Conditions: []metav1.Condition{
-					cond(locksv1.ConditionLocked, metav1.ConditionTrue, locksv1.ReasonHeld, lockedByAlice, tc.wantLockGen, t0),
+					cond(locksv1.ConditionLocked, metav1.ConditionTrue, locksv1.ReasonHeld, lockedByAlice, 1, t0),
 				},
 			}
 			if diff := cmp.Diff(wantLock, *d.Lock); diff != "" {
@@ -308,9 +303,6 @@ func TestDecide(t *testing.T) {
 	h := aliceHolder().Obj()
 	hExpires := t0.Add(25 * time.Minute)
 	grant30 := t0.Add(30 * time.Minute)
-	bobWaits := func() *wrappers.LockRequestWrapper {
-		return makeReq("w").Owner("bob", 7).QueuedAt(t0.Add(-time.Minute))
-	}
 	bobHolds := func(token int64) *lockView {
 		return &lockView{Holder: "pull #7 (bob)", Requests: []string{"w"}, Token: token, Expires: grant30}
 	}
@@ -419,7 +411,7 @@ func TestDecide(t *testing.T) {
 		},
 		"the wait deadline is the requeue when it is nearest": {
 			lock:        aliceLock(h),
-			reqs:        reqs(aliceHolder(), makeReq("w").Owner("bob", 7).QueuedAt(t0.Add(-time.Minute)).WaitTimeout(5*time.Minute)),
+			reqs:        reqs(aliceHolder(), bobWaits().WaitTimeout(5*time.Minute)),
 			wantHolder:  "alice#100",
 			wantLock:    &lockView{Holder: "pull #100 (alice)", Requests: []string{"h"}, Token: 41, Queue: []string{"w:Normal"}, Length: 1, Expires: hExpires},
 			wantWaiting: map[string]reqView{"w": pending(lockedByAlice+"; position 1 of 1", 1)},
@@ -428,7 +420,7 @@ func TestDecide(t *testing.T) {
 		},
 		"the holder's expiry is the requeue when it is nearest": {
 			lock:        aliceLock(h),
-			reqs:        reqs(aliceHolder(), makeReq("w").Owner("bob", 7).QueuedAt(t0.Add(-time.Minute)).WaitTimeout(time.Hour)),
+			reqs:        reqs(aliceHolder(), bobWaits().WaitTimeout(time.Hour)),
 			wantHolder:  "alice#100",
 			wantLock:    &lockView{Holder: "pull #100 (alice)", Requests: []string{"h"}, Token: 41, Queue: []string{"w:Normal"}, Length: 1, Expires: hExpires},
 			wantWaiting: map[string]reqView{"w": pending(lockedByAlice+"; position 1 of 1", 1)},

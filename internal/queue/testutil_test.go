@@ -88,6 +88,9 @@ func makeLock(t locksv1.LockTarget) *lockWrapper {
 
 func (w *lockWrapper) token(n int64) *lockWrapper { w.pl.Status.FencingToken = n; return w }
 
+// rv sets the resourceVersion: the revision of the ProjectLock's last write.
+func (w *lockWrapper) rv(v string) *lockWrapper { w.pl.ResourceVersion = v; return w }
+
 // holder lists reqs (one identity) as the holder since `since`; expiresAt is the latest of the
 // requests' status.expiresAt.
 func (w *lockWrapper) holder(since time.Time, reqs ...*locksv1.LockRequest) *lockWrapper {
