@@ -218,7 +218,7 @@ func (w *LockRequestWrapper) seen() {
 
 // Obj returns the built object, its status shaped by the status-shaping calls if there were any.
 func (w *LockRequestWrapper) Obj() *locksv1.LockRequest {
-	lr := w.LockRequest.DeepCopy()
+	lr := w.DeepCopy()
 	if w.shape.phase != "" {
 		w.shape.apply(lr)
 	}
