@@ -247,19 +247,24 @@ func TestDecideQueueCap(t *testing.T) {
 	aliceWithQueue := func(expires time.Time, requests []string, q ...string) *lockView {
 		return &lockView{Holder: "pull #100 (alice)", Requests: requests, Token: 41, Queue: q, Length: int32(len(q)), Expires: expires}
 	}
-
-	cases := map[string]decideCase{
-		"a newcomer over the cap fails QueueFull": {
+	// overCap is the decision on newcomer n when w1 and w2 fill the queue to its cap: n fails
+	// QueueFull and the queue stays as it was.
+	overCap := func(n *wrappers.LockRequestWrapper) decideCase {
+		return decideCase{
 			cfg:         &capped,
 			lock:        aliceLock(h),
-			reqs:        reqs(aliceHolder(), w1(), w2(), newcomer()),
+			reqs:        reqs(aliceHolder(), w1(), w2(), n),
 			wantHolder:  "alice#100",
 			wantLock:    aliceWithQueue(hExpires, []string{"h"}, "w1:Normal", "w2:Normal"),
 			wantFinish:  full,
 			wantWaiting: twoWaiting,
 			wantQueue:   []string{"w1", "w2"},
 			wantRequeue: untilFromNow(hExpires),
-		},
+		}
+	}
+
+	cases := map[string]decideCase{
+		"a newcomer over the cap fails QueueFull": overCap(newcomer()),
 		"requests already queued are never failed by the cap": {
 			cfg:        &capped,
 			lock:       aliceLock(h),
@@ -274,17 +279,7 @@ func TestDecideQueueCap(t *testing.T) {
 			wantQueue:   []string{"w1", "w2", "w3"},
 			wantRequeue: untilFromNow(hExpires),
 		},
-		"a Critical newcomer cannot push the queue past the cap": {
-			cfg:         &capped,
-			lock:        aliceLock(h),
-			reqs:        reqs(aliceHolder(), w1(), w2(), newcomer().Priority(locksv1.PriorityCritical)),
-			wantHolder:  "alice#100",
-			wantLock:    aliceWithQueue(hExpires, []string{"h"}, "w1:Normal", "w2:Normal"),
-			wantFinish:  full,
-			wantWaiting: twoWaiting,
-			wantQueue:   []string{"w1", "w2"},
-			wantRequeue: untilFromNow(hExpires),
-		},
+		"a Critical newcomer cannot push the queue past the cap": overCap(newcomer().Priority(locksv1.PriorityCritical)),
 		"the holder's own identity re-enters however full the queue": {
 			cfg:        &capped,
 			lock:       aliceLock(h),
