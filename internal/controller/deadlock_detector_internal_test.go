@@ -9,13 +9,12 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/utils/ptr"
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
 	"github.com/turnstile-dev/turnstile/internal/deadlock"
 	"github.com/turnstile-dev/turnstile/internal/lockkey"
 	"github.com/turnstile-dev/turnstile/internal/queue"
+	"github.com/turnstile-dev/turnstile/internal/testing/wrappers"
 )
 
 var dlNow = time.Date(2026, 3, 14, 9, 0, 0, 0, time.UTC)
@@ -26,39 +25,20 @@ func dlTarget(path string) locksv1.LockTarget {
 
 func dlKey(path string) string { return lockkey.String(dlTarget(path)) }
 
-// dlReq is a request of owner#pull for the keys at paths, in that spec order; held marks the
-// ones its status says it holds. It waited since queued seconds before dlNow.
-type dlReq struct {
-	name, owner string
-	pull        int64
-	paths       []string
-	held        []bool
-	phase       locksv1.LockRequestPhase
-	queued      int
-	command     string
-	priority    locksv1.Priority
-	release     bool
-	deleting    bool
+// dlReq is owner#pull's request name for the keys at paths, in that spec order, not seen by
+// the controller yet. Its status-shaping calls (Held, Phase, QueuedAt(dlQueued(s))) queue it at
+// dlNow unless told otherwise, with an arrival revision in the order requests were queued.
+func dlReq(name, owner string, pull int64, paths ...string) *wrappers.LockRequestWrapper {
+	ts := make([]locksv1.LockTarget, len(paths))
+	for i, p := range paths {
+		ts[i] = dlTarget(p)
+	}
+	return wrappers.MakeLockRequest(name, "team").UID("uid-"+name).Owner(owner, pull).Targets(ts...).
+		SeenDefaults(dlNow, func(q time.Time) int64 { return 1000 - int64(dlNow.Sub(q)/time.Second) })
 }
 
-func (r dlReq) obj() locksv1.LockRequest {
-	lr := locksv1.LockRequest{ObjectMeta: metav1.ObjectMeta{Name: r.name, Namespace: "team", UID: types.UID("uid-" + r.name)}}
-	lr.Spec.Holder = locksv1.Holder{Owner: r.owner, Pull: r.pull}
-	lr.Spec.Command, lr.Spec.Priority, lr.Spec.Release = r.command, r.priority, r.release
-	for i, p := range r.paths {
-		t := dlTarget(p)
-		lr.Spec.Locks = append(lr.Spec.Locks, t)
-		lr.Status.Locks = append(lr.Status.Locks, locksv1.LockStatus{Key: lockkey.String(t), Name: lockkey.Name(t), Held: i < len(r.held) && r.held[i]})
-	}
-	lr.Status.Phase = r.phase
-	q := metav1.NewMicroTime(dlNow.Add(-time.Duration(r.queued) * time.Second))
-	lr.Status.QueuedAt = &q
-	lr.Status.ArrivalRevision = int64(1000 - r.queued) // stored in the order they were queued
-	if r.deleting {
-		lr.DeletionTimestamp = ptr.To(metav1.NewTime(dlNow))
-	}
-	return lr
-}
+// dlQueued is s seconds before dlNow: when a request queued s seconds ago was queued.
+func dlQueued(s int) time.Time { return dlNow.Add(-time.Duration(s) * time.Second) }
 
 // dlLock is the ProjectLock of path held by owner#pull through the named requests.
 func dlLock(path, owner string, pull int64, requests ...string) locksv1.ProjectLock {
@@ -98,25 +78,32 @@ func viewKeys(states []deadlock.KeyState) []keyView {
 }
 
 func TestWaitsFor(t *testing.T) {
-	granted, pending := locksv1.PhaseGranted, locksv1.PhasePending
-	a1 := dlReq{name: "a1", owner: "alice", pull: 1, paths: []string{"k1"}, held: []bool{true}, phase: granted}
-	b1 := dlReq{name: "b1", owner: "bob", pull: 2, paths: []string{"k2"}, held: []bool{true}, phase: granted}
-	a2 := dlReq{name: "a2", owner: "alice", pull: 1, paths: []string{"k2"}, phase: pending, queued: 20}
-	b2 := dlReq{name: "b2", owner: "bob", pull: 2, paths: []string{"k1"}, phase: pending, queued: 10}
+	granted := locksv1.PhaseGranted
+	a1 := dlReq("a1", "alice", 1, "k1").Held(dlTarget("k1")).Phase(granted)
+	b1 := func() *wrappers.LockRequestWrapper {
+		return dlReq("b1", "bob", 2, "k2").Held(dlTarget("k2")).Phase(granted)
+	}
+	a2 := dlReq("a2", "alice", 1, "k2").QueuedAt(dlQueued(20))
+	b2 := func() *wrappers.LockRequestWrapper { return dlReq("b2", "bob", 2, "k1").QueuedAt(dlQueued(10)) }
 	lockK1, lockK2 := dlLock("k1", "alice", 1, "a1"), dlLock("k2", "bob", 2, "b1")
-	with := func(r dlReq, edit func(*dlReq)) dlReq { edit(&r); return r }
+	// k2Free is the classic deadlock's keys once bob#2 no longer holds k2: nobody holds it, and
+	// no cycle is left.
+	k2Free := []keyView{
+		{Key: dlKey("k1"), Holder: "alice#1", Queue: []string{"bob#2/b2"}},
+		{Key: dlKey("k2"), Queue: []string{"alice#1/a2"}},
+	}
 	applyFrozen, _ := queue.ResolveFreezes([]locksv1.CommandLock{{ObjectMeta: metav1.ObjectMeta{Name: "apply"}, Spec: locksv1.CommandLockSpec{Locked: true}}}, queue.FreezeFlags{}, dlNow)
 
 	cases := map[string]struct {
 		locks     []locksv1.ProjectLock
-		reqs      []dlReq
+		reqs      []*wrappers.LockRequestWrapper
 		freezes   queue.Freezes
 		wantKeys  []keyView
 		wantCycle string
 	}{
 		"the classic deadlock": {
 			locks: []locksv1.ProjectLock{lockK1, lockK2},
-			reqs:  []dlReq{a1, b1, a2, b2},
+			reqs:  []*wrappers.LockRequestWrapper{a1, b1(), a2, b2()},
 			wantKeys: []keyView{
 				{Key: dlKey("k1"), Holder: "alice#1", Queue: []string{"bob#2/b2"}},
 				{Key: dlKey("k2"), Holder: "bob#2", Queue: []string{"alice#1/a2"}},
@@ -124,40 +111,28 @@ func TestWaitsFor(t *testing.T) {
 			wantCycle: "deadlock: alice#1 waits for bob#2 on acme/infra/k2/default; bob#2 waits for alice#1 on acme/infra/k1/default",
 		},
 		"a holder whose request is deleted no longer holds, though its ProjectLock still says so": {
-			locks: []locksv1.ProjectLock{lockK1, lockK2},
-			reqs:  []dlReq{a1, a2, b2},
-			wantKeys: []keyView{
-				{Key: dlKey("k1"), Holder: "alice#1", Queue: []string{"bob#2/b2"}},
-				{Key: dlKey("k2"), Queue: []string{"alice#1/a2"}},
-			},
+			locks:    []locksv1.ProjectLock{lockK1, lockK2},
+			reqs:     []*wrappers.LockRequestWrapper{a1, a2, b2()},
+			wantKeys: k2Free,
 		},
 		"a holder whose request is being deleted no longer holds": {
-			locks: []locksv1.ProjectLock{lockK1, lockK2},
-			reqs:  []dlReq{a1, with(b1, func(r *dlReq) { r.deleting = true }), a2, b2},
-			wantKeys: []keyView{
-				{Key: dlKey("k1"), Holder: "alice#1", Queue: []string{"bob#2/b2"}},
-				{Key: dlKey("k2"), Queue: []string{"alice#1/a2"}},
-			},
+			locks:    []locksv1.ProjectLock{lockK1, lockK2},
+			reqs:     []*wrappers.LockRequestWrapper{a1, b1().Deleting(dlNow), a2, b2()},
+			wantKeys: k2Free,
 		},
 		"a holder that set spec.release no longer holds": {
-			locks: []locksv1.ProjectLock{lockK1, lockK2},
-			reqs:  []dlReq{a1, with(b1, func(r *dlReq) { r.release = true }), a2, b2},
-			wantKeys: []keyView{
-				{Key: dlKey("k1"), Holder: "alice#1", Queue: []string{"bob#2/b2"}},
-				{Key: dlKey("k2"), Queue: []string{"alice#1/a2"}},
-			},
+			locks:    []locksv1.ProjectLock{lockK1, lockK2},
+			reqs:     []*wrappers.LockRequestWrapper{a1, b1().Release(), a2, b2()},
+			wantKeys: k2Free,
 		},
 		"a holder whose request finished no longer holds": {
-			locks: []locksv1.ProjectLock{lockK1, lockK2},
-			reqs:  []dlReq{a1, with(b1, func(r *dlReq) { r.phase = locksv1.PhaseExpired; r.held = nil }), a2, b2},
-			wantKeys: []keyView{
-				{Key: dlKey("k1"), Holder: "alice#1", Queue: []string{"bob#2/b2"}},
-				{Key: dlKey("k2"), Queue: []string{"alice#1/a2"}},
-			},
+			locks:    []locksv1.ProjectLock{lockK1, lockK2},
+			reqs:     []*wrappers.LockRequestWrapper{a1, dlReq("b1", "bob", 2, "k2").Phase(locksv1.PhaseExpired), a2, b2()},
+			wantKeys: k2Free,
 		},
 		"a holder being granted (its status not written yet) holds": {
 			locks: []locksv1.ProjectLock{lockK1, lockK2},
-			reqs:  []dlReq{a1, with(b1, func(r *dlReq) { r.phase = pending; r.held = nil; r.queued = 30 }), a2, b2},
+			reqs:  []*wrappers.LockRequestWrapper{a1, dlReq("b1", "bob", 2, "k2").QueuedAt(dlQueued(30)), a2, b2()},
 			wantKeys: []keyView{
 				{Key: dlKey("k1"), Holder: "alice#1", Queue: []string{"bob#2/b2"}},
 				{Key: dlKey("k2"), Holder: "bob#2", Queue: []string{"bob#2/b1", "alice#1/a2"}},
@@ -166,29 +141,29 @@ func TestWaitsFor(t *testing.T) {
 		},
 		"a frozen request waits on the freeze, not on anyone": {
 			locks:    []locksv1.ProjectLock{lockK1, lockK2},
-			reqs:     []dlReq{a1, b1, a2, with(b2, func(r *dlReq) { r.command = "apply" })},
+			reqs:     []*wrappers.LockRequestWrapper{a1, b1(), a2, b2().Command("apply")},
 			freezes:  applyFrozen,
 			wantKeys: []keyView{{Key: dlKey("k1"), Holder: "alice#1"}, {Key: dlKey("k2"), Holder: "bob#2", Queue: []string{"alice#1/a2"}}},
 		},
 		"a request with several keys waits on the first it does not hold": {
 			locks: []locksv1.ProjectLock{dlLock("k1", "alice", 1, "m"), dlLock("k3", "carol", 3, "c1")},
-			reqs: []dlReq{
-				{name: "c1", owner: "carol", pull: 3, paths: []string{"k3"}, held: []bool{true}, phase: granted},
+			reqs: []*wrappers.LockRequestWrapper{
+				dlReq("c1", "carol", 3, "k3").Held(dlTarget("k3")).Phase(granted),
 				// Spec order k3, k1; canonical order k1, k3: holds k1, waits for k3.
-				{name: "m", owner: "alice", pull: 1, paths: []string{"k3", "k1"}, held: []bool{false, true}, phase: pending, queued: 5},
+				dlReq("m", "alice", 1, "k3", "k1").Held(dlTarget("k1")).QueuedAt(dlQueued(5)),
 			},
 			wantKeys: []keyView{{Key: dlKey("k1"), Holder: "alice#1"}, {Key: dlKey("k3"), Holder: "carol#3", Queue: []string{"alice#1/m"}}},
 		},
 		"finished, released and deleting requests wait for nothing; the queue is in grant order": {
 			locks: []locksv1.ProjectLock{lockK1},
-			reqs: []dlReq{
+			reqs: []*wrappers.LockRequestWrapper{
 				a1,
-				{name: "old", owner: "dave", pull: 4, paths: []string{"k1"}, phase: pending, queued: 30},
-				{name: "urgent", owner: "erin", pull: 5, paths: []string{"k1"}, phase: pending, queued: 1, priority: locksv1.PriorityHigh},
-				{name: "failed", owner: "fay", pull: 6, paths: []string{"k1"}, phase: locksv1.PhaseFailed, queued: 40},
-				{name: "leaving", owner: "gus", pull: 7, paths: []string{"k1"}, phase: pending, queued: 50, release: true},
-				{name: "deleted", owner: "hal", pull: 8, paths: []string{"k1"}, phase: pending, queued: 60, deleting: true},
-				{name: "new", owner: "ivy", pull: 9, paths: []string{"k1"}},
+				dlReq("old", "dave", 4, "k1").QueuedAt(dlQueued(30)),
+				dlReq("urgent", "erin", 5, "k1").QueuedAt(dlQueued(1)).Priority(locksv1.PriorityHigh),
+				dlReq("failed", "fay", 6, "k1").QueuedAt(dlQueued(40)).Phase(locksv1.PhaseFailed),
+				dlReq("leaving", "gus", 7, "k1").QueuedAt(dlQueued(50)).Release(),
+				dlReq("deleted", "hal", 8, "k1").QueuedAt(dlQueued(60)).Deleting(dlNow),
+				dlReq("new", "ivy", 9, "k1"),
 			},
 			wantKeys: []keyView{{Key: dlKey("k1"), Holder: "alice#1", Queue: []string{"erin#5/urgent", "dave#4/old"}}},
 		},
@@ -197,7 +172,7 @@ func TestWaitsFor(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			reqs := make([]locksv1.LockRequest, len(tc.reqs))
 			for i, r := range tc.reqs {
-				reqs[i] = r.obj()
+				reqs[i] = *r.Obj()
 			}
 			cfg := queue.DefaultConfig()
 			states := WaitsFor(tc.locks, reqs, tc.freezes, dlNow, cfg)
@@ -223,9 +198,9 @@ func BenchmarkCheck(b *testing.B) {
 	var reqs []locksv1.LockRequest
 	for k := 0; k < keys; k++ {
 		path := fmt.Sprintf("k%04d", k)
-		holder := dlReq{name: "h-" + path, owner: fmt.Sprintf("owner-%04d", k), pull: 1, paths: []string{path}, held: []bool{true}, phase: locksv1.PhaseGranted}
-		reqs = append(reqs, holder.obj())
-		locks = append(locks, dlLock(path, holder.owner, 1, holder.name))
+		owner := fmt.Sprintf("owner-%04d", k)
+		reqs = append(reqs, *dlReq("h-"+path, owner, 1, path).Held(dlTarget(path)).Phase(locksv1.PhaseGranted).Obj())
+		locks = append(locks, dlLock(path, owner, 1, "h-"+path))
 		// Waiters rank above the holder and queue lowest rank first, so every edge points to a
 		// lower rank: no cycle, and every check searches the whole graph.
 		ranks := make([]int, perKey)
@@ -234,9 +209,8 @@ func BenchmarkCheck(b *testing.B) {
 		}
 		sort.Ints(ranks)
 		for i, rank := range ranks {
-			w := dlReq{name: fmt.Sprintf("w-%s-%d", path, i), owner: fmt.Sprintf("owner-%04d", rank), pull: 1,
-				paths: []string{path}, phase: locksv1.PhasePending, queued: perKey - i}
-			reqs = append(reqs, w.obj())
+			w := dlReq(fmt.Sprintf("w-%s-%d", path, i), fmt.Sprintf("owner-%04d", rank), 1, path).QueuedAt(dlQueued(perKey - i))
+			reqs = append(reqs, *w.Obj())
 		}
 	}
 	cfg := queue.DefaultConfig()
@@ -252,62 +226,61 @@ func BenchmarkCheck(b *testing.B) {
 func TestCannotCloseCycle(t *testing.T) {
 	granted, pending := locksv1.PhaseGranted, locksv1.PhasePending
 	// w is carol#3's new request for k1, at the back of its queue unless a case says otherwise.
-	w := dlReq{name: "w", owner: "carol", pull: 3, paths: []string{"k1"}, phase: pending}
-	with := func(r dlReq, edit func(*dlReq)) dlReq { edit(&r); return r }
+	w := func() *wrappers.LockRequestWrapper { return dlReq("w", "carol", 3, "k1").Phase(pending) }
 
 	cases := map[string]struct {
-		w     dlReq
+		w     *wrappers.LockRequestWrapper
 		last  bool
-		other []dlReq // the other requests of carol#3
+		other []*wrappers.LockRequestWrapper // the other requests of carol#3
 		want  bool
 	}{
 		"a newcomer at the back, its identity's only request: nobody can wait for it": {
-			w: w, last: true, want: true,
+			w: w(), last: true, want: true,
 		},
 		"somebody waits behind it": {
-			w: w, last: false, want: false,
+			w: w(), last: false, want: false,
 		},
 		"it holds one of its keys already": {
-			w:    with(w, func(r *dlReq) { r.paths = []string{"k1", "k2"}; r.held = []bool{true, false} }),
+			w:    dlReq("w", "carol", 3, "k1", "k2").Held(dlTarget("k1")).Phase(pending),
 			last: true, want: false,
 		},
 		"its identity holds another key": {
-			w: w, last: true,
-			other: []dlReq{{name: "held", owner: "carol", pull: 3, paths: []string{"k2"}, held: []bool{true}, phase: granted}},
+			w: w(), last: true,
+			other: []*wrappers.LockRequestWrapper{dlReq("held", "carol", 3, "k2").Held(dlTarget("k2")).Phase(granted)},
 			want:  false,
 		},
 		"its identity waits in another queue": {
-			w: w, last: true,
-			other: []dlReq{{name: "queued", owner: "carol", pull: 3, paths: []string{"k2"}, phase: pending}},
+			w: w(), last: true,
+			other: []*wrappers.LockRequestWrapper{dlReq("queued", "carol", 3, "k2").Phase(pending)},
 			want:  false,
 		},
 		"its identity's other request is not seen by the controller yet": {
-			w: w, last: true,
-			other: []dlReq{{name: "new", owner: "carol", pull: 3, paths: []string{"k2"}}},
+			w: w(), last: true,
+			other: []*wrappers.LockRequestWrapper{dlReq("new", "carol", 3, "k2")},
 			want:  false,
 		},
 		"its identity's other requests are finished, released or being deleted": {
-			w: w, last: true,
-			other: []dlReq{
-				{name: "done", owner: "carol", pull: 3, paths: []string{"k2"}, phase: locksv1.PhaseReleased},
-				{name: "leaving", owner: "carol", pull: 3, paths: []string{"k3"}, held: []bool{true}, phase: granted, release: true},
-				{name: "deleted", owner: "carol", pull: 3, paths: []string{"k4"}, held: []bool{true}, phase: granted, deleting: true},
+			w: w(), last: true,
+			other: []*wrappers.LockRequestWrapper{
+				dlReq("done", "carol", 3, "k2").Phase(locksv1.PhaseReleased),
+				dlReq("leaving", "carol", 3, "k3").Held(dlTarget("k3")).Phase(granted).Release(),
+				dlReq("deleted", "carol", 3, "k4").Held(dlTarget("k4")).Phase(granted).Deleting(dlNow),
 			},
 			want: true,
 		},
 		"it no longer waits (granted since)": {
-			w: with(w, func(r *dlReq) { r.phase = granted; r.held = []bool{true} }), last: false, want: true,
+			w: w().Held(dlTarget("k1")).Phase(granted), last: false, want: true,
 		},
 		"it failed since": {
-			w: with(w, func(r *dlReq) { r.phase = locksv1.PhaseFailed }), last: false, want: true,
+			w: w().Phase(locksv1.PhaseFailed), last: false, want: true,
 		},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			lr := tc.w.obj()
+			lr := *tc.w.Obj()
 			same := []locksv1.LockRequest{lr}
 			for _, o := range tc.other {
-				same = append(same, o.obj())
+				same = append(same, *o.Obj())
 			}
 			if got := cannotCloseCycle(&lr, tc.last, same); got != tc.want {
 				t.Errorf("cannotCloseCycle = %v, want %v", got, tc.want)
@@ -330,24 +303,39 @@ func TestCannotCloseCycleIsSound(t *testing.T) {
 		// Requests with random identities, keys, holds and phases; a key's first holder in the
 		// list is its ProjectLock's holder.
 		var reqs []locksv1.LockRequest
-		holders := map[string]dlReq{}
+		holders := map[string]int{} // path -> index in reqs
 		for i := range 2 + rng.IntN(10) {
 			o := rng.IntN(len(owners))
-			r := dlReq{name: fmt.Sprintf("r%d", i), owner: owners[o], pull: int64(o + 1), phase: phases[rng.IntN(len(phases))],
-				queued: rng.IntN(100), release: rng.IntN(12) == 0, deleting: rng.IntN(12) == 0}
+			phase := phases[rng.IntN(len(phases))]
+			queued, release, deleting := rng.IntN(100), rng.IntN(12) == 0, rng.IntN(12) == 0
+			var rPaths []string
+			var held []locksv1.LockTarget
 			for _, p := range rng.Perm(len(paths))[:1+rng.IntN(2)] {
-				r.paths = append(r.paths, paths[p])
-				held := r.phase == locksv1.PhaseGranted || (r.phase == locksv1.PhasePending && rng.IntN(3) == 0)
-				r.held = append(r.held, held)
-				if _, taken := holders[paths[p]]; held && !taken {
-					holders[paths[p]] = r
+				rPaths = append(rPaths, paths[p])
+				holds := phase == locksv1.PhaseGranted || (phase == locksv1.PhasePending && rng.IntN(3) == 0)
+				if holds {
+					held = append(held, dlTarget(paths[p]))
+				}
+				if _, taken := holders[paths[p]]; holds && !taken {
+					holders[paths[p]] = i
 				}
 			}
-			reqs = append(reqs, r.obj())
+			r := dlReq(fmt.Sprintf("r%d", i), owners[o], int64(o+1), rPaths...)
+			if phase != "" { // a request the controller has seen; only those hold
+				r.QueuedAt(dlQueued(queued)).Held(held...).Phase(phase)
+			}
+			if release {
+				r.Release()
+			}
+			if deleting {
+				r.Deleting(dlNow)
+			}
+			reqs = append(reqs, *r.Obj())
 		}
 		var locks []locksv1.ProjectLock
-		for p, h := range holders {
-			locks = append(locks, dlLock(p, h.owner, h.pull, h.name))
+		for p, i := range holders {
+			h := reqs[i]
+			locks = append(locks, dlLock(p, h.Spec.Holder.Owner, h.Spec.Holder.Pull, h.Name))
 		}
 		states := WaitsFor(locks, reqs, queue.Freezes{}, dlNow, queue.DefaultConfig())
 		graph := deadlock.Build(states)

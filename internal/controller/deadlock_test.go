@@ -33,13 +33,22 @@ var _ = Describe("Deadlock detection", func() {
 		return MakeLockRequest(name, ns).Lock("acme/infra", path, "default")
 	}
 
+	// grantEach creates the requests and waits until each of them is granted.
+	grantEach := func(reqs ...*locksv1.LockRequest) {
+		GinkgoHelper()
+		for _, r := range reqs {
+			create(r)
+		}
+		for _, r := range reqs {
+			expectPhase(ns, r.Name, locksv1.PhaseGranted)
+		}
+	}
+
 	// holdAndWait builds the classic deadlock up to its last step: alice#1 holds k1 (a1), bob#2
 	// holds k2 (b1), and alice#1 waits for k2 (a2) behind bob. The caller closes the cycle.
 	holdAndWait := func() {
 		GinkgoHelper()
-		create(on("a1", "k1").Owner("alice", 1).Obj(), on("b1", "k2").Owner("bob", 2).Obj())
-		expectPhase(ns, "a1", locksv1.PhaseGranted)
-		expectPhase(ns, "b1", locksv1.PhaseGranted)
+		grantEach(on("a1", "k1").Owner("alice", 1).Obj(), on("b1", "k2").Owner("bob", 2).Obj())
 		create(on("a2", "k2").Owner("alice", 1).Obj())
 		Eventually(condOf(ns, "a2"), timeout, interval).Should(Equal("False/Queued: locked by pull #2 (bob); position 1 of 1"))
 	}
@@ -113,14 +122,11 @@ var _ = Describe("Deadlock detection", func() {
 	})
 
 	It("detects a three-way cycle and names all of it", func() {
-		create(
+		grantEach(
 			on("a1", "k1").Owner("alice", 1).Obj(),
 			on("b1", "k2").Owner("bob", 2).Obj(),
 			on("c1", "k3").Owner("carol", 3).Obj(),
 		)
-		for _, n := range []string{"a1", "b1", "c1"} {
-			expectPhase(ns, n, locksv1.PhaseGranted)
-		}
 		create(on("a2", "k2").Owner("alice", 1).Obj())
 		expectPhase(ns, "a2", locksv1.PhasePending)
 		create(on("b2", "k3").Owner("bob", 2).Obj())
@@ -148,9 +154,7 @@ var _ = Describe("Deadlock detection", func() {
 	It("detects a cycle through a queue: waiting behind someone counts as waiting for them", func() {
 		// dave#4 holds k2, bob#2 queues for k2 first and alice#1 behind him. Once dave is done,
 		// bob gets k2 and waits for k1 forever: the cycle exists before anyone is stuck.
-		create(on("a1", "k1").Owner("alice", 1).Obj(), on("d1", "k2").Owner("dave", 4).Obj())
-		expectPhase(ns, "a1", locksv1.PhaseGranted)
-		expectPhase(ns, "d1", locksv1.PhaseGranted)
+		grantEach(on("a1", "k1").Owner("alice", 1).Obj(), on("d1", "k2").Owner("dave", 4).Obj())
 		create(on("b-k2", "k2").Owner("bob", 2).Obj())
 		expectPhase(ns, "b-k2", locksv1.PhasePending)
 		create(on("a-k2", "k2").Owner("alice", 1).Obj())
@@ -172,14 +176,11 @@ var _ = Describe("Deadlock detection", func() {
 	It("fails nobody when the waits form chains and a diamond but no cycle", func() {
 		// alice#1 holds k1; bob#2 holds k2 and waits for k1; carol#3 holds k3 and waits for k2;
 		// dave#4 waits for k3 and for k1. Everyone reaches alice, nobody reaches back.
-		create(
+		grantEach(
 			on("a1", "k1").Owner("alice", 1).Obj(),
 			on("b1", "k2").Owner("bob", 2).Obj(),
 			on("c1", "k3").Owner("carol", 3).Obj(),
 		)
-		for _, n := range []string{"a1", "b1", "c1"} {
-			expectPhase(ns, n, locksv1.PhaseGranted)
-		}
 		create(
 			on("b2", "k1").Owner("bob", 2).Obj(),
 			on("c2", "k2").Owner("carol", 3).Obj(),
@@ -242,9 +243,7 @@ var _ = Describe("Deadlock detection", func() {
 			checks := func(outcome string) func() float64 {
 				return metric(reg, "turnstile_deadlock_checks_total", "outcome", outcome)
 			}
-			create(on("a1", "k1").Owner("alice", 1).Obj(), on("b1", "k2").Owner("bob", 2).Obj())
-			expectPhase(ns, "a1", locksv1.PhaseGranted)
-			expectPhase(ns, "b1", locksv1.PhaseGranted)
+			grantEach(on("a1", "k1").Owner("alice", 1).Obj(), on("b1", "k2").Owner("bob", 2).Obj())
 
 			By("carol#3 and then dave#4 queue at the back of k1, holding nothing else: no check")
 			create(on("c1", "k1").Owner("carol", 3).Obj())

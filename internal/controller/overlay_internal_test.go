@@ -15,14 +15,15 @@ import (
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
 	"github.com/turnstile-dev/turnstile/internal/lockkey"
+	"github.com/turnstile-dev/turnstile/internal/testing/wrappers"
 )
 
 var keyK1 = types.NamespacedName{Namespace: "ns", Name: "k1"}
 
+// lrAt is request a at resourceVersion rv, its status only a phase.
 func lrAt(rv string, phase locksv1.LockRequestPhase) *locksv1.LockRequest {
-	lr := &locksv1.LockRequest{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "a", UID: "uid-a", ResourceVersion: rv}}
-	lr.Status.Phase = phase
-	return lr
+	return wrappers.MakeLockRequest("a", "ns").UID("uid-a").ResourceVersion(rv).
+		Status(locksv1.LockRequestStatus{Phase: phase}).Obj()
 }
 
 func TestOverlayRequest(t *testing.T) {

@@ -52,6 +52,17 @@ func behind(from, to Identity, k string) Edge {
 
 func cycle(edges ...Edge) Cycle { return Cycle{Edges: edges} }
 
+// pair makes x hold kx and y hold ky, each waiting for the other's key: a two-holder deadlock.
+func pair(x, y Identity, kx, ky string) []KeyState {
+	return []KeyState{held(kx, x, w(y, kx)), held(ky, y, w(x, ky))}
+}
+
+// pairCycle is the cycle "x waits for y on ky; y waits for x on kx", as FindCycles reports the
+// deadlock of pair(x, y, kx, ky) when x sorts before y.
+func pairCycle(x, y Identity, kx, ky string) Cycle {
+	return cycle(holds(x, y, ky), holds(y, x, kx))
+}
+
 // nodes returns n identities that sort in index order.
 func nodes(n int) []Identity {
 	ids := make([]Identity, n)
@@ -107,10 +118,7 @@ var (
 
 // The scenarios FindCycles and CyclesThrough share.
 var (
-	twoCycle = []KeyState{
-		held(k1, alice, w(bob, k1)),
-		held(k2, bob, w(alice, k2)),
-	}
+	twoCycle = pair(alice, bob, k1, k2)
 	// Nobody holds anything: alice is ahead of bob on k1, bob ahead of alice on k2.
 	queueOnlyCycle = []KeyState{
 		free(k1, w(alice, k1), w(bob, k1)),
@@ -124,10 +132,7 @@ var (
 	}
 	// As runOnOneQueue, plus bob holds k3, which erin holds k4 waiting for; bob waits on k4. So
 	// bob is a bystander on k1 but a member of the bob/erin cycle.
-	bystanderAndMember = append(runOnOneQueue[:2:2],
-		held(k3, bob, w(erin, k3)),
-		held(k4, erin, w(bob, k4)),
-	)
+	bystanderAndMember = concat(runOnOneQueue, pair(bob, erin, k3, k4))
 	// dave waits for alice, who is deadlocked with bob; dave is not on the cycle.
 	chainIntoCycle = append(twoCycle[:2:2], held(k3, alice, w(dave, k3)))
 )
@@ -146,7 +151,7 @@ func TestFindCycles(t *testing.T) {
 		},
 		"two holders wait for each other": {
 			keys:       twoCycle,
-			wantCycles: []Cycle{cycle(holds(alice, bob, k2), holds(bob, alice, k1))},
+			wantCycles: []Cycle{pairCycle(alice, bob, k1, k2)},
 		},
 		"three-cycle": {
 			keys:       threeRing,
@@ -169,7 +174,7 @@ func TestFindCycles(t *testing.T) {
 		},
 		"a run up one queue is one hop to the holder": {
 			keys:       runOnOneQueue,
-			wantCycles: []Cycle{cycle(holds(alice, hank, k1), holds(hank, alice, k2))},
+			wantCycles: []Cycle{pairCycle(alice, hank, k2, k1)},
 		},
 		"a run up one queue is one hop to a waiter ahead": {
 			keys: []KeyState{
@@ -205,7 +210,7 @@ func TestFindCycles(t *testing.T) {
 				[]KeyState{held(k5, bob, w(frank, k5))}, // frank waits into the alice/bob cycle
 			),
 			wantCycles: []Cycle{
-				cycle(holds(alice, bob, k2), holds(bob, alice, k1)),
+				pairCycle(alice, bob, k1, k2),
 				threeCycle,
 				tenCycle,
 			},
@@ -216,41 +221,21 @@ func TestFindCycles(t *testing.T) {
 				held(k2, bob, w(alice, k2), w(carol, k2)),
 				held(k3, carol, w(bob, k3)),
 			},
-			wantCycles: []Cycle{cycle(holds(alice, bob, k2), holds(bob, alice, k1))},
+			wantCycles: []Cycle{pairCycle(alice, bob, k1, k2)},
 		},
 		"two cycles sharing an identity: the one through the smallest identity": {
 			// carol's key comes first, but alice is the smallest identity of the group.
-			keys: []KeyState{
-				held(k1, carol, w(bob, k1)),
-				held(k2, bob, w(carol, k2)),
-				held(k3, alice, w(bob, k3)),
-				held(k4, bob, w(alice, k4)),
-			},
-			wantCycles: []Cycle{cycle(holds(alice, bob, k4), holds(bob, alice, k3))},
+			keys:       concat(pair(carol, bob, k1, k2), pair(alice, bob, k3, k4)),
+			wantCycles: []Cycle{pairCycle(alice, bob, k3, k4)},
 		},
 		"the cycle through the smallest identity, wherever the search enters": {
 			// alice waits into the group at carol, but bob is its smallest identity.
-			keys: []KeyState{
-				held(k1, carol, w(alice, k1)),
-				held(k2, bob, w(dave, k2)),
-				held(k3, dave, w(bob, k3)),
-				held(k4, carol, w(dave, k4)),
-				held(k5, dave, w(carol, k5)),
-			},
-			wantCycles: []Cycle{cycle(holds(bob, dave, k3), holds(dave, bob, k2))},
+			keys:       concat([]KeyState{held(k1, carol, w(alice, k1))}, pair(bob, dave, k2, k3), pair(carol, dave, k4, k5)),
+			wantCycles: []Cycle{pairCycle(bob, dave, k2, k3)},
 		},
 		"a cycle waiting into another: both, in identity order": {
-			keys: []KeyState{
-				held(k1, alice, w(bob, k1)),
-				held(k2, bob, w(alice, k2)),
-				held(k5, carol, w(alice, k5)),
-				held(k3, carol, w(dave, k3)),
-				held(k4, dave, w(carol, k4)),
-			},
-			wantCycles: []Cycle{
-				cycle(holds(alice, bob, k2), holds(bob, alice, k1)),
-				cycle(holds(carol, dave, k4), holds(dave, carol, k3)),
-			},
+			keys:       concat(twoCycle, []KeyState{held(k5, carol, w(alice, k5))}, pair(carol, dave, k3, k4)),
+			wantCycles: []Cycle{pairCycle(alice, bob, k1, k2), pairCycle(carol, dave, k3, k4)},
 		},
 		"a key listed twice is read once": {
 			keys: []KeyState{
@@ -260,7 +245,7 @@ func TestFindCycles(t *testing.T) {
 		},
 		"waiting into a cycle is not being on it": {
 			keys:       chainIntoCycle,
-			wantCycles: []Cycle{cycle(holds(alice, bob, k2), holds(bob, alice, k1))},
+			wantCycles: []Cycle{pairCycle(alice, bob, k1, k2)},
 		},
 		"re-entrant waiter waits for nobody": {
 			// alice holds k1, so her second request on it is granted at once; it does not
@@ -273,7 +258,7 @@ func TestFindCycles(t *testing.T) {
 				held(k1, alice, w(alice, k1), w(bob, k1)),
 				held(k2, bob, w(alice, k2)),
 			},
-			wantCycles: []Cycle{cycle(holds(alice, bob, k2), holds(bob, alice, k1))},
+			wantCycles: []Cycle{pairCycle(alice, bob, k1, k2)},
 		},
 		"identity queued twice stands at its first position": {
 			keys: []KeyState{free(k1,
@@ -291,7 +276,7 @@ func TestFindCycles(t *testing.T) {
 				),
 				held(k2, alice, w(hank, k2)),
 			},
-			wantCycles: []Cycle{cycle(holds(alice, hank, k1), holds(hank, alice, k2))},
+			wantCycles: []Cycle{pairCycle(alice, hank, k2, k1)},
 		},
 	}
 	for name, tc := range cases {
@@ -317,7 +302,7 @@ func TestCyclesThrough(t *testing.T) {
 		"member of a two-cycle": {
 			keys:       twoCycle,
 			id:         bob,
-			wantCycles: []Cycle{cycle(holds(alice, bob, k2), holds(bob, alice, k1))},
+			wantCycles: []Cycle{pairCycle(alice, bob, k1, k2)},
 		},
 		"member of a ten-cycle": {
 			keys:       tenRing,
@@ -341,7 +326,7 @@ func TestCyclesThrough(t *testing.T) {
 		"member whose hop runs up a queue": {
 			keys:       runOnOneQueue,
 			id:         alice,
-			wantCycles: []Cycle{cycle(holds(alice, hank, k1), holds(hank, alice, k2))},
+			wantCycles: []Cycle{pairCycle(alice, hank, k2, k1)},
 		},
 		"bystander in a deadlocked queue": {
 			keys: runOnOneQueue,
@@ -350,7 +335,7 @@ func TestCyclesThrough(t *testing.T) {
 		"bystander on one key, member through another": {
 			keys:       bystanderAndMember,
 			id:         bob,
-			wantCycles: []Cycle{cycle(holds(bob, erin, k4), holds(erin, bob, k3))},
+			wantCycles: []Cycle{pairCycle(bob, erin, k3, k4)},
 		},
 		"long chain": {
 			keys: chain(nodes(1000)),
@@ -381,11 +366,8 @@ func TestCycleString(t *testing.T) {
 		want  string
 	}{
 		"two-cycle": {
-			cycle: Build([]KeyState{
-				held("acme/infra/k1/default", alice, w(bob, "acme/infra/k1/default")),
-				held("acme/infra/k2/default", bob, w(alice, "acme/infra/k2/default")),
-			}).FindCycles()[0],
-			want: "deadlock: alice#1 waits for bob#2 on acme/infra/k2/default; bob#2 waits for alice#1 on acme/infra/k1/default",
+			cycle: Build(pair(alice, bob, "acme/infra/k1/default", "acme/infra/k2/default")).FindCycles()[0],
+			want:  "deadlock: alice#1 waits for bob#2 on acme/infra/k2/default; bob#2 waits for alice#1 on acme/infra/k1/default",
 		},
 		"queue-ahead hop and an identity without a pull": {
 			cycle: cycle(

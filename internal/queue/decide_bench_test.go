@@ -10,11 +10,11 @@ import (
 // a deep queue pays on every event.
 func BenchmarkDecideDepth1000(b *testing.B) {
 	w := newWorld(b)
-	w.add(makeReq("holder").owner("h", 1).obj())
+	w.add(makeReq("holder").Owner("h", 1).Obj())
 	d := w.decide(name1, now, testConfig())
 	w.apply(name1, w.input(name1, now, testConfig()), d, 0)
 	for i := range 1000 {
-		w.add(makeReq(fmt.Sprintf("w%04d", i)).owner("w", int64(i+2)).queuedAt(t0.Add(time.Duration(i) * time.Millisecond)).obj())
+		w.add(makeReq(fmt.Sprintf("w%04d", i)).Owner("w", int64(i+2)).QueuedAt(t0.Add(time.Duration(i) * time.Millisecond)).Obj())
 	}
 	in := w.input(name1, now, testConfig())
 	b.ReportAllocs()

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
+	"github.com/turnstile-dev/turnstile/internal/testing/wrappers"
 )
 
 // Several targets are taken in canonical order (tgt1 before tgt2, whatever the spec
@@ -18,17 +19,17 @@ func TestDecideMultiLock(t *testing.T) {
 	const fresh = createdRV
 	grant30 := t0.Add(30 * time.Minute)
 	// carol asks for tgt2 and tgt1, in that spec order: Held reads "<tgt2><tgt1>".
-	multi := func() *reqWrapper { return makeReq("m").owner("carol", 9).targets(tgt2, tgt1) }
+	multi := func() *wrappers.LockRequestWrapper { return makeReq("m").Owner("carol", 9).Targets(tgt2, tgt1) }
 	firstMsg := fmt.Sprintf("waiting for %s first (locks are taken in canonical order)", key1)
-	daveOn2 := func() *reqWrapper { return makeReq("d").owner("dave", 4).targets(tgt2) }
+	daveOn2 := func() *wrappers.LockRequestWrapper { return makeReq("d").Owner("dave", 4).Targets(tgt2) }
 	daveLock := func() *locksv1.ProjectLock {
-		return makeLock(tgt2).token(50).holder(t0.Add(-time.Minute), daveOn2().granted(t0.Add(-time.Minute), 50).obj()).obj()
+		return makeLock(tgt2).token(50).holder(t0.Add(-time.Minute), daveOn2().Granted(t0.Add(-time.Minute), 50).Obj()).Obj()
 	}
-	mHolds1 := func() *reqWrapper {
-		return multi().held(tgt1).tokenIs(77).queuedAt(t0.Add(-2*time.Minute)).
-			waiting(locksv1.ReasonQueued, "locked by pull #4 (dave); position 1 of 1", 1, "locked by pull #4 (dave)")
+	mHolds1 := func() *wrappers.LockRequestWrapper {
+		return multi().Held(tgt1).FencingToken(77).QueuedAt(t0.Add(-2*time.Minute)).
+			Waiting(locksv1.ReasonQueued, "locked by pull #4 (dave); position 1 of 1", 1, "locked by pull #4 (dave)")
 	}
-	lock1HeldByM := makeLock(tgt1).token(77).holder(t0.Add(-2*time.Minute), mHolds1().obj()).obj()
+	lock1HeldByM := makeLock(tgt1).token(77).holder(t0.Add(-2*time.Minute), mHolds1().Obj()).Obj()
 
 	cases := map[string]decideCase{
 		"the second key does not grant before the first is held": {
@@ -53,7 +54,7 @@ func TestDecideMultiLock(t *testing.T) {
 		"the second key is granted once the status holds the first: Granted": {
 			key:        name2,
 			lock:       createdLockOf(tgt2),
-			reqs:       reqs(multi().held(tgt1).tokenIs(77).queuedAt(t0.Add(-time.Minute))),
+			reqs:       reqs(multi().Held(tgt1).FencingToken(77).QueuedAt(t0.Add(-time.Minute))),
 			wantHolder: "carol#9",
 			wantLock:   &lockView{Holder: "pull #9 (carol)", Requests: []string{"m"}, Token: fresh, Expires: grant30},
 			wantGrant: map[string]reqView{"m": {Phase: locksv1.PhaseGranted, Reason: locksv1.ReasonGranted,
@@ -63,7 +64,7 @@ func TestDecideMultiLock(t *testing.T) {
 		"a waiter that has not reached this key does not block the next": {
 			key:        name2,
 			lock:       createdLockOf(tgt2),
-			reqs:       reqs(multi().queuedAt(t0.Add(-time.Hour)).waiting(locksv1.ReasonQueued, firstMsg, 0, ""), daveOn2()),
+			reqs:       reqs(multi().QueuedAt(t0.Add(-time.Hour)).Waiting(locksv1.ReasonQueued, firstMsg, 0, ""), daveOn2()),
 			wantHolder: "dave#4",
 			wantLock:   &lockView{Holder: "pull #4 (dave)", Requests: []string{"d"}, Token: fresh, Queue: []string{"m:Normal"}, Length: 1, Expires: grant30},
 			wantGrant: map[string]reqView{"d": {Phase: locksv1.PhaseGranted, Reason: locksv1.ReasonGranted, Message: grantedMsg(key2, fresh, grant30),
@@ -74,7 +75,7 @@ func TestDecideMultiLock(t *testing.T) {
 		"waitTimeout 0s: the second key leaves a request that has not reached it to the first key": {
 			key:        name2,
 			lock:       daveLock(),
-			reqs:       append(reqs(multi().waitTimeout(0)), daveOn2().granted(t0.Add(-time.Minute), 50).obj()),
+			reqs:       append(reqs(multi().WaitTimeout(0)), daveOn2().Granted(t0.Add(-time.Minute), 50).Obj()),
 			wantHolder: "dave#4",
 			wantLock: &lockView{Holder: "pull #4 (dave)", Requests: []string{"d"}, Token: 50, Queue: []string{"m:Normal"}, Length: 1,
 				Expires: t0.Add(29 * time.Minute)},
@@ -86,7 +87,7 @@ func TestDecideMultiLock(t *testing.T) {
 		"waitTimeout 0s: busy at the key it has reached fails Busy": {
 			key:        name2,
 			lock:       daveLock(),
-			reqs:       append(reqs(multi().waitTimeout(0).held(tgt1).tokenIs(77).queuedAt(now)), daveOn2().granted(t0.Add(-time.Minute), 50).obj()),
+			reqs:       append(reqs(multi().WaitTimeout(0).Held(tgt1).FencingToken(77).QueuedAt(now)), daveOn2().Granted(t0.Add(-time.Minute), 50).Obj()),
 			wantHolder: "dave#4",
 			wantFinish: map[string]reqView{"m": {Phase: locksv1.PhaseFailed, Reason: locksv1.ReasonBusy,
 				Message: key2 + " is busy and waitTimeout is 0s: locked by pull #4 (dave)", Token: 77, Held: "00", True: trueFailed, Event: locksv1.ReasonBusy}},
@@ -107,10 +108,10 @@ func TestDecideMultiLock(t *testing.T) {
 func TestDecideMultiLockSettles(t *testing.T) {
 	cfg := testConfig()
 	w := newWorld(t)
-	w.add(makeReq("d").owner("dave", 4).targets(tgt2).obj())
+	w.add(makeReq("d").Owner("dave", 4).Targets(tgt2).Obj())
 	at := now
 	w.decide(name2, at, cfg) // dave holds tgt2
-	w.add(makeReq("m").owner("carol", 9).targets(tgt2, tgt1).obj())
+	w.add(makeReq("m").Owner("carol", 9).Targets(tgt2, tgt1).Obj())
 
 	settle := func(what string) {
 		t.Helper()
@@ -159,102 +160,80 @@ func TestDecideMultiLockSettles(t *testing.T) {
 // until its holders are told; the waiters then create it anew (docs/protocol.md, step 2).
 func TestDecideForceUnlock(t *testing.T) {
 	grant30 := t0.Add(30 * time.Minute)
-	claimant := func(token int64) *reqWrapper {
-		return makeReq("c").owner("alice", 100).granted(t0.Add(-5*time.Minute), token)
+	claimant := func(token int64) *wrappers.LockRequestWrapper {
+		return makeReq("c").Owner("alice", 100).Granted(t0.Add(-5*time.Minute), token)
 	}
-	bobWaits := func() *reqWrapper { return makeReq("w").owner("bob", 7).queuedAt(t0.Add(-time.Minute)) }
 	forceMsg := fmt.Sprintf("ProjectLock %s was deleted: the lock on %s was force-unlocked", name1, key1)
 	unlocked := func(token int64, held string) reqView {
 		return reqView{Phase: locksv1.PhaseReleased, Reason: locksv1.ReasonForceUnlocked, Message: forceMsg,
 			Token: token, Held: held, True: trueEnded, Event: locksv1.ReasonForceUnlocked}
 	}
-	bobGranted := func(token int64) reqView {
-		return reqView{Phase: locksv1.PhaseGranted, Reason: locksv1.ReasonGranted, Message: grantedMsg(key1, token, grant30),
-			Token: token, Held: "1", True: trueGranted, Event: locksv1.ReasonGranted}
-	}
 	deleting := func(holders ...*locksv1.LockRequest) *locksv1.ProjectLock {
-		pl := makeLock(tgt1).token(41).holder(t0.Add(-5*time.Minute), holders...).obj()
+		pl := makeLock(tgt1).token(41).holder(t0.Add(-5*time.Minute), holders...).Obj()
 		pl.Finalizers = []string{locksv1.ReleaseHoldersFinalizer}
 		ts := metav1.NewTime(t0)
 		pl.DeletionTimestamp = &ts
 		return pl
 	}
-	cases := map[string]struct {
-		decideCase
-		wantRelease bool
-	}{
+	runDecideCases(t, map[string]decideCase{
 		"a deleted ProjectLock: its holder is told, then the finalizer goes; nobody is granted on it": {
-			decideCase: decideCase{
-				lock:       deleting(claimant(41).obj()),
-				reqs:       reqs(claimant(41), bobWaits()),
-				wantFinish: map[string]reqView{"c": unlocked(41, "0")},
-			},
+			lock:        deleting(claimant(41).Obj()),
+			reqs:        reqs(claimant(41), bobWaits()),
+			wantFinish:  map[string]reqView{"c": unlocked(41, "0")},
 			wantRelease: true,
 		},
 		"a multi-lock holder loses all its locks": {
-			decideCase: decideCase{
-				lock:       deleting(makeReq("c").owner("alice", 100).targets(tgt1, tgt2).granted(t0.Add(-5*time.Minute), 41).obj()),
-				reqs:       reqs(makeReq("c").owner("alice", 100).targets(tgt1, tgt2).granted(t0.Add(-5*time.Minute), 41), bobWaits()),
-				wantFinish: map[string]reqView{"c": unlocked(41, "00")},
-			},
+			lock:        deleting(makeReq("c").Owner("alice", 100).Targets(tgt1, tgt2).Granted(t0.Add(-5*time.Minute), 41).Obj()),
+			reqs:        reqs(makeReq("c").Owner("alice", 100).Targets(tgt1, tgt2).Granted(t0.Add(-5*time.Minute), 41), bobWaits()),
+			wantFinish:  map[string]reqView{"c": unlocked(41, "00")},
 			wantRelease: true,
 		},
 		"a holder that is gone or already final needs no write": {
-			decideCase: decideCase{
-				lock: deleting(claimant(41).obj(), makeReq("gone").owner("alice", 100).granted(t0, 41).obj()),
-				reqs: reqs(claimant(41).phaseIs(locksv1.PhaseReleased), bobWaits()),
-			},
+			lock:        deleting(claimant(41).Obj(), makeReq("gone").Owner("alice", 100).Granted(t0, 41).Obj()),
+			reqs:        reqs(claimant(41).Phase(locksv1.PhaseReleased), bobWaits()),
 			wantRelease: true,
 		},
 		"without the finalizer (removed by hand) the holders are still told": {
-			decideCase: decideCase{
-				lock: func() *locksv1.ProjectLock {
-					pl := deleting(claimant(41).obj())
-					pl.Finalizers = nil
-					return pl
-				}(),
-				reqs:       reqs(claimant(41)),
-				wantFinish: map[string]reqView{"c": unlocked(41, "0")},
-			},
+			lock: func() *locksv1.ProjectLock {
+				pl := deleting(claimant(41).Obj())
+				pl.Finalizers = nil
+				return pl
+			}(),
+			reqs:       reqs(claimant(41)),
+			wantFinish: map[string]reqView{"c": unlocked(41, "0")},
 		},
 		"a claimant the ProjectLock does not list (it was deleted past its finalizer) is told; the next is granted": {
-			decideCase: decideCase{
-				lock:        createdLock(),
-				reqs:        reqs(claimant(41), bobWaits()),
-				wantHolder:  "bob#7",
-				wantLock:    &lockView{Holder: "pull #7 (bob)", Requests: []string{"w"}, Token: createdRV, Expires: grant30},
-				wantFinish:  map[string]reqView{"c": unlocked(41, "0")},
-				wantGrant:   map[string]reqView{"w": bobGranted(createdRV)},
-				wantRequeue: untilFromNow(grant30),
-			},
+			lock:        createdLock(),
+			reqs:        reqs(claimant(41), bobWaits()),
+			wantHolder:  "bob#7",
+			wantLock:    &lockView{Holder: "pull #7 (bob)", Requests: []string{"w"}, Token: createdRV, Expires: grant30},
+			wantFinish:  map[string]reqView{"c": unlocked(41, "0")},
+			wantGrant:   map[string]reqView{"w": bobGranted(createdRV, grant30)},
+			wantRequeue: untilFromNow(grant30),
 		},
 		"with nobody waiting such a claimant is told and no ProjectLock is created": {
-			decideCase: decideCase{
-				reqs:       reqs(claimant(41)),
-				wantFinish: map[string]reqView{"c": unlocked(41, "0")},
-			},
+			reqs:       reqs(claimant(41)),
+			wantFinish: map[string]reqView{"c": unlocked(41, "0")},
 		},
-	}
-	for name, tc := range cases {
-		t.Run(name, func(t *testing.T) {
-			runDecideCases(t, map[string]decideCase{name: tc.decideCase})
-			if got := Decide(tc.input()).ReleaseFinalizer; got != tc.wantRelease {
-				t.Errorf("ReleaseFinalizer = %v, want %v", got, tc.wantRelease)
-			}
-		})
-	}
+	})
 }
 
 // The queue cap fails newcomers, never a request already queued.
 func TestDecideQueueCap(t *testing.T) {
 	capped := testConfig()
 	capped.QueueCap = 2
-	h := aliceHolder().obj()
+	h := aliceHolder().Obj()
 	hExpires := t0.Add(25 * time.Minute)
-	w1 := func() *reqWrapper { return makeReq("w1").owner("bob", 1).queuedAt(t0.Add(-3 * time.Minute)) }
-	w2 := func() *reqWrapper { return makeReq("w2").owner("carol", 2).queuedAt(t0.Add(-2 * time.Minute)) }
-	w3 := func() *reqWrapper { return makeReq("w3").owner("erin", 5).queuedAt(t0.Add(-1 * time.Minute)) }
-	newcomer := func() *reqWrapper { return makeReq("n").owner("dave", 3) }
+	w1 := func() *wrappers.LockRequestWrapper {
+		return makeReq("w1").Owner("bob", 1).QueuedAt(t0.Add(-3 * time.Minute))
+	}
+	w2 := func() *wrappers.LockRequestWrapper {
+		return makeReq("w2").Owner("carol", 2).QueuedAt(t0.Add(-2 * time.Minute))
+	}
+	w3 := func() *wrappers.LockRequestWrapper {
+		return makeReq("w3").Owner("erin", 5).QueuedAt(t0.Add(-1 * time.Minute))
+	}
+	newcomer := func() *wrappers.LockRequestWrapper { return makeReq("n").Owner("dave", 3) }
 	pending := func(msg string, pos int32, event string) reqView {
 		return reqView{Phase: locksv1.PhasePending, Reason: locksv1.ReasonQueued, Message: msg, Position: pos, Held: "0", True: truePending, Event: event}
 	}
@@ -268,19 +247,24 @@ func TestDecideQueueCap(t *testing.T) {
 	aliceWithQueue := func(expires time.Time, requests []string, q ...string) *lockView {
 		return &lockView{Holder: "pull #100 (alice)", Requests: requests, Token: 41, Queue: q, Length: int32(len(q)), Expires: expires}
 	}
-
-	cases := map[string]decideCase{
-		"a newcomer over the cap fails QueueFull": {
+	// overCap is the decision on newcomer n when w1 and w2 fill the queue to its cap: n fails
+	// QueueFull and the queue stays as it was.
+	overCap := func(n *wrappers.LockRequestWrapper) decideCase {
+		return decideCase{
 			cfg:         &capped,
 			lock:        aliceLock(h),
-			reqs:        reqs(aliceHolder(), w1(), w2(), newcomer()),
+			reqs:        reqs(aliceHolder(), w1(), w2(), n),
 			wantHolder:  "alice#100",
 			wantLock:    aliceWithQueue(hExpires, []string{"h"}, "w1:Normal", "w2:Normal"),
 			wantFinish:  full,
 			wantWaiting: twoWaiting,
 			wantQueue:   []string{"w1", "w2"},
 			wantRequeue: untilFromNow(hExpires),
-		},
+		}
+	}
+
+	cases := map[string]decideCase{
+		"a newcomer over the cap fails QueueFull": overCap(newcomer()),
 		"requests already queued are never failed by the cap": {
 			cfg:        &capped,
 			lock:       aliceLock(h),
@@ -295,21 +279,11 @@ func TestDecideQueueCap(t *testing.T) {
 			wantQueue:   []string{"w1", "w2", "w3"},
 			wantRequeue: untilFromNow(hExpires),
 		},
-		"a Critical newcomer cannot push the queue past the cap": {
-			cfg:         &capped,
-			lock:        aliceLock(h),
-			reqs:        reqs(aliceHolder(), w1(), w2(), newcomer().priority(locksv1.PriorityCritical)),
-			wantHolder:  "alice#100",
-			wantLock:    aliceWithQueue(hExpires, []string{"h"}, "w1:Normal", "w2:Normal"),
-			wantFinish:  full,
-			wantWaiting: twoWaiting,
-			wantQueue:   []string{"w1", "w2"},
-			wantRequeue: untilFromNow(hExpires),
-		},
+		"a Critical newcomer cannot push the queue past the cap": overCap(newcomer().Priority(locksv1.PriorityCritical)),
 		"the holder's own identity re-enters however full the queue": {
 			cfg:        &capped,
 			lock:       aliceLock(h),
-			reqs:       reqs(aliceHolder(), w1(), w2(), makeReq("r").owner("alice", 100)),
+			reqs:       reqs(aliceHolder(), w1(), w2(), makeReq("r").Owner("alice", 100)),
 			wantHolder: "alice#100",
 			wantLock:   aliceWithQueue(t0.Add(30*time.Minute), []string{"h", "r"}, "w1:Normal", "w2:Normal"),
 			wantGrant: map[string]reqView{"r": {Phase: locksv1.PhaseGranted, Reason: locksv1.ReasonGranted,
@@ -321,7 +295,7 @@ func TestDecideQueueCap(t *testing.T) {
 		"a hand-off in the same decision makes room for a newcomer": {
 			cfg:        &capped,
 			lock:       aliceLock(h),
-			reqs:       reqs(aliceHolder().release(), w1(), w2(), newcomer()),
+			reqs:       reqs(aliceHolder().Release(), w1(), w2(), newcomer()),
 			wantHolder: "bob#1",
 			wantLock: &lockView{Holder: "pull #1 (bob)", Requests: []string{"w1"}, Token: 42, Queue: []string{"w2:Normal", "n:Normal"}, Length: 2,
 				Expires: t0.Add(30 * time.Minute)},
@@ -350,52 +324,35 @@ func TestDecideUnconfirmedGrant(t *testing.T) {
 	maintenance := "Apply commands are locked globally: maintenance window"
 	// bob was listed at token 41; the ProjectLock has been written since (resourceVersion 90).
 	listed := func(holders ...*locksv1.LockRequest) *locksv1.ProjectLock {
-		pl := makeLock(tgt1).token(41).holder(now, holders...).obj()
-		pl.ResourceVersion = "90"
-		return pl
+		return makeLock(tgt1).token(41).holder(now, holders...).rv("90").Obj()
 	}
-	bob := func() *reqWrapper { return makeReq("w").owner("bob", 7).queuedAt(t0.Add(-time.Minute)) }
-	bobGranted := func(token int64) reqView {
-		return reqView{Phase: locksv1.PhaseGranted, Reason: locksv1.ReasonGranted, Message: grantedMsg(key1, token, grant30),
-			Token: token, Held: "1", True: trueGranted, Event: locksv1.ReasonGranted}
-	}
-	cases := map[string]struct {
-		decideCase
-		wantDemote map[string]reqView
-		wantAgain  bool
-	}{
+	runDecideCases(t, map[string]decideCase{
 		"re-issued with the ProjectLock's resourceVersion as its token": {
-			decideCase: decideCase{
-				lock:        listed(bob().obj()),
-				reqs:        reqs(bob()),
-				wantHolder:  "bob#7",
-				wantLock:    &lockView{Holder: "pull #7 (bob)", Requests: []string{"w"}, Token: 90, Expires: grant30},
-				wantGrant:   map[string]reqView{"w": bobGranted(90)},
-				wantRequeue: untilFromNow(grant30),
-			},
+			lock:        listed(bobWaits().Obj()),
+			reqs:        reqs(bobWaits()),
+			wantHolder:  "bob#7",
+			wantLock:    &lockView{Holder: "pull #7 (bob)", Requests: []string{"w"}, Token: 90, Expires: grant30},
+			wantGrant:   map[string]reqView{"w": bobGranted(90, grant30)},
+			wantRequeue: untilFromNow(grant30),
 		},
 		"a re-entrant request whose write never landed: its identity's holders all take the new token": {
-			decideCase: decideCase{
-				lock:       listed(bob().granted(now, 41).obj(), makeReq("w2").owner("bob", 7).obj()),
-				reqs:       reqs(bob().granted(now, 41), makeReq("w2").owner("bob", 7).queuedAt(t0.Add(-time.Minute))),
-				wantHolder: "bob#7",
-				wantLock:   &lockView{Holder: "pull #7 (bob)", Requests: []string{"w", "w2"}, Token: 90, Expires: grant30},
-				wantGrant: map[string]reqView{
-					"w":  {Phase: locksv1.PhaseGranted, Reason: locksv1.ReasonGranted, Message: grantedMsg(key1, 90, grant30), Token: 90, Held: "1", True: trueGranted},
-					"w2": bobGranted(90),
-				},
-				wantRequeue: untilFromNow(grant30),
+			lock:       listed(bobWaits().Granted(now, 41).Obj(), makeReq("w2").Owner("bob", 7).Obj()),
+			reqs:       reqs(bobWaits().Granted(now, 41), makeReq("w2").Owner("bob", 7).QueuedAt(t0.Add(-time.Minute))),
+			wantHolder: "bob#7",
+			wantLock:   &lockView{Holder: "pull #7 (bob)", Requests: []string{"w", "w2"}, Token: 90, Expires: grant30},
+			wantGrant: map[string]reqView{
+				"w":  {Phase: locksv1.PhaseGranted, Reason: locksv1.ReasonGranted, Message: grantedMsg(key1, 90, grant30), Token: 90, Held: "1", True: trueGranted},
+				"w2": bobGranted(90, grant30),
 			},
+			wantRequeue: untilFromNow(grant30),
 		},
 		"its command froze since: it waits again, and is told before the ProjectLock drops it": {
-			decideCase: decideCase{
-				lock:        listed(bob().command("apply").obj()),
-				reqs:        reqs(bob().command("apply")),
-				freezes:     applyFrozen,
-				wantLock:    &lockView{Token: 41, Queue: []string{"w:Normal"}, Length: 1},
-				wantQueue:   []string{"w"},
-				wantRequeue: 0,
-			},
+			lock:        listed(bobWaits().Command("apply").Obj()),
+			reqs:        reqs(bobWaits().Command("apply")),
+			freezes:     applyFrozen,
+			wantLock:    &lockView{Token: 41, Queue: []string{"w:Normal"}, Length: 1},
+			wantQueue:   []string{"w"},
+			wantRequeue: 0,
 			wantDemote: map[string]reqView{"w": {Phase: locksv1.PhasePending, Reason: locksv1.ReasonCommandLocked,
 				Message: maintenance + "; position 1 of 1", Position: 1, Held: "0", True: truePending, Event: locksv1.ReasonCommandLocked}},
 		},
@@ -404,38 +361,22 @@ func TestDecideUnconfirmedGrant(t *testing.T) {
 			// writing it first: the held write of the decision that listed it may still be in
 			// flight, and would land on a request the ProjectLock no longer lists (the spin
 			// model's mutation 8).
-			decideCase: decideCase{
-				lock:     listed(makeReq("g").owner("bob", 7).obj(), bob().command("apply").obj()),
-				reqs:     reqs(bob().command("apply"), makeReq("c").owner("carol", 9).queuedAt(t0.Add(-time.Minute))),
-				freezes:  applyFrozen,
-				wantLock: &lockView{Token: 41},
-			},
+			lock:      listed(makeReq("g").Owner("bob", 7).Obj(), bobWaits().Command("apply").Obj()),
+			reqs:      reqs(bobWaits().Command("apply"), makeReq("c").Owner("carol", 9).QueuedAt(t0.Add(-time.Minute))),
+			freezes:   applyFrozen,
+			wantLock:  &lockView{Token: 41},
 			wantAgain: true,
 			wantDemote: map[string]reqView{"w": {Phase: locksv1.PhasePending, Reason: locksv1.ReasonCommandLocked,
 				Message: maintenance + "; position 1 of 1", Position: 1, Held: "0", True: truePending, Event: locksv1.ReasonCommandLocked}},
 		},
 		"a holder whose write landed keeps its grant under the freeze": {
-			decideCase: decideCase{
-				lock:        listed(bob().command("apply").granted(now, 41).obj()),
-				reqs:        reqs(bob().command("apply").granted(now, 41)),
-				freezes:     applyFrozen,
-				wantHolder:  "bob#7",
-				wantRequeue: untilFromNow(now.Truncate(time.Second).Add(30 * time.Minute)),
-			},
+			lock:        listed(bobWaits().Command("apply").Granted(now, 41).Obj()),
+			reqs:        reqs(bobWaits().Command("apply").Granted(now, 41)),
+			freezes:     applyFrozen,
+			wantHolder:  "bob#7",
+			wantRequeue: untilFromNow(now.Truncate(time.Second).Add(30 * time.Minute)),
 		},
-	}
-	for name, tc := range cases {
-		t.Run(name, func(t *testing.T) {
-			runDecideCases(t, map[string]decideCase{name: tc.decideCase})
-			d := Decide(tc.input())
-			if diff := cmp.Diff(tc.wantDemote, views(d.Demote)); diff != "" {
-				t.Errorf("Demote (-want +got):\n%s", diff)
-			}
-			if d.Again != tc.wantAgain {
-				t.Errorf("Again = %v, want %v", d.Again, tc.wantAgain)
-			}
-		})
-	}
+	})
 }
 
 // The token of a key's next holder is above every token its leaving holder showed, per key or
@@ -444,63 +385,39 @@ func TestDecideUnconfirmedGrant(t *testing.T) {
 func TestDecideTokenAboveLeavingHolders(t *testing.T) {
 	grant30 := t0.Add(30 * time.Minute)
 	// m held tgt1 at 41 and then tgt2 at 99, a ProjectLock written after tgt1's (revision 50).
-	m := func() *reqWrapper {
-		return makeReq("m").owner("alice", 100).targets(tgt1, tgt2).granted(t0.Add(-5*time.Minute), 99)
+	m := func() *wrappers.LockRequestWrapper {
+		return makeReq("m").Owner("alice", 100).Targets(tgt1, tgt2).Granted(t0.Add(-5*time.Minute), 99)
 	}
 	lockOf := func(holder *locksv1.LockRequest) *locksv1.ProjectLock {
-		pl := makeLock(tgt1).token(41).holder(t0.Add(-5*time.Minute), holder).obj()
-		pl.ResourceVersion = "50"
-		return pl
+		return makeLock(tgt1).token(41).holder(t0.Add(-5*time.Minute), holder).rv("50").Obj()
 	}
-	bob := func() *reqWrapper { return makeReq("w").owner("bob", 7).queuedAt(t0.Add(-time.Minute)) }
-	bobGranted := func(token int64) reqView {
-		return reqView{Phase: locksv1.PhaseGranted, Reason: locksv1.ReasonGranted, Message: grantedMsg(key1, token, grant30),
-			Token: token, Held: "1", True: trueGranted, Event: locksv1.ReasonGranted}
-	}
-	cases := map[string]struct {
-		decideCase
-		wantAgain bool
-	}{
+	runDecideCases(t, map[string]decideCase{
 		"a releasing holder: the next token is above its request token": {
-			decideCase: decideCase{
-				lock:       lockOf(m().obj()),
-				reqs:       reqs(m().release(), bob()),
-				wantHolder: "bob#7",
-				wantLock:   &lockView{Holder: "pull #7 (bob)", Requests: []string{"w"}, Token: 100, Expires: grant30},
-				wantFinish: map[string]reqView{"m": {Phase: locksv1.PhaseReleased, Reason: locksv1.ReasonReleased, Message: "released",
-					Token: 99, Held: "00", True: trueReleased, Event: locksv1.ReasonReleased}},
-				wantGrant:   map[string]reqView{"w": bobGranted(100)},
-				wantRequeue: untilFromNow(grant30),
-			},
+			lock:       lockOf(m().Obj()),
+			reqs:       reqs(m().Release(), bobWaits()),
+			wantHolder: "bob#7",
+			wantLock:   &lockView{Holder: "pull #7 (bob)", Requests: []string{"w"}, Token: 100, Expires: grant30},
+			wantFinish: map[string]reqView{"m": {Phase: locksv1.PhaseReleased, Reason: locksv1.ReasonReleased, Message: "released",
+				Token: 99, Held: "00", True: trueReleased, Event: locksv1.ReasonReleased}},
+			wantGrant:   map[string]reqView{"w": bobGranted(100, grant30)},
+			wantRequeue: untilFromNow(grant30),
 		},
 		"a deleted holder whose delete event said its token": {
-			decideCase: decideCase{
-				lock:        lockOf(m().obj()),
-				reqs:        reqs(bob()),
-				gone:        map[types.UID]int64{"uid-m": 99},
-				wantHolder:  "bob#7",
-				wantLock:    &lockView{Holder: "pull #7 (bob)", Requests: []string{"w"}, Token: 100, Expires: grant30},
-				wantGrant:   map[string]reqView{"w": bobGranted(100)},
-				wantRequeue: untilFromNow(grant30),
-			},
+			lock:        lockOf(m().Obj()),
+			reqs:        reqs(bobWaits()),
+			gone:        map[types.UID]int64{"uid-m": 99},
+			wantHolder:  "bob#7",
+			wantLock:    &lockView{Holder: "pull #7 (bob)", Requests: []string{"w"}, Token: 100, Expires: grant30},
+			wantGrant:   map[string]reqView{"w": bobGranted(100, grant30)},
+			wantRequeue: untilFromNow(grant30),
 		},
 		"a deleted holder whose token nobody knows: take it out, grant on the next revision": {
-			decideCase: decideCase{
-				lock:     lockOf(m().obj()),
-				reqs:     reqs(bob()),
-				wantLock: &lockView{Token: 41},
-			},
+			lock:      lockOf(m().Obj()),
+			reqs:      reqs(bobWaits()),
+			wantLock:  &lockView{Token: 41},
 			wantAgain: true,
 		},
-	}
-	for name, tc := range cases {
-		t.Run(name, func(t *testing.T) {
-			runDecideCases(t, map[string]decideCase{name: tc.decideCase})
-			if got := Decide(tc.input()).Again; got != tc.wantAgain {
-				t.Errorf("Again = %v, want %v", got, tc.wantAgain)
-			}
-		})
-	}
+	})
 }
 
 // A demotion is written even when the request's status already reads like it (say, a queue
@@ -510,9 +427,8 @@ func TestDecideTokenAboveLeavingHolders(t *testing.T) {
 // (the seeded simulation, seed 10).
 func TestDecideDemotesEvenWhenUnchanged(t *testing.T) {
 	applyFrozen, _ := ResolveFreezes([]locksv1.CommandLock{commandLock("apply", true, "maintenance window", nil)}, FreezeFlags{}, now)
-	bob := makeReq("w").owner("bob", 7).command("apply").queuedAt(t0.Add(-time.Minute)).obj()
-	pl := makeLock(tgt1).token(41).holder(now, bob).obj()
-	pl.ResourceVersion = "90"
+	bob := makeReq("w").Owner("bob", 7).Command("apply").QueuedAt(t0.Add(-time.Minute)).Obj()
+	pl := makeLock(tgt1).token(41).holder(now, bob).rv("90").Obj()
 	in := Input{Name: pl.Name, Lock: pl, Requests: []*locksv1.LockRequest{bob}, Freezes: applyFrozen, Now: now, Config: testConfig()}
 	first := Decide(in)
 	if len(first.Demote) != 1 {

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
+	"github.com/turnstile-dev/turnstile/internal/testing/wrappers"
 )
 
 const lockedByAlice = "locked by pull #100 (alice)"
@@ -20,8 +21,13 @@ func grantedMsg(key string, token int64, exp time.Time) string {
 }
 
 // alice holds tgt1 since five minutes before t0 with token 41 (expires t0+25m).
-func aliceHolder() *reqWrapper {
-	return makeReq("h").owner("alice", 100).granted(t0.Add(-5*time.Minute), 41)
+func aliceHolder() *wrappers.LockRequestWrapper {
+	return makeReq("h").Owner("alice", 100).Granted(t0.Add(-5*time.Minute), 41)
+}
+
+// bobWaits is bob's request w, queued on tgt1 a minute before t0.
+func bobWaits() *wrappers.LockRequestWrapper {
+	return makeReq("w").Owner("bob", 7).QueuedAt(t0.Add(-time.Minute))
 }
 
 // createdRV is the resourceVersion of createdLock: the token of its first grant.
@@ -32,14 +38,14 @@ func createdLock() *locksv1.ProjectLock { return createdLockOf(tgt1) }
 
 // createdLockOf is t's ProjectLock as the controller has just created it.
 func createdLockOf(t locksv1.LockTarget) *locksv1.ProjectLock {
-	pl := makeLock(t).obj()
+	pl := makeLock(t).Obj()
 	pl.ResourceVersion = fmt.Sprint(createdRV)
 	pl.Finalizers = []string{locksv1.ReleaseHoldersFinalizer}
 	return pl
 }
 
 func aliceLock(holders ...*locksv1.LockRequest) *locksv1.ProjectLock {
-	return makeLock(tgt1).token(41).holder(t0.Add(-5*time.Minute), holders...).obj()
+	return makeLock(tgt1).token(41).holder(t0.Add(-5*time.Minute), holders...).Obj()
 }
 
 // decideCase is one Decide call and what it must decide.
@@ -61,6 +67,11 @@ type decideCase struct {
 	wantWaiting map[string]reqView
 	wantQueue   []string
 	wantRequeue time.Duration
+	// wantDemote, wantAgain and wantRelease (ReleaseFinalizer) are checked in every case; their
+	// zero values say a decision demotes nobody, needs no second pass and keeps the finalizer.
+	wantDemote  map[string]reqView
+	wantAgain   bool
+	wantRelease bool
 }
 
 func (tc decideCase) input() Input {
@@ -107,8 +118,23 @@ func runDecideCases(t *testing.T, cases map[string]decideCase) {
 			if diff := cmp.Diff(tc.wantRequeue, d.RequeueAfter); diff != "" {
 				t.Errorf("RequeueAfter (-want +got):\n%s", diff)
 			}
+			if diff := cmp.Diff(tc.wantDemote, views(d.Demote)); diff != "" {
+				t.Errorf("Demote (-want +got):\n%s", diff)
+			}
+			if d.Again != tc.wantAgain {
+				t.Errorf("Again = %v, want %v", d.Again, tc.wantAgain)
+			}
+			if d.ReleaseFinalizer != tc.wantRelease {
+				t.Errorf("ReleaseFinalizer = %v, want %v", d.ReleaseFinalizer, tc.wantRelease)
+			}
 		})
 	}
+}
+
+// bobGranted is the grant of bob's request w on key1 with token, until exp.
+func bobGranted(token int64, exp time.Time) reqView {
+	return reqView{Phase: locksv1.PhaseGranted, Reason: locksv1.ReasonGranted, Message: grantedMsg(key1, token, exp),
+		Token: token, Held: "1", True: trueGranted, Event: locksv1.ReasonGranted}
 }
 
 // untilFromNow is the RequeueAfter for a deadline at t, seen from now.
@@ -119,12 +145,12 @@ func untilFromNow(t time.Time) time.Duration { return t.Sub(now) }
 // No ProjectLock yet: create it, and decide nothing else until it exists — a grant's token is
 // the resourceVersion of the object it is written to.
 func TestDecideCreatesProjectLockFirst(t *testing.T) {
-	in := Input{Now: now, Name: name1, Requests: reqs(makeReq("a").owner("alice", 100)), Config: testConfig()}
+	in := Input{Now: now, Name: name1, Requests: reqs(makeReq("a").Owner("alice", 100)), Config: testConfig()}
 	if diff := cmp.Diff(Decision{CreateLock: true}, Decide(in)); diff != "" {
 		t.Errorf("Decision (-want +got):\n%s", diff)
 	}
 	// Nobody needs it: a claimant of a ProjectLock that is gone is only told so.
-	in.Requests = reqs(makeReq("a").owner("alice", 100).granted(t0, 7))
+	in.Requests = reqs(makeReq("a").Owner("alice", 100).Granted(t0, 7))
 	d := Decide(in)
 	if d.CreateLock || len(d.Finish) != 1 || d.Finish[0].Event.Reason != locksv1.ReasonForceUnlocked {
 		t.Errorf("want only a ForceUnlocked finish, got create=%v:\n%s", d.CreateLock, describeDecision(d))
@@ -132,50 +158,40 @@ func TestDecideCreatesProjectLockFirst(t *testing.T) {
 }
 
 func TestDecideGrantsFreeKey(t *testing.T) {
-	withRV := func(w *lockWrapper, rv string) *locksv1.ProjectLock {
-		pl := w.obj()
-		pl.ResourceVersion = rv
-		return pl
-	}
 	cases := map[string]struct {
-		tc          *reqWrapper
+		tc          *wrappers.LockRequestWrapper
 		lock        *locksv1.ProjectLock
 		wantToken   int64
 		wantExpires time.Time
-		wantLockGen int64 // a created ProjectLock is at generation 1
 	}{
 		"a created ProjectLock: the token is its resourceVersion": {
-			tc:          makeReq("a").owner("alice", 100),
-			lock:        withRV(makeLock(tgt1), "57"),
+			tc:          makeReq("a").Owner("alice", 100),
+			lock:        makeLock(tgt1).rv("57").Obj(),
 			wantToken:   57,
 			wantExpires: t0.Add(30 * time.Minute),
-			wantLockGen: 1,
 		},
 		"spec.ttl sets expiresAt": {
-			tc:          makeReq("a").owner("alice", 100).ttl(45 * time.Minute),
-			lock:        withRV(makeLock(tgt1), "57"),
+			tc:          makeReq("a").Owner("alice", 100).TTL(45 * time.Minute),
+			lock:        makeLock(tgt1).rv("57").Obj(),
 			wantToken:   57,
 			wantExpires: t0.Add(45 * time.Minute),
-			wantLockGen: 1,
 		},
 		"a free ProjectLock: the token is the resourceVersion the write replaces, above the last": {
-			tc:          makeReq("a").owner("alice", 100),
-			lock:        withRV(makeLock(tgt1).token(41), "90"),
+			tc:          makeReq("a").Owner("alice", 100),
+			lock:        makeLock(tgt1).token(41).rv("90").Obj(),
 			wantToken:   90,
 			wantExpires: t0.Add(30 * time.Minute),
-			wantLockGen: 1,
 		},
 		"a token above the resourceVersion (written before tokens were revisions) counts on by one": {
-			tc:          makeReq("a").owner("alice", 100),
-			lock:        withRV(makeLock(tgt1).token(41), "7"),
+			tc:          makeReq("a").Owner("alice", 100),
+			lock:        makeLock(tgt1).token(41).rv("7").Obj(),
 			wantToken:   42,
 			wantExpires: t0.Add(30 * time.Minute),
-			wantLockGen: 1,
 		},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			req := tc.tc.obj()
+			req := tc.tc.Obj()
 			in := Input{Now: now, Name: name1, Lock: tc.lock, Requests: []*locksv1.LockRequest{req}, Config: testConfig()}
 			d := Decide(in)
 
@@ -195,9 +211,9 @@ func TestDecideGrantsFreeKey(t *testing.T) {
 					ExpiresAt: &expires,
 				},
 				FencingToken:       tc.wantToken,
-				ObservedGeneration: tc.wantLockGen,
+				ObservedGeneration: 1, // a created ProjectLock is at generation 1
 				Conditions: []metav1.Condition{
-					cond(locksv1.ConditionLocked, metav1.ConditionTrue, locksv1.ReasonHeld, lockedByAlice, tc.wantLockGen, t0),
+					cond(locksv1.ConditionLocked, metav1.ConditionTrue, locksv1.ReasonHeld, lockedByAlice, 1, t0),
 				},
 			}
 			if diff := cmp.Diff(wantLock, *d.Lock); diff != "" {
@@ -247,9 +263,9 @@ func TestDecideGrantsFreeKey(t *testing.T) {
 
 // A new request on a held key queues, with an actionable message and an event.
 func TestDecideQueuesBehindHolder(t *testing.T) {
-	h := aliceHolder().obj()
+	h := aliceHolder().Obj()
 	in := Input{Now: now, Name: name1, Lock: aliceLock(h), Config: testConfig(),
-		Requests: []*locksv1.LockRequest{h, makeReq("b").owner("bob", 7).obj()}}
+		Requests: []*locksv1.LockRequest{h, makeReq("b").Owner("bob", 7).Obj()}}
 	d := Decide(in)
 
 	wantMsg := "locked by pull #100 (alice); position 1 of 1"
@@ -284,14 +300,9 @@ func TestDecideQueuesBehindHolder(t *testing.T) {
 }
 
 func TestDecide(t *testing.T) {
-	h := aliceHolder().obj()
+	h := aliceHolder().Obj()
 	hExpires := t0.Add(25 * time.Minute)
 	grant30 := t0.Add(30 * time.Minute)
-	bobWaits := func() *reqWrapper { return makeReq("w").owner("bob", 7).queuedAt(t0.Add(-time.Minute)) }
-	bobGranted := func(token int64) reqView {
-		return reqView{Phase: locksv1.PhaseGranted, Reason: locksv1.ReasonGranted, Message: grantedMsg(key1, token, grant30),
-			Token: token, Held: "1", True: trueGranted, Event: locksv1.ReasonGranted}
-	}
 	bobHolds := func(token int64) *lockView {
 		return &lockView{Holder: "pull #7 (bob)", Requests: []string{"w"}, Token: token, Expires: grant30}
 	}
@@ -308,58 +319,48 @@ func TestDecide(t *testing.T) {
 	failed := func(reason, msg string) reqView {
 		return reqView{Phase: locksv1.PhaseFailed, Reason: reason, Message: msg, Held: "0", True: trueFailed, Event: reason}
 	}
-	renewed := aliceHolder().obj()
+	// handedToBob is c, in which the key passes to bob's w with the next token, 42, for 30m.
+	handedToBob := func(c decideCase) decideCase {
+		c.wantHolder, c.wantLock, c.wantRequeue = "bob#7", bobHolds(42), untilFromNow(grant30)
+		c.wantGrant = map[string]reqView{"w": bobGranted(42, grant30)}
+		return c
+	}
+	renewed := aliceHolder().Obj()
 	renewed.Spec.TTL = &metav1.Duration{Duration: 35 * time.Minute}
 	renewed.Generation = 2
-	expiredAtT0 := makeReq("h").owner("alice", 100).granted(t0.Add(-30*time.Minute), 41).obj()
+	expiredAtT0 := makeReq("h").Owner("alice", 100).Granted(t0.Add(-30*time.Minute), 41).Obj()
 
 	cases := map[string]decideCase{
 		// Release and deletion hand on in the same decision.
-		"spec.release finishes the holder and grants the next, token + 1": {
-			lock:        aliceLock(h),
-			reqs:        reqs(aliceHolder().release(), bobWaits()),
-			wantHolder:  "bob#7",
-			wantLock:    bobHolds(42),
-			wantFinish:  map[string]reqView{"h": finished(locksv1.PhaseReleased, locksv1.ReasonReleased, "released", 41)},
-			wantGrant:   map[string]reqView{"w": bobGranted(42)},
-			wantRequeue: untilFromNow(grant30),
-		},
-		"a deleted holder (gone from the requests, its delete event seen) is replaced": {
-			lock:        aliceLock(h),
-			reqs:        reqs(bobWaits()),
-			gone:        map[types.UID]int64{"uid-h": 41},
-			wantHolder:  "bob#7",
-			wantLock:    bobHolds(42),
-			wantGrant:   map[string]reqView{"w": bobGranted(42)},
-			wantRequeue: untilFromNow(grant30),
-		},
-		"a holder being deleted (a finalizer keeps it) is told before the next is granted": {
-			lock:        aliceLock(h),
-			reqs:        reqs(aliceHolder().deleting(), bobWaits()),
-			wantHolder:  "bob#7",
-			wantLock:    bobHolds(42),
-			wantFinish:  map[string]reqView{"h": finished(locksv1.PhaseReleased, locksv1.ReasonReleased, "deleted while it held the lock", 41)},
-			wantGrant:   map[string]reqView{"w": bobGranted(42)},
-			wantRequeue: untilFromNow(grant30),
-		},
+		"spec.release finishes the holder and grants the next, token + 1": handedToBob(decideCase{
+			lock:       aliceLock(h),
+			reqs:       reqs(aliceHolder().Release(), bobWaits()),
+			wantFinish: map[string]reqView{"h": finished(locksv1.PhaseReleased, locksv1.ReasonReleased, "released", 41)},
+		}),
+		"a deleted holder (gone from the requests, its delete event seen) is replaced": handedToBob(decideCase{
+			lock: aliceLock(h),
+			reqs: reqs(bobWaits()),
+			gone: map[types.UID]int64{"uid-h": 41},
+		}),
+		"a holder being deleted (a finalizer keeps it) is told before the next is granted": handedToBob(decideCase{
+			lock:       aliceLock(h),
+			reqs:       reqs(aliceHolder().Deleting(t0.Add(-time.Second)), bobWaits()),
+			wantFinish: map[string]reqView{"h": finished(locksv1.PhaseReleased, locksv1.ReasonReleased, "deleted while it held the lock", 41)},
+		}),
 		"a waiter released before its grant leaves the queue": {
 			lock:        aliceLock(h),
-			reqs:        reqs(aliceHolder(), bobWaits().release()),
+			reqs:        reqs(aliceHolder(), bobWaits().Release()),
 			wantHolder:  "alice#100",
 			wantFinish:  map[string]reqView{"w": finished(locksv1.PhaseReleased, locksv1.ReasonReleased, "released before it was granted", 0)},
 			wantRequeue: untilFromNow(hExpires),
 		},
 
 		// TTL.
-		"an expired holder finishes Expired and the next is granted": {
-			lock:        aliceLock(expiredAtT0),
-			reqs:        []*locksv1.LockRequest{expiredAtT0, bobWaits().obj()},
-			wantHolder:  "bob#7",
-			wantLock:    bobHolds(42),
-			wantFinish:  map[string]reqView{"h": finished(locksv1.PhaseExpired, locksv1.ReasonExpired, "the grant expired after its ttl of 30m0s", 41)},
-			wantGrant:   map[string]reqView{"w": bobGranted(42)},
-			wantRequeue: untilFromNow(grant30),
-		},
+		"an expired holder finishes Expired and the next is granted": handedToBob(decideCase{
+			lock:       aliceLock(expiredAtT0),
+			reqs:       []*locksv1.LockRequest{expiredAtT0, bobWaits().Obj()},
+			wantFinish: map[string]reqView{"h": finished(locksv1.PhaseExpired, locksv1.ReasonExpired, "the grant expired after its ttl of 30m0s", 41)},
+		}),
 		"a grant expires at exactly grantedAt + ttl": {
 			now:        t0,
 			lock:       aliceLock(expiredAtT0),
@@ -387,7 +388,7 @@ func TestDecide(t *testing.T) {
 		// Wait timeouts.
 		"waitTimeout 0s on a busy key fails Busy": {
 			lock:       aliceLock(h),
-			reqs:       reqs(aliceHolder(), makeReq("n").owner("bob", 7).waitTimeout(0)),
+			reqs:       reqs(aliceHolder(), makeReq("n").Owner("bob", 7).WaitTimeout(0)),
 			wantHolder: "alice#100",
 			wantFinish: map[string]reqView{"n": failed(locksv1.ReasonBusy,
 				key1+" is busy and waitTimeout is 0s: "+lockedByAlice)},
@@ -395,7 +396,7 @@ func TestDecide(t *testing.T) {
 		},
 		"waitTimeout 0s on a free key is granted": {
 			lock:        createdLock(),
-			reqs:        reqs(makeReq("n").owner("bob", 7).waitTimeout(0)),
+			reqs:        reqs(makeReq("n").Owner("bob", 7).WaitTimeout(0)),
 			wantHolder:  "bob#7",
 			wantLock:    &lockView{Holder: "pull #7 (bob)", Requests: []string{"n"}, Token: createdRV, Expires: grant30},
 			wantGrant:   map[string]reqView{"n": {Phase: locksv1.PhaseGranted, Reason: locksv1.ReasonGranted, Message: grantedMsg(key1, createdRV, grant30), Token: createdRV, Held: "1", True: trueGranted, Event: locksv1.ReasonGranted}},
@@ -403,14 +404,14 @@ func TestDecide(t *testing.T) {
 		},
 		"an elapsed waitTimeout fails Timeout": {
 			lock:        aliceLock(h),
-			reqs:        reqs(aliceHolder(), makeReq("w").owner("bob", 7).queuedAt(t0.Add(-10*time.Minute)).waitTimeout(10*time.Minute)),
+			reqs:        reqs(aliceHolder(), makeReq("w").Owner("bob", 7).QueuedAt(t0.Add(-10*time.Minute)).WaitTimeout(10*time.Minute)),
 			wantHolder:  "alice#100",
 			wantFinish:  map[string]reqView{"w": failed(locksv1.ReasonTimeout, "not granted within waitTimeout 10m0s")},
 			wantRequeue: untilFromNow(hExpires),
 		},
 		"the wait deadline is the requeue when it is nearest": {
 			lock:        aliceLock(h),
-			reqs:        reqs(aliceHolder(), makeReq("w").owner("bob", 7).queuedAt(t0.Add(-time.Minute)).waitTimeout(5*time.Minute)),
+			reqs:        reqs(aliceHolder(), bobWaits().WaitTimeout(5*time.Minute)),
 			wantHolder:  "alice#100",
 			wantLock:    &lockView{Holder: "pull #100 (alice)", Requests: []string{"h"}, Token: 41, Queue: []string{"w:Normal"}, Length: 1, Expires: hExpires},
 			wantWaiting: map[string]reqView{"w": pending(lockedByAlice+"; position 1 of 1", 1)},
@@ -419,7 +420,7 @@ func TestDecide(t *testing.T) {
 		},
 		"the holder's expiry is the requeue when it is nearest": {
 			lock:        aliceLock(h),
-			reqs:        reqs(aliceHolder(), makeReq("w").owner("bob", 7).queuedAt(t0.Add(-time.Minute)).waitTimeout(time.Hour)),
+			reqs:        reqs(aliceHolder(), bobWaits().WaitTimeout(time.Hour)),
 			wantHolder:  "alice#100",
 			wantLock:    &lockView{Holder: "pull #100 (alice)", Requests: []string{"h"}, Token: 41, Queue: []string{"w:Normal"}, Length: 1, Expires: hExpires},
 			wantWaiting: map[string]reqView{"w": pending(lockedByAlice+"; position 1 of 1", 1)},
@@ -430,7 +431,7 @@ func TestDecide(t *testing.T) {
 		// Re-entrancy.
 		"the holder's owner+pull re-enters at once, ahead of the queue, same token": {
 			lock:       aliceLock(h),
-			reqs:       reqs(aliceHolder(), makeReq("w").owner("bob", 7).queuedAt(t0.Add(-2*time.Minute)), makeReq("r").owner("alice", 100).command("apply")),
+			reqs:       reqs(aliceHolder(), makeReq("w").Owner("bob", 7).QueuedAt(t0.Add(-2*time.Minute)), makeReq("r").Owner("alice", 100).Command("apply")),
 			wantHolder: "alice#100",
 			wantLock:   &lockView{Holder: "pull #100 (alice)", Requests: []string{"h", "r"}, Token: 41, Queue: []string{"w:Normal"}, Length: 1, Expires: grant30},
 			wantGrant: map[string]reqView{"r": {Phase: locksv1.PhaseGranted, Reason: locksv1.ReasonGranted, Message: grantedMsg(key1, 41, grant30),
@@ -441,7 +442,7 @@ func TestDecide(t *testing.T) {
 		},
 		"the same owner with another pull is not the holder": {
 			lock:       aliceLock(h),
-			reqs:       reqs(aliceHolder(), makeReq("w").owner("bob", 7).queuedAt(t0.Add(-2*time.Minute)), makeReq("r").owner("alice", 101)),
+			reqs:       reqs(aliceHolder(), makeReq("w").Owner("bob", 7).QueuedAt(t0.Add(-2*time.Minute)), makeReq("r").Owner("alice", 101)),
 			wantHolder: "alice#100",
 			wantLock:   &lockView{Holder: "pull #100 (alice)", Requests: []string{"h"}, Token: 41, Queue: []string{"w:Normal", "r:Normal"}, Length: 2, Expires: hExpires},
 			wantWaiting: map[string]reqView{
@@ -457,27 +458,23 @@ func TestDecide(t *testing.T) {
 		},
 
 		// The holder's Lease lapsed.
-		"a lost holder is released (HolderLost) and the next granted": {
-			lock:        aliceLock(h),
-			reqs:        reqs(aliceHolder(), bobWaits()),
-			lost:        map[types.UID]string{"uid-h": "Lease team-a/runner-1 expired"},
-			wantHolder:  "bob#7",
-			wantLock:    bobHolds(42),
-			wantFinish:  map[string]reqView{"h": finished(locksv1.PhaseReleased, locksv1.ReasonHolderLost, "Lease team-a/runner-1 expired", 41)},
-			wantGrant:   map[string]reqView{"w": bobGranted(42)},
-			wantRequeue: untilFromNow(grant30),
-		},
+		"a lost holder is released (HolderLost) and the next granted": handedToBob(decideCase{
+			lock:       aliceLock(h),
+			reqs:       reqs(aliceHolder(), bobWaits()),
+			lost:       map[types.UID]string{"uid-h": "Lease team-a/runner-1 expired"},
+			wantFinish: map[string]reqView{"h": finished(locksv1.PhaseReleased, locksv1.ReasonHolderLost, "Lease team-a/runner-1 expired", 41)},
+		}),
 
 		// A spec the operator cannot honor.
 		"ttl over MaxTTL fails Invalid with what to ask for": {
 			// Nobody holds or waits, so no ProjectLock is created for the key.
-			reqs: reqs(makeReq("n").owner("bob", 7).ttl(3 * time.Hour)),
+			reqs: reqs(makeReq("n").Owner("bob", 7).TTL(3 * time.Hour)),
 			wantFinish: map[string]reqView{"n": failed(locksv1.ReasonInvalid,
 				"spec.ttl 3h0m0s is over this operator's maximum of 2h0m0s; ask for at most 2h0m0s")},
 		},
 		"ttl at MaxTTL is fine": {
 			lock:        createdLock(),
-			reqs:        reqs(makeReq("n").owner("bob", 7).ttl(2 * time.Hour)),
+			reqs:        reqs(makeReq("n").Owner("bob", 7).TTL(2 * time.Hour)),
 			wantHolder:  "bob#7",
 			wantLock:    &lockView{Holder: "pull #7 (bob)", Requests: []string{"n"}, Token: createdRV, Expires: t0.Add(2 * time.Hour)},
 			wantGrant:   map[string]reqView{"n": {Phase: locksv1.PhaseGranted, Reason: locksv1.ReasonGranted, Message: grantedMsg(key1, createdRV, t0.Add(2*time.Hour)), Token: createdRV, Held: "1", True: trueGranted, Event: locksv1.ReasonGranted}},
@@ -485,7 +482,7 @@ func TestDecide(t *testing.T) {
 		},
 		"final requests are left alone": {
 			lock:        aliceLock(h),
-			reqs:        reqs(aliceHolder(), makeReq("old").owner("bob", 7).queuedAt(t0.Add(-time.Hour)).phaseIs(locksv1.PhaseFailed)),
+			reqs:        reqs(aliceHolder(), makeReq("old").Owner("bob", 7).QueuedAt(t0.Add(-time.Hour)).Phase(locksv1.PhaseFailed)),
 			wantHolder:  "alice#100",
 			wantRequeue: untilFromNow(hExpires),
 		},
@@ -511,7 +508,7 @@ func TestDecideExpiryFollowsRequeue(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			cfg := testConfig()
 			w := newWorld(t)
-			w.add(makeReq("a").owner("alice", 100).ttl(tc.tc).obj())
+			w.add(makeReq("a").Owner("alice", 100).TTL(tc.tc).Obj())
 			d := w.decide(name1, tc.at, cfg)
 			a := w.get("a")
 			if a.Status.Phase != locksv1.PhaseGranted {
@@ -547,8 +544,8 @@ func TestDecideExpiryFollowsRequeue(t *testing.T) {
 // Decide owns time: a freeze thawing while someone waits and a holder Lease lapsing are its
 // inputs, and its one requeue is the nearest deadline of all (nextDeadline).
 func TestDecideRequeuesForThawsAndLeaseLapses(t *testing.T) {
-	h := aliceHolder().obj() // expires at t0+25m
-	waiter := makeReq("b").owner("bob", 7).obj()
+	h := aliceHolder().Obj() // expires at t0+25m
+	waiter := makeReq("b").Owner("bob", 7).Obj()
 	cases := map[string]struct {
 		waiters         []*locksv1.LockRequest
 		thaw, lapse     time.Time

@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
+	"github.com/turnstile-dev/turnstile/internal/testing/wrappers"
 )
 
 const maintenance = "Apply commands are locked globally: maintenance window"
@@ -288,14 +289,14 @@ func TestDecideFreezes(t *testing.T) {
 	allFrozen, _ := ResolveFreezes([]locksv1.CommandLock{commandLock("all", true, "upgrade", nil)}, FreezeFlags{}, now)
 	grant30 := t0.Add(30 * time.Minute)
 	hExpires := t0.Add(25 * time.Minute)
-	h := aliceHolder().obj()
-	hApply := aliceHolder().command("apply").obj()
-	freeLock := makeLock(tgt1).token(41).obj()
-	applyWaits := func() *reqWrapper {
-		return makeReq("a").owner("bob", 1).command("apply").queuedAt(t0.Add(-2 * time.Minute))
+	h := aliceHolder().Obj()
+	hApply := aliceHolder().Command("apply").Obj()
+	freeLock := makeLock(tgt1).token(41).Obj()
+	applyWaits := func() *wrappers.LockRequestWrapper {
+		return makeReq("a").Owner("bob", 1).Command("apply").QueuedAt(t0.Add(-2 * time.Minute))
 	}
-	planWaits := func() *reqWrapper {
-		return makeReq("p").owner("carol", 2).command("plan").queuedAt(t0.Add(-time.Minute))
+	planWaits := func() *wrappers.LockRequestWrapper {
+		return makeReq("p").Owner("carol", 2).Command("plan").QueuedAt(t0.Add(-time.Minute))
 	}
 	frozenView := func(msg string, pos int32, event string) reqView {
 		return reqView{Phase: locksv1.PhasePending, Reason: locksv1.ReasonCommandLocked, Message: msg, Position: pos, Held: "0", True: truePending, Event: event}
@@ -333,7 +334,7 @@ func TestDecideFreezes(t *testing.T) {
 		},
 		"a newly frozen request says so in its first event": {
 			lock:       aliceLock(h),
-			reqs:       reqs(aliceHolder(), makeReq("n").owner("bob", 1).command("apply")),
+			reqs:       reqs(aliceHolder(), makeReq("n").Owner("bob", 1).Command("apply")),
 			freezes:    applyFrozen,
 			wantHolder: "alice#100",
 			wantLock: &lockView{Holder: "pull #100 (alice)", Requests: []string{"h"}, Token: 41, Queue: []string{"n:Normal"}, Length: 1,
@@ -351,7 +352,7 @@ func TestDecideFreezes(t *testing.T) {
 		},
 		"the holder's own frozen apply does not re-enter": {
 			lock:       aliceLock(h),
-			reqs:       reqs(aliceHolder(), makeReq("r").owner("alice", 100).command("apply").queuedAt(t0.Add(-time.Minute))),
+			reqs:       reqs(aliceHolder(), makeReq("r").Owner("alice", 100).Command("apply").QueuedAt(t0.Add(-time.Minute))),
 			freezes:    applyFrozen,
 			wantHolder: "alice#100",
 			wantLock: &lockView{Holder: "pull #100 (alice)", Requests: []string{"h"}, Token: 41, Queue: []string{"r:Normal"}, Length: 1,
@@ -362,14 +363,14 @@ func TestDecideFreezes(t *testing.T) {
 		},
 		"waitTimeout 0s and frozen fails CommandLocked at once, even on a free key": {
 			lock:    freeLock,
-			reqs:    reqs(makeReq("n").owner("bob", 1).command("apply").waitTimeout(0)),
+			reqs:    reqs(makeReq("n").Owner("bob", 1).Command("apply").WaitTimeout(0)),
 			freezes: applyFrozen,
 			wantFinish: map[string]reqView{"n": {Phase: locksv1.PhaseFailed, Reason: locksv1.ReasonCommandLocked, Message: maintenance,
 				Held: "0", True: trueFailed, Event: locksv1.ReasonCommandLocked}},
 		},
 		"a request without a command is not frozen by all": {
 			lock:        freeLock,
-			reqs:        reqs(makeReq("n").owner("bob", 1)),
+			reqs:        reqs(makeReq("n").Owner("bob", 1)),
 			freezes:     allFrozen,
 			wantHolder:  "bob#1",
 			wantLock:    &lockView{Holder: "pull #1 (bob)", Requests: []string{"n"}, Token: 42, Expires: grant30},

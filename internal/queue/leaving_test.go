@@ -8,54 +8,55 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
+	"github.com/turnstile-dev/turnstile/internal/testing/wrappers"
 )
 
 // The first step of Decide on its own: who leaves the key's holders or its queue, and why.
 func TestLeaving(t *testing.T) {
 	cfg := testConfig()
 	cfg.MaxTTL = time.Hour
-	granted := func(name string) *reqWrapper { return makeReq(name).granted(t0.Add(-time.Minute), 40) }
+	granted := func(name string) *wrappers.LockRequestWrapper { return makeReq(name).Granted(t0.Add(-time.Minute), 40) }
 	type want struct {
 		Phase   locksv1.LockRequestPhase
 		Reason  string
 		Message string
 	}
 	cases := map[string]struct {
-		req      *reqWrapper
+		req      *wrappers.LockRequestWrapper
 		heldHere bool
 		lost     string
 		want     *want
 	}{
 		"a holder that stays": {req: granted("h"), heldHere: true},
-		"a waiter that stays": {req: makeReq("w").queuedAt(t0)},
-		"already final":       {req: granted("h").phaseIs(locksv1.PhaseReleased), heldHere: true},
-		"a holder being deleted": {req: granted("h").deleting(), heldHere: true,
+		"a waiter that stays": {req: makeReq("w").QueuedAt(t0)},
+		"already final":       {req: granted("h").Phase(locksv1.PhaseReleased), heldHere: true},
+		"a holder being deleted": {req: granted("h").Deleting(t0.Add(-time.Second)), heldHere: true,
 			want: &want{locksv1.PhaseReleased, locksv1.ReasonReleased, "deleted while it held the lock"}},
-		"a waiter being deleted": {req: makeReq("w").queuedAt(t0).deleting(),
+		"a waiter being deleted": {req: makeReq("w").QueuedAt(t0).Deleting(t0.Add(-time.Second)),
 			want: &want{locksv1.PhaseReleased, locksv1.ReasonReleased, "deleted before it was granted"}},
-		"deleted and released: the deletion speaks": {req: granted("h").release().deleting(), heldHere: true,
+		"deleted and released: the deletion speaks": {req: granted("h").Release().Deleting(t0.Add(-time.Second)), heldHere: true,
 			want: &want{locksv1.PhaseReleased, locksv1.ReasonReleased, "deleted while it held the lock"}},
-		"a holder released": {req: granted("h").release(), heldHere: true,
+		"a holder released": {req: granted("h").Release(), heldHere: true,
 			want: &want{locksv1.PhaseReleased, locksv1.ReasonReleased, "released"}},
-		"a waiter released": {req: makeReq("w").queuedAt(t0).release(),
+		"a waiter released": {req: makeReq("w").QueuedAt(t0).Release(),
 			want: &want{locksv1.PhaseReleased, locksv1.ReasonReleased, "released before it was granted"}},
 		"a holder whose Lease lapsed": {req: granted("h"), heldHere: true, lost: "holder Lease team-a/r lapsed",
 			want: &want{locksv1.PhaseReleased, locksv1.ReasonHolderLost, "holder Lease team-a/r lapsed"}},
 		"a holder the ProjectLock does not list: force-unlocked": {req: granted("h"),
 			want: &want{locksv1.PhaseReleased, locksv1.ReasonForceUnlocked, "ProjectLock " + name1 + " was deleted: the lock on " + key1 + " was force-unlocked"}},
-		"a holder past its ttl": {req: makeReq("h").ttl(time.Minute).granted(t0.Add(-2*time.Minute), 40), heldHere: true,
+		"a holder past its ttl": {req: makeReq("h").TTL(time.Minute).Granted(t0.Add(-2*time.Minute), 40), heldHere: true,
 			want: &want{locksv1.PhaseExpired, locksv1.ReasonExpired, "the grant expired after its ttl of 1m0s"}},
-		"released past its ttl: the release speaks": {req: makeReq("h").ttl(time.Minute).granted(t0.Add(-2*time.Minute), 40).release(), heldHere: true,
+		"released past its ttl: the release speaks": {req: makeReq("h").TTL(time.Minute).Granted(t0.Add(-2*time.Minute), 40).Release(), heldHere: true,
 			want: &want{locksv1.PhaseReleased, locksv1.ReasonReleased, "released"}},
-		"a waiter asking for more than the maximum ttl": {req: makeReq("w").ttl(2 * time.Hour).queuedAt(t0),
+		"a waiter asking for more than the maximum ttl": {req: makeReq("w").TTL(2 * time.Hour).QueuedAt(t0),
 			want: &want{locksv1.PhaseFailed, locksv1.ReasonInvalid, "spec.ttl 2h0m0s is over this operator's maximum of 1h0m0s; ask for at most 1h0m0s"}},
-		"a waiter past its waitTimeout": {req: makeReq("w").waitTimeout(time.Minute).queuedAt(t0.Add(-time.Minute)),
+		"a waiter past its waitTimeout": {req: makeReq("w").WaitTimeout(time.Minute).QueuedAt(t0.Add(-time.Minute)),
 			want: &want{locksv1.PhaseFailed, locksv1.ReasonTimeout, "not granted within waitTimeout 1m0s"}},
-		"a first-seen waiter has not waited yet": {req: makeReq("w").waitTimeout(time.Minute).created(t0.Add(-time.Hour))},
+		"a first-seen waiter has not waited yet": {req: makeReq("w").WaitTimeout(time.Minute).Creation(t0.Add(-time.Hour))},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			req := tc.req.obj()
+			req := tc.req.Obj()
 			in := Input{Now: now, Name: name1, Config: cfg}
 			if tc.lost != "" {
 				in.LostHolders = map[types.UID]string{req.UID: tc.lost}

@@ -20,6 +20,17 @@ func TestDecideWritesOnlyChanges(t *testing.T) {
 	capped := testConfig()
 	capped.QueueCap = 1
 	cfg := testConfig()
+	// aliceHolds: alice's a was granted two minutes before now.
+	aliceHolds := func(w *world) {
+		w.add(makeReq("a").Owner("alice", 100).Obj())
+		w.decide(name1, now.Add(-2*time.Minute), cfg)
+	}
+	// bobWaits: and bob's b queued behind her a minute before now.
+	bobWaits := func(w *world) {
+		aliceHolds(w)
+		w.add(makeReq("b").Owner("bob", 7).Obj())
+		w.decide(name1, now.Add(-time.Minute), cfg)
+	}
 
 	cases := map[string]struct {
 		// tc builds the world up to the decision at now: it may decide earlier itself.
@@ -27,22 +38,21 @@ func TestDecideWritesOnlyChanges(t *testing.T) {
 		cfg Config
 	}{
 		"a fresh grant": {
-			tc: func(w *world) { w.add(makeReq("a").owner("alice", 100).obj()) },
+			tc: func(w *world) { w.add(makeReq("a").Owner("alice", 100).Obj()) },
 		},
 		"waiters behind a holder": {
 			tc: func(w *world) {
-				w.add(makeReq("a").owner("alice", 100).obj())
+				w.add(makeReq("a").Owner("alice", 100).Obj())
 				w.decide(name1, now.Add(-time.Minute), cfg)
-				w.add(makeReq("b").owner("bob", 7).obj())
-				w.add(makeReq("c").owner("carol", 9).priority(locksv1.PriorityHigh).obj())
+				w.add(makeReq("b").Owner("bob", 7).Obj())
+				w.add(makeReq("c").Owner("carol", 9).Priority(locksv1.PriorityHigh).Obj())
 			},
 		},
 		"a release hands on": {
 			tc: func(w *world) {
-				w.add(makeReq("a").owner("alice", 100).obj())
-				w.decide(name1, now.Add(-2*time.Minute), cfg)
-				w.add(makeReq("b").owner("bob", 7).obj())
-				w.add(makeReq("c").owner("carol", 9).obj())
+				aliceHolds(w)
+				w.add(makeReq("b").Owner("bob", 7).Obj())
+				w.add(makeReq("c").Owner("carol", 9).Obj())
 				w.decide(name1, now.Add(-time.Minute), cfg)
 				w.get("a").Spec.Release = true
 				w.get("a").Generation++
@@ -50,25 +60,21 @@ func TestDecideWritesOnlyChanges(t *testing.T) {
 		},
 		"an expiry hands on": {
 			tc: func(w *world) {
-				w.add(makeReq("a").owner("alice", 100).ttl(time.Minute).obj())
+				w.add(makeReq("a").Owner("alice", 100).TTL(time.Minute).Obj())
 				w.decide(name1, now.Add(-2*time.Minute), cfg)
-				w.add(makeReq("b").owner("bob", 7).obj())
+				w.add(makeReq("b").Owner("bob", 7).Obj())
 				w.decide(name1, now.Add(-90*time.Second), cfg)
 			},
 		},
 		"a deleted holder is replaced": {
 			tc: func(w *world) {
-				w.add(makeReq("a").owner("alice", 100).obj())
-				w.decide(name1, now.Add(-2*time.Minute), cfg)
-				w.add(makeReq("b").owner("bob", 7).obj())
-				w.decide(name1, now.Add(-time.Minute), cfg)
+				bobWaits(w)
 				w.del("uid-a")
 			},
 		},
 		"a renewal": {
 			tc: func(w *world) {
-				w.add(makeReq("a").owner("alice", 100).obj())
-				w.decide(name1, now.Add(-2*time.Minute), cfg)
+				aliceHolds(w)
 				a := w.get("a")
 				a.Spec.TTL = &metav1.Duration{Duration: time.Hour}
 				a.Generation++
@@ -76,70 +82,62 @@ func TestDecideWritesOnlyChanges(t *testing.T) {
 		},
 		"a re-entry ahead of the queue": {
 			tc: func(w *world) {
-				w.add(makeReq("a").owner("alice", 100).obj())
-				w.decide(name1, now.Add(-2*time.Minute), cfg)
-				w.add(makeReq("b").owner("bob", 7).obj())
-				w.decide(name1, now.Add(-time.Minute), cfg)
-				w.add(makeReq("a2").owner("alice", 100).command("apply").obj())
+				bobWaits(w)
+				w.add(makeReq("a2").Owner("alice", 100).Command("apply").Obj())
 			},
 		},
 		"a force-unlock": {
 			tc: func(w *world) {
-				w.add(makeReq("a").owner("alice", 100).obj())
-				w.decide(name1, now.Add(-2*time.Minute), cfg)
-				w.add(makeReq("b").owner("bob", 7).obj())
-				w.decide(name1, now.Add(-time.Minute), cfg)
+				bobWaits(w)
 				delete(w.locks, name1)
 			},
 		},
 		"try-once and timed-out waiters fail": {
 			tc: func(w *world) {
-				w.add(makeReq("a").owner("alice", 100).obj())
-				w.decide(name1, now.Add(-2*time.Minute), cfg)
-				w.add(makeReq("c").owner("carol", 9).waitTimeout(30 * time.Second).obj())
+				aliceHolds(w)
+				w.add(makeReq("c").Owner("carol", 9).WaitTimeout(30 * time.Second).Obj())
 				w.decide(name1, now.Add(-time.Minute), cfg)
-				w.add(makeReq("b").owner("bob", 7).waitTimeout(0).obj())
+				w.add(makeReq("b").Owner("bob", 7).WaitTimeout(0).Obj())
 			},
 		},
 		"a frozen apply waits while a plan is granted": {
 			tc: func(w *world) {
 				w.freezes = applyFrozen
-				w.add(makeReq("a").owner("bob", 1).command("apply").obj())
-				w.add(makeReq("p").owner("carol", 2).command("plan").obj())
+				w.add(makeReq("a").Owner("bob", 1).Command("apply").Obj())
+				w.add(makeReq("p").Owner("carol", 2).Command("plan").Obj())
 			},
 		},
 		"a full queue": {
 			cfg: capped,
 			tc: func(w *world) {
-				w.add(makeReq("a").owner("alice", 100).obj())
+				w.add(makeReq("a").Owner("alice", 100).Obj())
 				w.decide(name1, now.Add(-2*time.Minute), capped)
-				w.add(makeReq("b").owner("bob", 7).obj())
-				w.add(makeReq("c").owner("carol", 9).obj())
+				w.add(makeReq("b").Owner("bob", 7).Obj())
+				w.add(makeReq("c").Owner("carol", 9).Obj())
 			},
 		},
 		"an aged queue": {
 			cfg: aging,
 			tc: func(w *world) {
-				w.add(makeReq("a").owner("alice", 100).obj())
+				w.add(makeReq("a").Owner("alice", 100).Obj())
 				w.decide(name1, now.Add(-25*time.Minute), aging)
-				w.add(makeReq("low").owner("bob", 7).priority(locksv1.PriorityLow).obj())
+				w.add(makeReq("low").Owner("bob", 7).Priority(locksv1.PriorityLow).Obj())
 				w.decide(name1, now.Add(-24*time.Minute), aging)
-				w.add(makeReq("n").owner("carol", 9).obj())
+				w.add(makeReq("n").Owner("carol", 9).Obj())
 			},
 		},
 		"the first key of a multi-lock request": {
-			tc: func(w *world) { w.add(makeReq("m").owner("carol", 9).targets(tgt2, tgt1).obj()) },
+			tc: func(w *world) { w.add(makeReq("m").Owner("carol", 9).Targets(tgt2, tgt1).Obj()) },
 		},
 		"a lost holder": {
 			tc: func(w *world) {
-				w.add(makeReq("a").owner("alice", 100).obj())
-				w.decide(name1, now.Add(-2*time.Minute), cfg)
-				w.add(makeReq("b").owner("bob", 7).obj())
+				aliceHolds(w)
+				w.add(makeReq("b").Owner("bob", 7).Obj())
 				w.lost = map[types.UID]string{"uid-a": "Lease team-a/runner lapsed"}
 			},
 		},
 		"an invalid ttl": {
-			tc: func(w *world) { w.add(makeReq("a").owner("alice", 100).ttl(3 * time.Hour).obj()) },
+			tc: func(w *world) { w.add(makeReq("a").Owner("alice", 100).TTL(3 * time.Hour).Obj()) },
 		},
 	}
 	for name, tc := range cases {
@@ -166,11 +164,11 @@ func TestDecideWritesOnlyChanges(t *testing.T) {
 func TestDecideKeepsTransitionTimes(t *testing.T) {
 	cfg := testConfig()
 	w := newWorld(t)
-	w.add(makeReq("a").owner("alice", 100).ttl(2 * time.Hour).obj())
+	w.add(makeReq("a").Owner("alice", 100).TTL(2 * time.Hour).Obj())
 	w.decide(name1, now.Add(-time.Hour), cfg)
-	w.add(makeReq("b").owner("bob", 7).priority(locksv1.PriorityLow).obj())
+	w.add(makeReq("b").Owner("bob", 7).Priority(locksv1.PriorityLow).Obj())
 	w.decide(name1, now, cfg)
-	w.add(makeReq("c").owner("carol", 9).obj())
+	w.add(makeReq("c").Owner("carol", 9).Obj())
 	d := w.decide(name1, now.Add(time.Minute), cfg)
 
 	var b *Update

@@ -8,6 +8,7 @@ import (
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
 	"github.com/turnstile-dev/turnstile/internal/lockkey"
+	"github.com/turnstile-dev/turnstile/internal/testing/wrappers"
 )
 
 func TestAgedPriority(t *testing.T) {
@@ -45,103 +46,103 @@ func TestOrder(t *testing.T) {
 	aging.AgingStep = 10 * time.Minute
 	sameSecond := t0.Add(-time.Minute)
 	cases := map[string]struct {
-		tc           []*reqWrapper
+		tc           []*wrappers.LockRequestWrapper
 		cfg          Config
 		wantNames    []string
 		wantPriority []int
 	}{
 		"Critical > High > Normal > Low": {
-			tc: []*reqWrapper{
-				makeReq("low").priority(locksv1.PriorityLow).queuedAt(t0.Add(-4 * time.Minute)),
-				makeReq("normal").queuedAt(t0.Add(-3 * time.Minute)),
-				makeReq("high").priority(locksv1.PriorityHigh).queuedAt(t0.Add(-2 * time.Minute)),
-				makeReq("critical").priority(locksv1.PriorityCritical).queuedAt(t0.Add(-time.Minute)),
+			tc: []*wrappers.LockRequestWrapper{
+				makeReq("low").Priority(locksv1.PriorityLow).QueuedAt(t0.Add(-4 * time.Minute)),
+				makeReq("normal").QueuedAt(t0.Add(-3 * time.Minute)),
+				makeReq("high").Priority(locksv1.PriorityHigh).QueuedAt(t0.Add(-2 * time.Minute)),
+				makeReq("critical").Priority(locksv1.PriorityCritical).QueuedAt(t0.Add(-time.Minute)),
 			},
 			cfg:          aging,
 			wantNames:    []string{"critical", "high", "normal", "low"},
 			wantPriority: []int{3, 2, 1, 0},
 		},
 		"FIFO by queuedAt within a priority, microseconds count": {
-			tc: []*reqWrapper{
-				makeReq("a").queuedAt(t0.Add(2 * time.Microsecond)),
-				makeReq("b").queuedAt(t0.Add(time.Microsecond)),
-				makeReq("c").queuedAt(t0),
+			tc: []*wrappers.LockRequestWrapper{
+				makeReq("a").QueuedAt(t0.Add(2 * time.Microsecond)),
+				makeReq("b").QueuedAt(t0.Add(time.Microsecond)),
+				makeReq("c").QueuedAt(t0),
 			},
 			cfg:          testConfig(),
 			wantNames:    []string{"c", "b", "a"},
 			wantPriority: []int{1, 1, 1},
 		},
 		"the API server's order, not the order a manager saw them in: an older request not yet seen goes first": {
-			tc: []*reqWrapper{
-				makeReq("z-new").created(t0.Add(-time.Hour)),
-				makeReq("a-seen").queuedAt(now),
+			tc: []*wrappers.LockRequestWrapper{
+				makeReq("z-new").Creation(t0.Add(-time.Hour)),
+				makeReq("a-seen").QueuedAt(now),
 			},
 			cfg:          testConfig(),
 			wantNames:    []string{"z-new", "a-seen"},
 			wantPriority: []int{1, 1},
 		},
 		"within one creation second the arrival revision decides, whoever's clock stamped queuedAt": {
-			tc: []*reqWrapper{
+			tc: []*wrappers.LockRequestWrapper{
 				// b was queued by a manager whose clock is ahead: a later queuedAt, an earlier revision.
-				makeReq("a").queuedAt(t0.Add(-time.Minute)).created(t0.Add(-time.Minute)),
-				makeReq("b").queuedAt(t0.Add(-time.Minute + time.Hour)).created(t0.Add(-time.Minute)),
+				makeReq("a").QueuedAt(t0.Add(-time.Minute)).Creation(t0.Add(-time.Minute)),
+				makeReq("b").QueuedAt(t0.Add(-time.Minute + time.Hour)).Creation(t0.Add(-time.Minute)),
 			},
 			cfg:          testConfig(),
 			wantNames:    []string{"a", "b"},
 			wantPriority: []int{1, 1},
 		},
 		"unseen requests: creation second, then resourceVersion as a number, then name": {
-			tc: []*reqWrapper{
-				makeReq("a").created(sameSecond).rv("10"),
-				makeReq("b").created(sameSecond).rv("9"),
-				makeReq("c").created(sameSecond.Add(-time.Second)).rv("20"),
-				makeReq("d").created(sameSecond).rv("9"),
+			tc: []*wrappers.LockRequestWrapper{
+				makeReq("a").Creation(sameSecond).ResourceVersion("10"),
+				makeReq("b").Creation(sameSecond).ResourceVersion("9"),
+				makeReq("c").Creation(sameSecond.Add(-time.Second)).ResourceVersion("20"),
+				makeReq("d").Creation(sameSecond).ResourceVersion("9"),
 			},
 			cfg:          testConfig(),
 			wantNames:    []string{"c", "b", "d", "a"},
 			wantPriority: []int{1, 1, 1, 1},
 		},
 		"one aging step lifts Low to Normal, then arrival decides": {
-			tc: []*reqWrapper{
-				makeReq("normal").queuedAt(now.Add(-5 * time.Minute)),
-				makeReq("low").priority(locksv1.PriorityLow).queuedAt(now.Add(-10 * time.Minute)),
+			tc: []*wrappers.LockRequestWrapper{
+				makeReq("normal").QueuedAt(now.Add(-5 * time.Minute)),
+				makeReq("low").Priority(locksv1.PriorityLow).QueuedAt(now.Add(-10 * time.Minute)),
 			},
 			cfg:          aging,
 			wantNames:    []string{"low", "normal"},
 			wantPriority: []int{1, 1},
 		},
 		"just short of a step Low stays behind": {
-			tc: []*reqWrapper{
-				makeReq("normal").queuedAt(now.Add(-5 * time.Minute)),
-				makeReq("low").priority(locksv1.PriorityLow).queuedAt(now.Add(-10*time.Minute + time.Microsecond)),
+			tc: []*wrappers.LockRequestWrapper{
+				makeReq("normal").QueuedAt(now.Add(-5 * time.Minute)),
+				makeReq("low").Priority(locksv1.PriorityLow).QueuedAt(now.Add(-10*time.Minute + time.Microsecond)),
 			},
 			cfg:          aging,
 			wantNames:    []string{"normal", "low"},
 			wantPriority: []int{1, 0},
 		},
 		"aging never passes High, Critical unaffected": {
-			tc: []*reqWrapper{
-				makeReq("high").priority(locksv1.PriorityHigh).queuedAt(now.Add(-time.Minute)),
-				makeReq("low").priority(locksv1.PriorityLow).queuedAt(now.Add(-10 * time.Hour)),
-				makeReq("critical").priority(locksv1.PriorityCritical).queuedAt(now),
+			tc: []*wrappers.LockRequestWrapper{
+				makeReq("high").Priority(locksv1.PriorityHigh).QueuedAt(now.Add(-time.Minute)),
+				makeReq("low").Priority(locksv1.PriorityLow).QueuedAt(now.Add(-10 * time.Hour)),
+				makeReq("critical").Priority(locksv1.PriorityCritical).QueuedAt(now),
 			},
 			cfg:          aging,
 			wantNames:    []string{"critical", "low", "high"},
 			wantPriority: []int{3, 2, 2},
 		},
 		"without aging Low waits behind later Normal": {
-			tc: []*reqWrapper{
-				makeReq("normal").queuedAt(now.Add(-time.Minute)),
-				makeReq("low").priority(locksv1.PriorityLow).queuedAt(now.Add(-10 * time.Hour)),
+			tc: []*wrappers.LockRequestWrapper{
+				makeReq("normal").QueuedAt(now.Add(-time.Minute)),
+				makeReq("low").Priority(locksv1.PriorityLow).QueuedAt(now.Add(-10 * time.Hour)),
 			},
 			cfg:          testConfig(),
 			wantNames:    []string{"normal", "low"},
 			wantPriority: []int{1, 0},
 		},
 		"requests for other keys are left out": {
-			tc: []*reqWrapper{
-				makeReq("other").targets(tgt2).queuedAt(t0.Add(-time.Hour)),
-				makeReq("mine").queuedAt(t0),
+			tc: []*wrappers.LockRequestWrapper{
+				makeReq("other").Targets(tgt2).QueuedAt(t0.Add(-time.Hour)),
+				makeReq("mine").QueuedAt(t0),
 			},
 			cfg:          testConfig(),
 			wantNames:    []string{"mine"},
@@ -170,15 +171,15 @@ func TestOrder(t *testing.T) {
 // Decide stamps first-seen requests with distinct microsecond arrivals in grant order,
 // and ProjectLock.status.queue shows the aged priority.
 func TestDecideStampsArrivals(t *testing.T) {
-	h := aliceHolder().obj()
+	h := aliceHolder().Obj()
 	cfg := testConfig()
 	cfg.AgingStep = 10 * time.Minute
 	sameSecond := t0.Add(-time.Minute)
 	in := Input{Now: now, Name: name1, Lock: aliceLock(h), Config: cfg, Requests: []*locksv1.LockRequest{
 		h,
-		makeReq("a").owner("bob", 1).created(sameSecond).rv("10").obj(),
-		makeReq("b").owner("carol", 2).created(sameSecond).rv("9").obj(),
-		makeReq("low").owner("dave", 3).priority(locksv1.PriorityLow).queuedAt(t0.Add(-15 * time.Minute)).obj(),
+		makeReq("a").Owner("bob", 1).Creation(sameSecond).ResourceVersion("10").Obj(),
+		makeReq("b").Owner("carol", 2).Creation(sameSecond).ResourceVersion("9").Obj(),
+		makeReq("low").Owner("dave", 3).Priority(locksv1.PriorityLow).QueuedAt(t0.Add(-15 * time.Minute)).Obj(),
 	}}
 	d := Decide(in)
 
@@ -216,14 +217,14 @@ func TestDecideStampsArrivals(t *testing.T) {
 
 // The ProjectLock shows at most HeadSize queue entries but counts them all.
 func TestDecideQueueHead(t *testing.T) {
-	h := aliceHolder().obj()
+	h := aliceHolder().Obj()
 	cfg := testConfig()
 	cfg.HeadSize = 2
 	in := Input{Now: now, Name: name1, Lock: aliceLock(h), Config: cfg, Requests: []*locksv1.LockRequest{
 		h,
-		makeReq("w1").queuedAt(t0.Add(-3 * time.Minute)).obj(),
-		makeReq("w2").queuedAt(t0.Add(-2 * time.Minute)).obj(),
-		makeReq("w3").queuedAt(t0.Add(-1 * time.Minute)).obj(),
+		makeReq("w1").QueuedAt(t0.Add(-3 * time.Minute)).Obj(),
+		makeReq("w2").QueuedAt(t0.Add(-2 * time.Minute)).Obj(),
+		makeReq("w3").QueuedAt(t0.Add(-1 * time.Minute)).Obj(),
 	}}
 	got := lockViewOf(Decide(in).Lock)
 	if diff := cmp.Diff([]string{"w1:Normal", "w2:Normal"}, got.Queue); diff != "" {
@@ -236,34 +237,34 @@ func TestDecideQueueHead(t *testing.T) {
 
 func TestFirstUnheld(t *testing.T) {
 	cases := map[string]struct {
-		tc      *reqWrapper
+		tc      *wrappers.LockRequestWrapper
 		wantKey string
 		wantOK  bool
 	}{
 		"nothing held: the first key in canonical order, not spec order": {
-			tc:      makeReq("m").targets(tgt2, tgt1),
+			tc:      makeReq("m").Targets(tgt2, tgt1),
 			wantKey: key1, wantOK: true,
 		},
 		"first held: the second": {
-			tc:      makeReq("m").targets(tgt2, tgt1).held(tgt1),
+			tc:      makeReq("m").Targets(tgt2, tgt1).Held(tgt1),
 			wantKey: key2, wantOK: true,
 		},
 		"only the second held: still the first": {
-			tc:      makeReq("m").targets(tgt2, tgt1).held(tgt2),
+			tc:      makeReq("m").Targets(tgt2, tgt1).Held(tgt2),
 			wantKey: key1, wantOK: true,
 		},
 		"all held": {
-			tc:     makeReq("m").targets(tgt2, tgt1).held(tgt1, tgt2),
+			tc:     makeReq("m").Targets(tgt2, tgt1).Held(tgt1, tgt2),
 			wantOK: false,
 		},
 		"single target, granted": {
-			tc:     makeReq("m").granted(t0, 1),
+			tc:     makeReq("m").Granted(t0, 1),
 			wantOK: false,
 		},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			ref, ok := FirstUnheld(tc.tc.obj())
+			ref, ok := FirstUnheld(tc.tc.Obj())
 			if diff := cmp.Diff(tc.wantOK, ok); diff != "" {
 				t.Errorf("ok (-want +got):\n%s", diff)
 			}
@@ -279,10 +280,10 @@ func TestFirstUnheld(t *testing.T) {
 
 func TestTTL(t *testing.T) {
 	cfg := testConfig()
-	if got := TTL(makeReq("a").obj(), cfg); got != cfg.DefaultTTL {
+	if got := TTL(makeReq("a").Obj(), cfg); got != cfg.DefaultTTL {
 		t.Errorf("TTL without spec.ttl = %s, want the default %s", got, cfg.DefaultTTL)
 	}
-	if got := TTL(makeReq("a").ttl(time.Hour).obj(), cfg); got != time.Hour {
+	if got := TTL(makeReq("a").TTL(time.Hour).Obj(), cfg); got != time.Hour {
 		t.Errorf("TTL with spec.ttl 1h = %s", got)
 	}
 }

@@ -54,28 +54,28 @@ func simulate(t testing.TB, seed uint64, rounds int) map[string]int {
 		case k < 8:
 			seq++
 			h := holders[rng.IntN(len(holders))]
-			b := makeReq(fmt.Sprintf("r%03d", seq)).owner(h.Owner, h.Pull).
-				priority(priorities[rng.IntN(len(priorities))]).
-				command(commands[rng.IntN(len(commands))]).
-				created(clock.Truncate(time.Second))
+			b := makeReq(fmt.Sprintf("r%03d", seq)).Owner(h.Owner, h.Pull).
+				Priority(priorities[rng.IntN(len(priorities))]).
+				Command(commands[rng.IntN(len(commands))]).
+				Creation(clock.Truncate(time.Second))
 			switch rng.IntN(4) {
 			case 1:
-				b.ttl(5 * time.Second)
+				b.TTL(5 * time.Second)
 			case 2:
-				b.ttl(45 * time.Second)
+				b.TTL(45 * time.Second)
 			case 3:
-				b.ttl(90 * time.Second) // over MaxTTL
+				b.TTL(90 * time.Second) // over MaxTTL
 			}
 			switch rng.IntN(4) {
 			case 1:
-				b.waitTimeout(0)
+				b.WaitTimeout(0)
 			case 2:
-				b.waitTimeout(10 * time.Second)
+				b.WaitTimeout(10 * time.Second)
 			case 3:
-				b.waitTimeout(40 * time.Second)
+				b.WaitTimeout(40 * time.Second)
 			}
-			w.add(b.obj())
-			did = "arrive " + b.lr.Name
+			w.add(b.Obj())
+			did = "arrive " + b.Name
 		case k < 11:
 			if r := pick(active); r != nil && !r.Spec.Release {
 				r.Spec.Release = true

@@ -13,7 +13,6 @@ import (
 // Granted condition's message, in blockedBy and in the Busy failure of a request that would not
 // wait. A waiter's own reason is not told to those behind it.
 func TestDecideTellsTheHolderReason(t *testing.T) {
-	withReason := func(w *reqWrapper, r string) *reqWrapper { w.lr.Spec.Reason = r; return w }
 	const why = "migrating state"
 	for name, tc := range map[string]struct {
 		holderReason string
@@ -25,10 +24,10 @@ func TestDecideTellsTheHolderReason(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			// alice holds tgt1 (built here from testutil_test.go's builders alone).
 			since := t0.Add(-5 * time.Minute)
-			h := withReason(makeReq("h").owner("alice", 100).granted(since, 41), tc.holderReason).obj()
-			waiter := withReason(makeReq("b").owner("bob", 7), "second in line").obj()
-			busy := makeReq("c").owner("carol", 8).waitTimeout(0).obj()
-			d := Decide(Input{Now: now, Name: name1, Lock: makeLock(tgt1).token(41).holder(since, h).obj(), Config: testConfig(),
+			h := makeReq("h").Owner("alice", 100).Granted(since, 41).Reason(tc.holderReason).Obj()
+			waiter := makeReq("b").Owner("bob", 7).Reason("second in line").Obj()
+			busy := makeReq("c").Owner("carol", 8).WaitTimeout(0).Obj()
+			d := Decide(Input{Now: now, Name: name1, Lock: makeLock(tgt1).token(41).holder(since, h).Obj(), Config: testConfig(),
 				Requests: []*locksv1.LockRequest{h, waiter, busy}})
 
 			got := views(d.Waiting)

@@ -11,10 +11,10 @@ import (
 // deepQueue is a key with a holder and n stamped waiters whose statuses are up to date.
 func deepQueue(t testing.TB, n int) *world {
 	w := newWorld(t)
-	w.add(makeReq("holder").owner("h", 1).obj())
+	w.add(makeReq("holder").Owner("h", 1).Obj())
 	w.decide(name1, now, testConfig())
 	for i := range n {
-		w.add(makeReq(fmt.Sprintf("w%04d", i)).owner("w", int64(i+2)).obj())
+		w.add(makeReq(fmt.Sprintf("w%04d", i)).Owner("w", int64(i+2)).Obj())
 	}
 	w.decide(name1, now.Add(time.Second), testConfig())
 	return w
@@ -60,7 +60,7 @@ func TestRefreshBudget(t *testing.T) {
 				w.del("uid-holder")
 			}
 			if tc.arrival {
-				w.add(makeReq("late").owner("late", 99).obj())
+				w.add(makeReq("late").Owner("late", 99).Obj())
 			}
 			in := w.input(name1, now.Add(2*time.Second), testConfig())
 			in.Refreshes = tc.budget
@@ -98,21 +98,19 @@ func TestRefreshBudget(t *testing.T) {
 // BenchmarkDecideHandOffDepth1000 is the reconcile after a hand-off in a deep queue, with the
 // refresh budget a key's default write rate allows at once.
 func BenchmarkDecideHandOffDepth1000(b *testing.B) {
-	w := deepQueue(b, 1000)
-	w.del("uid-holder")
-	in := w.input(name1, now.Add(2*time.Second), testConfig())
-	in.Refreshes = RefreshBudget{Limited: true, N: 20}
-	b.ReportAllocs()
-	for b.Loop() {
-		Decide(in)
-	}
+	benchDeepQueue(b, func(w *world) { w.del("uid-holder") })
 }
 
 // BenchmarkDecideArrivalDepth1000 is the reconcile an arrival at the back of a settled deep
 // queue pays, with the refresh budget a key's default write rate allows at once.
 func BenchmarkDecideArrivalDepth1000(b *testing.B) {
+	benchDeepQueue(b, func(w *world) { w.add(makeReq("late").Owner("late", 5000).Obj()) })
+}
+
+// benchDeepQueue measures the decision on a settled queue 1000 deep after change.
+func benchDeepQueue(b *testing.B, change func(w *world)) {
 	w := deepQueue(b, 1000)
-	w.add(makeReq("late").owner("late", 5000).obj())
+	change(w)
 	in := w.input(name1, now.Add(2*time.Second), testConfig())
 	in.Refreshes = RefreshBudget{Limited: true, N: 20}
 	b.ReportAllocs()

@@ -8,12 +8,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
+	"github.com/turnstile-dev/turnstile/internal/testing/wrappers"
 )
 
 // renewedTo is w's request as the holder leaves it after changing spec.ttl to ttl: the spec is a
 // generation ahead of the status the controller last wrote.
-func renewedTo(w *reqWrapper, ttl time.Duration) *locksv1.LockRequest {
-	lr := w.obj()
+func renewedTo(w *wrappers.LockRequestWrapper, ttl time.Duration) *locksv1.LockRequest {
+	lr := w.Obj()
 	lr.Spec.TTL = &metav1.Duration{Duration: ttl}
 	lr.Generation++
 	return lr
@@ -43,53 +44,44 @@ func TestDecideRenewal(t *testing.T) {
 	aliceUntil := func(exp time.Time) *lockView {
 		return &lockView{Holder: "pull #100 (alice)", Requests: []string{"h"}, Token: 41, Expires: exp}
 	}
-	h := aliceHolder().obj()
+	h := aliceHolder().Obj()
 	refused := renewedTo(aliceHolder(), 3*time.Hour)
 	longDefault := testConfig()
 	longDefault.DefaultTTL = time.Hour
-	priorityOnly := aliceHolder().obj()
+	priorityOnly := aliceHolder().Obj()
 	priorityOnly.Spec.Priority = locksv1.PriorityHigh
 	priorityOnly.Generation++
 
+	// renewal is a renewal of alice's grant to ttl, which then holds until exp.
+	renewal := func(ttl time.Duration, exp time.Time) decideCase {
+		return decideCase{
+			lock:        aliceLock(h),
+			reqs:        []*locksv1.LockRequest{renewedTo(aliceHolder(), ttl)},
+			wantHolder:  "alice#100",
+			wantLock:    aliceUntil(exp),
+			wantGrant:   held(exp, "", locksv1.ReasonRenewed),
+			wantRequeue: untilFromNow(exp),
+		}
+	}
+	// refusal is a renewal of alice's grant to ttl (over MaxTTL) that is refused.
+	refusal := func(renewed *locksv1.LockRequest, ttl time.Duration) decideCase {
+		return decideCase{
+			lock:        aliceLock(h),
+			reqs:        []*locksv1.LockRequest{renewed},
+			wantHolder:  "alice#100",
+			wantGrant:   refusedHeld(hExpires, "; "+refusedMsg(ttl), locksv1.ReasonInvalid),
+			wantRequeue: untilFromNow(hExpires),
+		}
+	}
+	late := renewal(35*time.Minute, hExpires.Add(36*time.Minute))
+	late.now, late.wantRequeue = hExpires.Add(time.Minute), 35*time.Minute
+
 	runDecideCases(t, map[string]decideCase{
-		"a renewal runs the new ttl from the renewal, not from grantedAt": {
-			lock:        aliceLock(h),
-			reqs:        []*locksv1.LockRequest{renewedTo(aliceHolder(), 35*time.Minute)},
-			wantHolder:  "alice#100",
-			wantLock:    aliceUntil(t0.Add(35 * time.Minute)),
-			wantGrant:   held(t0.Add(35*time.Minute), "", locksv1.ReasonRenewed),
-			wantRequeue: untilFromNow(t0.Add(35 * time.Minute)),
-		},
-		"a renewal to exactly MaxTTL reaches MaxTTL from the renewal": {
-			lock:        aliceLock(h),
-			reqs:        []*locksv1.LockRequest{renewedTo(aliceHolder(), 2*time.Hour)},
-			wantHolder:  "alice#100",
-			wantLock:    aliceUntil(t0.Add(2 * time.Hour)),
-			wantGrant:   held(t0.Add(2*time.Hour), "", locksv1.ReasonRenewed),
-			wantRequeue: untilFromNow(t0.Add(2 * time.Hour)),
-		},
-		"lowering spec.ttl shortens the grant, counted from the renewal": {
-			lock:        aliceLock(h),
-			reqs:        []*locksv1.LockRequest{renewedTo(aliceHolder(), 10*time.Minute)},
-			wantHolder:  "alice#100",
-			wantLock:    aliceUntil(t0.Add(10 * time.Minute)),
-			wantGrant:   held(t0.Add(10*time.Minute), "", locksv1.ReasonRenewed),
-			wantRequeue: untilFromNow(t0.Add(10 * time.Minute)),
-		},
-		"a renewal over MaxTTL is refused (Invalid) and the grant keeps its expiresAt": {
-			lock:        aliceLock(h),
-			reqs:        []*locksv1.LockRequest{refused},
-			wantHolder:  "alice#100",
-			wantGrant:   refusedHeld(hExpires, "; "+refusedMsg(3*time.Hour), locksv1.ReasonInvalid),
-			wantRequeue: untilFromNow(hExpires),
-		},
-		"a renewal over MaxTTL by a holder of 24h is refused too (the bypass)": {
-			lock:        aliceLock(h),
-			reqs:        []*locksv1.LockRequest{renewedTo(aliceHolder(), 24*time.Hour)},
-			wantHolder:  "alice#100",
-			wantGrant:   refusedHeld(hExpires, "; "+refusedMsg(24*time.Hour), locksv1.ReasonInvalid),
-			wantRequeue: untilFromNow(hExpires),
-		},
+		"a renewal runs the new ttl from the renewal, not from grantedAt":              renewal(35*time.Minute, t0.Add(35*time.Minute)),
+		"a renewal to exactly MaxTTL reaches MaxTTL from the renewal":                  renewal(2*time.Hour, t0.Add(2*time.Hour)),
+		"lowering spec.ttl shortens the grant, counted from the renewal":               renewal(10*time.Minute, t0.Add(10*time.Minute)),
+		"a renewal over MaxTTL is refused (Invalid) and the grant keeps its expiresAt": refusal(refused, 3*time.Hour),
+		"a renewal over MaxTTL by a holder of 24h is refused too (the bypass)":         refusal(renewedTo(aliceHolder(), 24*time.Hour), 24*time.Hour),
 		"a grant whose renewal was refused expires at its old expiresAt": {
 			now:      hExpires,
 			lock:     aliceLock(h),
@@ -99,15 +91,7 @@ func TestDecideRenewal(t *testing.T) {
 				Message: "the grant expired at 2026-03-01T12:25:00Z (" + refusedMsg(3*time.Hour) + ")",
 				Token:   41, Held: "0", True: trueEnded, Event: locksv1.ReasonExpired}},
 		},
-		"a renewal seen after expiresAt but before the grant was ended still counts": {
-			now:         hExpires.Add(time.Minute),
-			lock:        aliceLock(h),
-			reqs:        []*locksv1.LockRequest{renewedTo(aliceHolder(), 35*time.Minute)},
-			wantHolder:  "alice#100",
-			wantLock:    aliceUntil(hExpires.Add(36 * time.Minute)),
-			wantGrant:   held(hExpires.Add(36*time.Minute), "", locksv1.ReasonRenewed),
-			wantRequeue: 35 * time.Minute,
-		},
+		"a renewal seen after expiresAt but before the grant was ended still counts": late,
 		"a spec change that leaves spec.ttl alone renews nothing": {
 			lock:        aliceLock(h),
 			reqs:        []*locksv1.LockRequest{priorityOnly},
@@ -131,7 +115,7 @@ func TestDecideRenewal(t *testing.T) {
 func TestDecideRenewalSequence(t *testing.T) {
 	cfg := testConfig()
 	w := newWorld(t)
-	w.add(makeReq("a").owner("alice", 100).ttl(2 * time.Hour).obj())
+	w.add(makeReq("a").Owner("alice", 100).TTL(2 * time.Hour).Obj())
 
 	type step struct {
 		at          time.Duration // after t0
@@ -202,7 +186,7 @@ func TestDecideRenewalSequence(t *testing.T) {
 func TestDecideRenewalTwoKeys(t *testing.T) {
 	cfg := testConfig()
 	w := newWorld(t)
-	w.add(makeReq("m").owner("alice", 100).targets(tgt1, tgt2).ttl(30 * time.Minute).obj())
+	w.add(makeReq("m").Owner("alice", 100).Targets(tgt1, tgt2).TTL(30 * time.Minute).Obj())
 	w.decide(name1, t0, cfg)
 	w.decide(name2, t0, cfg)
 	if m := w.get("m"); m.Status.Phase != locksv1.PhaseGranted {

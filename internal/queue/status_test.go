@@ -31,42 +31,40 @@ func TestFinishedStatus(t *testing.T) {
 		}
 		return v
 	}
-	waiting := makeReq("v").owner("bob", 2).queuedAt(t0).obj()
+	waiting := makeReq("v").Owner("bob", 2).QueuedAt(t0).Obj()
 	waiting.Status.Locks = []locksv1.LockStatus{{Key: waiting.Status.Locks[0].Key, Name: waiting.Status.Locks[0].Name, Held: true}}
+	// finished is the view of a request that finished with reason and message: Granted and
+	// Reconciling False, and to kstatus either Current (Ready True) or Failed (Stalled True).
+	finished := func(phase locksv1.LockRequestPhase, reason, message, blockedBy string, current bool) view {
+		ready, stalled := "False/"+reason+": "+message, "True/"+reason+": "+message
+		if current {
+			ready, stalled = "True/"+reason+": "+message, "False/"+reason+": finished"
+		}
+		return view{Phase: phase, BlockedBy: blockedBy, Held: []bool{false}, Finished: now.Truncate(time.Second),
+			Conds: map[string]string{
+				locksv1.ConditionGranted:     "False/" + reason + ": " + message,
+				locksv1.ConditionReady:       ready,
+				locksv1.ConditionReconciling: "False/" + reason + ": finished",
+				locksv1.ConditionStalled:     stalled,
+			}}
+	}
+	const cycle = "cycle: alice -> bob -> alice"
 	cases := map[string]struct {
 		phase           locksv1.LockRequestPhase
 		reason, message string
 		want            view
 	}{
 		"a deadlock victim": {
-			phase: locksv1.PhaseFailed, reason: locksv1.ReasonDeadlock, message: "cycle: alice -> bob -> alice",
-			want: view{Phase: locksv1.PhaseFailed, BlockedBy: "cycle: alice -> bob -> alice", Held: []bool{false}, Finished: now.Truncate(time.Second),
-				Conds: map[string]string{
-					locksv1.ConditionGranted:     "False/Deadlock: cycle: alice -> bob -> alice",
-					locksv1.ConditionReady:       "False/Deadlock: cycle: alice -> bob -> alice",
-					locksv1.ConditionReconciling: "False/Deadlock: finished",
-					locksv1.ConditionStalled:     "True/Deadlock: cycle: alice -> bob -> alice",
-				}},
+			phase: locksv1.PhaseFailed, reason: locksv1.ReasonDeadlock, message: cycle,
+			want: finished(locksv1.PhaseFailed, "Deadlock", cycle, cycle, false),
 		},
 		"a release": {
 			phase: locksv1.PhaseReleased, reason: locksv1.ReasonReleased, message: "released",
-			want: view{Phase: locksv1.PhaseReleased, Held: []bool{false}, Finished: now.Truncate(time.Second),
-				Conds: map[string]string{
-					locksv1.ConditionGranted:     "False/Released: released",
-					locksv1.ConditionReady:       "True/Released: released", // kstatus: Current
-					locksv1.ConditionReconciling: "False/Released: finished",
-					locksv1.ConditionStalled:     "False/Released: finished",
-				}},
+			want: finished(locksv1.PhaseReleased, "Released", "released", "", true),
 		},
 		"an expiry": {
 			phase: locksv1.PhaseExpired, reason: locksv1.ReasonExpired, message: "the grant expired",
-			want: view{Phase: locksv1.PhaseExpired, Held: []bool{false}, Finished: now.Truncate(time.Second),
-				Conds: map[string]string{
-					locksv1.ConditionGranted:     "False/Expired: the grant expired",
-					locksv1.ConditionReady:       "False/Expired: the grant expired",
-					locksv1.ConditionReconciling: "False/Expired: finished",
-					locksv1.ConditionStalled:     "True/Expired: the grant expired", // kstatus: Failed
-				}},
+			want: finished(locksv1.PhaseExpired, "Expired", "the grant expired", "", false),
 		},
 	}
 	for name, tc := range cases {

@@ -14,6 +14,7 @@ import (
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
 	"github.com/turnstile-dev/turnstile/internal/lockkey"
+	"github.com/turnstile-dev/turnstile/internal/testing/wrappers"
 )
 
 // The fixed clock of every test: t0 is a whole second, now is t0 plus a fraction so that the
@@ -41,185 +42,19 @@ func testConfig() Config {
 	return Config{DefaultTTL: 30 * time.Minute, MaxTTL: 2 * time.Hour, HeadSize: 20}
 }
 
-// reqWrapper builds a LockRequest. Status-shaping calls (queuedAt, held, granted) are recorded
-// and applied by obj(), after the spec is complete, so their order does not matter.
-type reqWrapper struct {
-	lr        locksv1.LockRequest
-	queued    *time.Time
-	heldTgts  []locksv1.LockTarget
-	grantedAt *time.Time
-	token     int64
-	phase     locksv1.LockRequestPhase
-	waitMsg   *waitMsg
-	revision  int64 // status.arrivalRevision; 0: follow queuedAt
-}
-
-// waitMsg is the Pending status a key's decision last wrote for a waiter.
-type waitMsg struct {
-	reason, message, blockedBy string
-	position                   int32
-}
-
 // makeReq is a Normal-priority request on tgt1 by owner name without a pull, created a minute
-// before t0, never seen by the controller.
-func makeReq(name string) *reqWrapper {
-	w := &reqWrapper{}
-	w.lr.Name = name
-	w.lr.Namespace = testNamespace
-	w.lr.UID = types.UID("uid-" + name)
-	w.lr.Generation = 1
-	w.lr.ResourceVersion = requestRV
-	w.lr.CreationTimestamp = metav1.NewTime(t0.Add(-time.Minute))
-	w.lr.Spec.Locks = []locksv1.LockTarget{tgt1}
-	w.lr.Spec.Holder = locksv1.Holder{Owner: name}
-	w.lr.Spec.Priority = locksv1.PriorityNormal
-	return w
-}
-
-func (w *reqWrapper) owner(owner string, pull int64) *reqWrapper {
-	w.lr.Spec.Holder.Owner, w.lr.Spec.Holder.Pull = owner, pull
-	return w
-}
-
-func (w *reqWrapper) priority(p locksv1.Priority) *reqWrapper { w.lr.Spec.Priority = p; return w }
-
-func (w *reqWrapper) targets(ts ...locksv1.LockTarget) *reqWrapper {
-	w.lr.Spec.Locks = ts
-	return w
-}
-
-func (w *reqWrapper) command(c string) *reqWrapper { w.lr.Spec.Command = c; return w }
-
-func (w *reqWrapper) ttl(d time.Duration) *reqWrapper {
-	w.lr.Spec.TTL = &metav1.Duration{Duration: d}
-	return w
-}
-
-func (w *reqWrapper) waitTimeout(d time.Duration) *reqWrapper {
-	w.lr.Spec.WaitTimeout = &metav1.Duration{Duration: d}
-	return w
-}
-
-func (w *reqWrapper) release() *reqWrapper { w.lr.Spec.Release = true; return w }
-
-func (w *reqWrapper) created(t time.Time) *reqWrapper {
-	w.lr.CreationTimestamp = metav1.NewTime(t)
-	return w
-}
-
-func (w *reqWrapper) rv(v string) *reqWrapper { w.lr.ResourceVersion = v; return w }
-
-func (w *reqWrapper) deleting() *reqWrapper {
-	ts := metav1.NewTime(t0.Add(-time.Second))
-	w.lr.DeletionTimestamp = &ts
-	return w
-}
-
-// queuedAt stamps status.queuedAt and makes the request Pending: the controller has seen it.
-func (w *reqWrapper) queuedAt(t time.Time) *reqWrapper {
-	w.queued = &t
-	if w.phase == "" {
-		w.phase = locksv1.PhasePending
-	}
-	return w
-}
-
-// held marks the targets as held in status.locks (a Pending request that holds some keys).
-func (w *reqWrapper) held(ts ...locksv1.LockTarget) *reqWrapper {
-	w.heldTgts = append(w.heldTgts, ts...)
-	if w.phase == "" {
-		w.phase = locksv1.PhasePending
-	}
-	return w
-}
-
-// tokenIs sets status.fencingToken (a request that holds, or held, some key).
-func (w *reqWrapper) tokenIs(n int64) *reqWrapper { w.token = n; return w }
-
-// granted gives the request the status Decide writes for a grant at `at` with token: every
-// target held, expiresAt from the spec's ttl (default 30m), the four conditions.
-func (w *reqWrapper) granted(at time.Time, token int64) *reqWrapper {
-	w.grantedAt, w.token, w.phase = &at, token, locksv1.PhaseGranted
-	w.heldTgts = w.lr.Spec.Locks
-	return w
-}
-
-// waiting gives a Pending request the conditions a queue wrote: reason, message, position.
-func (w *reqWrapper) waiting(reason, message string, position int32, blockedBy string) *reqWrapper {
-	w.waitMsg = &waitMsg{reason: reason, message: message, position: position, blockedBy: blockedBy}
-	w.phase = locksv1.PhasePending
-	return w
-}
-
-// phaseIs forces a phase, e.g. a final one.
-func (w *reqWrapper) phaseIs(p locksv1.LockRequestPhase) *reqWrapper { w.phase = p; return w }
-
-func (w *reqWrapper) obj() *locksv1.LockRequest {
-	lr := w.lr.DeepCopy()
-	st := &lr.Status
-	st.Phase = w.phase
-	if w.phase == "" {
-		return lr
-	}
-	st.ObservedGeneration = lr.Generation
-	for _, t := range lr.Spec.Locks {
-		ls := locksv1.LockStatus{Key: lockkey.String(t), Name: lockkey.Name(t)}
-		for _, h := range w.heldTgts {
-			if lockkey.String(h) == ls.Key {
-				ls.Held, ls.FencingToken = true, w.token
-			}
-		}
-		st.Locks = append(st.Locks, ls)
-	}
-	q := t0.Add(-time.Hour)
-	if w.queued != nil {
-		q = *w.queued
-	} else if w.grantedAt != nil {
-		q = *w.grantedAt
-	}
-	mt := metav1.NewMicroTime(q.Truncate(time.Microsecond))
-	st.QueuedAt = &mt
-	// A request the controller queued was created no later than that, and its arrival revision
-	// follows its queuedAt, as in a store where the two agree.
-	if c := metav1.NewTime(q.Truncate(time.Second)); c.Before(&lr.CreationTimestamp) {
-		lr.CreationTimestamp = c
-	}
-	st.ArrivalRevision = arrivalRevision(q)
-	if w.revision != 0 {
-		st.ArrivalRevision = w.revision
-	}
-	st.FencingToken = w.token
-	if m := w.waitMsg; m != nil {
-		st.QueuePosition, st.BlockedBy = m.position, m.blockedBy
-		g, at := lr.Generation, q
-		st.Conditions = []metav1.Condition{
-			cond(locksv1.ConditionGranted, metav1.ConditionFalse, m.reason, m.message, g, at),
-			cond(locksv1.ConditionReady, metav1.ConditionFalse, m.reason, m.message, g, at),
-			cond(locksv1.ConditionReconciling, metav1.ConditionTrue, m.reason, m.message, g, at),
-			cond(locksv1.ConditionStalled, metav1.ConditionFalse, m.reason, "waiting", g, at),
-		}
-	}
-	if w.grantedAt != nil {
-		ttl := 30 * time.Minute
-		if lr.Spec.TTL != nil {
-			ttl = lr.Spec.TTL.Duration
-		}
-		g := metav1.NewTime(w.grantedAt.Truncate(time.Second))
-		exp := metav1.NewTime(g.Add(ttl))
-		st.GrantedAt, st.ExpiresAt, st.FencingToken = &g, &exp, w.token
-		what := fmt.Sprintf("%d locks", len(lr.Spec.Locks))
-		if len(lr.Spec.Locks) == 1 {
-			what = lockkey.String(lr.Spec.Locks[0])
-		}
-		msg := fmt.Sprintf("holds %s (fencing token %d) until %s", what, w.token, exp.UTC().Format(time.RFC3339))
-		st.Conditions = []metav1.Condition{
-			cond(locksv1.ConditionGranted, metav1.ConditionTrue, locksv1.ReasonGranted, msg, lr.Generation, g.Time),
-			cond(locksv1.ConditionReady, metav1.ConditionTrue, locksv1.ReasonGranted, msg, lr.Generation, g.Time),
-			cond(locksv1.ConditionReconciling, metav1.ConditionFalse, locksv1.ReasonGranted, "granted", lr.Generation, g.Time),
-			cond(locksv1.ConditionStalled, metav1.ConditionFalse, locksv1.ReasonGranted, "granted", lr.Generation, g.Time),
-		}
-	}
-	return lr
+// before t0, never seen by the controller. A status-shaping call that gives no queuedAt (Held,
+// Waiting) queues it an hour before t0, and its arrival revision follows its queuedAt.
+func makeReq(name string) *wrappers.LockRequestWrapper {
+	return wrappers.MakeLockRequest(name, testNamespace).
+		UID("uid-"+name).
+		Generation(1).
+		ResourceVersion(requestRV).
+		Creation(t0.Add(-time.Minute)).
+		Targets(tgt1).
+		Owner(name, 0).
+		Priority(locksv1.PriorityNormal).
+		SeenDefaults(t0.Add(-time.Hour), arrivalRevision)
 }
 
 // arrivalRevision is the arrival revision of a request queued at q in these tests: it grows with
@@ -253,6 +88,9 @@ func makeLock(t locksv1.LockTarget) *lockWrapper {
 
 func (w *lockWrapper) token(n int64) *lockWrapper { w.pl.Status.FencingToken = n; return w }
 
+// rv sets the resourceVersion: the revision of the ProjectLock's last write.
+func (w *lockWrapper) rv(v string) *lockWrapper { w.pl.ResourceVersion = v; return w }
+
 // holder lists reqs (one identity) as the holder since `since`; expiresAt is the latest of the
 // requests' status.expiresAt.
 func (w *lockWrapper) holder(since time.Time, reqs ...*locksv1.LockRequest) *lockWrapper {
@@ -260,7 +98,7 @@ func (w *lockWrapper) holder(since time.Time, reqs ...*locksv1.LockRequest) *loc
 	return w
 }
 
-func (w *lockWrapper) obj() *locksv1.ProjectLock {
+func (w *lockWrapper) Obj() *locksv1.ProjectLock {
 	pl := w.pl.DeepCopy()
 	st := &pl.Status
 	st.ObservedGeneration = pl.Generation
@@ -284,10 +122,10 @@ func (w *lockWrapper) obj() *locksv1.ProjectLock {
 	return pl
 }
 
-func reqs(ws ...*reqWrapper) []*locksv1.LockRequest {
+func reqs(ws ...*wrappers.LockRequestWrapper) []*locksv1.LockRequest {
 	out := make([]*locksv1.LockRequest, len(ws))
 	for i, w := range ws {
-		out[i] = w.obj()
+		out[i] = w.Obj()
 	}
 	return out
 }
@@ -534,7 +372,7 @@ func (w *world) create(name string, in Input) {
 			}
 		}
 	}
-	pl := makeLock(target).obj()
+	pl := makeLock(target).Obj()
 	pl.Status = locksv1.ProjectLockStatus{}
 	pl.Finalizers = []string{locksv1.ReleaseHoldersFinalizer}
 	w.rv++

@@ -4,16 +4,46 @@
 package wrappers
 
 import (
+	"fmt"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
+	"github.com/turnstile-dev/turnstile/internal/lockkey"
 )
 
-// LockRequestWrapper builds a LockRequest.
-type LockRequestWrapper struct{ locksv1.LockRequest }
+// LockRequestWrapper builds a LockRequest, and can shape its status as the controller writes it.
+// The spec and metadata calls set the object at once. The status-shaping calls (QueuedAt, Held,
+// FencingToken, Granted, Waiting, Phase) are recorded and applied by Obj(), after the spec is
+// complete, so their order does not matter.
+type LockRequestWrapper struct {
+	locksv1.LockRequest
+	shape statusShape
+}
+
+// statusShape is what the status-shaping calls recorded; Obj() turns it into a status.
+type statusShape struct {
+	phase           locksv1.LockRequestPhase
+	queuedAt        *time.Time
+	grantedAt       *time.Time
+	held            []locksv1.LockTarget
+	heldAll         bool
+	token           int64
+	wait            *waitCondition
+	defaultQueuedAt time.Time
+	revisionOf      func(queuedAt time.Time) int64
+}
+
+// waitCondition is the Pending status a key's decision last wrote for a waiter.
+type waitCondition struct {
+	reason, message, blockedBy string
+	position                   int32
+}
+
+// defaultTTL is the API's default spec.ttl, which Granted uses for expiresAt when the spec has none.
+const defaultTTL = 30 * time.Minute
 
 // MakeLockRequest starts a LockRequest owned by "alice" with no locks yet.
 func MakeLockRequest(name, namespace string) *LockRequestWrapper {
@@ -30,6 +60,12 @@ func (w *LockRequestWrapper) Lock(repo, path, workspace string, project ...strin
 		t.Project = project[0]
 	}
 	w.Spec.Locks = append(w.Spec.Locks, t)
+	return w
+}
+
+// Targets sets spec.locks to ts, replacing any targets added before.
+func (w *LockRequestWrapper) Targets(ts ...locksv1.LockTarget) *LockRequestWrapper {
+	w.Spec.Locks = ts
 	return w
 }
 
@@ -63,6 +99,12 @@ func (w *LockRequestWrapper) Command(c string) *LockRequestWrapper {
 	return w
 }
 
+// Reason sets spec.reason.
+func (w *LockRequestWrapper) Reason(r string) *LockRequestWrapper {
+	w.Spec.Reason = r
+	return w
+}
+
 // TTL sets spec.ttl.
 func (w *LockRequestWrapper) TTL(d time.Duration) *LockRequestWrapper {
 	w.Spec.TTL = &metav1.Duration{Duration: d}
@@ -74,9 +116,6 @@ func (w *LockRequestWrapper) WaitTimeout(d time.Duration) *LockRequestWrapper {
 	w.Spec.WaitTimeout = &metav1.Duration{Duration: d}
 	return w
 }
-
-// Obj returns the built object.
-func (w *LockRequestWrapper) Obj() *locksv1.LockRequest { return w.DeepCopy() }
 
 // Release sets spec.release.
 func (w *LockRequestWrapper) Release() *LockRequestWrapper {
@@ -90,16 +129,170 @@ func (w *LockRequestWrapper) UID(uid string) *LockRequestWrapper {
 	return w
 }
 
+// Generation sets metadata.generation, as the API server would.
+func (w *LockRequestWrapper) Generation(g int64) *LockRequestWrapper {
+	w.ObjectMeta.Generation = g
+	return w
+}
+
+// ResourceVersion sets metadata.resourceVersion, as the API server would.
+func (w *LockRequestWrapper) ResourceVersion(rv string) *LockRequestWrapper {
+	w.ObjectMeta.ResourceVersion = rv
+	return w
+}
+
+// Creation sets metadata.creationTimestamp, as the API server would.
+func (w *LockRequestWrapper) Creation(t time.Time) *LockRequestWrapper {
+	w.CreationTimestamp = metav1.NewTime(t)
+	return w
+}
+
 // Deleting sets metadata.deletionTimestamp, as for an object a finalizer keeps.
 func (w *LockRequestWrapper) Deleting(at time.Time) *LockRequestWrapper {
 	w.DeletionTimestamp = &metav1.Time{Time: at}
 	return w
 }
 
-// Status sets the status as the controller would have written it.
+// Status sets the status as the controller would have written it. The status-shaping calls,
+// if any, replace it in Obj().
 func (w *LockRequestWrapper) Status(st locksv1.LockRequestStatus) *LockRequestWrapper {
 	w.LockRequest.Status = st
 	return w
+}
+
+// SeenDefaults says how Obj() completes a shaped status: the queuedAt of a request that no
+// QueuedAt or Granted call gave one, and status.arrivalRevision as a function of queuedAt (nil:
+// 0), so that a test's revisions can follow its clock as a store's would.
+func (w *LockRequestWrapper) SeenDefaults(queuedAt time.Time, revisionOf func(queuedAt time.Time) int64) *LockRequestWrapper {
+	w.shape.defaultQueuedAt, w.shape.revisionOf = queuedAt, revisionOf
+	return w
+}
+
+// QueuedAt stamps status.queuedAt and makes the request Pending: the controller has seen it.
+func (w *LockRequestWrapper) QueuedAt(t time.Time) *LockRequestWrapper {
+	w.shape.queuedAt = &t
+	w.seen()
+	return w
+}
+
+// Held marks the targets as held in status.locks (a Pending request that holds some keys).
+func (w *LockRequestWrapper) Held(ts ...locksv1.LockTarget) *LockRequestWrapper {
+	w.shape.held = append(w.shape.held, ts...)
+	w.seen()
+	return w
+}
+
+// FencingToken sets status.fencingToken (a request that holds, or held, some key).
+func (w *LockRequestWrapper) FencingToken(n int64) *LockRequestWrapper {
+	w.shape.token = n
+	return w
+}
+
+// Granted gives the request the status the controller writes for a grant at `at` with token:
+// every target held, expiresAt from the spec's ttl (default 30m), the four conditions.
+func (w *LockRequestWrapper) Granted(at time.Time, token int64) *LockRequestWrapper {
+	w.shape.grantedAt, w.shape.token, w.shape.phase = &at, token, locksv1.PhaseGranted
+	w.shape.heldAll = true
+	return w
+}
+
+// Waiting gives a Pending request the conditions a queue wrote: reason, message, position.
+func (w *LockRequestWrapper) Waiting(reason, message string, position int32, blockedBy string) *LockRequestWrapper {
+	w.shape.wait = &waitCondition{reason: reason, message: message, position: position, blockedBy: blockedBy}
+	w.shape.phase = locksv1.PhasePending
+	return w
+}
+
+// Phase forces the phase of a shaped status, e.g. a final one.
+func (w *LockRequestWrapper) Phase(p locksv1.LockRequestPhase) *LockRequestWrapper {
+	w.shape.phase = p
+	return w
+}
+
+// seen makes the request Pending unless a phase was given: the controller has seen it.
+func (w *LockRequestWrapper) seen() {
+	if w.shape.phase == "" {
+		w.shape.phase = locksv1.PhasePending
+	}
+}
+
+// Obj returns the built object, its status shaped by the status-shaping calls if there were any.
+func (w *LockRequestWrapper) Obj() *locksv1.LockRequest {
+	lr := w.DeepCopy()
+	if w.shape.phase != "" {
+		w.shape.apply(lr)
+	}
+	return lr
+}
+
+// apply writes the shaped status into lr, whose spec is complete.
+func (s *statusShape) apply(lr *locksv1.LockRequest) {
+	st := &lr.Status
+	*st = locksv1.LockRequestStatus{Phase: s.phase, ObservedGeneration: lr.Generation}
+	for _, t := range lr.Spec.Locks {
+		ls := locksv1.LockStatus{Key: lockkey.String(t), Name: lockkey.Name(t)}
+		for _, h := range s.held {
+			if lockkey.String(h) == ls.Key {
+				ls.Held = true
+			}
+		}
+		if ls.Held || s.heldAll {
+			ls.Held, ls.FencingToken = true, s.token
+		}
+		st.Locks = append(st.Locks, ls)
+	}
+	q := s.defaultQueuedAt
+	if s.queuedAt != nil {
+		q = *s.queuedAt
+	} else if s.grantedAt != nil {
+		q = *s.grantedAt
+	}
+	mt := metav1.NewMicroTime(q.Truncate(time.Microsecond))
+	st.QueuedAt = &mt
+	// A request the controller queued was created no later than that.
+	if c := metav1.NewTime(q.Truncate(time.Second)); c.Before(&lr.CreationTimestamp) {
+		lr.CreationTimestamp = c
+	}
+	if s.revisionOf != nil {
+		st.ArrivalRevision = s.revisionOf(q)
+	}
+	st.FencingToken = s.token
+	g := lr.Generation
+	if m := s.wait; m != nil {
+		st.QueuePosition, st.BlockedBy = m.position, m.blockedBy
+		st.Conditions = []metav1.Condition{
+			condition(locksv1.ConditionGranted, metav1.ConditionFalse, m.reason, m.message, g, q),
+			condition(locksv1.ConditionReady, metav1.ConditionFalse, m.reason, m.message, g, q),
+			condition(locksv1.ConditionReconciling, metav1.ConditionTrue, m.reason, m.message, g, q),
+			condition(locksv1.ConditionStalled, metav1.ConditionFalse, m.reason, "waiting", g, q),
+		}
+	}
+	if s.grantedAt != nil {
+		ttl := defaultTTL
+		if lr.Spec.TTL != nil {
+			ttl = lr.Spec.TTL.Duration
+		}
+		at := metav1.NewTime(s.grantedAt.Truncate(time.Second))
+		exp := metav1.NewTime(at.Add(ttl))
+		st.GrantedAt, st.ExpiresAt = &at, &exp
+		what := fmt.Sprintf("%d locks", len(lr.Spec.Locks))
+		if len(lr.Spec.Locks) == 1 {
+			what = lockkey.String(lr.Spec.Locks[0])
+		}
+		msg := fmt.Sprintf("holds %s (fencing token %d) until %s", what, s.token, exp.UTC().Format(time.RFC3339))
+		st.Conditions = []metav1.Condition{
+			condition(locksv1.ConditionGranted, metav1.ConditionTrue, locksv1.ReasonGranted, msg, g, at.Time),
+			condition(locksv1.ConditionReady, metav1.ConditionTrue, locksv1.ReasonGranted, msg, g, at.Time),
+			condition(locksv1.ConditionReconciling, metav1.ConditionFalse, locksv1.ReasonGranted, "granted", g, at.Time),
+			condition(locksv1.ConditionStalled, metav1.ConditionFalse, locksv1.ReasonGranted, "granted", g, at.Time),
+		}
+	}
+}
+
+// condition is a condition as the controller sets it, its transition time at API precision.
+func condition(typ string, status metav1.ConditionStatus, reason, msg string, gen int64, at time.Time) metav1.Condition {
+	return metav1.Condition{Type: typ, Status: status, Reason: reason, Message: msg, ObservedGeneration: gen,
+		LastTransitionTime: metav1.NewTime(at.Truncate(time.Second))}
 }
 
 // ProjectLockWrapper builds a ProjectLock.
