@@ -75,29 +75,23 @@ func dashed(src string) string { return strings.ReplaceAll(filepath.Base(src), "
 func Generate(root string) (map[string][]byte, error) {
 	out := map[string][]byte{}
 	for _, t := range templated {
-		for _, dir := range t.dirs {
-			srcs, err := kustomizeResources(root, dir)
+		err := eachResource(root, t.dirs, func(src string, data []byte) error {
+			tpl, err := t.template(src, data)
 			if err != nil {
-				return nil, err
+				return fmt.Errorf("%s: %w", src, err)
 			}
-			for _, src := range srcs {
-				data, err := os.ReadFile(filepath.Join(root, src))
-				if err != nil {
-					return nil, err
-				}
-				tpl, err := t.template(src, data)
-				if err != nil {
-					return nil, fmt.Errorf("%s: %w", src, err)
-				}
-				if tpl == nil {
-					continue // the manager's ServiceAccount, which the chart templates itself
-				}
-				dst := t.dst(src)
-				if _, dup := out[dst]; dup {
-					return nil, fmt.Errorf("%s: two sources in %v are named %s", src, t.dirs, filepath.Base(src))
-				}
-				out[dst] = tpl
+			if tpl == nil {
+				return nil // the manager's ServiceAccount, which the chart templates itself
 			}
+			dst := t.dst(src)
+			if _, dup := out[dst]; dup {
+				return fmt.Errorf("%s: two sources in %v are named %s", src, t.dirs, filepath.Base(src))
+			}
+			out[dst] = tpl
+			return nil
+		})
+		if err != nil {
+			return nil, err
 		}
 	}
 	for src, dst := range copies {
@@ -137,6 +131,27 @@ func generatedOnDisk(root string) ([]string, error) {
 	}
 	slices.Sort(paths)
 	return paths, nil
+}
+
+// eachResource calls fn with the path (relative to root) and the contents of each resource of
+// the kustomizations in dirs, in order.
+func eachResource(root string, dirs []string, fn func(src string, data []byte) error) error {
+	for _, dir := range dirs {
+		srcs, err := kustomizeResources(root, dir)
+		if err != nil {
+			return err
+		}
+		for _, src := range srcs {
+			data, err := os.ReadFile(filepath.Join(root, src))
+			if err != nil {
+				return err
+			}
+			if err := fn(src, data); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // kustomizeResources reads the resources of dir/kustomization.yaml: what `kubectl apply -k`
@@ -569,31 +584,23 @@ func paramsData(b *strings.Builder, objName string, o map[string]any) error {
 // values.yaml must give admissionPolicies.<key>.
 func ParamsDefaults(root string) (map[string]string, error) {
 	out := map[string]string{}
-	for _, dir := range admissionDirs {
-		srcs, err := kustomizeResources(root, dir)
-		if err != nil {
-			return nil, err
-		}
-		for _, src := range srcs {
-			data, err := os.ReadFile(filepath.Join(root, src))
-			if err != nil {
-				return nil, err
+	err := eachResource(root, admissionDirs, func(src string, data []byte) error {
+		for _, doc := range documents(data) {
+			var cm struct {
+				Kind string            `json:"kind"`
+				Data map[string]string `json:"data"`
 			}
-			for _, doc := range documents(data) {
-				var cm struct {
-					Kind string            `json:"kind"`
-					Data map[string]string `json:"data"`
-				}
-				if err := yaml.Unmarshal(doc, &cm); err != nil {
-					return nil, fmt.Errorf("%s: %w", src, err)
-				}
-				if cm.Kind == "ConfigMap" {
-					for k, v := range cm.Data {
-						out[k] = v
-					}
-				}
+			if err := yaml.Unmarshal(doc, &cm); err != nil {
+				return fmt.Errorf("%s: %w", src, err)
+			}
+			if cm.Kind == "ConfigMap" {
+				maps.Copy(out, cm.Data)
 			}
 		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }
