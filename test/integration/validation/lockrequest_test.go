@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -509,13 +508,7 @@ func TestLockRequestCreateAccepted(t *testing.T) {
 			if err := k.Create(ctx(t), u); err != nil {
 				t.Fatalf("rejected, want accepted: %v", err)
 			}
-			var got locksv1.LockRequest
-			if err := k.Get(ctx(t), client.ObjectKeyFromObject(u), &got); err != nil {
-				t.Fatalf("get: %v", err)
-			}
-			if diff := cmp.Diff(tc.wantSpec, got.Spec); diff != "" {
-				t.Errorf("stored spec (-want +got):\n%s", diff)
-			}
+			checkStoredSpec(t, u, tc.wantSpec)
 		})
 	}
 }
@@ -642,13 +635,7 @@ func TestLockRequestUpdate(t *testing.T) {
 			if tc.wantSpec != nil {
 				tc.wantSpec(want)
 			}
-			var got locksv1.LockRequest
-			if err := k.Get(ctx(t), client.ObjectKeyFromObject(lr), &got); err != nil {
-				t.Fatalf("get: %v", err)
-			}
-			if diff := cmp.Diff(*want, got.Spec); diff != "" {
-				t.Errorf("stored spec (-want +got):\n%s", diff)
-			}
+			checkStoredSpec(t, lr, *want)
 		})
 	}
 }

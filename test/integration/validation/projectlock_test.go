@@ -3,9 +3,7 @@ package validation
 import (
 	"testing"
 
-	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
 )
@@ -51,13 +49,7 @@ func TestProjectLockCreate(t *testing.T) {
 			if len(tc.wantErr) > 0 || t.Failed() {
 				return
 			}
-			var got locksv1.ProjectLock
-			if err := k.Get(ctx(t), client.ObjectKeyFromObject(u), &got); err != nil {
-				t.Fatalf("get: %v", err)
-			}
-			if diff := cmp.Diff(tc.wantSpec, got.Spec); diff != "" {
-				t.Errorf("stored spec (-want +got):\n%s", diff)
-			}
+			checkStoredSpec(t, u, tc.wantSpec)
 		})
 	}
 }
