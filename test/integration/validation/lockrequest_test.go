@@ -25,10 +25,11 @@ func TestLockRequestCreateRejected(t *testing.T) {
 		return out
 	}
 
-	cases := map[string]struct {
+	type rejectCase struct {
 		spec    map[string]any // merged over a valid spec; nil values remove fields
 		wantErr []string
-	}{
+	}
+	cases := map[string]rejectCase{
 		"spec missing": {
 			spec:    nil,
 			wantErr: []string{"spec: Required value"},
@@ -293,12 +294,9 @@ func TestLockRequestCreateRejected(t *testing.T) {
 		},
 	}
 	for name, tc := range targetRejections() {
-		cases["locks[0]: "+name] = struct {
-			spec    map[string]any
-			wantErr []string
-		}{
+		cases["locks[0]: "+name] = rejectCase{
 			spec:    lockRequestSpec(map[string]any{"locks": locks(target(tc.over))}),
-			wantErr: append([]string{fieldPath("spec.locks[0]", tc.field)}, tc.wantErr...),
+			wantErr: tc.errorsAt("spec.locks[0]"),
 		}
 	}
 	for name, tc := range cases {
