@@ -60,6 +60,17 @@ GITHUB_EVENT_PATH, its author or GITHUB_ACTOR). Flags given explicitly win.`)
 // API server knows the caller by (client.WhoAmI), as the admission policies require.
 func defaultOwner() string { return os.Getenv("TURNSTILE_OWNER") }
 
+// resolve builds the request from the flags and the client, with its namespace, from the
+// global flags: what every command that takes locks starts with.
+func (f *requestFlags) resolve(cmd *cobra.Command, g *globals) (client.Request, ctrlclient.WithWatch, string, error) {
+	r, err := f.request(cmd)
+	if err != nil {
+		return r, nil, "", err
+	}
+	c, ns, err := g.client()
+	return r, c, ns, err
+}
+
 func (f *requestFlags) request(cmd *cobra.Command) (client.Request, error) {
 	r := client.Request{
 		Name: f.name, Holder: locksv1.Holder{Owner: f.owner, Pull: f.pull, URL: f.url},
@@ -206,11 +217,7 @@ request, so nothing is left queued. Release with "kubectl turnstile release NAME
   kubectl turnstile acquire -l acme/infra:modules/vpc --wait-timeout 0s   # fail at once if busy`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			r, err := f.request(cmd)
-			if err != nil {
-				return err
-			}
-			c, ns, err := g.client()
+			r, c, ns, err := f.resolve(cmd, g)
 			if err != nil {
 				return err
 			}

@@ -39,11 +39,7 @@ renewed), COMMAND gets SIGTERM (then SIGKILL after 10s) and run exits 1.`,
 		Example: `  kubectl turnstile run -l acme/infra:modules/vpc --owner alice --pull 100 --command apply -- terraform apply -auto-approve`,
 		Args:    cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			r, err := f.request(cmd)
-			if err != nil {
-				return err
-			}
-			c, ns, err := g.client()
+			r, c, ns, err := f.resolve(cmd, g)
 			if err != nil {
 				return err
 			}

@@ -78,12 +78,22 @@ func TestChartName(t *testing.T) {
 	}
 }
 
+// adminsBindingTo is a config/rbac ClusterRoleBinding of turnstile-admin to subjects (YAML).
+func adminsBindingTo(subjects string) string {
+	return `apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: turnstile-admins
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: turnstile-admin
+subjects:
+` + subjects
+}
+
 func TestRBACTemplate(t *testing.T) {
-	cases := map[string]struct {
-		src     string
-		want    string
-		wantErr string
-	}{
+	testTemplate(t, rbacTemplate, "config/rbac/x.yaml", map[string]templateCase{
 		"a namespaced binding of the manager's ServiceAccount": {
 			src: `# Why it exists.
 apiVersion: rbac.authorization.k8s.io/v1
@@ -164,18 +174,7 @@ metadata:
 `,
 		},
 		"a binding to a user cannot be derived from the release": {
-			src: `apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata:
-  name: turnstile-admins
-roleRef:
-  apiGroup: rbac.authorization.k8s.io
-  kind: ClusterRole
-  name: turnstile-admin
-subjects:
-- kind: User
-  name: alice
-`,
+			src:     adminsBindingTo("- kind: User\n  name: alice\n"),
 			wantErr: "chartgen binds only the manager's ServiceAccount",
 		},
 		"a binding to a built-in group is copied as it is": {
@@ -210,19 +209,7 @@ subjects:
 `,
 		},
 		"a binding to any other group cannot be derived from the release": {
-			src: `apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata:
-  name: turnstile-admins
-roleRef:
-  apiGroup: rbac.authorization.k8s.io
-  kind: ClusterRole
-  name: turnstile-admin
-subjects:
-- apiGroup: rbac.authorization.k8s.io
-  kind: Group
-  name: platform-team
-`,
+			src:     adminsBindingTo("- apiGroup: rbac.authorization.k8s.io\n  kind: Group\n  name: platform-team\n"),
 			wantErr: "chartgen binds only the manager's ServiceAccount",
 		},
 		"another kind": {
@@ -243,24 +230,7 @@ extra: true
 `,
 			wantErr: "unknown field",
 		},
-	}
-	for name, tc := range cases {
-		t.Run(name, func(t *testing.T) {
-			got, err := rbacTemplate("config/rbac/x.yaml", []byte(tc.src))
-			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("err = %v, want one containing %q", err, tc.wantErr)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if diff := cmp.Diff(tc.want, string(got)); diff != "" {
-				t.Errorf("(-want +got):\n%s", diff)
-			}
-		})
-	}
+	})
 }
 
 func TestCRDTemplate(t *testing.T) {
@@ -344,11 +314,7 @@ func TestParamsDefaultsInValues(t *testing.T) {
 }
 
 func TestAdmissionTemplate(t *testing.T) {
-	cases := map[string]struct {
-		src     string
-		want    string
-		wantErr string
-	}{
+	testTemplate(t, admissionTemplate, "config/admission/x.yaml", map[string]templateCase{
 		"a policy, and a binding with params in the release namespace": {
 			src: `# Why it exists.
 apiVersion: admissionregistration.k8s.io/v1
@@ -464,10 +430,23 @@ data:
 `,
 			wantErr: "cannot be a value",
 		},
-	}
+	})
+}
+
+// templateCase is a source file and what a template function makes of it: want, or an error
+// containing wantErr.
+type templateCase struct {
+	src     string
+	want    string
+	wantErr string
+}
+
+// testTemplate runs template on each case's source as if it were the file at path.
+func testTemplate(t *testing.T, template func(src string, data []byte) ([]byte, error), path string, cases map[string]templateCase) {
+	t.Helper()
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			got, err := admissionTemplate("config/admission/x.yaml", []byte(tc.src))
+			got, err := template(path, []byte(tc.src))
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("err = %v, want one containing %q", err, tc.wantErr)

@@ -4,11 +4,11 @@ import (
 	"bytes"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
-	"sort"
 	"strings"
 
 	"sigs.k8s.io/yaml"
@@ -56,60 +56,42 @@ var labelsFromChart = map[string]bool{
 
 var docSeparator = regexp.MustCompile(`(?m)^---[ \t]*\n`)
 
+// templated are the config/ directories whose kustomize resources become chart templates, each
+// with its template function and the chart path a source's template goes to.
+var templated = []struct {
+	dirs     []string
+	template func(src string, data []byte) ([]byte, error)
+	dst      func(src string) string
+}{
+	{[]string{"config/crd"}, crdTemplate, func(src string) string { return chartDir + "/templates/crd/" + crdFileName(src) }},
+	{[]string{"config/rbac"}, rbacTemplate, func(src string) string { return chartDir + "/templates/rbac/" + dashed(src) }},
+	{admissionDirs, admissionTemplate, func(src string) string { return chartDir + "/templates/admission/" + dashed(src) }},
+}
+
+// dashed is a source's file name with dashes for underscores, as the chart names its templates.
+func dashed(src string) string { return strings.ReplaceAll(filepath.Base(src), "_", "-") }
+
 // Generate returns every generated file of the chart, by path relative to root.
 func Generate(root string) (map[string][]byte, error) {
 	out := map[string][]byte{}
-	crds, err := kustomizeResources(root, "config/crd")
-	if err != nil {
-		return nil, err
-	}
-	for _, src := range crds {
-		data, err := os.ReadFile(filepath.Join(root, src))
-		if err != nil {
-			return nil, err
-		}
-		tpl, err := crdTemplate(src, data)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", src, err)
-		}
-		out[chartDir+"/templates/crd/"+crdFileName(src)] = tpl
-	}
-	rbac, err := kustomizeResources(root, "config/rbac")
-	if err != nil {
-		return nil, err
-	}
-	for _, src := range rbac {
-		data, err := os.ReadFile(filepath.Join(root, src))
-		if err != nil {
-			return nil, err
-		}
-		tpl, err := rbacTemplate(src, data)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", src, err)
-		}
-		if tpl != nil {
-			out[chartDir+"/templates/rbac/"+strings.ReplaceAll(filepath.Base(src), "_", "-")] = tpl
-		}
-	}
-	for _, dir := range admissionDirs {
-		srcs, err := kustomizeResources(root, dir)
-		if err != nil {
-			return nil, err
-		}
-		for _, src := range srcs {
-			data, err := os.ReadFile(filepath.Join(root, src))
+	for _, t := range templated {
+		err := eachResource(root, t.dirs, func(src string, data []byte) error {
+			tpl, err := t.template(src, data)
 			if err != nil {
-				return nil, err
+				return fmt.Errorf("%s: %w", src, err)
 			}
-			tpl, err := admissionTemplate(src, data)
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", src, err)
+			if tpl == nil {
+				return nil // the manager's ServiceAccount, which the chart templates itself
 			}
-			dst := chartDir + "/templates/admission/" + strings.ReplaceAll(filepath.Base(src), "_", "-")
+			dst := t.dst(src)
 			if _, dup := out[dst]; dup {
-				return nil, fmt.Errorf("%s: two sources in %v are named %s", src, admissionDirs, filepath.Base(src))
+				return fmt.Errorf("%s: two sources in %v are named %s", src, t.dirs, filepath.Base(src))
 			}
 			out[dst] = tpl
+			return nil
+		})
+		if err != nil {
+			return nil, err
 		}
 	}
 	for src, dst := range copies {
@@ -147,8 +129,29 @@ func generatedOnDisk(root string) ([]string, error) {
 			return nil, err
 		}
 	}
-	sort.Strings(paths)
+	slices.Sort(paths)
 	return paths, nil
+}
+
+// eachResource calls fn with the path (relative to root) and the contents of each resource of
+// the kustomizations in dirs, in order.
+func eachResource(root string, dirs []string, fn func(src string, data []byte) error) error {
+	for _, dir := range dirs {
+		srcs, err := kustomizeResources(root, dir)
+		if err != nil {
+			return err
+		}
+		for _, src := range srcs {
+			data, err := os.ReadFile(filepath.Join(root, src))
+			if err != nil {
+				return err
+			}
+			if err := fn(src, data); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // kustomizeResources reads the resources of dir/kustomization.yaml: what `kubectl apply -k`
@@ -270,12 +273,12 @@ func crdTemplate(src string, data []byte) ([]byte, error) {
 	b.WriteString("{{- if .Values.crds.enabled }}\n")
 	fmt.Fprintf(&b, "apiVersion: %s\nkind: CustomResourceDefinition\nmetadata:\n  name: %s\n", crd.APIVersion, crd.Metadata.Name)
 	b.WriteString("  annotations:\n")
-	for _, k := range sortedKeys(crd.Metadata.Annotations) {
+	for _, k := range slices.Sorted(maps.Keys(crd.Metadata.Annotations)) {
 		fmt.Fprintf(&b, "    %s: %s\n", k, quote(crd.Metadata.Annotations[k]))
 	}
 	b.WriteString("    {{- if .Values.crds.keep }}\n    helm.sh/resource-policy: keep\n    {{- end }}\n")
 	b.WriteString("  labels:\n    " + chartLabels + "\n")
-	for _, k := range sortedKeys(crd.Metadata.Labels) {
+	for _, k := range slices.Sorted(maps.Keys(crd.Metadata.Labels)) {
 		if !labelsFromChart[k] {
 			fmt.Fprintf(&b, "    %s: %s\n", k, quote(crd.Metadata.Labels[k]))
 		}
@@ -348,7 +351,7 @@ func rbacTemplate(src string, data []byte) ([]byte, error) {
 			b.WriteString("  namespace: " + releaseNamespace + "\n")
 		}
 		b.WriteString("  labels:\n    " + chartLabels + "\n")
-		for _, k := range sortedKeys(o.Metadata.Labels) {
+		for _, k := range slices.Sorted(maps.Keys(o.Metadata.Labels)) {
 			if !labelsFromChart[k] {
 				fmt.Fprintf(&b, "    %s: %s\n", k, quote(o.Metadata.Labels[k]))
 			}
@@ -416,15 +419,6 @@ func writeYAML(b *strings.Builder, v any) error {
 // quote writes a label or annotation value as a YAML string.
 func quote(s string) string { return fmt.Sprintf("%q", s) }
 
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
-}
-
 var admissionKinds = []string{
 	"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
 	"MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding",
@@ -486,7 +480,7 @@ func admissionTemplate(src string, data []byte) ([]byte, error) {
 		}
 		b.WriteString("  labels:\n    " + chartLabels + "\n")
 		labels, _ := md["labels"].(map[string]any)
-		for _, k := range sortedKeys(stringMap(labels)) {
+		for _, k := range slices.Sorted(maps.Keys(stringMap(labels))) {
 			if !labelsFromChart[k] {
 				fmt.Fprintf(&b, "    %s: %s\n", k, quote(fmt.Sprint(labels[k])))
 			}
@@ -577,7 +571,7 @@ func paramsData(b *strings.Builder, objName string, o map[string]any) error {
 		return fmt.Errorf("ConfigMap %s: no data", objName)
 	}
 	b.WriteString("data:\n")
-	for _, k := range sortedKeys(stringMap(data)) {
+	for _, k := range slices.Sorted(maps.Keys(stringMap(data))) {
 		if !valuesKey.MatchString(k) || k == "enabled" {
 			return fmt.Errorf("ConfigMap %s: data key %q cannot be a value admissionPolicies.%s", objName, k, k)
 		}
@@ -590,31 +584,23 @@ func paramsData(b *strings.Builder, objName string, o map[string]any) error {
 // values.yaml must give admissionPolicies.<key>.
 func ParamsDefaults(root string) (map[string]string, error) {
 	out := map[string]string{}
-	for _, dir := range admissionDirs {
-		srcs, err := kustomizeResources(root, dir)
-		if err != nil {
-			return nil, err
-		}
-		for _, src := range srcs {
-			data, err := os.ReadFile(filepath.Join(root, src))
-			if err != nil {
-				return nil, err
+	err := eachResource(root, admissionDirs, func(src string, data []byte) error {
+		for _, doc := range documents(data) {
+			var cm struct {
+				Kind string            `json:"kind"`
+				Data map[string]string `json:"data"`
 			}
-			for _, doc := range documents(data) {
-				var cm struct {
-					Kind string            `json:"kind"`
-					Data map[string]string `json:"data"`
-				}
-				if err := yaml.Unmarshal(doc, &cm); err != nil {
-					return nil, fmt.Errorf("%s: %w", src, err)
-				}
-				if cm.Kind == "ConfigMap" {
-					for k, v := range cm.Data {
-						out[k] = v
-					}
-				}
+			if err := yaml.Unmarshal(doc, &cm); err != nil {
+				return fmt.Errorf("%s: %w", src, err)
+			}
+			if cm.Kind == "ConfigMap" {
+				maps.Copy(out, cm.Data)
 			}
 		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }

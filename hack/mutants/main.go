@@ -47,133 +47,38 @@ const (
 )
 
 var mutants = []mutant{
-	{
-		name: "no-finalizer", guard: "ProjectLocks carry the release-holders finalizer (created with it, older ones given it)",
-		edits: []edit{
-			{controller, "	lock.Finalizers = []string{locksv1.ReleaseHoldersFinalizer}\n", ""},
-			{controller, "if in.Lock.DeletionTimestamp == nil && !slices.Contains(", "if false && !slices.Contains("},
-		},
-		pkg: safety, focus: "hole 1",
-	},
-	{
-		name: "counter-token", guard: "a grant's token is the ProjectLock's resourceVersion",
-		edits: []edit{{tokens, "return max(prev+1, revision, leaving+1)", "return prev + 1 + 0*revision + 0*leaving"}},
-		pkg:   safety, focus: "hole 3|hole 4",
-	},
-	{
-		name: "token-below-leaving-holder", guard: "a new holder's token is above the tokens of the holders leaving in the same write",
-		edits: []edit{
-			{tokens, "return max(prev+1, revision, leaving+1)", "return max(prev+1, revision, 0*leaving)"},
-			{decide, "again = unknown && newHolder\n", "again = false && unknown && newHolder\n"},
-		},
-		pkg: safety, focus: "hole 3",
-	},
-	{
-		name: "overlay-exact-version", guard: "the overlay serves our write over any older cached version",
-		edits: []edit{{overlay, "return c != 0 && w != 0 && c < w", "return c != 0 && w != 0 && c == w-1"}},
-		pkg:   safety, focus: "hole 2",
-	},
-	{
-		name: "deleting-holder-unwritten", guard: "a holder whose object is being deleted is written Released first",
-		edits: []edit{{decide, "	case req.DeletionTimestamp != nil:\n", "	case req.DeletionTimestamp != nil && false:\n"}},
-		pkg:   safety, focus: "hole 5",
-	},
-	{
-		name: "no-live-freeze-check", guard: "the CommandLocks are read live before a commanded request holds",
-		edits: []edit{{controller, "	if len(commands) == 0 {\n", "	if len(commands) >= 0 {\n"}},
-		pkg:   safety, focus: "hole 6",
-	},
-	{
-		name: "live-freeze-check-without-all", guard: "the live freeze check also reads the CommandLock that freezes every command",
-		edits: []edit{{controller, "	live := map[string]bool{locksv1.CommandAll: true}\n", "	live := map[string]bool{}\n"}},
-		pkg:   safety, focus: "hole 6",
-	},
-	{
-		name: "drained-from-cache", guard: "Drained is confirmed by a live ProjectLock list",
-		edits: []edit{{commands, "		granting, err := r.granting(ctx, &cl)\n", "		granting, err := 0, error(nil)\n"}},
-		pkg:   safety, focus: "live ProjectLock list",
-	},
-	{
-		name: "fifo-by-clock", guard: "queues order by the API server's order (creation, arrival revision), not queuedAt",
-		edits: []edit{{order, "	if c := a.req.CreationTimestamp.Compare(b.req.CreationTimestamp.Time); c != 0 {\n\t\treturn c\n\t}\n\tif a.ticket != b.ticket {",
-			"	if c := a.arrival.Compare(b.arrival); c != 0 {\n\t\treturn c\n\t}\n\tif a.ticket != b.ticket {"}},
-		pkg: safety, focus: "hole 7",
-	},
-	{
-		name: "no-live-holder-read", guard: "a holder missing from the cache is looked up live before its key moves on",
-		edits: []edit{{controller, "			if byUID[uid] {\n", "			if true || byUID[uid] {\n"}},
-		pkg:   safety, focus: "live holder read",
-	},
-	{
-		name: "no-live-holder-read-controller", guard: "the same live holder read, seen by the controller suite (a cache without the holder)",
-		edits: []edit{{controller, "			if byUID[uid] {\n", "			if true || byUID[uid] {\n"}},
-		pkg:   controls, focus: "the live holder read\\)",
-	},
-	{
-		name: "no-live-lease-read", guard: "a holder Lease the cache shows lapsed is read live before its holder is released",
-		edits: []edit{{leases, "if st := judgeLease(key, &lease, now); st.lost == \"\" {", "if st := judgeLease(key, &lease, now); true || st.lost == \"\" {"}},
-		pkg:   controls, focus: "live Lease read",
-	},
-	{
-		name: "drained-holder-from-cache", guard: "a ProjectLock holder missing from the cache is read live before Drained is said",
-		edits: []edit{{commands, "			if lr == nil {\n", "			if lr == nil {\n\t\t\t\tcontinue\n"}},
-		pkg:   controls, focus: "live holder read of Drained",
-	},
-	{
-		name: "deadlock-victim-moved-on", guard: "a deadlock victim is failed only while it still waits (read after the snapshot)",
-		edits: []edit{{detector, "	if lr.Status.Phase != locksv1.PhasePending {\n", "	if false && lr.Status.Phase != locksv1.PhasePending {\n"}},
-		pkg:   controls, focus: "victim's phase check",
-	},
-	{
-		name: "deadlock-edge-to-departed-holder", guard: "a ProjectLock's holder counts for the wait-for graph only while one of its requests is live",
-		edits: []edit{{detector, "			if live[r.UID] {\n", "			if true || live[r.UID] {\n"}},
-		pkg:   controls, focus: "run:TestWaitsFor",
-	},
-	{
-		name: "deadlock-skip-with-waiters-behind", guard: "a new wait with someone queued behind it is checked for cycles",
-		edits: []edit{{detector, "	if !last {\n\t\treturn false\n\t}\n", ""}},
-		pkg:   controls, focus: "run:TestCannotCloseCycle",
-	},
-	{
-		name: "deadlock-skip-while-holding", guard: "a new wait whose request holds a key is checked for cycles",
-		edits: []edit{{detector, "		if l.Held {\n", "		if false && l.Held {\n"}},
-		pkg:   controls, focus: "run:TestCannotCloseCycle",
-	},
-	{
-		name: "no-live-projectlock-read", guard: "a claimant the cached ProjectLock does not list is checked against the live one",
-		edits: []edit{{controller, "if claims && !listsAllClaimants(in.Lock, in.Requests, req.Name) {", "if false && claims && !listsAllClaimants(in.Lock, in.Requests, req.Name) {"}},
-		pkg:   safety, focus: "live ProjectLock read",
-	},
-	{
-		name: "no-reissue", guard: "an unconfirmed grant is written only after a ProjectLock write of the same decision",
-		edits: []edit{{decide, "			reissue = true\n", ""}},
-		pkg:   "./internal/queue/", focus: "run:TestDecideUnconfirmedGrant|TestDecideRandomized",
-	},
-	{
-		name: "no-demotion", guard: "an unconfirmed grant frozen since is taken back before the ProjectLock drops it",
-		edits: []edit{{decide, "			if e.frozen != nil {\n\t\t\t\te.heldHere, e.demoted = false, true\n\t\t\t\tcontinue\n\t\t\t}\n", ""}},
-		pkg:   safety, focus: "demotion",
-	},
-	{
-		name: "again-drops-demotions", guard: "the Again split writes its demotions before the ProjectLock drops them",
-		edits: []edit{{tokens, "	d := Decision{Again: true, Demote: demote}\n", "	d := Decision{Again: true}\n\t_ = demote\n"}},
-		pkg:   "./internal/queue/", focus: "run:TestDecideUnconfirmedGrant",
-	},
-	{
-		name: "demotion-skipped-when-unchanged", guard: "a demotion is written even when its status is the one read",
-		edits: []edit{{decide, "		if equalStatus(e.req.Status, st) && !e.demoted {\n", "		if equalStatus(e.req.Status, st) {\n"}},
-		pkg:   "./internal/queue/", focus: "run:TestDecideDemotesEvenWhenUnchanged",
-	},
-	{
-		name: "finish-after-projectlock", guard: "outgoing holders are written final before the ProjectLock moves on",
-		edits: []edit{
-			{controller, "	for _, u := range d.Finish {\n\t\tif err := r.writeRequest(ctx, req.NamespacedName, u); err != nil {\n\t\t\treturn r.retry(err, \"finish lockrequest %s\", u.Request.Name)",
-				"	for _, u := range d.Finish[:0] {\n\t\tif err := r.writeRequest(ctx, req.NamespacedName, u); err != nil {\n\t\t\treturn r.retry(err, \"finish lockrequest %s\", u.Request.Name)"},
-			{controller, "		r.overlay.wroteLock(lock, r.clock.Now())\n\t}\n\n\tif d.Again {",
-				"		r.overlay.wroteLock(lock, r.clock.Now())\n\t}\n\tfor _, u := range d.Finish {\n\t\tif err := r.writeRequest(ctx, req.NamespacedName, u); err != nil {\n\t\t\treturn r.retry(err, \"finish lockrequest %s\", u.Request.Name)\n\t\t}\n\t}\n\n\tif d.Again {"},
-		},
-		pkg: safety, focus: "write order",
-	},
+	{name: "no-finalizer", pkg: safety, focus: "hole 1", guard: "ProjectLocks carry the release-holders finalizer (created with it, older ones given it)", edits: []edit{
+		{controller, "	lock.Finalizers = []string{locksv1.ReleaseHoldersFinalizer}\n", ""},
+		{controller, "if in.Lock.DeletionTimestamp == nil && !slices.Contains(", "if false && !slices.Contains("},
+	}},
+	{name: "counter-token", pkg: safety, focus: "hole 3|hole 4", guard: "a grant's token is the ProjectLock's resourceVersion", edits: []edit{{tokens, "return max(prev+1, revision, leaving+1)", "return prev + 1 + 0*revision + 0*leaving"}}},
+	{name: "token-below-leaving-holder", pkg: safety, focus: "hole 3", guard: "a new holder's token is above the tokens of the holders leaving in the same write", edits: []edit{
+		{tokens, "return max(prev+1, revision, leaving+1)", "return max(prev+1, revision, 0*leaving)"},
+		{decide, "again = unknown && newHolder\n", "again = false && unknown && newHolder\n"},
+	}},
+	{name: "overlay-exact-version", pkg: safety, focus: "hole 2", guard: "the overlay serves our write over any older cached version", edits: []edit{{overlay, "return c != 0 && w != 0 && c < w", "return c != 0 && w != 0 && c == w-1"}}},
+	{name: "deleting-holder-unwritten", pkg: safety, focus: "hole 5", guard: "a holder whose object is being deleted is written Released first", edits: []edit{{decide, "	case req.DeletionTimestamp != nil:\n", "	case req.DeletionTimestamp != nil && false:\n"}}},
+	{name: "no-live-freeze-check", pkg: safety, focus: "hole 6", guard: "the CommandLocks are read live before a commanded request holds", edits: []edit{{controller, "	if len(commands) == 0 {\n", "	if len(commands) >= 0 {\n"}}},
+	{name: "live-freeze-check-without-all", pkg: safety, focus: "hole 6", guard: "the live freeze check also reads the CommandLock that freezes every command", edits: []edit{{controller, "	live := map[string]bool{locksv1.CommandAll: true}\n", "	live := map[string]bool{}\n"}}},
+	{name: "drained-from-cache", pkg: safety, focus: "live ProjectLock list", guard: "Drained is confirmed by a live ProjectLock list", edits: []edit{{commands, "		granting, err := r.granting(ctx, &cl)\n", "		granting, err := 0, error(nil)\n"}}},
+	{name: "fifo-by-clock", pkg: safety, focus: "hole 7", guard: "queues order by the API server's order (creation, arrival revision), not queuedAt", edits: []edit{{order, "	if c := a.req.CreationTimestamp.Compare(b.req.CreationTimestamp.Time); c != 0 {\n\t\treturn c\n\t}\n\tif a.ticket != b.ticket {", "	if c := a.arrival.Compare(b.arrival); c != 0 {\n\t\treturn c\n\t}\n\tif a.ticket != b.ticket {"}}},
+	{name: "no-live-holder-read", pkg: safety, focus: "live holder read", guard: "a holder missing from the cache is looked up live before its key moves on", edits: []edit{{controller, "			if byUID[uid] {\n", "			if true || byUID[uid] {\n"}}},
+	{name: "no-live-holder-read-controller", pkg: controls, focus: "the live holder read\\)", guard: "the same live holder read, seen by the controller suite (a cache without the holder)", edits: []edit{{controller, "			if byUID[uid] {\n", "			if true || byUID[uid] {\n"}}},
+	{name: "no-live-lease-read", pkg: controls, focus: "live Lease read", guard: "a holder Lease the cache shows lapsed is read live before its holder is released", edits: []edit{{leases, "if st := judgeLease(key, &lease, now); st.lost == \"\" {", "if st := judgeLease(key, &lease, now); true || st.lost == \"\" {"}}},
+	{name: "drained-holder-from-cache", pkg: controls, focus: "live holder read of Drained", guard: "a ProjectLock holder missing from the cache is read live before Drained is said", edits: []edit{{commands, "			if lr == nil {\n", "			if lr == nil {\n\t\t\t\tcontinue\n"}}},
+	{name: "deadlock-victim-moved-on", pkg: controls, focus: "victim's phase check", guard: "a deadlock victim is failed only while it still waits (read after the snapshot)", edits: []edit{{detector, "	if lr.Status.Phase != locksv1.PhasePending {\n", "	if false && lr.Status.Phase != locksv1.PhasePending {\n"}}},
+	{name: "deadlock-edge-to-departed-holder", pkg: controls, focus: "run:TestWaitsFor", guard: "a ProjectLock's holder counts for the wait-for graph only while one of its requests is live", edits: []edit{{detector, "			if live[r.UID] {\n", "			if true || live[r.UID] {\n"}}},
+	{name: "deadlock-skip-with-waiters-behind", pkg: controls, focus: "run:TestCannotCloseCycle", guard: "a new wait with someone queued behind it is checked for cycles", edits: []edit{{detector, "	if !last {\n\t\treturn false\n\t}\n", ""}}},
+	{name: "deadlock-skip-while-holding", pkg: controls, focus: "run:TestCannotCloseCycle", guard: "a new wait whose request holds a key is checked for cycles", edits: []edit{{detector, "		if l.Held {\n", "		if false && l.Held {\n"}}},
+	{name: "no-live-projectlock-read", pkg: safety, focus: "live ProjectLock read", guard: "a claimant the cached ProjectLock does not list is checked against the live one", edits: []edit{{controller, "if claims && !listsAllClaimants(in.Lock, in.Requests, req.Name) {", "if false && claims && !listsAllClaimants(in.Lock, in.Requests, req.Name) {"}}},
+	{name: "no-reissue", pkg: "./internal/queue/", focus: "run:TestDecideUnconfirmedGrant|TestDecideRandomized", guard: "an unconfirmed grant is written only after a ProjectLock write of the same decision", edits: []edit{{decide, "			reissue = true\n", ""}}},
+	{name: "no-demotion", pkg: safety, focus: "demotion", guard: "an unconfirmed grant frozen since is taken back before the ProjectLock drops it", edits: []edit{{decide, "			if e.frozen != nil {\n\t\t\t\te.heldHere, e.demoted = false, true\n\t\t\t\tcontinue\n\t\t\t}\n", ""}}},
+	{name: "again-drops-demotions", pkg: "./internal/queue/", focus: "run:TestDecideUnconfirmedGrant", guard: "the Again split writes its demotions before the ProjectLock drops them", edits: []edit{{tokens, "	d := Decision{Again: true, Demote: demote}\n", "	d := Decision{Again: true}\n\t_ = demote\n"}}},
+	{name: "demotion-skipped-when-unchanged", pkg: "./internal/queue/", focus: "run:TestDecideDemotesEvenWhenUnchanged", guard: "a demotion is written even when its status is the one read", edits: []edit{{decide, "		if equalStatus(e.req.Status, st) && !e.demoted {\n", "		if equalStatus(e.req.Status, st) {\n"}}},
+	{name: "finish-after-projectlock", pkg: safety, focus: "write order", guard: "outgoing holders are written final before the ProjectLock moves on", edits: []edit{
+		{controller, "	for _, u := range d.Finish {\n\t\tif err := r.writeRequest(ctx, req.NamespacedName, u); err != nil {\n\t\t\treturn r.retry(err, \"finish lockrequest %s\", u.Request.Name)", "	for _, u := range d.Finish[:0] {\n\t\tif err := r.writeRequest(ctx, req.NamespacedName, u); err != nil {\n\t\t\treturn r.retry(err, \"finish lockrequest %s\", u.Request.Name)"},
+		{controller, "		r.overlay.wroteLock(lock, r.clock.Now())\n\t}\n\n\tif d.Again {", "		r.overlay.wroteLock(lock, r.clock.Now())\n\t}\n\tfor _, u := range d.Finish {\n\t\tif err := r.writeRequest(ctx, req.NamespacedName, u); err != nil {\n\t\t\treturn r.retry(err, \"finish lockrequest %s\", u.Request.Name)\n\t\t}\n\t}\n\n\tif d.Again {"},
+	}},
 }
 
 func main() {

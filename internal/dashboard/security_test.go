@@ -86,6 +86,16 @@ func TestURL(t *testing.T) {
 	}
 }
 
+// newRequest is a request to target on host, with headers.
+func newRequest(method, target, host string, headers map[string]string) *http.Request {
+	r := httptest.NewRequest(method, target, nil)
+	r.Host = host
+	for k, v := range headers {
+		r.Header.Set(k, v)
+	}
+	return r
+}
+
 func TestGuard(t *testing.T) {
 	g := guard{token: "secret", loopback: true}
 	type want struct{ Host, Token, Origin bool }
@@ -96,74 +106,23 @@ func TestGuard(t *testing.T) {
 		headers map[string]string
 		want    want
 	}{
-		"the page's own action": {
-			method: "POST", target: "/api/release", host: "127.0.0.1:8001",
-			headers: map[string]string{TokenHeader: "secret", "Origin": "http://127.0.0.1:8001", "Sec-Fetch-Site": "same-origin"},
-			want:    want{Host: true, Token: true, Origin: true},
-		},
-		"the token in the query (the event stream)": {
-			method: "GET", target: "/api/stream?token=secret", host: "localhost:8001",
-			want: want{Host: true, Token: true},
-		},
-		"IPv6 loopback": {
-			method: "POST", target: "/api/thaw", host: "[::1]:8001",
-			headers: map[string]string{TokenHeader: "secret", "Origin": "http://[::1]:8001"},
-			want:    want{Host: true, Token: true, Origin: true},
-		},
-		"no token": {
-			method: "GET", target: "/api/stream", host: "127.0.0.1:8001",
-			want: want{Host: true},
-		},
-		"a wrong token": {
-			method: "GET", target: "/api/stream?token=secreT", host: "127.0.0.1:8001",
-			want: want{Host: true},
-		},
-		"a prefix of the token": {
-			method: "GET", target: "/api/stream?token=secre", host: "127.0.0.1:8001",
-			want: want{Host: true},
-		},
-		"DNS rebinding: a foreign name for loopback": {
-			method: "GET", target: "/?token=secret", host: "evil.example:8001",
-			want: want{Token: true},
-		},
-		"a cross-site form post": {
-			method: "POST", target: "/api/force-unlock?token=secret", host: "127.0.0.1:8001",
-			headers: map[string]string{"Origin": "https://evil.example", "Sec-Fetch-Site": "cross-site"},
-			want:    want{Host: true, Token: true},
-		},
-		"another local port is another origin": {
-			method: "POST", target: "/api/freeze", host: "127.0.0.1:8001",
-			headers: map[string]string{TokenHeader: "secret", "Origin": "http://127.0.0.1:9999"},
-			want:    want{Host: true, Token: true},
-		},
-		"https is another origin": {
-			method: "POST", target: "/api/freeze", host: "127.0.0.1:8001",
-			headers: map[string]string{TokenHeader: "secret", "Origin": "https://127.0.0.1:8001"},
-			want:    want{Host: true, Token: true},
-		},
-		"no Origin at all": {
-			method: "POST", target: "/api/freeze", host: "127.0.0.1:8001",
-			headers: map[string]string{TokenHeader: "secret"},
-			want:    want{Host: true, Token: true},
-		},
-		"a sandboxed frame's null Origin": {
-			method: "POST", target: "/api/freeze", host: "127.0.0.1:8001",
-			headers: map[string]string{TokenHeader: "secret", "Origin": "null"},
-			want:    want{Host: true, Token: true},
-		},
-		"same Origin but a same-site, not same-origin, fetch": {
-			method: "POST", target: "/api/freeze", host: "127.0.0.1:8001",
-			headers: map[string]string{TokenHeader: "secret", "Origin": "http://127.0.0.1:8001", "Sec-Fetch-Site": "same-site"},
-			want:    want{Host: true, Token: true},
-		},
+		"the page's own action":                               {method: "POST", target: "/api/release", host: "127.0.0.1:8001", headers: map[string]string{TokenHeader: "secret", "Origin": "http://127.0.0.1:8001", "Sec-Fetch-Site": "same-origin"}, want: want{Host: true, Token: true, Origin: true}},
+		"the token in the query (the event stream)":           {method: "GET", target: "/api/stream?token=secret", host: "localhost:8001", want: want{Host: true, Token: true}},
+		"IPv6 loopback":                                       {method: "POST", target: "/api/thaw", host: "[::1]:8001", headers: map[string]string{TokenHeader: "secret", "Origin": "http://[::1]:8001"}, want: want{Host: true, Token: true, Origin: true}},
+		"no token":                                            {method: "GET", target: "/api/stream", host: "127.0.0.1:8001", want: want{Host: true}},
+		"a wrong token":                                       {method: "GET", target: "/api/stream?token=secreT", host: "127.0.0.1:8001", want: want{Host: true}},
+		"a prefix of the token":                               {method: "GET", target: "/api/stream?token=secre", host: "127.0.0.1:8001", want: want{Host: true}},
+		"DNS rebinding: a foreign name for loopback":          {method: "GET", target: "/?token=secret", host: "evil.example:8001", want: want{Token: true}},
+		"a cross-site form post":                              {method: "POST", target: "/api/force-unlock?token=secret", host: "127.0.0.1:8001", headers: map[string]string{"Origin": "https://evil.example", "Sec-Fetch-Site": "cross-site"}, want: want{Host: true, Token: true}},
+		"another local port is another origin":                {method: "POST", target: "/api/freeze", host: "127.0.0.1:8001", headers: map[string]string{TokenHeader: "secret", "Origin": "http://127.0.0.1:9999"}, want: want{Host: true, Token: true}},
+		"https is another origin":                             {method: "POST", target: "/api/freeze", host: "127.0.0.1:8001", headers: map[string]string{TokenHeader: "secret", "Origin": "https://127.0.0.1:8001"}, want: want{Host: true, Token: true}},
+		"no Origin at all":                                    {method: "POST", target: "/api/freeze", host: "127.0.0.1:8001", headers: map[string]string{TokenHeader: "secret"}, want: want{Host: true, Token: true}},
+		"a sandboxed frame's null Origin":                     {method: "POST", target: "/api/freeze", host: "127.0.0.1:8001", headers: map[string]string{TokenHeader: "secret", "Origin": "null"}, want: want{Host: true, Token: true}},
+		"same Origin but a same-site, not same-origin, fetch": {method: "POST", target: "/api/freeze", host: "127.0.0.1:8001", headers: map[string]string{TokenHeader: "secret", "Origin": "http://127.0.0.1:8001", "Sec-Fetch-Site": "same-site"}, want: want{Host: true, Token: true}},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			r := httptest.NewRequest(tc.method, tc.target, nil)
-			r.Host = tc.host
-			for k, v := range tc.headers {
-				r.Header.Set(k, v)
-			}
+			r := newRequest(tc.method, tc.target, tc.host, tc.headers)
 			got := want{Host: g.hostAllowed(r), Token: g.tokenValid(r), Origin: originAllowed(r)}
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("(-want +got):\n%s", diff)
@@ -213,11 +172,7 @@ func TestServeHTTP(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			r := httptest.NewRequest(tc.method, tc.target, nil)
-			r.Host = tc.host
-			for k, v := range tc.headers {
-				r.Header.Set(k, v)
-			}
+			r := newRequest(tc.method, tc.target, tc.host, tc.headers)
 			rec := httptest.NewRecorder()
 			s.ServeHTTP(rec, r)
 			if rec.Code != tc.wantCode || !strings.Contains(rec.Body.String(), tc.wantBody) {

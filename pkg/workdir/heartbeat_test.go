@@ -330,6 +330,24 @@ func TestHeartbeatWaitsForAnotherHoldersLease(t *testing.T) {
 	}
 }
 
+// running is a Heartbeat whose Run is running, with its own fake clock, Lease store and guards.
+type running struct {
+	clk    *testingclock.FakeClock
+	store  *memStore
+	hb     *Heartbeat
+	cancel func()
+	done   <-chan error
+}
+
+// startHeartbeat makes a Heartbeat on a new store and runs it until its first renewal.
+func startHeartbeat(t *testing.T) running {
+	t.Helper()
+	r := running{clk: testingclock.NewFakeClock(t0), store: newMemStore()}
+	r.hb = newTestHeartbeat(t, r.store, NewGuards(WithClock(r.clk)), r.clk)
+	r.cancel, r.done = runHeartbeat(t, r.hb, r.store, r.clk)
+	return r
+}
+
 // runHeartbeat starts Run and waits until it has written the Lease and sleeps on its timer.
 func runHeartbeat(t *testing.T, hb *Heartbeat, store *memStore, clk *testingclock.FakeClock) (cancel func(), done <-chan error) {
 	t.Helper()
@@ -378,31 +396,24 @@ func TestHeartbeatRunRenewsAndGivesUp(t *testing.T) {
 }
 
 func TestHeartbeatGiveUpSparesAnotherHoldersLease(t *testing.T) {
-	clk := testingclock.NewFakeClock(t0)
-	store := newMemStore()
-	hb := newTestHeartbeat(t, store, NewGuards(WithClock(clk)), clk)
-	cancel, done := runHeartbeat(t, hb, store, clk)
-
-	stolen := store.lease(testLease)
+	r := startHeartbeat(t)
+	stolen := r.store.lease(testLease)
 	stolen.Spec.HolderIdentity = ptr.To("someone-else")
-	store.put(stolen)
-	cancel()
-	if err := <-done; err != nil {
+	r.store.put(stolen)
+	r.cancel()
+	if err := <-r.done; err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	if l := store.lease(testLease); l == nil || *l.Spec.HolderIdentity != "someone-else" {
+	if l := r.store.lease(testLease); l == nil || *l.Spec.HolderIdentity != "someone-else" {
 		t.Errorf("another holder's Lease was deleted: %v", l)
 	}
 }
 
 func TestHeartbeatGiveUpReportsFailure(t *testing.T) {
-	clk := testingclock.NewFakeClock(t0)
-	store := newMemStore()
-	hb := newTestHeartbeat(t, store, NewGuards(WithClock(clk)), clk)
-	cancel, done := runHeartbeat(t, hb, store, clk)
-	store.setFail(errAPIDown)
-	cancel()
-	if err := <-done; !errors.Is(err, errAPIDown) {
+	r := startHeartbeat(t)
+	r.store.setFail(errAPIDown)
+	r.cancel()
+	if err := <-r.done; !errors.Is(err, errAPIDown) {
 		t.Fatalf("Run = %v, want the deletion's failure", err)
 	}
 }
@@ -489,23 +500,20 @@ func TestLeaseNameFor(t *testing.T) {
 
 // TestHeartbeatHealthyIsSafeForConcurrentUse reads the health state while Run writes it.
 func TestHeartbeatHealthyIsSafeForConcurrentUse(t *testing.T) {
-	clk := testingclock.NewFakeClock(t0)
-	store := newMemStore()
-	hb := newTestHeartbeat(t, store, NewGuards(WithClock(clk)), clk)
-	cancel, done := runHeartbeat(t, hb, store, clk)
+	r := startHeartbeat(t)
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		for range 1000 {
-			_ = hb.Healthy()
+			_ = r.hb.Healthy()
 		}
 	})
 	for range 20 {
-		waitFor(t, "the heartbeat to sleep", clk.HasWaiters)
-		clk.Step(5 * time.Second)
+		waitFor(t, "the heartbeat to sleep", r.clk.HasWaiters)
+		r.clk.Step(5 * time.Second)
 	}
 	wg.Wait()
-	cancel()
-	if err := <-done; err != nil {
+	r.cancel()
+	if err := <-r.done; err != nil {
 		t.Fatal(err)
 	}
 }

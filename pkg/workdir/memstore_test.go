@@ -43,6 +43,23 @@ func (s *memStore) record(call string) error {
 	return s.fail
 }
 
+// stored records the call and returns the Lease stored at key: the injected failure, or
+// NotFound when there is none. Callers hold s.mu.
+func (s *memStore) stored(call string, key types.NamespacedName) (*coordinationv1.Lease, error) {
+	if err := s.record(call); err != nil {
+		return nil, err
+	}
+	l, ok := s.leases[key]
+	if !ok {
+		return nil, apierrors.NewNotFound(leasesResource, key.Name)
+	}
+	return l, nil
+}
+
+func keyOf(l *coordinationv1.Lease) types.NamespacedName {
+	return types.NamespacedName{Namespace: l.Namespace, Name: l.Name}
+}
+
 func (s *memStore) takeCalls() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -59,12 +76,9 @@ func (s *memStore) nextRV() string {
 func (s *memStore) get(_ context.Context, key types.NamespacedName) (*coordinationv1.Lease, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := s.record("get"); err != nil {
+	l, err := s.stored("get", key)
+	if err != nil {
 		return nil, err
-	}
-	l, ok := s.leases[key]
-	if !ok {
-		return nil, apierrors.NewNotFound(leasesResource, key.Name)
 	}
 	return l.DeepCopy(), nil
 }
@@ -75,7 +89,7 @@ func (s *memStore) create(_ context.Context, lease *coordinationv1.Lease) error 
 	if err := s.record("create"); err != nil {
 		return err
 	}
-	key := types.NamespacedName{Namespace: lease.Namespace, Name: lease.Name}
+	key := keyOf(lease)
 	if _, ok := s.leases[key]; ok {
 		return apierrors.NewAlreadyExists(leasesResource, key.Name)
 	}
@@ -88,38 +102,30 @@ func (s *memStore) create(_ context.Context, lease *coordinationv1.Lease) error 
 func (s *memStore) update(_ context.Context, lease *coordinationv1.Lease) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := s.record("update"); err != nil {
+	cur, err := s.stored("update", keyOf(lease))
+	if err != nil {
 		return err
 	}
-	key := types.NamespacedName{Namespace: lease.Namespace, Name: lease.Name}
-	cur, ok := s.leases[key]
-	if !ok {
-		return apierrors.NewNotFound(leasesResource, key.Name)
-	}
 	if cur.ResourceVersion != lease.ResourceVersion {
-		return apierrors.NewConflict(leasesResource, key.Name, fmt.Errorf("resourceVersion %s is stale, current %s", lease.ResourceVersion, cur.ResourceVersion))
+		return apierrors.NewConflict(leasesResource, lease.Name, fmt.Errorf("resourceVersion %s is stale, current %s", lease.ResourceVersion, cur.ResourceVersion))
 	}
 	lease.ResourceVersion = s.nextRV()
 	lease.UID = cur.UID
-	s.leases[key] = lease.DeepCopy()
+	s.leases[keyOf(lease)] = lease.DeepCopy()
 	return nil
 }
 
 func (s *memStore) delete(_ context.Context, lease *coordinationv1.Lease) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := s.record("delete"); err != nil {
+	cur, err := s.stored("delete", keyOf(lease))
+	if err != nil {
 		return err
 	}
-	key := types.NamespacedName{Namespace: lease.Namespace, Name: lease.Name}
-	cur, ok := s.leases[key]
-	if !ok {
-		return apierrors.NewNotFound(leasesResource, key.Name)
-	}
 	if cur.UID != lease.UID || cur.ResourceVersion != lease.ResourceVersion {
-		return apierrors.NewConflict(leasesResource, key.Name, errors.New("precondition failed"))
+		return apierrors.NewConflict(leasesResource, lease.Name, errors.New("precondition failed"))
 	}
-	delete(s.leases, key)
+	delete(s.leases, keyOf(lease))
 	return nil
 }
 
@@ -138,7 +144,7 @@ func (s *memStore) put(lease *coordinationv1.Lease) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	l := lease.DeepCopy()
-	key := types.NamespacedName{Namespace: l.Namespace, Name: l.Name}
+	key := keyOf(l)
 	if cur, ok := s.leases[key]; ok {
 		l.UID = cur.UID
 	} else if l.UID == "" {

@@ -15,6 +15,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -164,10 +165,7 @@ func rbacView(o object, rename func(string) string) map[string]any {
 		}
 	}
 	if ref, ok := o["roleRef"].(map[string]any); ok {
-		r := map[string]any{}
-		for k, val := range ref {
-			r[k] = val
-		}
+		r := maps.Clone(ref)
 		r["name"] = rename(r["name"].(string))
 		v["roleRef"] = r
 	}
@@ -221,24 +219,30 @@ func rbacObjects(objs []object, namespace string, rename func(string) string) ma
 	return out
 }
 
+// releases are the installs under which the chart must match kustomize: the names kustomize
+// gives, and another release in another namespace, whose names rename derives from kustomize's.
+var releases = map[string]struct {
+	release, namespace string
+	rename             func(string) string
+}{
+	// `helm install turnstile -n turnstile-system`: the names of config/default.
+	"release turnstile": {"turnstile", "turnstile-system", sameName},
+	"another release and namespace": {"locks", "platform", func(s string) string {
+		return "locks-" + s // "turnstile-manager" -> "locks-turnstile-manager"
+	}},
+}
+
+// sameName renames nothing: the chart's objects already have the names it renders.
+func sameName(s string) string { return s }
+
 // TestRBACMatchesKustomize: the chart grants exactly what config/rbac grants, object for
 // object, under the release's names and in its namespace.
 func TestRBACMatchesKustomize(t *testing.T) {
 	kustomize := kustomizeBuild(t)
-	cases := map[string]struct {
-		release, namespace string
-		rename             func(string) string
-	}{
-		// `helm install turnstile -n turnstile-system`: the names of config/default.
-		"release turnstile": {"turnstile", "turnstile-system", func(s string) string { return s }},
-		"another release and namespace": {"locks", "platform", func(s string) string {
-			return "locks-" + s // "turnstile-manager" -> "locks-turnstile-manager"
-		}},
-	}
-	for name, tc := range cases {
+	for name, tc := range releases {
 		t.Run(name, func(t *testing.T) {
 			want := rbacObjects(kustomize, tc.namespace, tc.rename)
-			got := rbacObjects(render(t, tc.release, tc.namespace), tc.namespace, func(s string) string { return s })
+			got := rbacObjects(render(t, tc.release, tc.namespace), tc.namespace, sameName)
 			if len(want) < 8 {
 				t.Fatalf("kustomize build has %d RBAC objects", len(want))
 			}
@@ -296,18 +300,12 @@ func admissionObjects(objs []object, rename func(string) string) map[string]any 
 	for _, o := range objs {
 		switch {
 		case admissionKinds[o.kind()]:
-			spec := map[string]any{}
-			for k, v := range o["spec"].(map[string]any) {
-				spec[k] = v
-			}
+			spec := maps.Clone(o["spec"].(map[string]any))
 			if p, ok := spec["policyName"].(string); ok {
 				spec["policyName"] = rename(p)
 			}
 			if ref, ok := spec["paramRef"].(map[string]any); ok {
-				r := map[string]any{}
-				for k, v := range ref {
-					r[k] = v
-				}
+				r := maps.Clone(ref)
 				r["name"] = rename(r["name"].(string))
 				spec["paramRef"] = r
 			}
@@ -350,16 +348,7 @@ func sameCEL(v any) any {
 // under the release's names, the params in the release namespace; with it false, none.
 func TestAdmissionMatchesKustomize(t *testing.T) {
 	kustomize := kustomizeBuild(t)
-	cases := map[string]struct {
-		release, namespace string
-		rename             func(string) string
-	}{
-		"release turnstile": {"turnstile", "turnstile-system", func(s string) string { return s }},
-		"another release and namespace": {"locks", "platform", func(s string) string {
-			return "locks-" + s
-		}},
-	}
-	for name, tc := range cases {
+	for name, tc := range releases {
 		t.Run(name, func(t *testing.T) {
 			want := admissionObjects(kustomize, tc.rename)
 			// kustomize's params live in turnstile-system; the chart's in the release namespace,
@@ -378,17 +367,17 @@ func TestAdmissionMatchesKustomize(t *testing.T) {
 			if len(want) != 15 {
 				t.Fatalf("kustomize build has %d admission objects, want 15 (7 policies, 7 bindings, 1 ConfigMap)", len(want))
 			}
-			got := admissionObjects(render(t, tc.release, tc.namespace), func(s string) string { return s })
+			got := admissionObjects(render(t, tc.release, tc.namespace), sameName)
 			if diff := cmp.Diff(sameCEL(want), sameCEL(got)); diff != "" {
 				t.Errorf("the chart's admission policies differ from config/admission and config/labels (-kustomize +chart):\n%s", diff)
 			}
 		})
 	}
-	if got := admissionObjects(render(t, "turnstile", "turnstile-system", "--set", "admissionPolicies.enabled=false"), func(s string) string { return s }); len(got) != 0 {
+	if got := admissionObjects(render(t, "turnstile", "turnstile-system", "--set", "admissionPolicies.enabled=false"), sameName); len(got) != 0 {
 		t.Errorf("admissionPolicies.enabled=false still renders %d admission objects", len(got))
 	}
 	params := render(t, "turnstile", "turnstile-system", "--set", "admissionPolicies.maxPriority=Critical")
-	if got := admissionObjects(params, func(s string) string { return s })["ConfigMap turnstile-system/turnstile-admission"]; !cmp.Equal(got, map[string]any{"maxPriority": "Critical"}) {
+	if got := admissionObjects(params, sameName)["ConfigMap turnstile-system/turnstile-admission"]; !cmp.Equal(got, map[string]any{"maxPriority": "Critical"}) {
 		t.Errorf("admissionPolicies.maxPriority=Critical: params data %v", got)
 	}
 }

@@ -86,12 +86,18 @@ func queued(pos int, request, who string, prio locksv1.Priority, of int) waiter 
 		Reason: locksv1.ReasonQueued, Message: locksv1.ReasonQueued + " " + msg}
 }
 
+// adminPage starts the harness, makes a namespace from prefix and opens the admin's page on it.
+func adminPage(t *testing.T, prefix string) (*harness, string, *page) {
+	t.Helper()
+	h := setup(t)
+	ns := h.namespace(t, prefix)
+	return h, ns, h.open(t, h.adminURL, ns)
+}
+
 // TestLiveQueue: a key's holder and queue follow creates, a release and a hand-off, without a
 // reload.
 func TestLiveQueue(t *testing.T) {
-	h := setup(t)
-	ns := h.namespace(t, "dash-queue")
-	p := h.open(t, h.adminURL, ns)
+	h, ns, p := adminPage(t, "dash-queue")
 	id := keyID(ns, "modules/vpc")
 	at := func(what string) string { return fmt.Sprintf("T.%s(%s)", what, jsString(id)) }
 
@@ -238,9 +244,7 @@ func TestRequesterSeesRBAC(t *testing.T) {
 // TestFreezeDraining: an admin freezes apply from the page while an apply holds a lock; the page
 // shows the freeze draining, a frozen waiter, then Drained, and thaws it.
 func TestFreezeDraining(t *testing.T) {
-	h := setup(t)
-	ns := h.namespace(t, "dash-freeze")
-	p := h.open(t, h.adminURL, ns)
+	h, ns, p := adminPage(t, "dash-freeze")
 	request(t, h.admin, wrappers.MakeLockRequest("apply-300", ns).Lock(repo, "prod/network", "default").Owner("alice", 300).Command("apply"))
 	waitPhase(t, h.admin, ns, "apply-300", locksv1.PhaseGranted)
 	p.expect("no freeze yet", `T.text(document.getElementById('no-freezes'))`, "No command is frozen.")
@@ -276,9 +280,7 @@ func TestFreezeDraining(t *testing.T) {
 // TestDeadlock: two identities each hold what the other asks for; the page shows the victim
 // leave the queue and the deadlock in the recent events.
 func TestDeadlock(t *testing.T) {
-	h := setup(t)
-	ns := h.namespace(t, "dash-deadlock")
-	p := h.open(t, h.adminURL, ns)
+	h, ns, p := adminPage(t, "dash-deadlock")
 	mk := func(name, owner string, pull int64, path string) {
 		request(t, h.admin, wrappers.MakeLockRequest(name, ns).Lock(repo, path, "default").Owner(owner, pull))
 	}
@@ -303,9 +305,7 @@ func TestDeadlock(t *testing.T) {
 // TestEscaping: what users write (a freeze's reason, a holder's owner and url) is shown as
 // text, never run as markup.
 func TestEscaping(t *testing.T) {
-	h := setup(t)
-	ns := h.namespace(t, "dash-escape")
-	p := h.open(t, h.adminURL, ns)
+	h, ns, p := adminPage(t, "dash-escape")
 	owner := `<img src=x onerror="window.__xss=1">`
 	url := `https://example.com/pull/1?q="><script>window.__xss=2</script>`
 	request(t, h.admin, wrappers.MakeLockRequest("xss", ns).Lock(repo, "xss", "default").Owner(owner, 1).URL(url))

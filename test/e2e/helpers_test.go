@@ -11,11 +11,11 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
-	"text/template"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	"sigs.k8s.io/yaml"
 )
 
 // kubectlTimeout bounds every kubectl call; `kubectl wait --timeout=...` stays below it.
@@ -212,44 +212,35 @@ type lockRequest struct {
 	WaitTimeout string
 }
 
-var lockRequestTemplate = template.Must(template.New("lr").Parse(`apiVersion: locks.turnstile.dev/v1alpha1
-kind: LockRequest
-metadata:
-  name: {{.Name}}
-spec:
-  locks:
-  - repo: {{printf "%q" .Repo}}
-{{- if .Path}}
-    path: {{printf "%q" .Path}}
-{{- end}}
-{{- if .Workspace}}
-    workspace: {{printf "%q" .Workspace}}
-{{- end}}
-  holder:
-    owner: {{printf "%q" .Owner}}
-{{- if .Pull}}
-    pull: {{.Pull}}
-{{- end}}
-{{- if .Command}}
-  command: {{.Command}}
-{{- end}}
-{{- if .Priority}}
-  priority: {{.Priority}}
-{{- end}}
-{{- if .TTL}}
-  ttl: {{printf "%q" .TTL}}
-{{- end}}
-{{- if .WaitTimeout}}
-  waitTimeout: {{printf "%q" .WaitTimeout}}
-{{- end}}
-`))
-
 func (r lockRequest) YAML() string {
-	var b bytes.Buffer
-	if err := lockRequestTemplate.Execute(&b, r); err != nil {
+	lock := map[string]any{"repo": r.Repo}
+	setUnlessZero(lock, "path", r.Path)
+	setUnlessZero(lock, "workspace", r.Workspace)
+	holder := map[string]any{"owner": r.Owner}
+	setUnlessZero(holder, "pull", r.Pull)
+	spec := map[string]any{"locks": []any{lock}, "holder": holder}
+	setUnlessZero(spec, "command", r.Command)
+	setUnlessZero(spec, "priority", r.Priority)
+	setUnlessZero(spec, "ttl", r.TTL)
+	setUnlessZero(spec, "waitTimeout", r.WaitTimeout)
+	out, err := yaml.Marshal(map[string]any{
+		"apiVersion": "locks.turnstile.dev/v1alpha1",
+		"kind":       "LockRequest",
+		"metadata":   map[string]any{"name": r.Name},
+		"spec":       spec,
+	})
+	if err != nil {
 		panic(err)
 	}
-	return b.String()
+	return string(out)
+}
+
+// setUnlessZero sets m[key] to v unless v is its type's zero value: a field a user would leave out.
+func setUnlessZero[T comparable](m map[string]any, key string, v T) {
+	var zero T
+	if v != zero {
+		m[key] = v
+	}
 }
 
 // stderrOf is the stderr of a failed kubectl run.

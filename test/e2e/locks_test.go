@@ -12,6 +12,18 @@ import (
 
 func sample(name string) string { return filepath.Join(repoRoot, "config", "samples", name) }
 
+// holderAndWaiter applies the two sample LockRequests: plan-pr-100 granted, then plan-pr-101
+// queued behind it. It returns plan-pr-100's fencing token.
+func holderAndWaiter(ns string) int64 {
+	GinkgoHelper()
+	mustKubectl("apply", "-n", ns, "-f", sample("locks_v1alpha1_lockrequest.yaml"))
+	waitGranted(ns, "plan-pr-100", 20*time.Second)
+	token100 := token(ns, "plan-pr-100")
+	mustKubectl("apply", "-n", ns, "-f", sample("locks_v1alpha1_lockrequest_waiting.yaml"))
+	expectPending(ns, "plan-pr-101")
+	return token100
+}
+
 var _ = Describe("Turnstile, driven with kubectl", func() {
 	var ns string
 
@@ -61,11 +73,7 @@ var _ = Describe("Turnstile, driven with kubectl", func() {
 	})
 
 	It("release keeps the record", func() {
-		mustKubectl("apply", "-n", ns, "-f", sample("locks_v1alpha1_lockrequest.yaml"))
-		waitGranted(ns, "plan-pr-100", 20*time.Second)
-		token100 := token(ns, "plan-pr-100")
-		mustKubectl("apply", "-n", ns, "-f", sample("locks_v1alpha1_lockrequest_waiting.yaml"))
-		expectPending(ns, "plan-pr-101")
+		token100 := holderAndWaiter(ns)
 
 		By("releasing with spec.release")
 		mustKubectl("patch", "-n", ns, "lr", "plan-pr-100", "--type", "merge", "-p", `{"spec":{"release":true}}`)
@@ -86,11 +94,7 @@ var _ = Describe("Turnstile, driven with kubectl", func() {
 	})
 
 	It("kubectl delete projectlock force-unlocks", func() {
-		mustKubectl("apply", "-n", ns, "-f", sample("locks_v1alpha1_lockrequest.yaml"))
-		waitGranted(ns, "plan-pr-100", 20*time.Second)
-		token100 := token(ns, "plan-pr-100")
-		mustKubectl("apply", "-n", ns, "-f", sample("locks_v1alpha1_lockrequest_waiting.yaml"))
-		expectPending(ns, "plan-pr-101")
+		token100 := holderAndWaiter(ns)
 		lockName, err := jsonpath(ns, "lr/plan-pr-100", "{.status.locks[0].name}")
 		Expect(err).NotTo(HaveOccurred())
 		Expect(lockName).NotTo(BeEmpty())

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -95,14 +96,10 @@ func decodeValue(l *lua.LState, value any) lua.LValue {
 		return lua.LBool(v)
 	case float64:
 		return lua.LNumber(v)
+	case int, int32, int64:
+		return lua.LNumber(reflect.ValueOf(v).Int())
 	case string:
 		return lua.LString(v)
-	case int:
-		return lua.LNumber(v)
-	case int32:
-		return lua.LNumber(v)
-	case int64:
-		return lua.LNumber(v)
 	case []any:
 		arr := l.CreateTable(len(v), 0)
 		for _, item := range v {

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"regexp"
 	"slices"
 	"sort"
@@ -326,7 +327,7 @@ func unseen(m Matcher, values map[string]bool) string {
 	switch m.Op {
 	case "=":
 		if !values[m.Value] {
-			return fmt.Sprintf("%s=%q was never seen (seen: %s)", m.Label, m.Value, strings.Join(sortedKeys(values), ", "))
+			return fmt.Sprintf("%s=%q was never seen (seen: %s)", m.Label, m.Value, strings.Join(slices.Sorted(maps.Keys(values)), ", "))
 		}
 	case "=~":
 		re, err := regexp.Compile("^(?:" + m.Value + ")$")
@@ -341,18 +342,9 @@ func unseen(m Matcher, values map[string]bool) string {
 				return ""
 			}
 		}
-		return fmt.Sprintf("%s=~%q matches none of %s", m.Label, m.Value, strings.Join(sortedKeys(values), ", "))
+		return fmt.Sprintf("%s=~%q matches none of %s", m.Label, m.Value, strings.Join(slices.Sorted(maps.Keys(values)), ", "))
 	}
 	return ""
-}
-
-func sortedKeys(m map[string]bool) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }
 
 // Metrics lists the metric names the queries select, sorted, for a report.
@@ -364,10 +356,5 @@ func Metrics(queries []Query) []string {
 			seen[s.Metric] = true
 		}
 	}
-	out := make([]string, 0, len(seen))
-	for m := range seen {
-		out = append(out, m)
-	}
-	sort.Strings(out)
-	return out
+	return slices.Sorted(maps.Keys(seen))
 }

@@ -206,52 +206,63 @@ func (s *sim) run(steps int) {
 	s.tally()
 }
 
+// simSteps are the random things a simulation step does, each chosen when a roll of 0..99 is below
+// its bound and the bounds before it: decide 55%, create 11%, and so on.
+var simSteps = []struct {
+	below int
+	do    func(*sim) string
+}{
+	{55, (*sim).decide},
+	{66, (*sim).create},
+	{72, (*sim).release},
+	{76, (*sim).remove},
+	{78, (*sim).unfinalize},
+	{81, (*sim).forceUnlock},
+	{83, (*sim).renew},
+	{88, (*sim).freeze},
+	{91, (*sim).tick},
+	{95, (*sim).lease},
+	{96, (*sim).scanDeadlocks},
+	{100, (*sim).crash},
+}
+
 // step does one random thing and says what.
 func (s *sim) step() string {
-	switch k := s.rng.IntN(100); {
-	case k < 55:
-		return s.decide()
-	case k < 66:
-		return s.create()
-	case k < 72:
-		return s.release()
-	case k < 76:
-		return s.remove()
-	case k < 78:
-		return s.unfinalize()
-	case k < 81:
-		return s.forceUnlock()
-	case k < 83:
-		return s.renew()
-	case k < 88:
-		return s.freeze()
-	case k < 91:
-		d := time.Duration(2+s.rng.IntN(30)) * time.Second
-		s.now = s.now.Add(d)
-		return fmt.Sprintf("time +%s", d)
-	case k < 95:
-		return s.lease()
-	case k < 96:
-		return s.scanDeadlocks()
-	default:
-		// A crash between two writes of a decision: the reconcile stops after a random number of
-		// them, and the manager comes back with nothing remembered and a fresh cache.
-		m := s.ms[s.pickManager()]
-		s.advance(m)
-		k := s.keys[s.rng.IntN(len(s.keys))]
-		writes := s.rng.IntN(4)
-		m.view.CrashAfter(writes)
-		_, err := m.reconcileKey(k)
-		if err != nil && !errors.Is(err, lag.ErrCrashed) {
-			Expect(err).NotTo(HaveOccurred(), "%s: reconcile %s", m.name, k.Name)
+	k := s.rng.IntN(100)
+	for _, st := range simSteps {
+		if k < st.below {
+			return st.do(s)
 		}
-		m.view.Revive()
-		s.tallyOne(m)
-		m.restart(s.cfg)
-		s.dets[slices.Index(s.ms, m)] = s.detector(m)
-		m.view.CatchUp() // a new process lists afresh
-		return fmt.Sprintf("crash %s deciding %s after %d writes", m.name, k.Name, writes)
 	}
+	panic(fmt.Sprintf("no step for roll %d", k))
+}
+
+// tick moves the clock forward by 2 to 31 seconds.
+func (s *sim) tick() string {
+	d := time.Duration(2+s.rng.IntN(30)) * time.Second
+	s.now = s.now.Add(d)
+	return fmt.Sprintf("time +%s", d)
+}
+
+// crash stops a manager between two writes of a decision.
+func (s *sim) crash() string {
+	// A crash between two writes of a decision: the reconcile stops after a random number of
+	// them, and the manager comes back with nothing remembered and a fresh cache.
+	m := s.ms[s.pickManager()]
+	s.advance(m)
+	k := s.keys[s.rng.IntN(len(s.keys))]
+	writes := s.rng.IntN(4)
+	m.view.CrashAfter(writes)
+	_, err := m.reconcileKey(k)
+	if err != nil && !errors.Is(err, lag.ErrCrashed) {
+		Expect(err).NotTo(HaveOccurred(), "%s: reconcile %s", m.name, k.Name)
+	}
+	m.view.Revive()
+	s.tallyOne(m)
+	m.restart(s.cfg)
+	s.dets[slices.Index(s.ms, m)] = s.detector(m)
+	m.view.CatchUp() // a new process lists afresh
+	return fmt.Sprintf("crash %s deciding %s after %d writes", m.name, k.Name, writes)
 }
 
 // advance moves each of m's caches forward by a random amount: sometimes all the way, sometimes

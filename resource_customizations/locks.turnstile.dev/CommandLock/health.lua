@@ -7,35 +7,17 @@
 --   Ready=True: frozen and Drained, or not frozen
 --                                             -> Healthy
 -- Only Lua's base and table libraries are used: what Argo CD loads by default.
-local hs = {}
-if obj.status == nil or obj.status.observedGeneration == nil or obj.metadata.generation == nil
-    or obj.status.observedGeneration < obj.metadata.generation then
-  hs.status = "Progressing"
-  hs.message = "Waiting for the Turnstile controller to report this freeze"
-  return hs
+local s, gen = obj.status, obj.metadata.generation
+local cond = {} -- by type; left empty until the controller has seen this generation
+if s ~= nil and s.observedGeneration ~= nil and gen ~= nil and s.observedGeneration >= gen then
+  for _, c in ipairs(s.conditions or {}) do cond[c.type] = c end
 end
-local conds = {}
-if obj.status.conditions ~= nil then
-  for _, c in ipairs(obj.status.conditions) do
-    conds[c.type] = c
-  end
+local function on(t) return cond[t] ~= nil and cond[t].status == "True" end
+if on("Reconciling") then
+  return {status = "Progressing", message = cond.Reconciling.message}
+elseif on("Ready") and on("Locked") then
+  return {status = "Healthy", message = cond.Ready.message .. " (" .. cond.Locked.message .. ")"}
+elseif on("Ready") then
+  return {status = "Healthy", message = cond.Ready.message}
 end
-local function is_true(t)
-  return conds[t] ~= nil and conds[t].status == "True"
-end
-if is_true("Reconciling") then
-  hs.status = "Progressing"
-  hs.message = conds["Reconciling"].message
-  return hs
-end
-if is_true("Ready") then
-  hs.status = "Healthy"
-  hs.message = conds["Ready"].message
-  if is_true("Locked") then
-    hs.message = hs.message .. " (" .. conds["Locked"].message .. ")"
-  end
-  return hs
-end
-hs.status = "Progressing"
-hs.message = "Waiting for the Turnstile controller to report this freeze"
-return hs
+return {status = "Progressing", message = "Waiting for the Turnstile controller to report this freeze"}

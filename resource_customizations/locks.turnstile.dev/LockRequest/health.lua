@@ -9,40 +9,20 @@
 --   Ready=True: granted, or released by its owner
 --                                           -> Healthy
 -- Only Lua's base and table libraries are used: what Argo CD loads by default.
-local hs = {}
-if obj.status == nil or obj.status.observedGeneration == nil or obj.metadata.generation == nil
-    or obj.status.observedGeneration < obj.metadata.generation then
-  hs.status = "Progressing"
-  hs.message = "Waiting for the Turnstile controller to decide this request"
-  return hs
+-- The first of these conditions that is True decides, as for kstatus.
+local s, gen = obj.status, obj.metadata.generation
+local cond = {} -- by type; left empty until the controller has decided this generation
+if s ~= nil and s.observedGeneration ~= nil and gen ~= nil and s.observedGeneration >= gen then
+  for _, c in ipairs(s.conditions or {}) do cond[c.type] = c end
 end
-local conds = {}
-if obj.status.conditions ~= nil then
-  for _, c in ipairs(obj.status.conditions) do
-    conds[c.type] = c
+-- The first of these conditions that is True decides, as for kstatus.
+for _, rule in ipairs({{"Stalled", "Degraded"}, {"Reconciling", "Progressing"}, {"Ready", "Healthy"}}) do
+  local c = cond[rule[1]]
+  if c ~= nil and c.status == "True" then
+    return {status = rule[2], message = c.message}
   end
 end
-local function is_true(t)
-  return conds[t] ~= nil and conds[t].status == "True"
+if cond.Granted ~= nil then
+  return {status = "Progressing", message = cond.Granted.message}
 end
-if is_true("Stalled") then
-  hs.status = "Degraded"
-  hs.message = conds["Stalled"].message
-  return hs
-end
-if is_true("Reconciling") then
-  hs.status = "Progressing"
-  hs.message = conds["Reconciling"].message
-  return hs
-end
-if is_true("Ready") then
-  hs.status = "Healthy"
-  hs.message = conds["Ready"].message
-  return hs
-end
-hs.status = "Progressing"
-hs.message = "Waiting for the Turnstile controller to decide this request"
-if conds["Granted"] ~= nil then
-  hs.message = conds["Granted"].message
-end
-return hs
+return {status = "Progressing", message = "Waiting for the Turnstile controller to decide this request"}

@@ -3,23 +3,15 @@
 -- which. It reads Progressing only until the controller has written its status
 -- (status.observedGeneration behind metadata.generation), as kstatus does.
 -- Only Lua's base and table libraries are used: what Argo CD loads by default.
-local hs = {}
-if obj.status == nil or obj.status.observedGeneration == nil or obj.metadata.generation == nil
-    or obj.status.observedGeneration < obj.metadata.generation then
-  hs.status = "Progressing"
-  hs.message = "Waiting for the Turnstile controller to report this lock"
-  return hs
+local s, gen = obj.status, obj.metadata.generation
+if s == nil or s.observedGeneration == nil or gen == nil or s.observedGeneration < gen then
+  return {status = "Progressing", message = "Waiting for the Turnstile controller to report this lock"}
 end
-hs.status = "Healthy"
-hs.message = "not locked"
-if obj.status.conditions ~= nil then
-  for _, c in ipairs(obj.status.conditions) do
-    if c.type == "Locked" then
-      hs.message = c.message
-    end
-  end
+local msg = "not locked"
+for _, c in ipairs(s.conditions or {}) do
+  if c.type == "Locked" then msg = c.message end
 end
-if obj.status.queueLength ~= nil and obj.status.queueLength > 0 then
-  hs.message = hs.message .. "; " .. obj.status.queueLength .. " waiting"
+if s.queueLength ~= nil and s.queueLength > 0 then
+  msg = msg .. "; " .. s.queueLength .. " waiting"
 end
-return hs
+return {status = "Healthy", message = msg}

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
@@ -91,13 +90,7 @@ func TestCommandLock(t *testing.T) {
 			if len(tc.wantErr) > 0 || t.Failed() {
 				return
 			}
-			var got locksv1.CommandLock
-			if err := k.Get(ctx(t), clientKey(tc.name), &got); err != nil {
-				t.Fatalf("get: %v", err)
-			}
-			if diff := cmp.Diff(tc.wantSpec, got.Spec); diff != "" {
-				t.Errorf("stored spec (-want +got):\n%s", diff)
-			}
+			checkStoredSpec(t, cl, tc.wantSpec)
 		})
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -26,10 +25,11 @@ func TestLockRequestCreateRejected(t *testing.T) {
 		return out
 	}
 
-	cases := map[string]struct {
+	type rejectCase struct {
 		spec    map[string]any // merged over a valid spec; nil values remove fields
 		wantErr []string
-	}{
+	}
+	cases := map[string]rejectCase{
 		"spec missing": {
 			spec:    nil,
 			wantErr: []string{"spec: Required value"},
@@ -294,12 +294,9 @@ func TestLockRequestCreateRejected(t *testing.T) {
 		},
 	}
 	for name, tc := range targetRejections() {
-		cases["locks[0]: "+name] = struct {
-			spec    map[string]any
-			wantErr []string
-		}{
+		cases["locks[0]: "+name] = rejectCase{
 			spec:    lockRequestSpec(map[string]any{"locks": locks(target(tc.over))}),
-			wantErr: append([]string{fieldPath("spec.locks[0]", tc.field)}, tc.wantErr...),
+			wantErr: tc.errorsAt("spec.locks[0]"),
 		}
 	}
 	for name, tc := range cases {
@@ -509,13 +506,7 @@ func TestLockRequestCreateAccepted(t *testing.T) {
 			if err := k.Create(ctx(t), u); err != nil {
 				t.Fatalf("rejected, want accepted: %v", err)
 			}
-			var got locksv1.LockRequest
-			if err := k.Get(ctx(t), client.ObjectKeyFromObject(u), &got); err != nil {
-				t.Fatalf("get: %v", err)
-			}
-			if diff := cmp.Diff(tc.wantSpec, got.Spec); diff != "" {
-				t.Errorf("stored spec (-want +got):\n%s", diff)
-			}
+			checkStoredSpec(t, u, tc.wantSpec)
 		})
 	}
 }
@@ -642,13 +633,7 @@ func TestLockRequestUpdate(t *testing.T) {
 			if tc.wantSpec != nil {
 				tc.wantSpec(want)
 			}
-			var got locksv1.LockRequest
-			if err := k.Get(ctx(t), client.ObjectKeyFromObject(lr), &got); err != nil {
-				t.Fatalf("get: %v", err)
-			}
-			if diff := cmp.Diff(*want, got.Spec); diff != "" {
-				t.Errorf("stored spec (-want +got):\n%s", diff)
-			}
+			checkStoredSpec(t, lr, *want)
 		})
 	}
 }

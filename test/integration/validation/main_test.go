@@ -11,11 +11,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
 	"github.com/turnstile-dev/turnstile/internal/testing/framework"
@@ -135,6 +138,32 @@ func obj(kind, namespace string, metadata, spec map[string]any) *unstructured.Un
 	return u
 }
 
+// checkStoredSpec reads back the object created as created and compares the spec the API server
+// stored, defaults included, with want.
+func checkStoredSpec[S any](t *testing.T, created client.Object, want S) {
+	t.Helper()
+	gvk, err := apiutil.GVKForObject(created, k.Scheme())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := &unstructured.Unstructured{}
+	got.SetGroupVersionKind(gvk)
+	if err := k.Get(ctx(t), client.ObjectKeyFromObject(created), got); err != nil {
+		t.Fatalf("get: %v", err)
+	}
+	spec, _, err := unstructured.NestedMap(got.Object, "spec")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var gotSpec S
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(spec, &gotSpec); err != nil {
+		t.Fatalf("stored spec: %v", err)
+	}
+	if diff := cmp.Diff(want, gotSpec); diff != "" {
+		t.Errorf("stored spec (-want +got):\n%s", diff)
+	}
+}
+
 // merge returns base with over applied on top: a nil value in over removes the field.
 func merge(base, over map[string]any) map[string]any {
 	out := make(map[string]any, len(base)+len(over))
@@ -177,6 +206,3 @@ func lockRequestSpec(over map[string]any) map[string]any {
 		"holder": holder(nil),
 	}, over)
 }
-
-// clientKey is the key of a cluster-scoped object.
-func clientKey(name string) client.ObjectKey { return client.ObjectKey{Name: name} }

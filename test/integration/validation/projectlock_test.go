@@ -3,9 +3,7 @@ package validation
 import (
 	"testing"
 
-	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
 )
@@ -15,11 +13,12 @@ import (
 func TestProjectLockCreate(t *testing.T) {
 	ns := newNamespace(t)
 
-	cases := map[string]struct {
+	type createCase struct {
 		spec     map[string]any
 		wantErr  []string
 		wantSpec locksv1.ProjectLockSpec
-	}{
+	}
+	cases := map[string]createCase{
 		"spec missing": {
 			spec:    nil,
 			wantErr: []string{"spec: Required value"},
@@ -34,14 +33,7 @@ func TestProjectLockCreate(t *testing.T) {
 		},
 	}
 	for name, tc := range targetRejections() {
-		cases["key: "+name] = struct {
-			spec     map[string]any
-			wantErr  []string
-			wantSpec locksv1.ProjectLockSpec
-		}{
-			spec:    target(tc.over),
-			wantErr: append([]string{fieldPath("spec", tc.field)}, tc.wantErr...),
-		}
+		cases["key: "+name] = createCase{spec: target(tc.over), wantErr: tc.errorsAt("spec")}
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -51,13 +43,7 @@ func TestProjectLockCreate(t *testing.T) {
 			if len(tc.wantErr) > 0 || t.Failed() {
 				return
 			}
-			var got locksv1.ProjectLock
-			if err := k.Get(ctx(t), client.ObjectKeyFromObject(u), &got); err != nil {
-				t.Fatalf("get: %v", err)
-			}
-			if diff := cmp.Diff(tc.wantSpec, got.Spec); diff != "" {
-				t.Errorf("stored spec (-want +got):\n%s", diff)
-			}
+			checkStoredSpec(t, u, tc.wantSpec)
 		})
 	}
 }

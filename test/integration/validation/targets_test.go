@@ -63,6 +63,12 @@ func targetRejections() map[string]targetCase {
 	}
 }
 
+// errorsAt is what the API server must say when the target at base (e.g. spec.locks[0]) is
+// rejected: the field's path, then the case's phrases.
+func (tc targetCase) errorsAt(base string) []string {
+	return append([]string{fieldPath(base, tc.field)}, tc.wantErr...)
+}
+
 // fieldPath joins a target's path and a field in it.
 func fieldPath(base, field string) string {
 	if field == "" {
