@@ -79,6 +79,7 @@ var mutants = []mutant{
 		{controller, "	for _, u := range d.Finish {\n\t\tif err := r.writeRequest(ctx, req.NamespacedName, u); err != nil {\n\t\t\treturn r.retry(err, \"finish lockrequest %s\", u.Request.Name)", "	for _, u := range d.Finish[:0] {\n\t\tif err := r.writeRequest(ctx, req.NamespacedName, u); err != nil {\n\t\t\treturn r.retry(err, \"finish lockrequest %s\", u.Request.Name)"},
 		{controller, "		r.overlay.wroteLock(lock, r.clock.Now())\n\t}\n\n\tif d.Again {", "		r.overlay.wroteLock(lock, r.clock.Now())\n\t}\n\tfor _, u := range d.Finish {\n\t\tif err := r.writeRequest(ctx, req.NamespacedName, u); err != nil {\n\t\t\treturn r.retry(err, \"finish lockrequest %s\", u.Request.Name)\n\t\t}\n\t}\n\n\tif d.Again {"},
 	}},
+	{name: "backup-ignores-owner", pkg: "./internal/sharding/", focus: "working owner", guard: "a backup leaves a key alone while its owner is seen deciding it (cost, not safety: no reconcile or 409 from a backup of a working owner)", edits: []edit{{controller, "sharding.WithProgress(progress), sharding.WithQueueClock(r.clock)", "sharding.WithQueueClock(r.clock)); _ = (progress"}}},
 }
 
 func main() {
