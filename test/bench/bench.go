@@ -140,33 +140,25 @@ func Full() Config {
 
 // Smoke is the size `make test` runs: every phase, in seconds.
 func Smoke() Config {
-	return Config{
-		Workers:            2,
-		RawDuration:        Duration(300 * time.Millisecond),
-		ProbeSamples:       10,
-		AcquireSamples:     5,
-		ThroughputKeys:     4,
-		ThroughputDuration: Duration(time.Second),
-		ThroughputRounds:   1,
-		HandoffDepths:      []int{2, 5},
-		HandoffSamples:     4,
-		LeaderElection:     []LEConfig{{Contenders: 2, Samples: 1}},
-		ScaleRequests:      40,
-		ScaleKeys:          4,
-		DetectionRounds:    1,
-		DetectionSamples:   3,
-		DetectionDuration:  Duration(500 * time.Millisecond),
-		// A short lease keeps the baseline to seconds; the full run uses the Deployment's 15 s.
-		Failover: FailoverConfig{Replicas: 2, Kills: 2, BackupDelay: Duration(300 * time.Millisecond), Lapse: Duration(2 * time.Second),
-			LeaderElectionKills: 1, LeaderElectionLease: Duration(3 * time.Second)},
-		ReplicasPhase: ReplicasConfig{Replicas: 2, Rounds: 1},
-	}
+	c := Full()
+	c.Workers, c.ThroughputKeys, c.ThroughputRounds = 2, 4, 1
+	c.RawDuration, c.ThroughputDuration = Duration(300*time.Millisecond), Duration(time.Second)
+	c.ProbeSamples, c.AcquireSamples, c.HandoffSamples = 10, 5, 4
+	c.HandoffDepths = []int{2, 5}
+	c.LeaderElection = []LEConfig{{Contenders: 2, Samples: 1}}
+	c.ScaleRequests, c.ScaleKeys = 40, 4
+	c.DetectionRounds, c.DetectionSamples, c.DetectionDuration = 1, 3, Duration(500*time.Millisecond)
+	// A short lease keeps the baseline to seconds; the full run uses the Deployment's 15 s.
+	c.Failover = FailoverConfig{Replicas: 2, Kills: 2, BackupDelay: Duration(300 * time.Millisecond), Lapse: Duration(2 * time.Second),
+		LeaderElectionKills: 1, LeaderElectionLease: Duration(3 * time.Second)}
+	c.ReplicasPhase.Rounds = 1
+	return c
 }
 
-// runs says whether phase is to run.
 // phases are the phases Config.Phases may name.
 var phases = []string{"steady", "scale", "replicas", "failover"}
 
+// runs says whether phase is to run.
 func (c Config) runs(phase string) bool {
 	return len(c.Phases) == 0 || slices.Contains(c.Phases, phase)
 }

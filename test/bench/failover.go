@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
@@ -178,27 +179,15 @@ func (b *bench) activeActive(ctx context.Context, res *FailoverResult) error {
 	if err != nil {
 		return err
 	}
-	gen := 0
-	var replicas []*replica
-	defer func() {
-		for _, r := range replicas {
-			_ = r.p.Stop(30 * time.Second)
-		}
-	}()
-	start := func() error {
-		gen++
-		id := fmt.Sprintf("replica-%d", gen)
-		r, err := b.startReplica(id, "--active-active", "--membership-namespace="+ns, "--membership-id="+id,
-			"--backup-delay="+fc.BackupDelay.D().String(), "--membership-lapse="+fc.Lapse.D().String())
-		if err != nil {
-			return err
-		}
-		replicas = append(replicas, r)
-		return nil
-	}
+	f := &fleet{b: b, prefix: "replica", args: func(id string) []string {
+		return []string{"--active-active", "--membership-namespace=" + ns, "--membership-id=" + id,
+			"--backup-delay=" + fc.BackupDelay.D().String(), "--membership-lapse=" + fc.Lapse.D().String()}
+	}}
+	defer f.stopAll()
+	start := f.start
 	ids := func() []string {
-		out := make([]string, len(replicas))
-		for i, r := range replicas {
+		out := make([]string, len(f.live))
+		for i, r := range f.live {
 			out[i] = r.id
 		}
 		return out
@@ -209,21 +198,13 @@ func (b *bench) activeActive(ctx context.Context, res *FailoverResult) error {
 			if time.Since(since) < fc.Lapse.D()+time.Second {
 				return false
 			}
-			for _, r := range replicas {
-				if n, ok := r.gauge(ctx, "turnstile_membership_live_members", nil); !ok || int(n) != len(replicas) {
+			for _, r := range f.live {
+				if n, ok := r.gauge(ctx, "turnstile_membership_live_members", nil); !ok || int(n) != len(f.live) {
 					return false
 				}
 			}
 			return true
 		})
-	}
-	remove := func(r *replica) {
-		for i := range replicas {
-			if replicas[i] == r {
-				replicas = append(replicas[:i], replicas[i+1:]...)
-				return
-			}
-		}
 	}
 	for range fc.Replicas {
 		if err := start(); err != nil {
@@ -240,21 +221,25 @@ func (b *bench) activeActive(ctx context.Context, res *FailoverResult) error {
 		return err
 	}
 
+	// busyOn makes a key victim owns busy (a holder and a waiter) and opens a window on it.
+	busyOn := func(victim *replica) (holder, waiter string, w *window, err error) {
+		if holder, waiter, err = b.busyKey(ctx, ns, victim.id, ids()); err != nil {
+			return "", "", nil, err
+		}
+		w, err = b.open(ctx, ns)
+		return holder, waiter, w, err
+	}
 	var kills, rolls []time.Duration
 	var killConflicts, killWrites, rollConflicts float64
 	for i := range fc.Kills {
-		victim := replicas[i%len(replicas)]
-		holder, waiter, err := b.busyKey(ctx, ns, victim.id, ids())
-		if err != nil {
-			return err
-		}
-		w, err := b.open(ctx, ns)
+		victim := f.live[i%len(f.live)]
+		holder, waiter, w, err := busyOn(victim)
 		if err != nil {
 			return err
 		}
 		_ = victim.p.Kill()
 		killed := time.Now()
-		remove(victim)
+		f.remove(victim)
 		lat, err := b.handOff(ctx, ns, holder, waiter, waitLimit)
 		if err != nil {
 			return fmt.Errorf("kill %d of %s: %w", i+1, victim.id, err)
@@ -276,12 +261,8 @@ func (b *bench) activeActive(ctx context.Context, res *FailoverResult) error {
 	}
 
 	for range fc.Replicas {
-		victim := replicas[0]
-		holder, waiter, err := b.busyKey(ctx, ns, victim.id, ids())
-		if err != nil {
-			return err
-		}
-		w, err := b.open(ctx, ns)
+		victim := f.live[0]
+		holder, waiter, w, err := busyOn(victim)
 		if err != nil {
 			return err
 		}
@@ -291,7 +272,7 @@ func (b *bench) activeActive(ctx context.Context, res *FailoverResult) error {
 		if err != nil {
 			return fmt.Errorf("rolling restart of %s: %w", victim.id, err)
 		}
-		remove(victim)
+		f.remove(victim)
 		if err := <-stopped; err != nil {
 			return fmt.Errorf("rolling restart: %s did not stop cleanly: %w", victim.id, err)
 		}
@@ -329,21 +310,9 @@ func (b *bench) leaderFailover(ctx context.Context) (Latency, error) {
 		"--leader-elect-lease-duration=" + lease.String(),
 		"--leader-elect-renew-deadline=" + (lease * 2 / 3).String(),
 		"--leader-elect-retry-period=" + (lease * 2 / 15).String()}
-	gen := 0
-	var replicas []*replica
-	defer func() {
-		for _, r := range replicas {
-			_ = r.p.Stop(30 * time.Second)
-		}
-	}()
-	start := func() error {
-		gen++
-		r, err := b.startReplica(fmt.Sprintf("elector-%d", gen), args...)
-		if err == nil {
-			replicas = append(replicas, r)
-		}
-		return err
-	}
+	f := &fleet{b: b, prefix: "elector", args: func(string) []string { return args }}
+	defer f.stopAll()
+	start := f.start
 	leaderStatus := func(r *replica) (float64, bool) {
 		return r.gauge(ctx, "leader_election_master_status", map[string]string{"name": "turnstile.locks.turnstile.dev"})
 	}
@@ -352,7 +321,7 @@ func (b *bench) leaderFailover(ctx context.Context) (Latency, error) {
 	roles := func() error {
 		return poll(ctx, "one leader and a standby", func() bool {
 			leader = nil
-			for _, r := range replicas {
+			for _, r := range f.live {
 				v, ok := leaderStatus(r)
 				if !ok {
 					return false
@@ -379,12 +348,7 @@ func (b *bench) leaderFailover(ctx context.Context) (Latency, error) {
 			return Latency{}, err
 		}
 		_ = leader.p.Kill()
-		for j := range replicas {
-			if replicas[j] == leader {
-				replicas = append(replicas[:j], replicas[j+1:]...)
-				break
-			}
-		}
+		f.remove(leader)
 		d, err := b.handOff(ctx, ns, holder, waiter, 2*lease+waitLimit)
 		if err != nil {
 			return Latency{}, fmt.Errorf("kill %d of the leader: %w", i+1, err)
@@ -398,4 +362,36 @@ func (b *bench) leaderFailover(ctx context.Context) (Latency, error) {
 		return Latency{}, errors.New("no leader was killed")
 	}
 	return summarize(lat), nil
+}
+
+// fleet is the replicas one failover run starts, numbered as they start; stopAll ends those
+// still running.
+type fleet struct {
+	b      *bench
+	prefix string
+	args   func(id string) []string
+	n      int
+	live   []*replica
+}
+
+func (f *fleet) start() error {
+	f.n++
+	id := fmt.Sprintf("%s-%d", f.prefix, f.n)
+	r, err := f.b.startReplica(id, f.args(id)...)
+	if err != nil {
+		return err
+	}
+	f.live = append(f.live, r)
+	return nil
+}
+
+// remove forgets a replica that was killed or stopped.
+func (f *fleet) remove(r *replica) {
+	f.live = slices.DeleteFunc(f.live, func(x *replica) bool { return x == r })
+}
+
+func (f *fleet) stopAll() {
+	for _, r := range f.live {
+		_ = r.p.Stop(30 * time.Second)
+	}
 }

@@ -10,11 +10,7 @@ import (
 )
 
 // The three ways to run the manager that the replicas phase compares.
-const (
-	ModeOne            = "one manager"
-	ModeLeaderElection = "leader election"
-	ModeActiveActive   = "active-active"
-)
+const ModeOne, ModeLeaderElection, ModeActiveActive = "one manager", "leader election", "active-active"
 
 // ReplicasConfig sizes the replicas phase: steady-state cost of running several managers.
 type ReplicasConfig struct {
