@@ -98,15 +98,17 @@ func (q *routedQueue) AddWithOpts(o priorityqueue.AddOpts, items ...reconcile.Re
 	}
 	for _, item := range items {
 		io := o
+		// The delay is read and the item recorded as delayed under one lock, which reroute
+		// also takes: an ownership change that lands after the read finds the item recorded.
+		q.mu.Lock()
 		if d := q.router.Delay(item.String()); d > 0 {
 			due := q.clock.Now().Add(io.After)
 			io.After += d
-			q.mu.Lock()
 			if since, ok := q.delayed[item]; !ok || due.Before(since) {
 				q.delayed[item] = due
 			}
-			q.mu.Unlock()
 		}
+		q.mu.Unlock()
 		q.PriorityQueue.AddWithOpts(io, item)
 	}
 }
