@@ -91,11 +91,11 @@ func PluginBinary() string {
 // one hack/ builds next to the control plane binaries in $KUBEBUILDER_ASSETS.
 func KubectlBinary() string {
 	ginkgo.GinkgoHelper()
-	def := "$KUBEBUILDER_ASSETS/kubectl"
-	if assets := os.Getenv("KUBEBUILDER_ASSETS"); assets != "" {
-		def = filepath.Join(assets, "kubectl")
+	assets := os.Getenv("KUBEBUILDER_ASSETS")
+	if os.Getenv("TURNSTILE_KUBECTL") == "" {
+		gomega.Expect(assets).NotTo(gomega.BeEmpty(), "neither TURNSTILE_KUBECTL nor KUBEBUILDER_ASSETS is set: run through `make test` (it builds kube-apiserver, etcd and kubectl into bin/k8s)")
 	}
-	return Binary("TURNSTILE_KUBECTL", def, "run `make k8s-bins`")
+	return Binary("TURNSTILE_KUBECTL", filepath.Join(assets, "kubectl"), "run `make k8s-bins`")
 }
 
 // HelmBinary is helm: $TURNSTILE_HELM (the Makefile exports it), else the pinned bin/helm.
