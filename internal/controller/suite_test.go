@@ -8,7 +8,6 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -35,10 +34,7 @@ var (
 	options controller.SetupOptions
 )
 
-func TestControllers(t *testing.T) {
-	RegisterFailHandler(Fail)
-	RunSpecs(t, "Controller Suite")
-}
+func TestControllers(t *testing.T) { framework.RunSuite(t, "Controller Suite") }
 
 // testOptions are the manager's options in this suite: production defaults, with the clocks
 // that tests wait for shortened.
@@ -56,12 +52,10 @@ func testOptions() controller.SetupOptions {
 }
 
 var _ = BeforeSuite(func() {
-	var err error
-	env, err = framework.Start("")
-	Expect(err).NotTo(HaveOccurred())
-	k8s, err = client.NewWithWatch(env.Config, client.Options{Scheme: framework.Scheme})
-	Expect(err).NotTo(HaveOccurred())
+	env = framework.StartEnv()
+	k8s = env.Client
 	options = testOptions()
+	var err error
 	mgr, err = env.StartManager(options)
 	Expect(err).NotTo(HaveOccurred())
 })
@@ -70,18 +64,10 @@ var _ = AfterSuite(func() {
 	if mgr != nil {
 		Expect(mgr.Stop()).To(Succeed())
 	}
-	if env != nil {
-		Expect(env.Stop()).To(Succeed())
-	}
 })
 
 // newNamespace creates a fresh namespace for one spec.
-func newNamespace() string {
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "lock-"}}
-	Expect(k8s.Create(ctx, ns)).To(Succeed())
-	DeferCleanup(func() { _ = k8s.Delete(ctx, ns) })
-	return ns.Name
-}
+func newNamespace() string { return framework.CreateNamespace(ctx, k8s, "lock-") }
 
 func create(objs ...client.Object) {
 	GinkgoHelper()
@@ -106,13 +92,7 @@ func projectLock(ns string, t locksv1.LockTarget) *locksv1.ProjectLock {
 
 // phaseOf polls a request's phase.
 func phaseOf(ns, name string) func() locksv1.LockRequestPhase {
-	return func() locksv1.LockRequestPhase {
-		var lr locksv1.LockRequest
-		if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &lr); err != nil {
-			return locksv1.LockRequestPhase("error: " + err.Error())
-		}
-		return lr.Status.Phase
-	}
+	return framework.PhaseOf(ctx, k8s, ns, name)
 }
 
 // condOf polls a request's Granted condition as "Status/Reason: message".

@@ -11,7 +11,6 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	coordinationv1 "k8s.io/api/coordination/v1"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
@@ -43,25 +42,14 @@ var (
 	k8s client.Client
 )
 
-func TestRouting(t *testing.T) {
-	RegisterFailHandler(Fail)
-	RunSpecs(t, "Sharding suite")
-}
+func TestRouting(t *testing.T) { framework.RunSuite(t, "Sharding suite") }
 
 var _ = BeforeSuite(func() {
-	var err error
-	env, err = framework.Start("")
-	Expect(err).NotTo(HaveOccurred())
-	DeferCleanup(env.Stop)
+	env = framework.StartEnv()
 	k8s = env.Client
 })
 
-func newNamespace() string {
-	GinkgoHelper()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "sharding-"}}
-	Expect(k8s.Create(ctx, ns)).To(Succeed())
-	return ns.Name
-}
+func newNamespace() string { return framework.CreateNamespace(ctx, k8s, "sharding-") }
 
 // replica is one manager in this process, active-active, its membership Leases in ns.
 type replica struct {

@@ -8,10 +8,8 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -28,18 +26,11 @@ var (
 	k8s ctrlclient.WithWatch
 )
 
-func TestClient(t *testing.T) {
-	RegisterFailHandler(Fail)
-	RunSpecs(t, "Go client suite")
-}
+func TestClient(t *testing.T) { framework.RunSuite(t, "Go client suite") }
 
 var _ = BeforeSuite(func() {
-	var err error
-	env, err = framework.Start("")
-	Expect(err).NotTo(HaveOccurred())
-	DeferCleanup(env.Stop)
-	k8s, err = ctrlclient.NewWithWatch(env.Config, ctrlclient.Options{Scheme: framework.Scheme})
-	Expect(err).NotTo(HaveOccurred())
+	env = framework.StartEnv()
+	k8s = env.Client
 	mgr, err := env.StartManager(controller.SetupOptions{Queue: queue.DefaultConfig(), Retention: time.Hour})
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(mgr.Stop)
@@ -48,10 +39,7 @@ var _ = BeforeSuite(func() {
 var vpc = []locksv1.LockTarget{{Repo: "acme/infra", Path: "modules/vpc", Workspace: "default"}}
 
 func newClient() *client.Client {
-	GinkgoHelper()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "client-"}}
-	Expect(k8s.Create(ctx, ns)).To(Succeed())
-	return client.New(k8s, ns.Name)
+	return client.New(k8s, framework.CreateNamespace(ctx, k8s, "client-"))
 }
 
 var _ = Describe("The Go client", func() {

@@ -13,13 +13,9 @@
 package admission
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -53,30 +49,20 @@ const (
 )
 
 var (
-	ctx        = context.Background()
-	env        *framework.Env
-	admin      client.Client
-	repoRoot   string
-	kubeconfig string
-	cacheDir   string
+	ctx          = context.Background()
+	env          *framework.Env
+	admin        client.Client
+	adminKubectl framework.Kubectl
 )
 
-func TestAdmission(t *testing.T) {
-	RegisterFailHandler(Fail)
-	RunSpecs(t, "Turnstile admission policies suite")
-}
+func TestAdmission(t *testing.T) { framework.RunSuite(t, "Turnstile admission policies suite") }
 
 var _ = BeforeSuite(func() {
-	var err error
-	repoRoot, err = framework.RepoRoot()
+	repoRoot, err := framework.RepoRoot()
 	Expect(err).NotTo(HaveOccurred())
-	env, err = framework.Start("")
-	Expect(err).NotTo(HaveOccurred())
-	DeferCleanup(env.Stop)
+	env = framework.StartEnv()
 	admin = env.Client
-	dir := GinkgoT().TempDir()
-	kubeconfig, cacheDir = filepath.Join(dir, "admin.kubeconfig"), filepath.Join(dir, "kubectl-cache")
-	Expect(env.WriteKubeconfig(kubeconfig)).To(Succeed())
+	adminKubectl = framework.AdminKubectl(env, env.Kubectl())
 
 	By("installing Turnstile as README.md says: kubectl apply -k config/default")
 	out, err := kubectl("apply", "--server-side", "-k", filepath.Join(repoRoot, "config", "default"))
@@ -88,17 +74,7 @@ var _ = BeforeSuite(func() {
 
 // kubectl runs the real kubectl as the envtest admin (add --as to be someone else) and returns
 // its combined output.
-func kubectl(args ...string) (string, error) {
-	c, cancel := context.WithTimeout(ctx, 60*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(c, env.Kubectl(), args...)
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig, "KUBECACHEDIR="+cacheDir)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Run()
-	fmt.Fprintf(GinkgoWriter, "$ kubectl %s\n%s", strings.Join(args, " "), out.String())
-	return out.String(), err
-}
+func kubectl(args ...string) (string, error) { return adminKubectl.Combined(args...) }
 
 // as is a client that the API server authenticates as user, in groups (system:authenticated is
 // added by the API server, as for any user): the admin impersonates them.

@@ -78,15 +78,7 @@ func run(t *testing.T, name string, args ...string) string {
 }
 
 // object is one rendered manifest.
-type object map[string]any
-
-func (o object) kind() string { s, _ := o["kind"].(string); return s }
-
-func (o object) meta(field string) string {
-	m, _ := o["metadata"].(map[string]any)
-	s, _ := m[field].(string)
-	return s
-}
+type object = framework.Manifest
 
 func parseManifests(t *testing.T, out string) []object {
 	t.Helper()
@@ -158,7 +150,7 @@ var rbacKinds = map[string]bool{"ClusterRole": true, "Role": true, "ClusterRoleB
 // rules, aggregation, role reference, subjects and the labels that aggregate it into the
 // built-in roles. rename maps kustomize's names to the release's.
 func rbacView(o object, rename func(string) string) map[string]any {
-	v := map[string]any{"kind": o.kind(), "name": rename(o.meta("name")), "namespace": o.meta("namespace")}
+	v := map[string]any{"kind": o.Kind(), "name": rename(o.Meta("name")), "namespace": o.Meta("namespace")}
 	for _, f := range []string{"rules", "aggregationRule", "subjects"} {
 		if o[f] != nil {
 			v[f] = o[f]
@@ -200,7 +192,7 @@ func rbacView(o object, rename func(string) string) map[string]any {
 func rbacObjects(objs []object, namespace string, rename func(string) string) map[string]map[string]any {
 	out := map[string]map[string]any{}
 	for _, o := range objs {
-		if !rbacKinds[o.kind()] {
+		if !rbacKinds[o.Kind()] {
 			continue
 		}
 		v := rbacView(o, rename)
@@ -259,8 +251,8 @@ func TestCRDsMatchKustomize(t *testing.T) {
 	specs := func(objs []object) map[string]any {
 		out := map[string]any{}
 		for _, o := range objs {
-			if o.kind() == "CustomResourceDefinition" {
-				out[o.meta("name")] = o["spec"]
+			if o.Kind() == "CustomResourceDefinition" {
+				out[o.Meta("name")] = o["spec"]
 			}
 		}
 		return out
@@ -274,10 +266,10 @@ func TestCRDsMatchKustomize(t *testing.T) {
 		t.Errorf("the chart's CRDs differ from config/crd (-kustomize +chart):\n%s", diff)
 	}
 	for _, o := range chart {
-		if o.kind() == "CustomResourceDefinition" {
+		if o.Kind() == "CustomResourceDefinition" {
 			ann, _ := o["metadata"].(map[string]any)["annotations"].(map[string]any)
 			if ann["helm.sh/resource-policy"] != "keep" {
-				t.Errorf("%s: not kept on uninstall by default", o.meta("name"))
+				t.Errorf("%s: not kept on uninstall by default", o.Meta("name"))
 			}
 		}
 	}
@@ -299,7 +291,7 @@ func admissionObjects(objs []object, rename func(string) string) map[string]any 
 	out := map[string]any{}
 	for _, o := range objs {
 		switch {
-		case admissionKinds[o.kind()]:
+		case admissionKinds[o.Kind()]:
 			spec := maps.Clone(o["spec"].(map[string]any))
 			if p, ok := spec["policyName"].(string); ok {
 				spec["policyName"] = rename(p)
@@ -309,9 +301,9 @@ func admissionObjects(objs []object, rename func(string) string) map[string]any 
 				r["name"] = rename(r["name"].(string))
 				spec["paramRef"] = r
 			}
-			out[o.kind()+" "+rename(o.meta("name"))] = spec
-		case o.kind() == "ConfigMap" && strings.HasSuffix(o.meta("name"), "turnstile-admission"):
-			out["ConfigMap "+o.meta("namespace")+"/"+rename(o.meta("name"))] = o["data"]
+			out[o.Kind()+" "+rename(o.Meta("name"))] = spec
+		case o.Kind() == "ConfigMap" && strings.HasSuffix(o.Meta("name"), "turnstile-admission"):
+			out["ConfigMap "+o.Meta("namespace")+"/"+rename(o.Meta("name"))] = o["data"]
 		}
 	}
 	return out
@@ -385,7 +377,7 @@ func TestAdmissionMatchesKustomize(t *testing.T) {
 func find(t *testing.T, objs []object, kind string) object {
 	t.Helper()
 	for _, o := range objs {
-		if o.kind() == kind {
+		if o.Kind() == kind {
 			return o
 		}
 	}
@@ -422,7 +414,7 @@ func TestAlertsAndDashboardMatchConfig(t *testing.T) {
 	}
 	var cm object
 	for _, o := range objs {
-		if o.kind() == "ConfigMap" && o.meta("name") == "turnstile-dashboard" {
+		if o.Kind() == "ConfigMap" && o.Meta("name") == "turnstile-dashboard" {
 			cm = o
 		}
 	}

@@ -46,17 +46,9 @@ var _ = Describe("Active-active replicas killed at random", func() {
 			Namespace: ns, Requesters: requesters, Rounds: rounds, Keys: 4, MultiLock: 0.25,
 			WaitLimit: 3 * time.Minute, Seed: GinkgoRandomSeed(), History: history,
 		})
-		kills := 0
-		var res churnResult
-	churning:
-		for {
-			select {
-			case res = <-done:
-				break churning
-			case <-time.After(time.Duration(300+rng.Intn(1500)) * time.Millisecond):
-			}
-			// SIGKILL a random replica: mid-reconcile, mid-hand-off, as owner or as backup. Now
-			// and then two die at once, leaving one replica that owns nothing of theirs yet.
+		// SIGKILL a random replica: mid-reconcile, mid-hand-off, as owner or as backup. Now and
+		// then two die at once, leaving one replica that owns nothing of theirs yet.
+		kill := func() int {
 			victims := 1
 			if rng.Intn(4) == 0 {
 				victims = 2
@@ -64,14 +56,15 @@ var _ = Describe("Active-active replicas killed at random", func() {
 			for range victims {
 				i := rng.Intn(len(replicas))
 				replicas[i].kill()
-				kills++
 				replicas = append(replicas[:i], replicas[i+1:]...)
 			}
-			time.Sleep(time.Duration(rng.Intn(400)) * time.Millisecond)
+			return victims
+		}
+		res, kills := killWhileChurning(done, rng, 300, 1500, kill, func() {
 			for len(replicas) < 3 {
 				replicas = append(replicas, start())
 			}
-		}
+		})
 		Expect(res.err).NotTo(HaveOccurred(), "a requester was not served across the kills")
 		GinkgoWriter.Printf("%d grants across %d SIGKILLs of %d replicas\n", res.grants, kills, started)
 		Expect(kills).To(BeNumerically(">=", 3), "the churn ended before replicas were killed enough to mean anything")

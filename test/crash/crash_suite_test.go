@@ -11,20 +11,14 @@
 package crash
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
@@ -39,47 +33,27 @@ var (
 	managerBin string
 )
 
-func TestCrash(t *testing.T) {
-	RegisterFailHandler(Fail)
-	RunSpecs(t, "Crash suite")
-}
+func TestCrash(t *testing.T) { framework.RunSuite(t, "Crash suite") }
 
 var _ = BeforeSuite(func() {
-	root, err := framework.RepoRoot()
-	Expect(err).NotTo(HaveOccurred())
-	managerBin = os.Getenv("TURNSTILE_MANAGER")
-	if managerBin == "" {
-		managerBin = filepath.Join(root, "bin", "manager")
-	}
-	_, err = os.Stat(managerBin)
-	Expect(err).NotTo(HaveOccurred(), "manager binary %s not found: run `make build` (or set TURNSTILE_MANAGER)", managerBin)
-
-	env, err = framework.Start("")
-	Expect(err).NotTo(HaveOccurred())
-	DeferCleanup(env.Stop)
-	k8s, err = client.NewWithWatch(env.Config, client.Options{Scheme: framework.Scheme})
-	Expect(err).NotTo(HaveOccurred())
-	kubeconfig = filepath.Join(GinkgoT().TempDir(), "kubeconfig")
-	Expect(env.WriteKubeconfig(kubeconfig)).To(Succeed())
+	managerBin = framework.ManagerBinary()
+	env = framework.StartEnv()
+	k8s = env.Client
+	kubeconfig = framework.AdminKubeconfig(env)
 })
 
-func newNamespace() string {
-	GinkgoHelper()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "crash-"}}
-	Expect(k8s.Create(ctx, ns)).To(Succeed())
-	return ns.Name
-}
+func newNamespace() string { return framework.CreateNamespace(ctx, k8s, "crash-") }
 
 // manager is one run of the manager binary, its log kept so the test can tell what it did.
 type manager struct {
 	name string
 	p    *framework.Process
-	log  *syncBuffer
+	log  *framework.SyncBuffer
 }
 
 func startManager(name string, args ...string) *manager {
 	GinkgoHelper()
-	buf := &syncBuffer{}
+	buf := &framework.SyncBuffer{}
 	out := io.MultiWriter(buf, prefixWriter{name: name, w: GinkgoWriter})
 	args = append([]string{
 		"--metrics-bind-address=0", "--health-probe-bind-address=0",
@@ -101,23 +75,6 @@ func (m *manager) kill() {
 // leads says whether this manager won leader election.
 func (m *manager) leads() bool {
 	return strings.Contains(strings.ToLower(m.log.String()), "successfully acquired lease")
-}
-
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 type prefixWriter struct {

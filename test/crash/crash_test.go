@@ -30,6 +30,23 @@ func runChurn(c framework.Churn) <-chan churnResult {
 	return done
 }
 
+// killWhileChurning waits for the churn to end, and meanwhile, at random moments (minMs plus up
+// to spreadMs milliseconds apart), calls kill (which returns how many managers it killed), waits
+// up to 400 ms more and calls restart. It returns the churn's result and the number of kills.
+func killWhileChurning(done <-chan churnResult, rng *rand.Rand, minMs, spreadMs int, kill func() int, restart func()) (churnResult, int) {
+	kills := 0
+	for {
+		select {
+		case res := <-done:
+			return res, kills
+		case <-time.After(time.Duration(minMs+rng.Intn(spreadMs)) * time.Millisecond):
+		}
+		kills += kill()
+		time.Sleep(time.Duration(rng.Intn(400)) * time.Millisecond)
+		restart()
+	}
+}
+
 // expectLinearizable checks what the requesters observed with porcupine against a fenced lock.
 func expectLinearizable(h *lincheck.History) {
 	GinkgoHelper()
@@ -61,21 +78,11 @@ var _ = Describe("A manager killed with SIGKILL", func() {
 			Namespace: ns, Requesters: 12, Rounds: 20, Keys: 4, MultiLock: 0.25,
 			WaitLimit: 3 * time.Minute, Seed: GinkgoRandomSeed(), History: history,
 		})
-		kills := 0
-		var res churnResult
-	churning:
-		for {
-			// Kill at a random moment: mid-reconcile, mid-hand-off, mid-cache-sync.
-			select {
-			case res = <-done:
-				break churning
-			case <-time.After(time.Duration(200+rng.Intn(1800)) * time.Millisecond):
-			}
-			m.kill()
-			kills++
-			time.Sleep(time.Duration(rng.Intn(400)) * time.Millisecond)
-			m = startManager(fmt.Sprintf("manager-%d", kills))
-		}
+		// Kill at a random moment: mid-reconcile, mid-hand-off, mid-cache-sync.
+		restarts := 0
+		res, kills := killWhileChurning(done, rng, 200, 1800,
+			func() int { m.kill(); return 1 },
+			func() { restarts++; m = startManager(fmt.Sprintf("manager-%d", restarts)) })
 		Expect(res.err).NotTo(HaveOccurred(), "a requester was not served across the restarts")
 		GinkgoWriter.Printf("%d grants across %d SIGKILLs\n", res.grants, kills)
 		Expect(kills).To(BeNumerically(">=", 3), "the churn ended before the manager was killed enough to mean anything")

@@ -20,7 +20,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -62,7 +61,7 @@ func TestMakeDev(t *testing.T) {
 	cmd.Env = withoutMakeVars(os.Environ())
 	// A process group of its own, like a shell's foreground job: Ctrl-C is SIGINT to the group.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	out := &lines{}
+	out := &framework.SyncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start make dev: %v", err)
@@ -286,22 +285,4 @@ func descendants(pid int) []proc {
 func alive(p proc) bool {
 	now, ok := readProc(p.pid)
 	return ok && now.start == p.start
-}
-
-// lines collects a process's output for the test to read while it runs.
-type lines struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *lines) Write(b []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(b)
-}
-
-func (l *lines) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
 }

@@ -11,11 +11,7 @@
 package e2e
 
 import (
-	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
-	"syscall"
 	"testing"
 	"time"
 
@@ -45,51 +41,19 @@ var (
 	manager    *managerProcess
 )
 
-func TestE2E(t *testing.T) {
-	RegisterFailHandler(Fail)
-	RunSpecs(t, "Turnstile e2e suite")
-}
+func TestE2E(t *testing.T) { framework.RunSuite(t, "Turnstile e2e suite") }
 
 var _ = BeforeSuite(func() {
-	var err error
-	repoRoot, err = framework.RepoRoot()
-	Expect(err).NotTo(HaveOccurred())
-
-	managerBin := os.Getenv("TURNSTILE_MANAGER")
-	if managerBin == "" {
-		managerBin = filepath.Join(repoRoot, "bin", "manager")
-	}
-	_, err = os.Stat(managerBin)
-	Expect(err).NotTo(HaveOccurred(), "manager binary %s not found: run `make build` (or set TURNSTILE_MANAGER)", managerBin)
-
-	// kubectl finds plugins on PATH: put bin/kubectl-turnstile there.
-	pluginBin := os.Getenv("TURNSTILE_PLUGIN")
-	if pluginBin == "" {
-		pluginBin = filepath.Join(repoRoot, "bin", "kubectl-turnstile")
-	}
-	_, err = os.Stat(pluginBin)
-	Expect(err).NotTo(HaveOccurred(), "plugin binary %s not found: run `make build` (or set TURNSTILE_PLUGIN)", pluginBin)
-	Expect(os.Setenv("PATH", filepath.Dir(pluginBin)+string(os.PathListSeparator)+os.Getenv("PATH"))).To(Succeed())
+	repoRoot = framework.Root()
+	managerBin := framework.ManagerBinary()
+	framework.PutOnPath(framework.PluginBinary()) // where kubectl finds plugins
 
 	By("starting kube-apiserver and etcd with the Turnstile CRDs")
-	env, err = framework.Start("")
-	Expect(err).NotTo(HaveOccurred())
-	DeferCleanup(func() {
-		By("stopping the control plane")
-		Expect(env.Stop()).To(Succeed())
-	})
-
-	kubectlBin = os.Getenv("TURNSTILE_KUBECTL")
-	if kubectlBin == "" {
-		kubectlBin = env.Kubectl()
-	}
-	_, err = os.Stat(kubectlBin)
-	Expect(err).NotTo(HaveOccurred(), "kubectl binary %s not found: run `make k8s-bins` (or set TURNSTILE_KUBECTL)", kubectlBin)
-
-	dir := GinkgoT().TempDir()
-	kubeconfig = filepath.Join(dir, "kubeconfig")
-	cacheDir = filepath.Join(dir, "kubectl-cache")
-	Expect(env.WriteKubeconfig(kubeconfig)).To(Succeed())
+	env = framework.StartEnv()
+	kubectlBin = framework.KubectlBinary()
+	var err error
+	admin := framework.AdminKubectl(env, kubectlBin)
+	kubeconfig, cacheDir = admin.Kubeconfig, admin.CacheDir
 
 	By("starting the manager binary " + managerBin)
 	manager, err = startManager(managerBin, kubeconfig,
@@ -123,9 +87,7 @@ var _ = AfterSuite(func() {
 
 // managerProcess is the manager binary, watched so a crash during a spec is reported as such.
 type managerProcess struct {
-	p      *framework.Process
-	exited chan struct{}
-	err    error // valid once exited is closed
+	p *framework.Process
 }
 
 func startManager(binary, kubeconfig string, args ...string) (*managerProcess, error) {
@@ -133,26 +95,15 @@ func startManager(binary, kubeconfig string, args ...string) (*managerProcess, e
 	if err != nil {
 		return nil, err
 	}
-	m := &managerProcess{p: p, exited: make(chan struct{})}
-	go func() {
-		<-p.Done()
-		m.err = p.Err()
-		close(m.exited)
-	}()
-	return m, nil
+	return &managerProcess{p: p}, nil
 }
 
 // Running fails with the exit status when the manager is gone.
 func (m *managerProcess) Running() error {
-	select {
-	case <-m.exited:
-		if m.err == nil {
-			return errors.New("the manager exited unexpectedly with status 0")
-		}
-		return fmt.Errorf("the manager exited unexpectedly: %w", m.err)
-	default:
-		return nil
+	if err := m.p.Running(); err != nil {
+		return fmt.Errorf("the manager unexpectedly %w", err)
 	}
+	return nil
 }
 
 // State says whether the manager runs, for failure messages.
@@ -165,23 +116,11 @@ func (m *managerProcess) State() string {
 
 // Stop sends SIGTERM and waits up to grace for an exit with status 0; past grace it kills.
 func (m *managerProcess) Stop(grace time.Duration) error {
-	select {
-	case <-m.exited:
-		return fmt.Errorf("before SIGTERM: %w", m.Running())
-	default:
+	if err := m.Running(); err != nil {
+		return fmt.Errorf("before SIGTERM: %w", err)
 	}
-	if err := syscall.Kill(m.p.Pid(), syscall.SIGTERM); err != nil {
-		return fmt.Errorf("SIGTERM: %w", err)
+	if err := m.p.Stop(grace); err != nil {
+		return fmt.Errorf("after SIGTERM: %w", err)
 	}
-	select {
-	case <-m.exited:
-		if m.err != nil {
-			return fmt.Errorf("the manager exited with an error after SIGTERM: %w", m.err)
-		}
-		return nil
-	case <-time.After(grace):
-		_ = syscall.Kill(m.p.Pid(), syscall.SIGKILL)
-		<-m.exited
-		return fmt.Errorf("the manager did not exit within %s of SIGTERM; killed", grace)
-	}
+	return nil
 }

@@ -211,17 +211,6 @@ var _ = Describe("kstatus (sigs.k8s.io/cli-utils v0.37.2) reads", Ordered, Conti
 	})
 })
 
-// phaseOf polls a request's phase.
-func phaseOf(ns, name string) func() locksv1.LockRequestPhase {
-	return func() locksv1.LockRequestPhase {
-		var lr locksv1.LockRequest
-		if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &lr); err != nil {
-			return locksv1.LockRequestPhase("error: " + err.Error())
-		}
-		return lr.Status.Phase
-	}
-}
-
 // reasonOf is the reason of the object's condition typ, "" when it has none.
 func reasonOf(u *unstructured.Unstructured, typ string) string {
 	if u == nil {

@@ -15,8 +15,6 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/cli-utils/pkg/kstatus/status"
@@ -43,24 +41,16 @@ var (
 	ctx = context.Background()
 )
 
-func TestGitOps(t *testing.T) {
-	RegisterFailHandler(Fail)
-	RunSpecs(t, "GitOps readers suite")
-}
+func TestGitOps(t *testing.T) { framework.RunSuite(t, "GitOps readers suite") }
 
 var _ = BeforeSuite(func() {
-	var err error
-	env, err = framework.Start("")
-	Expect(err).NotTo(HaveOccurred())
+	env = framework.StartEnv()
 	k8s = env.Client
 })
 
 var _ = AfterSuite(func() {
 	if mgr != nil {
 		Expect(mgr.Stop()).To(Succeed())
-	}
-	if env != nil {
-		Expect(env.Stop()).To(Succeed())
 	}
 })
 
@@ -81,12 +71,11 @@ func startManager() {
 	Expect(err).NotTo(HaveOccurred())
 }
 
-func newNamespace() string {
-	GinkgoHelper()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "gitops-"}}
-	Expect(k8s.Create(ctx, ns)).To(Succeed())
-	DeferCleanup(func() { _ = k8s.Delete(ctx, ns) })
-	return ns.Name
+func newNamespace() string { return framework.CreateNamespace(ctx, k8s, "gitops-") }
+
+// phaseOf polls a request's phase.
+func phaseOf(ns, name string) func() locksv1.LockRequestPhase {
+	return framework.PhaseOf(ctx, k8s, ns, name)
 }
 
 func create(objs ...client.Object) {

@@ -25,12 +25,9 @@
 package install
 
 import (
-	"os"
-	"path/filepath"
 	"testing"
 
 	. "github.com/onsi/ginkgo/v2"
-	. "github.com/onsi/gomega"
 
 	"github.com/turnstile-dev/turnstile/internal/testing/framework"
 )
@@ -42,28 +39,9 @@ var (
 	helmBin    string
 )
 
-func TestInstall(t *testing.T) {
-	RegisterFailHandler(Fail)
-	RunSpecs(t, "Turnstile install suite")
-}
-
-// binary is a path from the environment (set by the Makefile) or its default under the root.
-func binary(env, def, how string) string {
-	p := os.Getenv(env)
-	if p == "" {
-		p = filepath.Join(repoRoot, def)
-	}
-	_, err := os.Stat(p)
-	ExpectWithOffset(1, err).NotTo(HaveOccurred(), "%s not found: %s (or set %s)", p, how, env)
-	return p
-}
+func TestInstall(t *testing.T) { framework.RunSuite(t, "Turnstile install suite") }
 
 var _ = BeforeSuite(func() {
-	var err error
-	repoRoot, err = framework.RepoRoot()
-	Expect(err).NotTo(HaveOccurred())
-	Expect(os.Getenv("KUBEBUILDER_ASSETS")).NotTo(BeEmpty(), "KUBEBUILDER_ASSETS is not set: run through `make test`")
-	managerBin = binary("TURNSTILE_MANAGER", "bin/manager", "run `make build`")
-	kubectlBin = binary("TURNSTILE_KUBECTL", "bin/k8s/1.36.3-linux-amd64/kubectl", "run `make k8s-bins`")
-	helmBin = binary("TURNSTILE_HELM", "bin/helm-v3.22.0", "run `make helm`")
+	repoRoot, managerBin = framework.Root(), framework.ManagerBinary()
+	kubectlBin, helmBin = framework.KubectlBinary(), framework.HelmBinary()
 })

@@ -45,7 +45,7 @@ var _ = Describe("Installed with the Helm chart", Ordered, func() {
 			// control plane does not have: helm-unittest and test/chart check them.
 			var kept []object
 			for _, o := range parseManifests(allOn) {
-				if k := o.kind(); k != "ServiceMonitor" && k != "PrometheusRule" {
+				if k := o.Kind(); k != "ServiceMonitor" && k != "PrometheusRule" {
 					kept = append(kept, o)
 				}
 			}
@@ -133,8 +133,8 @@ func describeInstall(ip installPath) {
 		manifests = ip.manifests()
 		objs = parseManifests(manifests)
 		dep := findObject(objs, "Deployment", "-controller-manager")
-		namespace = dep.meta("namespace")
-		podSpec = dep.path("spec", "template", "spec").(map[string]any)
+		namespace = dep.Meta("namespace")
+		podSpec = dep.Path("spec", "template", "spec").(map[string]any)
 		sa = podSpec["serviceAccountName"].(string)
 		for _, a := range podSpec["containers"].([]any)[0].(map[string]any)["args"].([]any) {
 			deployArgs = append(deployArgs, a.(string))
@@ -198,7 +198,7 @@ func describeInstall(ip installPath) {
 		a = c.startManager("manager-a", kubeconfig, namespace, deployArgs)
 
 		By("binding a scraper (a Prometheus ServiceAccount) to the installed metrics-reader ClusterRole")
-		reader := findObject(objs, "ClusterRole", "-metrics-reader").meta("name")
+		reader := findObject(objs, "ClusterRole", "-metrics-reader").Meta("name")
 		c.mustKubectl("", "create", "namespace", "monitoring")
 		c.mustKubectl("", "-n", "monitoring", "create", "serviceaccount", "prometheus")
 		c.mustKubectl("", "create", "clusterrolebinding", "prometheus-turnstile-metrics", "--clusterrole="+reader, "--serviceaccount=monitoring:prometheus")
@@ -210,7 +210,7 @@ func describeInstall(ip installPath) {
 	})
 
 	It("grants, hands off and expires locks for users bound to the installed requester role", func() {
-		requester := findObject(objs, "ClusterRole", "-requester").meta("name")
+		requester := findObject(objs, "ClusterRole", "-requester").Meta("name")
 		c.mustKubectl("", "create", "namespace", team)
 		c.mustKubectl("", "-n", team, "create", "rolebinding", "pipelines", "--clusterrole="+requester, "--user=alice", "--user=bob", "--user=carol")
 		By("a CommandLock exists (admin), so the freeze metrics are exported")
@@ -222,7 +222,7 @@ func describeInstall(ip installPath) {
 		token100 := lockRequests("plan-pr-100").Status.FencingToken
 
 		By("carol may not release alice's lock: the installed admission policies say who may, and how to get it")
-		changes := findObject(objs, "ValidatingAdmissionPolicy", "-lockrequest-changes").meta("name")
+		changes := findObject(objs, "ValidatingAdmissionPolicy", "-lockrequest-changes").Meta("name")
 		denied := func(stdin string, args ...string) func() string {
 			return func() string {
 				// A server-side dry-run goes through admission and changes nothing, so polling

@@ -16,8 +16,6 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -41,32 +39,21 @@ var (
 	history *lag.History
 )
 
-func TestSafety(t *testing.T) {
-	RegisterFailHandler(Fail)
-	RunSpecs(t, "Safety suite")
-}
+func TestSafety(t *testing.T) { framework.RunSuite(t, "Safety suite") }
 
 var _ = BeforeSuite(func() {
 	// The reconcilers log through controller-runtime's logger (the simulation's membership
 	// changes among them): to the spec's output, shown when a spec fails.
 	logf.SetLogger(zap.New(zap.WriteTo(GinkgoWriter)))
+	env = framework.StartEnv()
+	k8s = env.Client
 	var err error
-	env, err = framework.Start("")
-	Expect(err).NotTo(HaveOccurred())
-	DeferCleanup(env.Stop)
-	k8s, err = client.NewWithWatch(env.Config, client.Options{Scheme: framework.Scheme})
-	Expect(err).NotTo(HaveOccurred())
 	history, err = lag.Start(ctx, k8s)
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(history.Stop)
 })
 
-func newNamespace() string {
-	GinkgoHelper()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "safety-"}}
-	Expect(k8s.Create(ctx, ns)).To(Succeed())
-	return ns.Name
-}
+func newNamespace() string { return framework.CreateNamespace(ctx, k8s, "safety-") }
 
 // syncHistory waits until the recorded history holds every write made so far, so that a view
 // moved to its end sees the store as it is.

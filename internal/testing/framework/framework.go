@@ -11,7 +11,12 @@ import (
 	"path/filepath"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -43,40 +48,51 @@ func RepoRoot() (string, error) {
 	}
 }
 
-// Env is a running control plane with the CRDs installed.
+// Env is a running control plane, with the CRDs installed unless it was started bare.
 type Env struct {
 	Env    *envtest.Environment
 	Config *rest.Config
-	Client client.Client
+	// Client is an admin client of Scheme that can also watch (what an InvariantChecker needs).
+	Client client.WithWatch
 	Assets string
 }
 
 // Start starts etcd and kube-apiserver from assets (default $KUBEBUILDER_ASSETS) and installs
 // the CRDs from config/crd/bases.
 func Start(assets string) (*Env, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return nil, err
+	}
+	return start(assets, &envtest.Environment{
+		CRDDirectoryPaths:     []string{filepath.Join(root, "config", "crd", "bases")},
+		ErrorIfCRDPathMissing: true,
+	})
+}
+
+// StartBare starts etcd and kube-apiserver from assets (default $KUBEBUILDER_ASSETS) with
+// nothing installed: for the suites whose subject is the install itself (kubectl apply -k,
+// helm template), which puts the CRDs in.
+func StartBare(assets string) (*Env, error) {
+	return start(assets, &envtest.Environment{})
+}
+
+func start(assets string, env *envtest.Environment) (*Env, error) {
 	if assets == "" {
 		assets = os.Getenv("KUBEBUILDER_ASSETS")
 	}
 	if assets == "" {
 		return nil, errors.New("KUBEBUILDER_ASSETS is not set: run through `make test` (it builds kube-apiserver, etcd and kubectl into bin/k8s)")
 	}
-	root, err := RepoRoot()
-	if err != nil {
-		return nil, err
-	}
-	env := &envtest.Environment{
-		BinaryAssetsDirectory: assets,
-		CRDDirectoryPaths:     []string{filepath.Join(root, "config", "crd", "bases")},
-		ErrorIfCRDPathMissing: true,
-		Scheme:                Scheme,
-	}
+	env.BinaryAssetsDirectory = assets
+	env.Scheme = Scheme
 	cfg, err := env.Start()
 	if err != nil {
 		return nil, fmt.Errorf("start control plane: %w", err)
 	}
 	// Tests drive the API server hard on purpose; a client-side limiter would measure itself.
 	cfg.QPS, cfg.Burst = -1, 0
-	c, err := client.New(cfg, client.Options{Scheme: Scheme})
+	c, err := client.NewWithWatch(cfg, client.Options{Scheme: Scheme})
 	if err != nil {
 		_ = env.Stop()
 		return nil, err
@@ -105,6 +121,42 @@ func (e *Env) WriteKubeconfig(path string) error {
 
 // Kubectl is the path of the kubectl built next to the control plane binaries.
 func (e *Env) Kubectl() string { return filepath.Join(e.Assets, "kubectl") }
+
+// Token asks the TokenRequest API for an hour's token of a ServiceAccount, as the kubelet does
+// for a pod.
+func (e *Env) Token(ctx context.Context, namespace, serviceAccount string) (string, error) {
+	cs, err := kubernetes.NewForConfig(e.Config)
+	if err != nil {
+		return "", err
+	}
+	tr, err := cs.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, serviceAccount,
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}},
+		metav1.CreateOptions{})
+	if err != nil {
+		return "", fmt.Errorf("token for %s/%s: %w", namespace, serviceAccount, err)
+	}
+	return tr.Status.Token, nil
+}
+
+// WriteServiceAccountKubeconfig writes to dir/<namespace>-<serviceAccount>.kubeconfig a
+// kubeconfig that authenticates with a fresh token of the ServiceAccount and nothing else:
+// what a pod's in-cluster config amounts to. It returns the file's path.
+func (e *Env) WriteServiceAccountKubeconfig(ctx context.Context, dir, namespace, serviceAccount string) (string, error) {
+	token, err := e.Token(ctx, namespace, serviceAccount)
+	if err != nil {
+		return "", err
+	}
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["local"] = &clientcmdapi.Cluster{Server: e.Config.Host, CertificateAuthorityData: e.Config.CAData}
+	cfg.AuthInfos[serviceAccount] = &clientcmdapi.AuthInfo{Token: token}
+	cfg.Contexts["sa"] = &clientcmdapi.Context{Cluster: "local", AuthInfo: serviceAccount, Namespace: namespace}
+	cfg.CurrentContext = "sa"
+	path := filepath.Join(dir, namespace+"-"+serviceAccount+".kubeconfig")
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+		return "", err
+	}
+	return path, nil
+}
 
 // Manager is a manager running in this process.
 type Manager struct {

@@ -1,20 +1,25 @@
 package framework
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
+	"regexp"
+	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
 
 // Process is the real manager binary running against a control plane.
 type Process struct {
-	cmd    *exec.Cmd
-	exited chan struct{}
-	err    error // the exit status; set before exited is closed
+	cmd     *exec.Cmd
+	exited  chan struct{}
+	err     error  // the exit status; set before exited is closed
+	logPath string // set by StartProcessLogFile
 }
 
 // StartProcess starts binary with args and KUBECONFIG=kubeconfig, its output going to out.
@@ -33,6 +38,70 @@ func StartProcess(binary, kubeconfig string, out io.Writer, args ...string) (*Pr
 		close(p.exited)
 	}()
 	return p, nil
+}
+
+// StartProcessLogFile is StartProcess with the output going to the file logPath: a file, not a
+// pipe, so the process writes straight into it and nothing in the test can hold up its writes.
+// Log reads it.
+func StartProcessLogFile(binary, kubeconfig, logPath string, args ...string) (*Process, error) {
+	f, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close() // the child has its own descriptor
+	p, err := StartProcess(binary, kubeconfig, f, args...)
+	if err != nil {
+		return nil, err
+	}
+	p.logPath = logPath
+	return p, nil
+}
+
+// Log is what the process has written to its log file so far (StartProcessLogFile), or why
+// that cannot be read.
+func (p *Process) Log() string {
+	data, err := os.ReadFile(p.logPath)
+	if err != nil {
+		return err.Error()
+	}
+	return string(data)
+}
+
+var forbidden = regexp.MustCompile(`(?i).*forbidden.*`)
+
+// ForbiddenLines are the lines of the process's log file that say "forbidden": for the
+// manager, a verb the RBAC it runs under lacks, or an admission policy that denies it.
+func (p *Process) ForbiddenLines() []string { return forbidden.FindAllString(p.Log(), -1) }
+
+// Running is nil while the process runs; once it has ended, an error that says how.
+func (p *Process) Running() error {
+	select {
+	case <-p.exited:
+		if p.err == nil {
+			return errors.New("exited with status 0")
+		}
+		return fmt.Errorf("exited: %w", p.err)
+	default:
+		return nil
+	}
+}
+
+// OutsideClusterArgs are a Deployment's manager args for the binary run outside the cluster:
+// the listen addresses moved to the given loopback ones (not the pod's ports), and the
+// namespace a pod reads from $POD_NAMESPACE given as the leader election and membership
+// namespace.
+func OutsideClusterArgs(deploymentArgs []string, namespace, metricsAddr, probeAddr string) []string {
+	var args []string
+	for _, a := range deploymentArgs {
+		switch {
+		case strings.HasPrefix(a, "--metrics-bind-address="):
+			a = "--metrics-bind-address=" + metricsAddr
+		case strings.HasPrefix(a, "--health-probe-bind-address="):
+			a = "--health-probe-bind-address=" + probeAddr
+		}
+		args = append(args, a)
+	}
+	return append(args, "--leader-election-namespace="+namespace, "--membership-namespace="+namespace)
 }
 
 // Pid is the process id.
@@ -68,4 +137,23 @@ func (p *Process) Kill() error {
 		return err
 	}
 	return p.Err()
+}
+
+// SyncBuffer collects a process's output for a test to read while the process still writes it.
+type SyncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *SyncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// String is everything written so far.
+func (b *SyncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
