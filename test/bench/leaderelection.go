@@ -15,11 +15,7 @@ import (
 
 // The peer's timings: client-go's and controller-runtime's defaults, which is what a user who
 // takes a Lease as a mutex gets unless they tune it.
-const (
-	leLeaseDuration = 15 * time.Second
-	leRenewDeadline = 10 * time.Second
-	leRetryPeriod   = 2 * time.Second
-)
+const leLeaseDuration, leRenewDeadline, leRetryPeriod = 15 * time.Second, 10 * time.Second, 2 * time.Second
 
 // LeaderElectionResult is client-go leaderelection on one Lease used as a mutex.
 type LeaderElectionResult struct {

@@ -95,7 +95,7 @@ func (b *bench) rawSetup(ctx context.Context) (*rawObjects, error) {
 		lr := request(ns, name, "bench/raw", name, "raw", int64(i+1))
 		lr.Generation = 1
 		r.spec[name] = lr
-		u, err := toUnstructured(lr)
+		u, err := framework.Unstructured(lr, benchGVK)
 		if err != nil {
 			return nil, err
 		}
@@ -107,16 +107,6 @@ func (b *bench) rawSetup(ctx context.Context) (*rawObjects, error) {
 		}
 	}
 	return r, nil
-}
-
-func toUnstructured(obj runtime.Object) (*unstructured.Unstructured, error) {
-	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
-	if err != nil {
-		return nil, err
-	}
-	u := &unstructured.Unstructured{Object: m}
-	u.SetGroupVersionKind(benchGVK)
-	return u, nil
 }
 
 // setStatus writes a granted-sized status (fencing token i) onto u with UpdateStatus.

@@ -8,13 +8,13 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/cli-utils/pkg/kstatus/status"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
 	"github.com/turnstile-dev/turnstile/internal/lockkey"
+	"github.com/turnstile-dev/turnstile/internal/testing/framework"
 	. "github.com/turnstile-dev/turnstile/internal/testing/wrappers"
 )
 
@@ -55,7 +55,7 @@ var _ = Describe("kstatus (sigs.k8s.io/cli-utils v0.37.2) reads", Ordered, Conti
 			Expect(mgr.Stop()).To(Succeed())
 			mgr = nil
 		}
-		obj, err := runtimeToUnstructured(on("fresh", "net").Obj())
+		obj, err := framework.Unstructured(on("fresh", "net").Obj(), lockRequestGVK)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(k8s.Create(ctx, obj)).To(Succeed())
 		// What `kubectl apply` prints back, and what a pipeline's first poll reads.
@@ -225,16 +225,4 @@ func reasonOf(u *unstructured.Unstructured, typ string) string {
 		}
 	}
 	return ""
-}
-
-// runtimeToUnstructured converts a typed object for creating it unstructured, so the API
-// server's response is kept as it is.
-func runtimeToUnstructured(o client.Object) (*unstructured.Unstructured, error) {
-	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(o)
-	if err != nil {
-		return nil, err
-	}
-	u := &unstructured.Unstructured{Object: m}
-	u.SetGroupVersionKind(lockRequestGVK)
-	return u, nil
 }

@@ -5,6 +5,9 @@ import (
 	"regexp"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/yaml"
 )
 
@@ -54,4 +57,16 @@ func ParseManifests(text string) ([]Manifest, error) {
 		}
 	}
 	return out, nil
+}
+
+// Unstructured converts a typed object to an unstructured one of kind gvk, as a client that
+// writes without a scheme (or keeps the API server's response as it is) needs it.
+func Unstructured(obj runtime.Object, gvk schema.GroupVersionKind) (*unstructured.Unstructured, error) {
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	if err != nil {
+		return nil, err
+	}
+	u := &unstructured.Unstructured{Object: m}
+	u.SetGroupVersionKind(gvk)
+	return u, nil
 }
