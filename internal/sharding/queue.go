@@ -124,7 +124,7 @@ func (q *routedQueue) GetWithPriority() (reconcile.Request, int, bool) {
 			return item, prio, shutdown
 		}
 		// Handed out to nobody: put it back to come due again a backup delay from now.
-		q.PriorityQueue.Done(item)
+		q.Done(item)
 		q.PriorityQueue.AddWithOpts(priorityqueue.AddOpts{After: d}, item)
 	}
 }

@@ -10,7 +10,7 @@ import (
 )
 
 // The three ways to run the manager that the replicas phase compares.
-const ModeOne, ModeLeaderElection, ModeActiveActive = "one manager", "leader election", "active-active"
+const modeOne, modeLeaderElection, modeActiveActive = "one manager", "leader election", "active-active"
 
 // ReplicasConfig sizes the replicas phase: steady-state cost of running several managers.
 type ReplicasConfig struct {
@@ -92,9 +92,9 @@ func (b *bench) replicasPhase(ctx context.Context) (ReplicasResult, error) {
 		name string
 		topo topology
 	}{
-		{ModeOne, topology{replicas: 1}},
-		{ModeLeaderElection, topology{replicas: rc.Replicas, leaderElect: true}},
-		{ModeActiveActive, topology{replicas: rc.Replicas}},
+		{modeOne, topology{replicas: 1}},
+		{modeLeaderElection, topology{replicas: rc.Replicas, leaderElect: true}},
+		{modeActiveActive, topology{replicas: rc.Replicas}},
 	}
 	saved := b.topo
 	defer func() { b.topo = saved }()

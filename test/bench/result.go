@@ -152,7 +152,7 @@ func (r *Result) WriteTable(out io.Writer) {
 	if rp := r.Replicas; rp != nil {
 		for _, m := range rp.Modes {
 			n := rp.Replicas
-			if m.Mode == ModeOne {
+			if m.Mode == modeOne {
 				n = 1
 			}
 			add(fmt.Sprintf("Replicas, %s (%d managers; median of %d rounds): G1 · hand-off p50 / p99 · G2b · hand-offs/s · writes (409s) · reconciles · CPU ms per hand-off", m.Mode, n, rp.Rounds),
@@ -237,7 +237,7 @@ func replicasGoals(rp *ReplicasResult) []Goal {
 	for _, m := range rp.Modes {
 		modes[m.Mode] = m
 	}
-	aa, one, le := modes[ModeActiveActive], modes[ModeOne], modes[ModeLeaderElection]
+	aa, one, le := modes[modeActiveActive], modes[modeOne], modes[modeLeaderElection]
 	var goals []Goal
 	for _, base := range []struct {
 		id   string
