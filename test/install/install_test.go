@@ -174,6 +174,14 @@ func describeInstall(ip installPath) {
 		c.mustKubectl(manifests, "apply", "--server-side", "-f", "-")
 		c.mustKubectl("", "wait", "--for=condition=Established", "--timeout=60s",
 			"crd/lockrequests.locks.turnstile.dev", "crd/projectlocks.locks.turnstile.dev", "crd/commandlocks.locks.turnstile.dev")
+		// Established is not the end: the admission policies' dispatcher learns a new kind from
+		// discovery a moment later, and until then it answers 503 "Resource kind … not found".
+		By("waiting until a LockRequest passes admission (a server-side dry run)")
+		sample := filepath.Join(repoRoot, "config", "samples", "locks_v1alpha1_lockrequest.yaml")
+		Eventually(func() error {
+			_, err := c.kubectl("", "-n", namespace, "create", "--dry-run=server", "-f", sample)
+			return err
+		}).WithTimeout(settle).WithPolling(200 * time.Millisecond).Should(Succeed())
 		var err error
 		cl, err = client.New(c.env.Config, client.Options{Scheme: framework.Scheme})
 		Expect(err).NotTo(HaveOccurred())
