@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sort"
 	"time"
+	"unicode/utf8"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -27,9 +28,29 @@ func newMicroTime(t time.Time) metav1.MicroTime {
 // the one condition setter of the queue's statuses, the deadlock victim's and CommandLock's.
 func SetCondition(conds *[]metav1.Condition, typ string, status metav1.ConditionStatus, reason, msg string, gen int64, now time.Time) {
 	meta.SetStatusCondition(conds, metav1.Condition{
-		Type: typ, Status: status, Reason: reason, Message: msg,
+		Type: typ, Status: status, Reason: reason, Message: Clip(msg),
 		ObservedGeneration: gen, LastTransitionTime: newTime(now),
 	})
+}
+
+// MaxMessage is the longest condition message the API server stores (metav1.Condition's
+// maxLength), and the CRD's limit of status.blockedBy, which repeats such a message.
+const MaxMessage = 32768
+
+// Clip shortens a message the API server would refuse as too long, such as the description of
+// a deadlock among hundreds of requests, to MaxMessage bytes (so at most as many characters),
+// cut at a character boundary and ending in "…". A status write that failed on its length
+// would leave the request undecided for good.
+func Clip(msg string) string {
+	if len(msg) <= MaxMessage {
+		return msg
+	}
+	const ellipsis = "…"
+	cut := MaxMessage - len(ellipsis)
+	for cut > 0 && !utf8.RuneStart(msg[cut]) {
+		cut--
+	}
+	return msg[:cut] + ellipsis
 }
 
 func findCond(conds []metav1.Condition, typ string) *metav1.Condition {
@@ -171,7 +192,7 @@ func FinishedStatus(req *locksv1.LockRequest, phase locksv1.LockRequestPhase, re
 	st.QueuePosition = 0
 	st.BlockedBy = ""
 	if reason == locksv1.ReasonCommandLocked || reason == locksv1.ReasonBusy || reason == locksv1.ReasonDeadlock {
-		st.BlockedBy = message
+		st.BlockedBy = Clip(message)
 	}
 	fin := newTime(now)
 	st.FinishedAt = &fin
@@ -280,7 +301,7 @@ func waitingStatus(e *entry, i, n int, told blockers, now time.Time) locksv1.Loc
 	}
 	st.QueuePosition = int32(i + 1)
 	reason, blockedBy, prefix := queuedText(e, told)
-	st.BlockedBy = blockedBy
+	st.BlockedBy = Clip(blockedBy)
 	pendingConds(&st, reason, positionText(prefix, i, n), now)
 	return st
 }

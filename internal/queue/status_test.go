@@ -1,8 +1,10 @@
 package queue
 
 import (
+	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -74,5 +76,42 @@ func TestFinishedStatus(t *testing.T) {
 				t.Errorf("FinishedStatus (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// A message longer than the API server stores (a deadlock among hundreds of requests) is clipped
+// in every condition and in blockedBy, so the victim's status write cannot fail on its length.
+func TestLongMessagesAreClipped(t *testing.T) {
+	long := strings.Repeat("lockrequest team-a/r-0001 (alice, pull #1) waits for ", 1000) // 53,000 bytes
+	multi := strings.Repeat("é", MaxMessage)                                              // 2 bytes each
+	cases := map[string]struct {
+		in       string
+		wantLen  int
+		wantTail string
+	}{
+		"short: unchanged":        {in: "deadlock", wantLen: len("deadlock"), wantTail: "deadlock"},
+		"at the limit: unchanged": {in: strings.Repeat("x", MaxMessage), wantLen: MaxMessage, wantTail: "x"},
+		"over it: clipped":        {in: long, wantLen: MaxMessage, wantTail: "…"},
+		"cut between characters":  {in: multi, wantLen: MaxMessage - 1, wantTail: "é…"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			got := Clip(tc.in)
+			if len(got) != tc.wantLen || !strings.HasSuffix(got, tc.wantTail) || !utf8.ValidString(got) {
+				t.Errorf("Clip: %d bytes ending %q (valid UTF-8: %t); want %d bytes ending %q",
+					len(got), got[max(0, len(got)-8):], utf8.ValidString(got), tc.wantLen, tc.wantTail)
+			}
+		})
+	}
+
+	victim := makeReq("victim").QueuedAt(t0).Obj()
+	st := FinishedStatus(victim, locksv1.PhaseFailed, locksv1.ReasonDeadlock, long, now)
+	if len(st.BlockedBy) > MaxMessage {
+		t.Errorf("blockedBy is %d bytes, over the %d the CRD allows", len(st.BlockedBy), MaxMessage)
+	}
+	for _, c := range st.Conditions {
+		if len(c.Message) > MaxMessage {
+			t.Errorf("condition %s's message is %d bytes, over the %d the API server allows", c.Type, len(c.Message), MaxMessage)
+		}
 	}
 }
