@@ -84,7 +84,8 @@ lint: $(GOLANGCI_LINT) lint-api ## Run golangci-lint (built from the module prox
 	cd hack/kal && $(GOLANGCI_LINT) run ./...
 
 .PHONY: lint-api
-lint-api: $(KAL) ## Run the Kube API Linter (KAL) on api/: hack/kal, with the settings in hack/kal/config.yaml.
+lint-api: $(KAL) ## Run the Kube API Linter (KAL) on api/: hack/kal (its own tests first), with the settings in hack/kal/config.yaml.
+	cd hack/kal && go test ./...
 	$(KAL) -config hack/kal/config.yaml ./api/...
 
 .PHONY: verify-generated

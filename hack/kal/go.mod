@@ -3,6 +3,7 @@ module github.com/turnstile-dev/turnstile/hack/kal
 go 1.26.0
 
 require (
+	github.com/google/go-cmp v0.7.0
 	golang.org/x/tools v0.47.0
 	sigs.k8s.io/kube-api-linter v0.0.0-20260716143926-092fe0c72997
 	sigs.k8s.io/yaml v1.6.0

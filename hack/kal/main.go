@@ -10,10 +10,12 @@
 //
 //	kal -config hack/kal/config.yaml ./api/...
 //
-// The configuration file holds the plugin's settings exactly as they would sit under
-// linters.settings.custom.kubeapilinter.settings in a .golangci.yml. Findings are printed as
-// file:line:col: message (linter), and the exit code is 1 when there are any. Test files and
-// generated files ("Code generated ... DO NOT EDIT.") are not linted, as golangci-lint does not.
+// The configuration file's `settings` are the plugin's settings exactly as they would sit under
+// linters.settings.custom.kubeapilinter.settings in a .golangci.yml; its `exclusions` drop named
+// findings (linter plus a message regexp, with a reason), and one that matches nothing is an
+// error. Findings are printed as file:line:col: message (linter), and the exit code is 1 when
+// there are any. Test files and generated files ("Code generated ... DO NOT EDIT.") are not
+// linted, as golangci-lint does not lint them.
 package main
 
 import (
@@ -34,7 +36,7 @@ import (
 )
 
 func main() {
-	configPath := flag.String("config", "hack/kal/config.yaml", "KAL settings (the kubeapilinter plugin's settings block)")
+	configPath := flag.String("config", "hack/kal/config.yaml", "configuration: KAL's plugin settings and exclusions")
 	dir := flag.String("C", ".", "directory of the module whose packages are linted")
 	flag.Usage = func() {
 		fmt.Fprintf(flag.CommandLine.Output(), "usage: kal [-config file] [-C dir] packages...\n")
