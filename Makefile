@@ -9,6 +9,8 @@ KUBE_VERSION ?= 1.36.3
 ETCD_VERSION ?= 3.6.16
 CONTROLLER_TOOLS_VERSION ?= v0.23.0
 GOLANGCI_LINT_VERSION ?= v2.15.0
+# The Kube API Linter, run on api/ by hack/kal (its own module: hack/kal/go.mod pins the same version).
+KAL_VERSION ?= v0.0.0-20260716143926-092fe0c72997
 # spin comes from Debian's package (make spin); this version is tried first.
 SPIN_DEB_VERSION ?= 6.5.2+dfsg-1
 HELM_VERSION ?= v3.22.0
@@ -23,6 +25,7 @@ BIN := $(CURDIR)/bin
 K8S_BIN := $(BIN)/k8s/$(KUBE_VERSION)-$(shell go env GOOS)-$(shell go env GOARCH)
 CONTROLLER_GEN := $(BIN)/controller-gen-$(CONTROLLER_TOOLS_VERSION)
 GOLANGCI_LINT := $(BIN)/golangci-lint-$(GOLANGCI_LINT_VERSION)
+KAL := $(BIN)/kal-$(KAL_VERSION)
 HELM := $(BIN)/helm-$(HELM_VERSION)
 # helm-unittest is a Helm plugin: helm finds it in HELM_PLUGINS.
 export HELM_PLUGINS := $(BIN)/helm-plugins
@@ -75,9 +78,15 @@ vet: ## go vet.
 	go vet ./...
 
 .PHONY: lint
-lint: $(GOLANGCI_LINT) ## Run golangci-lint (built from the module proxy) and check gofmt.
+lint: $(GOLANGCI_LINT) lint-api ## Run golangci-lint (built from the module proxy), check gofmt, and run the Kube API Linter (lint-api).
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 	$(GOLANGCI_LINT) run ./...
+	cd hack/kal && $(GOLANGCI_LINT) run ./...
+
+.PHONY: lint-api
+lint-api: $(KAL) ## Run the Kube API Linter (KAL) on api/: hack/kal (its own tests first), with the settings in hack/kal/config.yaml.
+	cd hack/kal && go test ./...
+	$(KAL) -config hack/kal/config.yaml ./api/...
 
 .PHONY: verify-generated
 verify-generated: manifests generate ## Fail if generated files are out of date.
@@ -208,6 +217,14 @@ $(GOLANGCI_LINT):
 HELM_LDFLAGS := -s -w -X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION) -X helm.sh/helm/v3/internal/version.metadata= \
 	-X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=$(HELM_KUBE_VERSION_MINOR) \
 	-X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=$(HELM_KUBE_VERSION_MINOR)
+
+# hack/kal is its own module, so KAL's dependencies stay out of go.mod; its go.mod must pin
+# KAL_VERSION. Rebuilt when the driver changes.
+$(KAL): hack/kal/main.go hack/kal/go.mod hack/kal/go.sum
+	@v=$$(cd hack/kal && go list -m -f '{{.Version}}' sigs.k8s.io/kube-api-linter); test "$$v" = "$(KAL_VERSION)" || { \
+	  echo "hack/kal/go.mod pins sigs.k8s.io/kube-api-linter $$v, not KAL_VERSION=$(KAL_VERSION):"; \
+	  echo "  cd hack/kal && go get sigs.k8s.io/kube-api-linter@$(KAL_VERSION) && go mod tidy"; exit 1; }
+	cd hack/kal && go build -o $@ .
 
 $(HELM):
 	GOBIN=$(BIN) go install -ldflags "$(HELM_LDFLAGS)" helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)

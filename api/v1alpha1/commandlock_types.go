@@ -40,7 +40,7 @@ type CommandLockStatus struct {
 	// +kubebuilder:default=0
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
-	// conditions: Locked (the freeze is in force), Drained (no granted holder of the command
+	// conditions are Locked (the freeze is in force), Drained (no granted holder of the command
 	// is left: maintenance may start), and for kstatus and Argo CD Reconciling (True while a
 	// freeze in force drains) and Ready (True once drained, or when not frozen).
 	// +optional
@@ -66,7 +66,10 @@ type CommandLockStatus struct {
 // +kubebuilder:printcolumn:name="Drained",type=string,JSONPath=`.status.conditions[?(@.type=="Drained")].status`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type CommandLock struct {
-	metav1.TypeMeta   `json:",inline"`
+	metav1.TypeMeta `json:",inline"`
+
+	// metadata is the object's standard metadata.
+	// +optional
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
 	// spec is the freeze.

@@ -135,12 +135,15 @@ type LockRequestSpec struct {
 
 // LockStatus is the state of one of the request's lock targets, in spec order.
 type LockStatus struct {
-	// key is the canonical lock key, repo/path/workspace[/project].
+	// key is the canonical lock key, repo/path/workspace[/project]: at most 582 characters, the
+	// longest repo (200), path (253), workspace (63) and project (63) with their three '/'.
 	// +required
+	// +kubebuilder:validation:MaxLength=582
 	Key string `json:"key"`
 
 	// name is the ProjectLock that serializes this key, in the request's namespace.
 	// +required
+	// +kubebuilder:validation:MaxLength=253
 	Name string `json:"name"`
 
 	// held is true while this request holds the key.
@@ -173,8 +176,10 @@ type LockRequestStatus struct {
 	QueuePosition int32 `json:"queuePosition,omitempty"`
 
 	// blockedBy says who or what is ahead: a holder ("pull #100 (alice)"), a frozen command, or a
-	// deadlock cycle.
+	// deadlock cycle. It is at most as long as a condition's message (32768), which it repeats
+	// when the request fails.
 	// +optional
+	// +kubebuilder:validation:MaxLength=32768
 	BlockedBy string `json:"blockedBy,omitempty"`
 
 	// fencingToken is the highest of status.locks[].fencingToken: the token of this request. A
@@ -220,7 +225,7 @@ type LockRequestStatus struct {
 	// +kubebuilder:default=0
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
-	// conditions: Granted (wait on this one), Ready (True while granted, and once released by its
+	// conditions are Granted (wait on this one), Ready (True while granted, and once released by its
 	// owner), Reconciling (True while queued) and Stalled (True when Failed, or when the grant
 	// ended without its owner asking: Expired, ForceUnlocked, HolderLost). kstatus (Flux, kpt)
 	// reads them as InProgress while queued, Current when granted or released, Failed otherwise.
@@ -249,7 +254,10 @@ type LockRequestStatus struct {
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.spec.reason`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type LockRequest struct {
-	metav1.TypeMeta   `json:",inline"`
+	metav1.TypeMeta `json:",inline"`
+
+	// metadata is the object's standard metadata.
+	// +optional
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
 	// spec is what is asked for.

@@ -13,16 +13,18 @@ type ProjectLockSpec struct {
 
 // LockHolder is the identity that holds a ProjectLock and the requests it holds it through.
 type LockHolder struct {
-	// owner of the holding requests.
+	// owner of the holding requests (spec.holder.owner, at most 253 characters).
 	// +required
+	// +kubebuilder:validation:MaxLength=253
 	Owner string `json:"owner"`
 
 	// pull of the holding requests; 0 when none.
 	// +optional
 	Pull int64 `json:"pull,omitempty"`
 
-	// url of the holder's pull request or pipeline run.
+	// url of the holder's pull request or pipeline run (spec.holder.url, at most 2048 characters).
 	// +optional
+	// +kubebuilder:validation:MaxLength=2048
 	URL string `json:"url,omitempty"`
 
 	// requests are the LockRequests (same namespace) that hold this key: one, or more when the
@@ -45,11 +47,13 @@ type LockHolder struct {
 type HolderRequest struct {
 	// name of the LockRequest.
 	// +required
+	// +kubebuilder:validation:MaxLength=253
 	Name string `json:"name"`
 
 	// uid of the LockRequest, so a deleted and re-created request of the same name is not
-	// mistaken for the holder.
+	// mistaken for the holder. The API server's UIDs are 36-character UUIDs.
 	// +required
+	// +kubebuilder:validation:MaxLength=128
 	UID string `json:"uid"`
 }
 
@@ -57,10 +61,12 @@ type HolderRequest struct {
 type QueueEntry struct {
 	// request is the waiting LockRequest's name.
 	// +required
+	// +kubebuilder:validation:MaxLength=253
 	Request string `json:"request"`
 
-	// owner of the waiting request.
+	// owner of the waiting request (spec.holder.owner, at most 253 characters).
 	// +required
+	// +kubebuilder:validation:MaxLength=253
 	Owner string `json:"owner"`
 
 	// pull of the waiting request.
@@ -101,7 +107,7 @@ type ProjectLockStatus struct {
 	// +kubebuilder:default=0
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
-	// conditions: Locked (True while held).
+	// conditions are Locked (True while held).
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -127,7 +133,10 @@ type ProjectLockStatus struct {
 // +kubebuilder:printcolumn:name="Expires",type=string,JSONPath=`.status.holder.expiresAt`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type ProjectLock struct {
-	metav1.TypeMeta   `json:",inline"`
+	metav1.TypeMeta `json:",inline"`
+
+	// metadata is the object's standard metadata.
+	// +optional
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
 	// spec is the lock key.

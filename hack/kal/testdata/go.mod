@@ -1,0 +1,3 @@
+module example.com/kaltest
+
+go 1.26.0
