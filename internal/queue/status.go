@@ -301,7 +301,7 @@ func waitingStatus(e *entry, i, n int, told blockers, now time.Time) locksv1.Loc
 	}
 	st.QueuePosition = int32(i + 1)
 	reason, blockedBy, prefix := queuedText(e, told)
-	st.BlockedBy = Clip(blockedBy)
+	st.BlockedBy = blockedBy
 	pendingConds(&st, reason, positionText(prefix, i, n), now)
 	return st
 }
