@@ -80,6 +80,7 @@ var mutants = []mutant{
 		{controller, "		r.overlay.wroteLock(lock, r.clock.Now())\n\t}\n\n\tif d.Again {", "		r.overlay.wroteLock(lock, r.clock.Now())\n\t}\n\tfor _, u := range d.Finish {\n\t\tif err := r.writeRequest(ctx, req.NamespacedName, u); err != nil {\n\t\t\treturn r.retry(err, \"finish lockrequest %s\", u.Request.Name)\n\t\t}\n\t}\n\n\tif d.Again {"},
 	}},
 	{name: "backup-ignores-owner", pkg: "./internal/sharding/", focus: "working owner", guard: "a backup leaves a key alone while its owner is seen deciding it (cost, not safety: no reconcile or 409 from a backup of a working owner)", edits: []edit{{controller, "sharding.WithProgress(progress), sharding.WithQueueClock(r.clock)", "sharding.WithQueueClock(r.clock)); _ = (progress"}}},
+	{name: "delay-read-outside-lock", pkg: "./internal/sharding/", focus: "run:TestRerouteDuringAdd", guard: "a routed add reads a key's delay and records it as delayed under the lock reroute takes (liveness: an ownership change in between must not leave the key waiting)", edits: []edit{{"internal/sharding/queue.go", "		q.mu.Lock()\n		if d := q.router.Delay(item.String()); d > 0 {", "		if d := q.router.Delay(item.String()); d > 0 {\n			q.mu.Lock()"}, {"internal/sharding/queue.go", "				q.delayed[item] = due\n			}\n		}\n		q.mu.Unlock()", "				q.delayed[item] = due\n			}\n			q.mu.Unlock()\n		}"}}},
 }
 
 func main() {

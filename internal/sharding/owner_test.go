@@ -3,6 +3,7 @@ package sharding
 import (
 	"fmt"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -112,12 +113,15 @@ func (f fixedRouter) Delay(key string) time.Duration { return f[key] }
 // It hands items out in the order they were added, as if each came due in turn.
 type recordingQueue struct {
 	priorityqueue.PriorityQueue[reconcile.Request]
+	mu    sync.Mutex // adds may come from two goroutines (TestRerouteDuringAdd)
 	adds  []priorityqueue.AddOpts
 	due   []reconcile.Request
 	dones []reconcile.Request
 }
 
 func (q *recordingQueue) AddWithOpts(o priorityqueue.AddOpts, items ...reconcile.Request) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
 	for _, item := range items {
 		o.Priority = nil
 		q.adds = append(q.adds, o)
@@ -298,5 +302,62 @@ func TestBackupDefersWhileOwnerDecides(t *testing.T) {
 				t.Errorf("the handed-out item is still recorded as delayed")
 			}
 		})
+	}
+}
+
+// blockingRouter answers its first Delay only when released, as a membership view that changes
+// while an add is between reading the delay and recording it.
+type blockingRouter struct {
+	mu       sync.Mutex
+	delay    time.Duration
+	calls    int
+	entered  chan struct{}
+	released chan struct{}
+}
+
+func (r *blockingRouter) Delay(string) time.Duration {
+	r.mu.Lock()
+	r.calls++
+	first, d := r.calls == 1, r.delay
+	r.mu.Unlock()
+	if first {
+		close(r.entered)
+		<-r.released
+	}
+	return d
+}
+
+func (r *blockingRouter) own() { r.mu.Lock(); r.delay = 0; r.mu.Unlock() }
+
+// TestRerouteDuringAdd: this replica comes to own a key while an add of it has read the old
+// (backup) delay but not yet recorded it. The reroute that follows the ownership change must
+// still find the key and make it ready at once, not leave it waiting out the backup delay.
+func TestRerouteDuringAdd(t *testing.T) {
+	key := reconcile.Request{}
+	key.Namespace, key.Name = "ns", "k"
+	router := &blockingRouter{delay: time.Second, entered: make(chan struct{}), released: make(chan struct{})}
+	rec := &recordingQueue{}
+	q := newRoutedQueue(rec, router)
+
+	added := make(chan struct{})
+	go func() { q.Add(key); close(added) }()
+	<-router.entered // the add has read the backup delay
+	router.own()
+	rerouted := make(chan struct{})
+	go func() { q.reroute(); close(rerouted) }()
+	// A reroute that could run now, between the add's read and its record, would find nothing
+	// to do; give it the chance before the add goes on (with the guard it waits for the add).
+	select {
+	case <-rerouted:
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(router.released)
+	<-added
+	<-rerouted
+
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if !slices.Contains(rec.adds, priorityqueue.AddOpts{}) {
+		t.Errorf("adds %+v: the key was never made ready at once after this replica came to own it", rec.adds)
 	}
 }
