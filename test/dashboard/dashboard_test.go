@@ -330,7 +330,7 @@ func objMeta(name string) metav1.ObjectMeta { return metav1.ObjectMeta{Name: nam
 
 // chromedpFocusEnter focuses sel and presses Enter, as a keyboard user does.
 func chromedpFocusEnter(p *page, sel string) error {
-	if err := chromedp.Do(p.ctx, chromedp.Focus(chromedp.CSS(sel), chromedp.NodeVisible)); err != nil {
+	if err := p.onNode(chromedp.Focus(chromedp.CSS(sel), chromedp.NodeVisible)); err != nil {
 		return fmt.Errorf("focus %s: %w", sel, err)
 	}
 	return chromedpKey(p, "\r")

@@ -485,7 +485,7 @@ func (p *page) notReloaded() {
 // click clicks the element sel with the mouse, as a person would.
 func (p *page) click(sel string) {
 	p.t.Helper()
-	if err := chromedp.Do(p.ctx, chromedp.Click(chromedp.CSS(sel), chromedp.NodeVisible)); err != nil {
+	if err := p.onNode(chromedp.Click(chromedp.CSS(sel), chromedp.NodeVisible)); err != nil {
 		p.t.Fatalf("click %s: %v", sel, err)
 	}
 }
@@ -493,9 +493,33 @@ func (p *page) click(sel string) {
 // typeInto types text into the input sel.
 func (p *page) typeInto(sel, text string) {
 	p.t.Helper()
-	if err := chromedp.Do(p.ctx, chromedp.Click(chromedp.CSS(sel), chromedp.NodeVisible), chromedp.SendKeys(chromedp.CSS(sel), text)); err != nil {
+	if err := p.onNode(chromedp.Click(chromedp.CSS(sel), chromedp.NodeVisible), chromedp.SendKeys(chromedp.CSS(sel), text)); err != nil {
 		p.t.Fatalf("type into %s: %v", sel, err)
 	}
+}
+
+// onNode runs actions that find a node and then act on it. The page replaces a key's rows
+// whenever the key changes (putKey), so the node found can be gone by the time the browser is
+// asked for its box: the protocol then answers that it has no node with that id. A person's
+// click would land on the new row, so the actions are run again on the new node, until settle.
+func (p *page) onNode(actions ...chromedp.Action[chromedp.Void]) error {
+	deadline := time.Now().Add(settle)
+	for {
+		err := chromedp.Do(p.ctx, actions...)
+		if err == nil || !staleNode(err) || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// staleNode reports whether err is the DevTools protocol's answer about a node the page has
+// since removed.
+func staleNode(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "Could not find node with given id") ||
+		strings.Contains(msg, "No node with given id") ||
+		strings.Contains(msg, "Node is detached from document")
 }
 
 // confirm checks that the confirmation dialog is open and names every change in wantChanges
