@@ -70,12 +70,17 @@ func (b *bench) startReplica(id string, args ...string) (*replica, error) {
 		"--kube-api-qps=" + strconv.Itoa(managerQPS),
 		"--kube-api-burst=" + strconv.Itoa(managerBurst),
 	}, args...)
+	pprofURL, pprofArgs, err := b.pprofArgs()
+	if err != nil {
+		return nil, err
+	}
+	args = append(args, pprofArgs...)
 	fmt.Fprintf(b.mgrLog, "\n===== %s starting replica %s %v\n", time.Now().Format(time.RFC3339), id, args)
 	p, err := framework.StartProcess(b.cfg.Manager, b.kubeconfig, b.mgrLog, args...)
 	if err != nil {
 		return nil, err
 	}
-	return &replica{id: id, managerProc: &managerProc{p: p, metricsURL: "http://" + addr + "/metrics",
+	return &replica{id: id, managerProc: &managerProc{p: p, metricsURL: "http://" + addr + "/metrics", pprofURL: pprofURL,
 		http: &http.Client{Timeout: 10 * time.Second}}}, nil
 }
 

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -55,16 +56,11 @@ func (b *bench) launch(detection bool) error {
 		"--kube-api-burst=" + strconv.Itoa(managerBurst),
 		"--deadlock-detection=" + strconv.FormatBool(detection),
 	}
-	pprofURL := ""
-	if b.cfg.ProfileSeconds > 0 {
-		pport, err := freePort()
-		if err != nil {
-			return err
-		}
-		paddr := "127.0.0.1:" + strconv.Itoa(pport)
-		args = append(args, "--pprof-bind-address="+paddr)
-		pprofURL = "http://" + paddr + "/debug/pprof/profile"
+	pprofURL, pprofArgs, err := b.pprofArgs()
+	if err != nil {
+		return err
 	}
+	args = append(args, pprofArgs...)
 	if b.topo.replicas > 1 && b.topo.leaderElect {
 		// The measured manager starts alone and leads; startManager adds the standbys.
 		args = append(args, b.leaderElectArgs()...)
@@ -89,20 +85,49 @@ func (b *bench) launch(detection bool) error {
 	return nil
 }
 
-// profile starts a CPU profile of the manager of Config.ProfileSeconds, written to
-// OutDir/name.pprof; the returned func waits for it. Without profiling it does nothing. A
-// profile longer than the work it covers only adds idle time, which has no samples.
-func (b *bench) profile(ctx context.Context, name string) (wait func() error) {
-	m := b.mgr
-	if m == nil || m.pprofURL == "" {
-		return func() error { return nil }
+// pprofArgs are the flags that serve pprof from a manager when Config.ProfileSeconds is set,
+// and the URL of its CPU profile; none otherwise.
+func (b *bench) pprofArgs() (url string, args []string, err error) {
+	if b.cfg.ProfileSeconds <= 0 {
+		return "", nil, nil
 	}
-	done := make(chan error, 1)
-	go func() {
-		done <- fetchProfile(ctx, fmt.Sprintf("%s?seconds=%d", m.pprofURL, b.cfg.ProfileSeconds),
-			filepath.Join(b.cfg.OutDir, name+".pprof"))
-	}()
-	return func() error { return <-done }
+	port, err := freePort()
+	if err != nil {
+		return "", nil, err
+	}
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+	return "http://" + addr + "/debug/pprof/profile", []string{"--pprof-bind-address=" + addr}, nil
+}
+
+// profile starts a CPU profile of Config.ProfileSeconds of the manager, written to
+// OutDir/name.pprof, and of each peer, to OutDir/name-<peer>.pprof; the returned func waits
+// for them. Without profiling it does nothing. A profile longer than the work it covers only
+// adds idle time, which has no samples.
+func (b *bench) profile(ctx context.Context, name string) (wait func() error) {
+	type target struct{ url, path string }
+	var targets []target
+	if b.mgr != nil && b.mgr.pprofURL != "" {
+		targets = append(targets, target{b.mgr.pprofURL, name})
+	}
+	for _, p := range b.peers {
+		if p.pprofURL != "" {
+			targets = append(targets, target{p.pprofURL, name + "-" + p.id})
+		}
+	}
+	done := make(chan error, len(targets))
+	for _, t := range targets {
+		go func() {
+			done <- fetchProfile(ctx, fmt.Sprintf("%s?seconds=%d", t.url, b.cfg.ProfileSeconds),
+				filepath.Join(b.cfg.OutDir, t.path+".pprof"))
+		}()
+	}
+	return func() error {
+		var errs []error
+		for range targets {
+			errs = append(errs, <-done)
+		}
+		return errors.Join(errs...)
+	}
 }
 
 func fetchProfile(ctx context.Context, url, path string) error {
