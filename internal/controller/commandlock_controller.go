@@ -279,16 +279,29 @@ func (r *CommandLockReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("commandlock").
 		For(&locksv1.CommandLock{}).
-		Watches(&locksv1.LockRequest{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
-			lr := o.(*locksv1.LockRequest)
-			if lr.Spec.Command == "" {
-				return nil
-			}
-			return []reconcile.Request{
-				{NamespacedName: types.NamespacedName{Name: lr.Spec.Command}},
-				{NamespacedName: types.NamespacedName{Name: locksv1.CommandAll}},
-			}
-		})).
+		Watches(&locksv1.LockRequest{}, handler.EnqueueRequestsFromMapFunc(r.requestCommands)).
 		WithOptions(controller.Options{NewQueue: sharding.NewQueueFunc(r.router)}).
 		Complete(r)
+}
+
+// requestCommands maps a LockRequest event to the CommandLocks whose status it may change: its
+// command's and the one of all commands, those of them that exist. A command with no
+// CommandLock has no status to keep, and a CommandLock's own create or delete event reconciles
+// it, with whatever requests the cache holds by then; so the requests of commands nobody
+// freezes, most of them, enqueue nothing.
+func (r *CommandLockReconciler) requestCommands(ctx context.Context, o client.Object) []reconcile.Request {
+	lr, ok := o.(*locksv1.LockRequest)
+	if !ok || lr.Spec.Command == "" {
+		return nil
+	}
+	var out []reconcile.Request
+	for _, name := range []string{lr.Spec.Command, locksv1.CommandAll} {
+		var cl locksv1.CommandLock // from the cache the reconciler reads: no request to the API server
+		if err := r.client.Get(ctx, types.NamespacedName{Name: name}, &cl); apierrors.IsNotFound(err) {
+			continue
+		}
+		// Any other error enqueues: the reconcile reads again and reports it.
+		out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Name: name}})
+	}
+	return out
 }

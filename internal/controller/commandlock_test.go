@@ -115,6 +115,33 @@ var _ = Describe("CommandLock freezes", func() {
 		expectPhase(ns, "p", locksv1.PhaseGranted)
 	})
 
+	It("wakes a CommandLock on its requests' events only while it exists", func() {
+		r := controller.NewCommandLockReconciler(mgr.Client, nil, nil)
+		commands := func(lr *locksv1.LockRequest) func() []string {
+			return func() []string {
+				var names []string
+				for _, q := range controller.RequestCommands(r, ctx, lr) {
+					names = append(names, q.Name)
+				}
+				return names
+			}
+		}
+		apply := at("a", "a").Owner("alice", 1).Command("apply").Obj()
+		Expect(commands(apply)()).To(BeEmpty(), "no CommandLock: a request's event wakes none")
+		Expect(commands(at("n", "n").Owner("alice", 1).Obj())()).To(BeEmpty(), "a request with no command")
+
+		freeze("apply", "maintenance window", nil)
+		Expect(commands(apply)()).To(Equal([]string{"apply"}), "the manager's cache has it, so the mapping does")
+		freeze(locksv1.CommandAll, "maintenance window", nil)
+		Eventually(commands(apply), timeout, interval).Should(Equal([]string{"apply", locksv1.CommandAll}))
+		Expect(commands(at("p", "p").Owner("bob", 2).Command("plan").Obj())()).To(Equal([]string{locksv1.CommandAll}),
+			"the freeze of all commands is woken by every command's requests")
+
+		deleteCommandLock(locksv1.CommandAll)
+		deleteCommandLock("apply")
+		Expect(commands(apply)()).To(BeEmpty())
+	})
+
 	It("holds frozen applies with the freeze's reason, keeps their queue place, and grants them in order on thaw", func() {
 		create(req("holder", ns).Owner("carol", 3).Command("plan").Obj())
 		expectPhase(ns, "holder", locksv1.PhaseGranted)

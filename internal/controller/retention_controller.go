@@ -7,8 +7,11 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
@@ -56,8 +59,26 @@ func (r *RetentionReconciler) Reconcile(ctx context.Context, req reconcile.Reque
 	return reconcile.Result{}, nil
 }
 
-// SetupWithManager registers the reconciler.
+// SetupWithManager registers the reconciler. Only finished requests are its concern: the
+// events of a request that waits or holds (most of them: grants, queue positions, renewals)
+// enqueue nothing, on every replica. A request that finishes sends its final update; after a
+// restart, the informer's initial list sends one create per finished request.
 func (r *RetentionReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	return ctrl.NewControllerManagedBy(mgr).Named("retention").For(&locksv1.LockRequest{}).
+	return ctrl.NewControllerManagedBy(mgr).Named("retention").
+		For(&locksv1.LockRequest{}, builder.WithPredicates(finished())).
 		WithOptions(controller.Options{NewQueue: sharding.NewQueueFunc(r.router)}).Complete(r)
+}
+
+// finished passes the creates and updates of requests in a final phase.
+func finished() predicate.Funcs {
+	final := func(o client.Object) bool {
+		lr, ok := o.(*locksv1.LockRequest)
+		return ok && lr.Status.Phase.IsFinal()
+	}
+	return predicate.Funcs{
+		CreateFunc:  func(e event.CreateEvent) bool { return final(e.Object) },
+		UpdateFunc:  func(e event.UpdateEvent) bool { return final(e.ObjectNew) },
+		DeleteFunc:  func(event.DeleteEvent) bool { return false },
+		GenericFunc: func(e event.GenericEvent) bool { return final(e.Object) },
+	}
 }

@@ -1,0 +1,4 @@
+package controller
+
+// RequestCommands exposes the CommandLock reconciler's LockRequest mapping to the suite.
+var RequestCommands = (*CommandLockReconciler).requestCommands
