@@ -98,7 +98,8 @@ type Config struct {
 
 	// ProfileSeconds, when positive, serves pprof from the manager and records a CPU profile
 	// of that many seconds from the start of each back-to-back hand-off run, as
-	// OutDir/cpu-handoff-depth<N>.pprof (`go tool pprof bin/manager FILE`). It adds up to that
+	// OutDir/cpu-handoff-depth<N>.pprof (`go tool pprof bin/manager FILE`); the replicas phase
+	// adds its mode to the name, and a peer's profile adds its name. It adds up to that
 	// long of idle time per depth; no number in the result depends on it.
 	ProfileSeconds int `json:"profileSeconds,omitempty"`
 
@@ -134,7 +135,7 @@ func Full() Config {
 		DetectionDuration: Duration(8 * time.Second),
 		Failover: FailoverConfig{Replicas: 3, Kills: 12, BackupDelay: Duration(300 * time.Millisecond), Lapse: Duration(3 * time.Second),
 			LeaderElectionKills: 4, LeaderElectionLease: Duration(15 * time.Second)},
-		ReplicasPhase: ReplicasConfig{Replicas: 2, Rounds: 3},
+		ReplicasPhase: ReplicasConfig{Replicas: 2, Rounds: 5},
 	}
 }
 
@@ -215,6 +216,7 @@ type bench struct {
 	mgr        *managerProc
 	peers      []*replica // topo.replicas-1 peers of mgr: active-active, or standbys
 	topo       topology   // how many managers run, and how
+	profileTag string     // ends the names of the hand-off profiles: the replicas phase's mode
 	mgrLog     *os.File
 	progress   io.Writer
 	// harnessWrites counts the harness's own writes to lockrequests and projectlocks, so a
@@ -239,7 +241,8 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	if err := os.MkdirAll(cfg.OutDir, 0o755); err != nil {
 		return nil, err
 	}
-	b := &bench{cfg: cfg, progress: cfg.Progress, topo: topology{replicas: max(1, cfg.Replicas), leaderElect: cfg.LeaderElect}}
+	b := &bench{cfg: cfg, progress: cfg.Progress, topo: topology{replicas: max(1, cfg.Replicas), leaderElect: cfg.LeaderElect,
+		activeActive: cfg.Replicas > 1 && !cfg.LeaderElect}}
 	if b.progress == nil {
 		b.progress = io.Discard
 	}

@@ -122,7 +122,7 @@ func TestSmoke(t *testing.T) {
 		check("409s are counted, never negative", f.KillConflicts >= 0 && f.RollingConflicts >= 0)
 	}
 	rp := back.Replicas
-	check("want a replicas result with three modes", rp != nil && len(rp.Modes) == 3)
+	check("want a replicas result with four modes", rp != nil && len(rp.Modes) == 4)
 	if rp != nil {
 		for _, m := range rp.Modes {
 			check(m.Mode+": grants and hand-offs measured", m.G1 > 0 && m.HandoffP50Ms > 0 && m.HandoffsPerSec > 0)

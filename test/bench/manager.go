@@ -64,9 +64,9 @@ func (b *bench) launch(detection bool) error {
 	if b.topo.replicas > 1 && b.topo.leaderElect {
 		// The measured manager starts alone and leads; startManager adds the standbys.
 		args = append(args, b.leaderElectArgs()...)
-	} else if b.topo.replicas > 1 {
-		// Active-active: the measured manager and Replicas-1 peers, all deciding; each key's
-		// owner at once, the others after the backup delay.
+	} else if b.topo.activeActive {
+		// Active-active: the measured manager and replicas-1 peers (maybe none), all deciding;
+		// each key's owner at once, the others after the backup delay.
 		gen := int(b.names.Add(1))
 		args = append(args, "--active-active", "--membership-namespace="+membersNamespace, fmt.Sprintf("--membership-id=steady-%d", gen))
 		if err := b.startPeers(fmt.Sprintf("steady-%d", gen), detection, func(id string) []string {

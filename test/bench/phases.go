@@ -371,7 +371,7 @@ func (b *bench) handoffDepth(ctx context.Context, depth int) (HandoffResult, *qu
 	if err != nil {
 		return res, nil, err
 	}
-	profiled := b.profile(ctx, fmt.Sprintf("cpu-handoff-depth%d", depth))
+	profiled := b.profile(ctx, fmt.Sprintf("cpu-handoff-depth%d%s", depth, b.profileTag))
 	lat, elapsed, err := b.handoffs(ctx, q, n, false)
 	if err != nil {
 		return res, nil, err

@@ -3,14 +3,21 @@ package bench
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// The three ways to run the manager that the replicas phase compares.
-const modeOne, modeLeaderElection, modeActiveActive = "one manager", "leader election", "active-active"
+// The ways to run the manager that the replicas phase compares. modeAlone is one manager in
+// active-active mode with no peer: the mode's own cost, apart from a second process's.
+const (
+	modeOne            = "one manager"
+	modeAlone          = "active-active, alone"
+	modeLeaderElection = "leader election"
+	modeActiveActive   = "active-active"
+)
 
 // ReplicasConfig sizes the replicas phase: steady-state cost of running several managers.
 type ReplicasConfig struct {
@@ -21,9 +28,10 @@ type ReplicasConfig struct {
 	Rounds int `json:"rounds"`
 }
 
-// ReplicasResult compares, in one run and round by round, one manager alone, Replicas managers
-// with leader election (one active, the others standing by with warm caches: the Deployment
-// before active-active) and Replicas managers active-active.
+// ReplicasResult compares, in one run and round by round, one manager alone, one manager in
+// active-active mode alone, Replicas managers with leader election (one active, the others
+// standing by with warm caches: the Deployment before active-active) and Replicas managers
+// active-active.
 type ReplicasResult struct {
 	Replicas int           `json:"replicas"`
 	Rounds   int           `json:"rounds"`
@@ -32,7 +40,8 @@ type ReplicasResult struct {
 
 // ReplicaMode is one mode's figures: medians over the rounds.
 type ReplicaMode struct {
-	Mode string `json:"mode"`
+	Mode     string `json:"mode"`
+	Managers int    `json:"managers"`
 	// G1 is grant throughput ÷ the raw parallel GET+UpdateStatus rate measured just before it
 	// (the same clients and duration), as G1 of the steady phases.
 	G1 float64 `json:"g1"`
@@ -57,6 +66,13 @@ type replicaRound struct {
 	g1, p50, p99, g2b, rate, writes, conflicts, reconciles, cpu float64
 }
 
+// median is the mode's medians as a round: what the ratios fall back to when the rounds are
+// gone (a result read back from JSON).
+func (m ReplicaMode) median() replicaRound {
+	return replicaRound{g1: m.G1, p50: m.HandoffP50Ms, p99: m.HandoffP99Ms, g2b: m.G2b, rate: m.HandoffsPerSec,
+		writes: m.WritesPerHandoff, conflicts: m.ConflictsPerHandoff, reconciles: m.ReconcilesPerHandoff, cpu: m.CPUPerHandoffMs}
+}
+
 func (m *ReplicaMode) summarize() {
 	med := func(f func(replicaRound) float64) float64 {
 		xs := make([]float64, len(m.rounds))
@@ -78,8 +94,9 @@ func (m *ReplicaMode) summarize() {
 
 // topology is how many managers run and how: what launch and startManager read.
 type topology struct {
-	replicas    int
-	leaderElect bool
+	replicas     int
+	leaderElect  bool
+	activeActive bool // each replica with --active-active (replicas > 1 and no leader election, or alone)
 }
 
 func (b *bench) replicasPhase(ctx context.Context) (ReplicasResult, error) {
@@ -93,11 +110,12 @@ func (b *bench) replicasPhase(ctx context.Context) (ReplicasResult, error) {
 		topo topology
 	}{
 		{modeOne, topology{replicas: 1}},
+		{modeAlone, topology{replicas: 1, activeActive: true}},
 		{modeLeaderElection, topology{replicas: rc.Replicas, leaderElect: true}},
-		{modeActiveActive, topology{replicas: rc.Replicas}},
+		{modeActiveActive, topology{replicas: rc.Replicas, activeActive: true}},
 	}
 	saved := b.topo
-	defer func() { b.topo = saved }()
+	defer func() { b.topo, b.profileTag = saved, "" }()
 
 	b.step("replicas: the raw baseline's objects and the write→watch probe")
 	raw, rawObjs, err := b.raw(ctx)
@@ -108,12 +126,12 @@ func (b *bench) replicasPhase(ctx context.Context) (ReplicasResult, error) {
 	for round := range rc.Rounds {
 		for i, m := range modes {
 			b.step(fmt.Sprintf("replicas, round %d of %d: %s (%d managers)", round+1, rc.Rounds, m.name, m.topo.replicas))
-			b.topo = m.topo
+			b.topo, b.profileTag = m.topo, "-"+strings.ReplaceAll(strings.ReplaceAll(m.name, ",", ""), " ", "-")
 			r, err := b.replicaRound(ctx, rawObjs, raw.Probe)
 			if err != nil {
 				return res, fmt.Errorf("%s: %w", m.name, err)
 			}
-			out[i].Mode = m.name
+			out[i].Mode, out[i].Managers = m.name, m.topo.replicas
 			out[i].rounds = append(out[i].rounds, r)
 		}
 	}
