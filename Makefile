@@ -166,9 +166,10 @@ spin: ## Install spin (Debian's package, as root) when it is missing.
 mutants: k8s-bins ## Take each guard of the grant path out in turn and check that a test fails (hack/mutants).
 	go run ./hack/mutants
 
-# BENCH_PROFILE=10 records 10 s of manager CPU profile per hand-off depth into bin/bench/*.pprof.
+# BENCH_PROFILE=10 records 10 s of CPU profile of every manager per hand-off depth (and per
+# replicas mode) into bin/bench/*.pprof.
 BENCH_PROFILE ?= 0
-# BENCH_PHASES=failover runs only that phase (steady, scale, failover; default all).
+# BENCH_PHASES=failover runs only that phase (steady, scale, replicas, failover; default all).
 # BENCH_REPLICAS=2 runs the steady-state phases with two managers active-active; with
 # BENCH_LEADER_ELECT=true, with leader election instead (one leads, one stands by).
 BENCH_PHASES ?=

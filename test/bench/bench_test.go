@@ -130,7 +130,7 @@ func TestSmoke(t *testing.T) {
 			check(m.Mode+": every manager's reconciles and CPU are counted", m.ReconcilesPerHandoff >= 1 && m.CPUPerHandoffMs > 0)
 		}
 	}
-	check("want every goal", len(back.Goals) == 19+len(cfg.LeaderElection))
+	check("want every goal", len(back.Goals) == 27+len(cfg.LeaderElection)) // F1–F4, 18 of the replicas (A, S, L 1–5 with 2a and 2b) and the steady ones
 	for _, g := range back.Goals {
 		check(g.ID+" must be a finite positive ratio", g.Value > 0 && !math.IsInf(g.Value, 0) && !math.IsNaN(g.Value))
 	}
