@@ -92,8 +92,9 @@ type Config struct {
 	// Deployment's mode before active-active): the measured manager leads, the others stand by
 	// with warm caches. It is the "one active manager" baseline of a replicated Deployment.
 	LeaderElect bool `json:"leaderElect,omitempty"`
-	// ReplicasPhase sizes the "replicas" phase (BENCH_PHASES=replicas): one manager, leader
-	// election and active-active compared round by round in one run.
+	// ReplicasPhase sizes the "replicas" phase (BENCH_PHASES=replicas): one manager, one in
+	// active-active mode alone, leader election and active-active compared round by round in
+	// one run.
 	ReplicasPhase ReplicasConfig `json:"replicasPhase"`
 
 	// ProfileSeconds, when positive, serves pprof from the manager and records a CPU profile
