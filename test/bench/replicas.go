@@ -66,13 +66,6 @@ type replicaRound struct {
 	g1, p50, p99, g2b, rate, writes, conflicts, reconciles, cpu float64
 }
 
-// median is the mode's medians as a round: what the ratios fall back to when the rounds are
-// gone (a result read back from JSON).
-func (m ReplicaMode) median() replicaRound {
-	return replicaRound{g1: m.G1, p50: m.HandoffP50Ms, p99: m.HandoffP99Ms, g2b: m.G2b, rate: m.HandoffsPerSec,
-		writes: m.WritesPerHandoff, conflicts: m.ConflictsPerHandoff, reconciles: m.ReconcilesPerHandoff, cpu: m.CPUPerHandoffMs}
-}
-
 func (m *ReplicaMode) summarize() {
 	med := func(f func(replicaRound) float64) float64 {
 		xs := make([]float64, len(m.rounds))

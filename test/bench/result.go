@@ -257,16 +257,14 @@ func replicasGoals(rp *ReplicasResult) []Goal {
 		{"L", modes[modeActiveActive], modes[modeLeaderElection], fmt.Sprintf("%d active-active", rp.Replicas), fmt.Sprintf("%d with leader election", rp.Replicas)},
 	} {
 		what := c.what + " ÷ " + c.over
+		// Every mode has Rounds rounds (at least 1), measured in the same order.
 		paired := func(id, name string, f func(replicaRound) float64, op string, target float64) Goal {
-			g := goal(c.id+id, name+", "+what, ratio(f(c.of.median()), f(c.base.median())), op, target)
-			if n := min(len(c.of.rounds), len(c.base.rounds)); n > 0 {
-				xs := make([]float64, n)
-				for i := range n {
-					xs[i] = ratio(f(c.of.rounds[i]), f(c.base.rounds[i]))
-				}
-				g = goal(g.ID, g.What, median(xs), op, target)
-				g.Low, g.High = slices.Min(xs), slices.Max(xs)
+			xs := make([]float64, len(c.base.rounds))
+			for i := range xs {
+				xs[i] = ratio(f(c.of.rounds[i]), f(c.base.rounds[i]))
 			}
+			g := goal(c.id+id, name+", "+what, median(xs), op, target)
+			g.Low, g.High = slices.Min(xs), slices.Max(xs)
 			return g
 		}
 		goals = append(goals,
