@@ -200,6 +200,7 @@ func Decide(in Input) Decision {
 		}
 		entries = append(entries, e)
 	}
+	agedAsShown(lock, entries, in.Config, now)
 	if lock != nil && lock.DeletionTimestamp != nil {
 		return forceUnlock(lock, entries, now)
 	}

@@ -48,6 +48,34 @@ func AgedPriority(p locksv1.Priority, waited, step time.Duration) int {
 	return rank
 }
 
+// agedAsShown makes aging a ratchet across managers. Each manager ages a waiter by its own
+// clock, so two managers whose clocks fall on either side of a waiter's aging step rank it
+// differently, and each would write its own queue to the ProjectLock over the other's for as
+// long as their clocks disagree: a write loop (docs/protocol.md, "Clocks"). A waiter therefore
+// ranks at least as high as the ProjectLock's queue shows it, which is the rank a manager whose
+// clock passed the step wrote; but never more than one step above its rank by this manager's
+// clock, so the written rank closes a gap between clocks and is not carried over to a new
+// request that reuses the name.
+func agedAsShown(lock *locksv1.ProjectLock, entries []*entry, cfg Config, now time.Time) {
+	if lock == nil || cfg.AgingStep <= 0 || len(lock.Status.Queue) == 0 {
+		return
+	}
+	shown := make(map[string]locksv1.QueueEntry, len(lock.Status.Queue))
+	for _, q := range lock.Status.Queue {
+		shown[q.Request] = q
+	}
+	for _, e := range entries {
+		q, ok := shown[e.req.Name]
+		if !ok || e.final || e.claims || q.Owner != e.req.Spec.Holder.Owner || q.Pull != e.req.Spec.Holder.Pull {
+			continue
+		}
+		rank := q.Priority.Rank()
+		if rank > e.priority && rank <= AgedPriority(e.req.Spec.Priority, now.Sub(e.arrival)+cfg.AgingStep, cfg.AgingStep) {
+			e.priority = rank
+		}
+	}
+}
+
 // sortQueue orders waiters: higher (aged) priority first, then the order the API server stored
 // them in — creation time, then arrival revision — then name. No manager's clock takes part,
 // so managers whose clocks disagree still serve one queue first come, first served.

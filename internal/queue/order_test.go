@@ -287,3 +287,86 @@ func TestTTL(t *testing.T) {
 		t.Errorf("TTL with spec.ttl 1h = %s", got)
 	}
 }
+
+// Two managers whose clocks fall on either side of a waiter's aging step agree once one of them
+// has written the key: aging is a ratchet (agedAsShown). Without it each writes its own queue
+// over the other's for as long as their clocks disagree.
+func TestAgingIsARatchetAcrossManagers(t *testing.T) {
+	cfg := testConfig()
+	cfg.AgingStep = 30 * time.Second
+	ahead, behind := now.Add(2*time.Second), now.Add(-2*time.Second)
+	// x is Low and was queued one aging step before now: Normal by the clock ahead, Low by the
+	// one behind. y is Normal, created and queued after x.
+	x := func() *locksv1.LockRequest {
+		return makeReq("x").Owner("xavier", 1).Priority(locksv1.PriorityLow).Creation(t0.Add(-time.Minute)).QueuedAt(now.Add(-cfg.AgingStep)).Obj()
+	}
+	y := func() *locksv1.LockRequest {
+		return makeReq("y").Owner("yvonne", 2).Creation(t0.Add(-30 * time.Second)).QueuedAt(now.Add(-10 * time.Second)).Obj()
+	}
+	cases := map[string]struct {
+		waiters []*locksv1.LockRequest
+		first   time.Time // the clock of the manager that decides first
+		want    []string  // the ProjectLock's queue once both have decided
+	}{
+		"one waiter's step between the clocks, the manager ahead first": {
+			waiters: []*locksv1.LockRequest{x()}, first: ahead, want: []string{"x:Normal"},
+		},
+		"one waiter's step between the clocks, the manager behind first": {
+			waiters: []*locksv1.LockRequest{x()}, first: behind, want: []string{"x:Normal"},
+		},
+		"two waiters trade places between the clocks": {
+			waiters: []*locksv1.LockRequest{x(), y()}, first: behind, want: []string{"x:Normal", "y:Normal"},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			w := newWorld(t)
+			w.add(aliceHolder().Obj())
+			w.locks[name1] = aliceLock(w.get("h"))
+			for _, r := range tc.waiters {
+				w.add(r)
+			}
+			second := ahead
+			if tc.first.Equal(ahead) {
+				second = behind
+			}
+			w.decide(name1, tc.first, cfg)
+			w.decide(name1, second, cfg)
+			for i := range 6 {
+				at := []time.Time{tc.first, second}[i%2]
+				if d := w.decide(name1, at, cfg); !empty(d) {
+					t.Fatalf("decision %d at now%+v writes again: %s", i+3, at.Sub(now), describeDecision(d))
+				}
+			}
+			if diff := cmp.Diff(tc.want, lockViewOf(&w.locks[name1].Status).Queue); diff != "" {
+				t.Errorf("ProjectLock queue (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// The ratchet closes a gap between clocks, no more: a rank the ProjectLock shows more than one
+// aging step above the deciding clock's (a request that reuses the name of one that waited
+// long) is not taken.
+func TestAgedAsShownTakesOneStepAtMost(t *testing.T) {
+	cfg := testConfig()
+	cfg.AgingStep = 30 * time.Second
+	h := aliceHolder().Obj()
+	lock := aliceLock(h)
+	lock.Status.Queue = []locksv1.QueueEntry{{Request: "x", Owner: "xavier", Pull: 1, Priority: locksv1.PriorityHigh}}
+	x := makeReq("x").Owner("xavier", 1).Priority(locksv1.PriorityLow).QueuedAt(now.Add(-time.Second)).Obj()
+	d := Decide(Input{Now: now, Name: name1, Lock: lock, Config: cfg, Requests: []*locksv1.LockRequest{h, x}})
+	if diff := cmp.Diff([]string{"x:Low"}, lockViewOf(d.Lock).Queue); diff != "" {
+		t.Errorf("ProjectLock queue (-want +got):\n%s", diff)
+	}
+	// One step above, it is taken: another manager's clock passed x's first step.
+	lock.Status.Queue[0].Priority = locksv1.PriorityNormal
+	d = Decide(Input{Now: now, Name: name1, Lock: lock, Config: cfg, Requests: []*locksv1.LockRequest{h, x}})
+	st := &lock.Status // unchanged if nothing is written
+	if d.Lock != nil {
+		st = d.Lock
+	}
+	if diff := cmp.Diff([]string{"x:Normal"}, lockViewOf(st).Queue); diff != "" {
+		t.Errorf("ProjectLock queue, one step above (-want +got):\n%s", diff)
+	}
+}

@@ -600,7 +600,9 @@ func (s *sim) settle(steps int) {
 		Expect(client.IgnoreNotFound(k8s.Update(ctx, &lr))).To(Succeed())
 	}
 	for round := 0; ; round++ {
-		Expect(round).To(BeNumerically("<", 40), s.where(steps, "settling")+": the managers do not settle")
+		Expect(round).To(BeNumerically("<", 40), s.where(steps, "settling")+": the managers do not settle (the trace above shows the last rounds' writes)")
+		// The last rounds before giving up print what they write: the loop that does not settle.
+		s.trace = s.trace || round >= 36
 		syncHistory()
 		before := history.Mark()
 		for i, m := range s.ms {

@@ -351,6 +351,9 @@ func Summary(o client.Object) string {
 				out += fmt.Sprintf(" held[%s]=%d", l.Key, l.FencingToken)
 			}
 		}
+		if o.Status.QueuePosition > 0 {
+			out += fmt.Sprintf(" position=%d", o.Status.QueuePosition)
+		}
 		if o.Spec.Release {
 			out += " release"
 		}
@@ -363,6 +366,13 @@ func Summary(o client.Object) string {
 				}
 				out += r.Name
 			}
+		}
+		out += "] queue=["
+		for i, q := range o.Status.Queue {
+			if i > 0 {
+				out += " "
+			}
+			out += q.Request + ":" + string(q.Priority)
 		}
 		out += "]"
 	case *locksv1.CommandLock:
