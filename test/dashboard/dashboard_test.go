@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/input"
 	"github.com/chromedp/chromedp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -150,6 +151,18 @@ func TestLiveQueue(t *testing.T) {
 	}
 	p.expect("the queue moved up", at("waiters")+`.map((w) => w.pos + ' ' + w.request)`, []string{"1 pr-102", "2 pr-104", "3 pr-103"})
 	p.shot("hand-off")
+
+	// A click whose press and release straddle an update of its key lands: the page keeps the
+	// nodes an update does not change, as a person clicking on a busy key expects.
+	forceUnlock := fmt.Sprintf(`tbody.key[data-id=%s] button[data-action="force-unlock"]`, jsString(id))
+	x, y := p.center(forceUnlock)
+	p.mouse(input.DispatchMouseEventTypeMousePressed, x, y)
+	releaseByAPI(t, h.admin, ns, "pr-103")
+	p.expect("the key changes between the press and the release", at("waiters")+`.map((w) => w.pos + ' ' + w.request)`, []string{"1 pr-102", "2 pr-104"})
+	p.mouse(input.DispatchMouseEventTypeMouseReleased, x, y)
+	p.expect("the click opens the force-unlock confirmation", `document.getElementById('confirm').open`, true)
+	p.click("#confirm-cancel")
+	p.expect("Cancel closes it", `document.getElementById('confirm').open`, false)
 
 	// Collapse and expand the queue with the keyboard.
 	toggle := fmt.Sprintf(`tbody.key[data-id=%s] button[data-action="toggle"]`, jsString(id))

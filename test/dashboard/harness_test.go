@@ -33,6 +33,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/input"
 	"github.com/chromedp/chromedp"
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
@@ -490,6 +491,28 @@ func (p *page) click(sel string) {
 	}
 }
 
+// center scrolls the element sel into view and returns the middle of its box, in the viewport.
+func (p *page) center(sel string) (x, y float64) {
+	p.t.Helper()
+	got, err := p.eval(fmt.Sprintf(`(() => { const e = document.querySelector(%s); e.scrollIntoView({block: 'center'}); const r = e.getBoundingClientRect(); return [r.x + r.width / 2, r.y + r.height / 2]; })()`, jsString(sel)))
+	var xy [2]float64
+	if err == nil {
+		err = json.Unmarshal([]byte(got), &xy)
+	}
+	if err != nil {
+		p.t.Fatalf("the box of %s: %v", sel, err)
+	}
+	return xy[0], xy[1]
+}
+
+// mouse presses or releases the left button at x, y: half a click.
+func (p *page) mouse(typ input.DispatchMouseEventType, x, y float64) {
+	p.t.Helper()
+	if err := chromedp.Do(p.ctx, chromedp.MouseEvent(typ, x, y, chromedp.ButtonType(input.MouseButtonLeft), chromedp.ClickCount(1))); err != nil {
+		p.t.Fatalf("mouse %s at %.0f,%.0f: %v", typ, x, y, err)
+	}
+}
+
 // typeInto types text into the input sel.
 func (p *page) typeInto(sel, text string) {
 	p.t.Helper()
@@ -498,10 +521,11 @@ func (p *page) typeInto(sel, text string) {
 	}
 }
 
-// onNode runs actions that find a node and then act on it. The page replaces a key's rows
-// whenever the key changes (putKey), so the node found can be gone by the time the browser is
-// asked for its box: the protocol then answers that it has no node with that id. A person's
-// click would land on the new row, so the actions are run again on the new node, until settle.
+// onNode runs actions that find a node and then act on it. An update of a key replaces the rows
+// whose identity changed (putKey keeps the others), so the node found can be gone by the time
+// the browser is asked for its box: the protocol then answers that it has no node with that id.
+// A person's click would land on the new row, so the actions are run again on the new node,
+// until settle.
 func (p *page) onNode(actions ...chromedp.Action[chromedp.Void]) error {
 	deadline := time.Now().Add(settle)
 	for {

@@ -202,20 +202,51 @@
     return hay.includes(f);
   }
 
-  // putKey replaces a key's rows, keeping keyboard focus on the same control.
+  // putKey renders a key and brings its rows up to date in place (morph): a control the update
+  // does not change stays the same node, so keyboard focus stays on it, and a click whose press
+  // and release straddle an update of a busy key still lands on it.
   function putKey(k) {
     state.keys.set(k.id, k);
     const old = state.bodies.get(k.id);
     const body = renderKey(k);
-    state.bodies.set(k.id, body);
-    if (old) {
-      const focused = old.contains(document.activeElement) ? document.activeElement.getAttribute('data-focus') : null;
-      old.replaceWith(body);
-      if (focused) {
-        const again = body.querySelector(`[data-focus="${CSS.escape(focused)}"]`);
-        if (again) again.focus();
-      }
+    if (!old) {
+      state.bodies.set(k.id, body);
+      return;
     }
+    const focused = old.contains(document.activeElement) ? document.activeElement.getAttribute('data-focus') : null;
+    const now = morph(old, body);
+    state.bodies.set(k.id, now);
+    if (focused && !now.contains(document.activeElement)) {
+      const again = now.querySelector(`[data-focus="${CSS.escape(focused)}"]`);
+      if (again) again.focus();
+    }
+  }
+
+  // morph makes the node have look like want and returns the node that is then in the page. A
+  // node of the same tag and identity (id, data-id, data-request) is kept, its attributes and
+  // children brought up to date; any other is replaced by want.
+  function morph(have, want) {
+    const same = have.nodeType === want.nodeType && have.nodeName === want.nodeName &&
+      (have.nodeType !== Node.ELEMENT_NODE || ['id', 'data-id', 'data-request'].every((a) => have.getAttribute(a) === want.getAttribute(a)));
+    if (!same) {
+      have.replaceWith(want);
+      return want;
+    }
+    if (have.nodeType !== Node.ELEMENT_NODE) {
+      if (have.nodeValue !== want.nodeValue) have.nodeValue = want.nodeValue;
+      return have;
+    }
+    for (const a of [...have.attributes]) {
+      if (!want.hasAttribute(a.name)) have.removeAttribute(a.name);
+    }
+    for (const a of want.attributes) {
+      if (have.getAttribute(a.name) !== a.value) have.setAttribute(a.name, a.value);
+    }
+    const hc = [...have.childNodes];
+    const wc = [...want.childNodes];
+    wc.forEach((w, i) => (i < hc.length ? morph(hc[i], w) : have.append(w)));
+    for (const h of hc.slice(wc.length)) h.remove();
+    return have;
   }
 
   function compareKeys(a, b) {
