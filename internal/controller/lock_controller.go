@@ -175,8 +175,10 @@ func (r *LockReconciler) read(ctx context.Context, req reconcile.Request, now ti
 
 	// The cache may lag. Where acting on it could hand a lock on too early, read the truth.
 	// A request that claims this key while the cached ProjectLock does not list it: is the
-	// ProjectLock really gone (a force-unlock), or is the cache behind our own grant?
-	if claims && !listsAllClaimants(in.Lock, in.Requests, req.Name) {
+	// ProjectLock really gone (a force-unlock), or is the cache behind our own grant? And a
+	// holder that shows a token above the cached ProjectLock's saw a later write of it (a
+	// re-issued grant): deciding on the cached one would write that holder its older token.
+	if claims && (!listsAllClaimants(in.Lock, in.Requests, req.Name) || tokenAhead(in.Lock, in.Requests, req.Name)) {
 		var live locksv1.ProjectLock
 		switch err := r.apiReader.Get(ctx, req.NamespacedName, &live); {
 		case apierrors.IsNotFound(err):
@@ -228,6 +230,26 @@ func claimsKey(lr *locksv1.LockRequest, name string) bool {
 	for _, l := range lr.Status.Locks {
 		if l.Name == name && l.Held {
 			return true
+		}
+	}
+	return false
+}
+
+// tokenAhead reports whether a request that holds the key shows a token for it above the
+// ProjectLock's. Tokens are revisions of the key's ProjectLock writes, which only grow, so such a
+// ProjectLock is older than a write the request has seen.
+func tokenAhead(lock *locksv1.ProjectLock, reqs []*locksv1.LockRequest, name string) bool {
+	if lock == nil {
+		return false
+	}
+	for _, lr := range reqs {
+		if lr.Status.Phase.IsFinal() {
+			continue
+		}
+		for _, l := range lr.Status.Locks {
+			if l.Name == name && l.Held && l.FencingToken > lock.Status.FencingToken {
+				return true
+			}
 		}
 	}
 	return false

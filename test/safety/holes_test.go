@@ -95,6 +95,42 @@ var _ = Describe("Holes in the grant protocol", func() {
 		Expect(phase(ns, "w")).To(Equal(locksv1.PhaseGranted))
 	})
 
+	It("hole 8: a manager whose ProjectLock cache is behind a re-issued grant never writes the holder its older token (the live ProjectLock read)", func() {
+		a, b := newManager("A", 0, cfg), newManager("B", 0, cfg)
+		app := target("app")
+		k := keyOf(ns, app)
+		create(MakeLockRequest("r", ns).Lock(app.Repo, app.Path, app.Workspace).Owner("bob", 0))
+
+		By("A crashes after creating the ProjectLock and listing R on it, before writing R")
+		a.view.CatchUp()
+		a.view.CrashAfter(2)
+		if _, err := a.reconcileKey(k); err != nil {
+			Expect(err).To(MatchError(lag.ErrCrashed))
+		}
+		a.view.Revive()
+		a.restart(cfg)
+		syncHistory()
+		listed := history.Mark()
+		expectSafe(inv, ns, "A crashed mid-grant")
+
+		By("B re-issues the grant on a new write of the ProjectLock and tells R its token")
+		fresh(b, k)
+		var pl locksv1.ProjectLock
+		Expect(k8s.Get(ctx, k, &pl)).To(Succeed())
+		r := getRequest(ns, "r")
+		Expect(r.Status.Phase).To(Equal(locksv1.PhaseGranted))
+		Expect(r.Status.Locks[0].FencingToken).To(Equal(pl.Status.FencingToken))
+
+		By("A decides with its request cache current and its ProjectLock cache at the first listing")
+		syncHistory()
+		cur := history.Mark()
+		cur[lag.ProjectLocks] = listed[lag.ProjectLocks]
+		a.view.AdvanceToMark(cur)
+		a.decide(k)
+		expectSafe(inv, ns, "A decided from a ProjectLock cache behind R's token")
+		Expect(getRequest(ns, "r").Status.Locks[0].FencingToken).To(Equal(pl.Status.FencingToken), "R keeps the token B gave it")
+	})
+
 	It("hole 2: a manager remembers its own writes over a cache that missed two of them", func() {
 		m := newManager("M", 0, cfg)
 		one, two := target("a"), target("b")
