@@ -95,7 +95,7 @@ var _ = Describe("Holes in the grant protocol", func() {
 		Expect(phase(ns, "w")).To(Equal(locksv1.PhaseGranted))
 	})
 
-	It("hole 8: a manager whose ProjectLock cache is behind a re-issued grant never writes the holder its older token (the live ProjectLock read)", func() {
+	It("hole 8: a manager whose ProjectLock cache is behind a re-issued grant never writes the holder its older token (the live ProjectLock read of a re-issue)", func() {
 		a, b := newManager("A", 0, cfg), newManager("B", 0, cfg)
 		app := target("app")
 		k := keyOf(ns, app)
