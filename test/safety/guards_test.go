@@ -147,9 +147,7 @@ var _ = Describe("Guards of the grant path", func() {
 		Expect(phase(ns, "x")).To(Equal(locksv1.PhaseGranted))
 
 		syncHistory()
-		cur := history.Mark()
-		cur[lag.LockRequests] = onlyW[lag.LockRequests]
-		b.view.AdvanceToMark(cur)
+		b.view.CatchUpBut(lag.LockRequests, onlyW[lag.LockRequests])
 		b.decide(k)
 		expectSafe(inv, ns, "B decided without x in its cache")
 		Expect(phase(ns, "x")).To(Equal(locksv1.PhaseGranted))
@@ -169,9 +167,7 @@ var _ = Describe("Guards of the grant path", func() {
 		syncHistory()
 		Expect(phase(ns, "x")).To(Equal(locksv1.PhaseGranted))
 
-		cur := history.Mark()
-		cur[lag.ProjectLocks] -= missed
-		b.view.AdvanceToMark(cur)
+		b.view.CatchUpBut(lag.ProjectLocks, history.Len(lag.ProjectLocks)-missed)
 		var cached locksv1.ProjectLock
 		switch err := b.view.Get(ctx, k, &cached); missed {
 		case 1:

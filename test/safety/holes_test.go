@@ -82,9 +82,7 @@ var _ = Describe("Holes in the grant protocol", func() {
 		expectSafe(inv, ns, "the force-unlock")
 
 		By("A, whose ProjectLock cache is current but whose request cache has W and not R's grant, decides")
-		cur := history.Mark()
-		cur[lag.LockRequests] = withW[lag.LockRequests]
-		a.view.AdvanceToMark(cur)
+		a.view.CatchUpBut(lag.LockRequests, withW[lag.LockRequests])
 		a.decide(k)
 		expectSafe(inv, ns, "A decided from a request cache without R's grant")
 
@@ -123,9 +121,7 @@ var _ = Describe("Holes in the grant protocol", func() {
 
 		By("A decides with its request cache current and its ProjectLock cache at the first listing")
 		syncHistory()
-		cur := history.Mark()
-		cur[lag.ProjectLocks] = listed[lag.ProjectLocks]
-		a.view.AdvanceToMark(cur)
+		a.view.CatchUpBut(lag.ProjectLocks, listed[lag.ProjectLocks])
 		a.decide(k)
 		expectSafe(inv, ns, "A decided from a ProjectLock cache behind R's token")
 		Expect(getRequest(ns, "r").Status.Locks[0].FencingToken).To(Equal(pl.Status.FencingToken), "R keeps the token B gave it")
@@ -143,9 +139,7 @@ var _ = Describe("Holes in the grant protocol", func() {
 		By("M grants R both keys, one write each, while its request cache stays where it was")
 		for _, k := range []types.NamespacedName{k1, k2} {
 			syncHistory()
-			cur := history.Mark()
-			cur[lag.LockRequests] = requestsSeen
-			m.view.AdvanceToMark(cur)
+			m.view.CatchUpBut(lag.LockRequests, requestsSeen)
 			m.decide(k)
 			expectSafe(inv, ns, "M decided "+k.Name)
 		}
@@ -155,9 +149,7 @@ var _ = Describe("Holes in the grant protocol", func() {
 		remove(projectLock(k1))
 		for range 3 {
 			syncHistory()
-			cur := history.Mark()
-			cur[lag.LockRequests] = requestsSeen
-			m.view.AdvanceToMark(cur)
+			m.view.CatchUpBut(lag.LockRequests, requestsSeen)
 			m.decide(k1)
 			expectSafe(inv, ns, "M decided the force-unlocked key from its own memory")
 		}
@@ -289,9 +281,7 @@ var _ = Describe("Holes in the grant protocol", func() {
 
 		By("the plan holder releases, and B, whose CommandLock cache is from before the freeze, decides")
 		remove(request("h"))
-		cur := history.Mark()
-		cur[lag.CommandLocks] = unfrozen[lag.CommandLocks]
-		b.view.AdvanceToMark(cur)
+		b.view.CatchUpBut(lag.CommandLocks, unfrozen[lag.CommandLocks])
 		b.decide(k)
 		expectSafe(inv, ns, "B decided with a stale freeze")
 		_, err = a.reconcileCommand(freeze)

@@ -87,6 +87,14 @@ func (v *View) AdvanceToMark(m Mark) {
 // CatchUp moves every kind to the end of its history.
 func (v *View) CatchUp() { v.AdvanceToMark(v.h.Mark()) }
 
+// CatchUpBut moves every kind to the end of its history except k, which goes only to position
+// n: a cache that lags in one kind, the attack's usual shape.
+func (v *View) CatchUpBut(k Kind, n int) {
+	m := v.h.Mark()
+	m[k] = n
+	v.AdvanceToMark(m)
+}
+
 // Behind is how many events of kind k the view has not seen yet.
 func (v *View) Behind(k Kind) int { return v.h.Len(k) - v.Pos()[k] }
 
