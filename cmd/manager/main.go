@@ -224,6 +224,9 @@ func run(ctx context.Context, o options) error {
 	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
 		return err
 	}
+	if err := mgr.AddReadyzCheck("caches", controller.CachesSynced(mgr.GetCache())); err != nil {
+		return err
+	}
 	log.Info("starting manager", "leaderElection", o.leaderElect, "activeActive", o.activeActive,
 		"identity", o.membership.Identity, "metrics", o.metricsAddr, "probes", o.probeAddr)
 	return mgr.Start(ctx)

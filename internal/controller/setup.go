@@ -2,11 +2,14 @@ package controller
 
 import (
 	"context"
+	"errors"
+	"net/http"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
 
 	"github.com/turnstile-dev/turnstile/internal/deadlock"
 	"github.com/turnstile-dev/turnstile/internal/queue"
@@ -39,6 +42,21 @@ type SetupOptions struct {
 // server reads a missing list as "unchanged").
 func CacheOptions() cache.Options {
 	return cache.Options{DefaultTransform: cache.TransformStripManagedFields()}
+}
+
+// CachesSynced is a readiness check: ready once the cache has started and every informer
+// started in it so far has synced. Until then a replica cannot decide a key from its caches, so
+// it is not Ready, and a rolling update does not stop the next old replica while this one is
+// still listing.
+func CachesSynced(c cache.Cache) healthz.Checker {
+	return func(req *http.Request) error {
+		ctx, cancel := context.WithTimeout(req.Context(), 100*time.Millisecond)
+		defer cancel()
+		if !c.WaitForCacheSync(ctx) {
+			return errors.New("the informer caches have not synced yet")
+		}
+		return nil
+	}
 }
 
 // Setup registers the indexes, controllers and the deadlock detector with mgr.

@@ -52,7 +52,8 @@ type FailoverResult struct {
 
 // replica is one manager process of the failover phase.
 type replica struct {
-	id string
+	id       string
+	readyURL string // its /readyz: ready once its caches have synced
 	*managerProc
 }
 
@@ -64,9 +65,14 @@ func (b *bench) startReplica(id string, args ...string) (*replica, error) {
 		return nil, err
 	}
 	addr := "127.0.0.1:" + strconv.Itoa(port)
+	probePort, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	probeAddr := "127.0.0.1:" + strconv.Itoa(probePort)
 	args = append([]string{
 		"--metrics-bind-address=" + addr,
-		"--health-probe-bind-address=0",
+		"--health-probe-bind-address=" + probeAddr,
 		"--kube-api-qps=" + strconv.Itoa(managerQPS),
 		"--kube-api-burst=" + strconv.Itoa(managerBurst),
 	}, args...)
@@ -80,7 +86,7 @@ func (b *bench) startReplica(id string, args ...string) (*replica, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &replica{id: id, managerProc: &managerProc{p: p, metricsURL: "http://" + addr + "/metrics", pprofURL: pprofURL,
+	return &replica{id: id, readyURL: "http://" + probeAddr + "/readyz", managerProc: &managerProc{p: p, metricsURL: "http://" + addr + "/metrics", pprofURL: pprofURL,
 		http: &http.Client{Timeout: 10 * time.Second}}}, nil
 }
 

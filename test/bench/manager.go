@@ -171,7 +171,9 @@ func (b *bench) startManager(ctx context.Context, detection bool) error {
 	return nil
 }
 
-// startPeers starts the topology's replicas-1 peers of the measured manager, named prefix-peer-<i>.
+// startPeers starts the topology's replicas-1 peers of the measured manager, named
+// prefix-peer-<i>, and waits until each is ready (its caches synced), so no measurement window
+// holds a peer's initial listing.
 func (b *bench) startPeers(prefix string, detection bool, args func(id string) []string) error {
 	for i := 1; i < b.topo.replicas; i++ {
 		id := fmt.Sprintf("%s-peer-%d", prefix, i)
@@ -181,7 +183,34 @@ func (b *bench) startPeers(prefix string, detection bool, args func(id string) [
 		}
 		b.peers = append(b.peers, peer)
 	}
+	for _, p := range b.peers {
+		if err := p.waitReady(); err != nil {
+			return err
+		}
+	}
 	return nil
+}
+
+// waitReady polls the replica's /readyz until it answers 200.
+func (r *replica) waitReady() error {
+	deadline := time.Now().Add(waitLimit)
+	for {
+		resp, err := r.http.Get(r.readyURL)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case <-r.p.Done():
+			return fmt.Errorf("replica %s exited before it was ready: %w", r.id, r.p.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("replica %s not ready after %s (last error: %v)", r.id, waitLimit, err)
+		}
+	}
 }
 
 // leaderElectArgs run a manager with leader election, its Lease beside the membership Leases.
