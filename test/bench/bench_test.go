@@ -128,9 +128,10 @@ func TestSmoke(t *testing.T) {
 			check(m.Mode+": grants and hand-offs measured", m.G1 > 0 && m.HandoffP50Ms > 0 && m.HandoffsPerSec > 0)
 			check(m.Mode+": a hand-off writes at least the ProjectLock and the new holder", m.WritesPerHandoff >= 2)
 			check(m.Mode+": every manager's reconciles and CPU are counted", m.ReconcilesPerHandoff >= 1 && m.CPUPerHandoffMs > 0)
+			check(m.Mode+": the deep queue hands off with detection on and off", m.G3a > 0 && m.G3b > 0 && m.G4 > 0 && m.DeepCPUPerHandoffMs > 0)
 		}
 	}
-	check("want every goal", len(back.Goals) == 27+len(cfg.LeaderElection)) // F1–F4, 18 of the replicas (A, S, L 1–5 with 2a and 2b) and the steady ones
+	check("want every goal", len(back.Goals) == 36+len(cfg.LeaderElection)) // F1–F4, 27 of the replicas (A, S, L 1–8 with 2a and 2b) and the steady ones
 	for _, g := range back.Goals {
 		check(g.ID+" must be a finite positive ratio", g.Value > 0 && !math.IsInf(g.Value, 0) && !math.IsNaN(g.Value))
 	}

@@ -57,6 +57,16 @@ type ReplicaMode struct {
 	ConflictsPerHandoff  float64 `json:"conflictsPerHandoff"`
 	ReconcilesPerHandoff float64 `json:"reconcilesPerHandoff"`
 	CPUPerHandoffMs      float64 `json:"cpuPerHandoffMs"`
+	// G3a, G3b and G4 are the steady phases' goals, each from hand-offs back to back on the
+	// deep queue (the last of HandoffDepths, kept over the rounds): G3a its writes per hand-off
+	// ÷ depth 10's, G3b its hand-offs/s ÷ depth 10's, G4 its hand-offs/s with deadlock
+	// detection on ÷ off. DeepHandoffsPerSec and DeepCPUPerHandoffMs are from the run with
+	// detection on.
+	G3a                 float64 `json:"g3a"`
+	G3b                 float64 `json:"g3b"`
+	G4                  float64 `json:"g4"`
+	DeepHandoffsPerSec  float64 `json:"deepHandoffsPerSec"`
+	DeepCPUPerHandoffMs float64 `json:"deepCPUPerHandoffMs"`
 
 	rounds []replicaRound
 }
@@ -64,6 +74,7 @@ type ReplicaMode struct {
 // replicaRound is one round's figures of a mode.
 type replicaRound struct {
 	g1, p50, p99, g2b, rate, writes, conflicts, reconciles, cpu float64
+	g3a, g3b, g4, deepRate, deepCPU                             float64
 }
 
 func (m *ReplicaMode) summarize() {
@@ -83,6 +94,11 @@ func (m *ReplicaMode) summarize() {
 	m.ConflictsPerHandoff = med(func(r replicaRound) float64 { return r.conflicts })
 	m.ReconcilesPerHandoff = med(func(r replicaRound) float64 { return r.reconciles })
 	m.CPUPerHandoffMs = med(func(r replicaRound) float64 { return r.cpu })
+	m.G3a = med(func(r replicaRound) float64 { return r.g3a })
+	m.G3b = med(func(r replicaRound) float64 { return r.g3b })
+	m.G4 = med(func(r replicaRound) float64 { return r.g4 })
+	m.DeepHandoffsPerSec = med(func(r replicaRound) float64 { return r.deepRate })
+	m.DeepCPUPerHandoffMs = med(func(r replicaRound) float64 { return r.deepCPU })
 }
 
 // topology is how many managers run and how: what launch and startManager read.
@@ -115,6 +131,10 @@ func (b *bench) replicasPhase(ctx context.Context) (ReplicasResult, error) {
 	if err != nil {
 		return res, fmt.Errorf("raw baseline: %w", err)
 	}
+	deep, err := b.deepQueue(ctx)
+	if err != nil {
+		return res, err
+	}
 	out := make([]ReplicaMode, len(modes))
 	for round := range rc.Rounds {
 		for i, m := range modes {
@@ -128,11 +148,42 @@ func (b *bench) replicasPhase(ctx context.Context) (ReplicasResult, error) {
 			out[i].rounds = append(out[i].rounds, r)
 		}
 	}
+	// The deep queue's rounds come after all the others: hand-offs on it leave every waiter's
+	// position stale, and the refreshes that follow (rate-limited, a minute for 1,000 waiters)
+	// would land in the windows of the rounds above.
+	for round := range rc.Rounds {
+		for i, m := range modes {
+			b.step(fmt.Sprintf("replicas, deep queue, round %d of %d: %s (%d managers)", round+1, rc.Rounds, m.name, m.topo.replicas))
+			b.topo, b.profileTag = m.topo, "-"+strings.ReplaceAll(strings.ReplaceAll(m.name, ",", ""), " ", "-")
+			on, off, err := b.deepRuns(ctx, deep, round%2 == 1)
+			if err != nil {
+				return res, fmt.Errorf("%s, deep queue: %w", m.name, err)
+			}
+			out[i].rounds[round].deep(on, off)
+		}
+	}
 	for i := range out {
 		out[i].summarize()
 	}
 	res.Modes = out
 	return res, nil
+}
+
+// deepQueue queues the deepest of HandoffDepths on one key, with one manager that it then
+// stops: every mode's G3 and G4 hand off on it, and its requests sit in every mode's caches
+// for the whole phase.
+func (b *bench) deepQueue(ctx context.Context) (*queueState, error) {
+	depth := b.cfg.HandoffDepths[len(b.cfg.HandoffDepths)-1]
+	b.step(fmt.Sprintf("replicas: a queue of depth %d for G3 and G4", depth))
+	b.topo = topology{replicas: 1}
+	if err := b.startManager(ctx, true); err != nil {
+		return nil, err
+	}
+	q, err := b.setupQueue(ctx, depth)
+	if err != nil {
+		return nil, fmt.Errorf("queue of depth %d: %w", depth, err)
+	}
+	return q, b.stopManager()
 }
 
 // replicaRound starts the mode's managers, measures G1's two sides and hand-offs at depth 10,
@@ -172,4 +223,53 @@ func (b *bench) replicaRound(ctx context.Context, rawObjs *rawObjects, probe Lat
 		cpu:        (all.ManagerCPU + all.PeerCPU) * 1000 / n,
 	}
 	return r, nil
+}
+
+// deep completes the round with its mode's runs on the deep queue: G3 against the round's
+// depth 10, and G4.
+func (r *replicaRound) deep(on, off deepRun) {
+	r.g3a, r.g3b, r.g4 = ratio(on.writes, r.writes), ratio(on.rate, r.rate), ratio(on.rate, off.rate)
+	r.deepRate, r.deepCPU = on.rate, on.cpu
+}
+
+// deepRun is hand-offs back to back on the deep queue: per second, API writes and CPU of all
+// managers per hand-off.
+type deepRun struct{ rate, writes, cpu float64 }
+
+// deepRuns hands off DetectionSamples times back to back on the deep queue with deadlock
+// detection on and with it off, in the order given. Each run starts the mode's managers with
+// that setting and makes a tenth as many unmeasured hand-offs first, so neither run finds
+// managers warmer than the other, and stops them.
+func (b *bench) deepRuns(ctx context.Context, q *queueState, offFirst bool) (on, off deepRun, err error) {
+	n := b.cfg.DetectionSamples
+	for _, detection := range []bool{!offFirst, offFirst} {
+		if err := b.startManager(ctx, detection); err != nil {
+			return on, off, err
+		}
+		if _, _, err := b.handoffs(ctx, q, max(1, n/10), false); err != nil {
+			return on, off, err
+		}
+		w, err := b.open(ctx, q.ns)
+		if err != nil {
+			return on, off, err
+		}
+		_, elapsed, err := b.handoffs(ctx, q, n, false)
+		if err != nil {
+			return on, off, err
+		}
+		win, err := w.close(ctx)
+		if err != nil {
+			return on, off, err
+		}
+		if err := b.stopManager(); err != nil {
+			return on, off, err
+		}
+		run := deepRun{rate: perSecond(n, elapsed), writes: win.Controller / float64(n), cpu: (win.ManagerCPU + win.PeerCPU) * 1000 / float64(n)}
+		if detection {
+			on = run
+		} else {
+			off = run
+		}
+	}
+	return on, off, nil
 }

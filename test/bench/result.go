@@ -159,6 +159,8 @@ func (r *Result) WriteTable(out io.Writer) {
 			add(fmt.Sprintf("Replicas, %s (%d managers; median of %d rounds): G1 · hand-off p50 / p99 · G2b · hand-offs/s · writes (409s) · reconciles · CPU ms per hand-off", m.Mode, m.Managers, rp.Rounds),
 				fmt.Sprintf("%s · %s / %s ms · %s · %s · %s (%s) · %s · %s", num(m.G1), num(m.HandoffP50Ms), num(m.HandoffP99Ms), num(m.G2b),
 					num(m.HandoffsPerSec), num(m.WritesPerHandoff), num(m.ConflictsPerHandoff), num(m.ReconcilesPerHandoff), num(m.CPUPerHandoffMs)))
+			add(fmt.Sprintf("Replicas, %s, deep queue: G3a · G3b · G4 · hand-offs/s · CPU ms per hand-off", m.Mode),
+				fmt.Sprintf("%s · %s · %s · %s · %s", num(m.G3a), num(m.G3b), num(m.G4), num(m.DeepHandoffsPerSec), num(m.DeepCPUPerHandoffMs)))
 		}
 	}
 	if f := r.Failover; f != nil {
@@ -273,7 +275,10 @@ func replicasGoals(rp *ReplicasResult) []Goal {
 			paired("2b", "G2b (hand-off p99 ÷ write→watch p99)", func(r replicaRound) float64 { return r.g2b }, "<=", 1.05),
 			paired("3", "hand-offs/s back to back (depth 10)", func(r replicaRound) float64 { return r.rate }, ">=", 0.95),
 			paired("4", "API writes per hand-off", func(r replicaRound) float64 { return r.writes }, "<=", 1.05),
-			paired("5", "manager CPU per hand-off, all managers", func(r replicaRound) float64 { return r.cpu }, "<=", 1.05))
+			paired("5", "manager CPU per hand-off, all managers", func(r replicaRound) float64 { return r.cpu }, "<=", 1.05),
+			paired("6", "G3a (writes per hand-off, deep queue ÷ depth 10)", func(r replicaRound) float64 { return r.g3a }, "<=", 1.05),
+			paired("7", "G3b (hand-offs/s, deep queue ÷ depth 10)", func(r replicaRound) float64 { return r.g3b }, ">=", 0.95),
+			paired("8", "G4 (hand-offs/s on the deep queue, deadlock detection on ÷ off)", func(r replicaRound) float64 { return r.g4 }, ">=", 0.95))
 	}
 	return goals
 }
