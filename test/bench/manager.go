@@ -201,6 +201,7 @@ func (r *replica) waitReady() error {
 			if resp.StatusCode == http.StatusOK {
 				return nil
 			}
+			err = fmt.Errorf("%s answered %s", r.readyURL, resp.Status)
 		}
 		select {
 		case <-r.p.Done():
@@ -208,7 +209,7 @@ func (r *replica) waitReady() error {
 		case <-time.After(20 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("replica %s not ready after %s (last error: %v)", r.id, waitLimit, err)
+			return fmt.Errorf("replica %s not ready after %s (last error: %w)", r.id, waitLimit, err)
 		}
 	}
 }
