@@ -139,7 +139,7 @@ func (b *bench) replicasPhase(ctx context.Context) (ReplicasResult, error) {
 	for round := range rc.Rounds {
 		for i, m := range modes {
 			b.step(fmt.Sprintf("replicas, round %d of %d: %s (%d managers)", round+1, rc.Rounds, m.name, m.topo.replicas))
-			b.topo, b.profileTag = m.topo, "-"+strings.ReplaceAll(strings.ReplaceAll(m.name, ",", ""), " ", "-")
+			b.topo, b.profileTag = m.topo, profileTag(m.name)
 			r, err := b.replicaRound(ctx, rawObjs, raw.Probe)
 			if err != nil {
 				return res, fmt.Errorf("%s: %w", m.name, err)
@@ -154,7 +154,7 @@ func (b *bench) replicasPhase(ctx context.Context) (ReplicasResult, error) {
 	for round := range rc.Rounds {
 		for i, m := range modes {
 			b.step(fmt.Sprintf("replicas, deep queue, round %d of %d: %s (%d managers)", round+1, rc.Rounds, m.name, m.topo.replicas))
-			b.topo, b.profileTag = m.topo, "-"+strings.ReplaceAll(strings.ReplaceAll(m.name, ",", ""), " ", "-")
+			b.topo, b.profileTag = m.topo, profileTag(m.name)
 			on, off, err := b.deepRuns(ctx, deep, round%2 == 1)
 			if err != nil {
 				return res, fmt.Errorf("%s, deep queue: %w", m.name, err)
@@ -167,6 +167,11 @@ func (b *bench) replicasPhase(ctx context.Context) (ReplicasResult, error) {
 	}
 	res.Modes = out
 	return res, nil
+}
+
+// profileTag names a mode's profiles: "-" and its name, without commas, spaces as dashes.
+func profileTag(mode string) string {
+	return "-" + strings.ReplaceAll(strings.ReplaceAll(mode, ",", ""), " ", "-")
 }
 
 // deepQueue queues the deepest of HandoffDepths on one key, with one manager that it then
