@@ -129,7 +129,11 @@ func TestSmoke(t *testing.T) {
 			check(m.Mode+": a hand-off writes at least the ProjectLock and the new holder", m.WritesPerHandoff >= 2)
 			check(m.Mode+": every manager's reconciles and CPU are counted", m.ReconcilesPerHandoff >= 1 && m.CPUPerHandoffMs > 0)
 			check(m.Mode+": the deep queue hands off with detection on and off", m.G3a > 0 && m.G3b > 0 && m.G4 > 0 && m.DeepCPUPerHandoffMs > 0)
+			check(m.Mode+": every manager's API requests are counted", m.RequestsPerHandoff >= m.WritesPerHandoff)
+			check(m.Mode+": the results keep every round, to pool with another run's", len(m.Rounds) == rp.Rounds)
 		}
+		pooled, err := PoolReplicas([]Result{back, back})
+		check("a run pools with itself into twice its rounds", err == nil && pooled.Replicas.Rounds == 2*rp.Rounds && len(pooled.Goals) == 27)
 	}
 	check("want every goal", len(back.Goals) == 36+len(cfg.LeaderElection)) // F1–F4, 27 of the replicas (A, S, L 1–8 with 2a and 2b) and the steady ones
 	for _, g := range back.Goals {

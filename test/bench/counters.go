@@ -153,6 +153,8 @@ type managerCounts struct {
 	checks     float64 // turnstile_deadlock_checks_total{outcome="checked"}
 	skips      float64 // turnstile_deadlock_checks_total{outcome="skipped"}
 	cpu        float64 // user+system CPU seconds of the process
+	gets       float64 // rest_client_requests_total{method="GET"}: reads, lists and watches
+	others     float64 // rest_client_requests_total of every other method: writes
 }
 
 // procStats is the manager's memory.
@@ -249,6 +251,10 @@ type Writes struct {
 	// standing by), summed.
 	PeerReconciles float64 `json:"peerReconciles,omitempty"`
 	PeerCPU        float64 `json:"peerCPUSeconds,omitempty"`
+	// Gets and Requests are the API requests every manager sent (its client's own count):
+	// Gets its GETs (reads, lists, watches), Requests all of them.
+	Gets     float64 `json:"managerGets"`
+	Requests float64 `json:"managerRequests"`
 	// DeadlockChecks are the namespace checks the detector ran; DeadlockSkips the ones it
 	// skipped because no new waiter could close a cycle.
 	DeadlockChecks float64 `json:"deadlockChecks"`
@@ -320,6 +326,8 @@ func (w *window) close(ctx context.Context) (Writes, error) {
 	out.ManagerCPU = mgr.cpu - w.mgr.cpu
 	out.DeadlockChecks = mgr.checks - w.mgr.checks
 	out.DeadlockSkips = mgr.skips - w.mgr.skips
+	out.Gets = mgr.gets - w.mgr.gets
+	out.Requests = out.Gets + mgr.others - w.mgr.others
 	for i, p := range w.b.peers {
 		c, err := p.counts(ctx)
 		if err != nil {
@@ -328,9 +336,13 @@ func (w *window) close(ctx context.Context) (Writes, error) {
 		if i < len(w.peers) && w.peers[i].pid == c.pid {
 			c.reconciles -= w.peers[i].reconciles
 			c.cpu -= w.peers[i].cpu
+			c.gets -= w.peers[i].gets
+			c.others -= w.peers[i].others
 		}
 		out.PeerReconciles += c.reconciles
 		out.PeerCPU += c.cpu
+		out.Gets += c.gets
+		out.Requests += c.gets + c.others
 	}
 	return out, nil
 }

@@ -324,6 +324,10 @@ func (m *managerProc) counts(ctx context.Context) (managerCounts, error) {
 			c.checks += v
 		case name == "turnstile_deadlock_checks_total" && labels["outcome"] == "skipped":
 			c.skips += v
+		case name == "rest_client_requests_total" && labels["method"] == "GET":
+			c.gets += v
+		case name == "rest_client_requests_total":
+			c.others += v
 		}
 	})
 	if err != nil {

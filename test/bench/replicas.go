@@ -57,6 +57,10 @@ type ReplicaMode struct {
 	ConflictsPerHandoff  float64 `json:"conflictsPerHandoff"`
 	ReconcilesPerHandoff float64 `json:"reconcilesPerHandoff"`
 	CPUPerHandoffMs      float64 `json:"cpuPerHandoffMs"`
+	// RequestsPerHandoff and GetsPerHandoff are the API requests every manager of the mode
+	// sent per hand-off, all and GETs, as its client counts them (membership renewals too).
+	RequestsPerHandoff float64 `json:"requestsPerHandoff"`
+	GetsPerHandoff     float64 `json:"getsPerHandoff"`
 	// G3a, G3b and G4 are the steady phases' goals, each from hand-offs back to back on the
 	// deep queue (the last of HandoffDepths, kept over the rounds): G3a its writes per hand-off
 	// ÷ depth 10's, G3b its hand-offs/s ÷ depth 10's, G4 its hand-offs/s with deadlock
@@ -68,37 +72,54 @@ type ReplicaMode struct {
 	DeepHandoffsPerSec  float64 `json:"deepHandoffsPerSec"`
 	DeepCPUPerHandoffMs float64 `json:"deepCPUPerHandoffMs"`
 
-	rounds []replicaRound
+	// Rounds are the figures of each round, in order: a later run's can be pooled with these.
+	Rounds []ReplicaRound `json:"rounds"`
 }
 
-// replicaRound is one round's figures of a mode.
-type replicaRound struct {
-	g1, p50, p99, g2b, rate, writes, conflicts, reconciles, cpu float64
-	g3a, g3b, g4, deepRate, deepCPU                             float64
+// ReplicaRound is one round's figures of a mode, as ReplicaMode names them.
+type ReplicaRound struct {
+	G1         float64 `json:"g1"`
+	P50        float64 `json:"handoffP50Ms"`
+	P99        float64 `json:"handoffP99Ms"`
+	G2b        float64 `json:"g2b"`
+	Rate       float64 `json:"handoffsPerSec"`
+	Writes     float64 `json:"writesPerHandoff"`
+	Conflicts  float64 `json:"conflictsPerHandoff"`
+	Reconciles float64 `json:"reconcilesPerHandoff"`
+	CPU        float64 `json:"cpuPerHandoffMs"`
+	Requests   float64 `json:"requestsPerHandoff"`
+	Gets       float64 `json:"getsPerHandoff"`
+	G3a        float64 `json:"g3a"`
+	G3b        float64 `json:"g3b"`
+	G4         float64 `json:"g4"`
+	DeepRate   float64 `json:"deepHandoffsPerSec"`
+	DeepCPU    float64 `json:"deepCPUPerHandoffMs"`
 }
 
 func (m *ReplicaMode) summarize() {
-	med := func(f func(replicaRound) float64) float64 {
-		xs := make([]float64, len(m.rounds))
-		for i, r := range m.rounds {
+	med := func(f func(ReplicaRound) float64) float64 {
+		xs := make([]float64, len(m.Rounds))
+		for i, r := range m.Rounds {
 			xs[i] = f(r)
 		}
 		return median(xs)
 	}
-	m.G1 = med(func(r replicaRound) float64 { return r.g1 })
-	m.HandoffP50Ms = med(func(r replicaRound) float64 { return r.p50 })
-	m.HandoffP99Ms = med(func(r replicaRound) float64 { return r.p99 })
-	m.G2b = med(func(r replicaRound) float64 { return r.g2b })
-	m.HandoffsPerSec = med(func(r replicaRound) float64 { return r.rate })
-	m.WritesPerHandoff = med(func(r replicaRound) float64 { return r.writes })
-	m.ConflictsPerHandoff = med(func(r replicaRound) float64 { return r.conflicts })
-	m.ReconcilesPerHandoff = med(func(r replicaRound) float64 { return r.reconciles })
-	m.CPUPerHandoffMs = med(func(r replicaRound) float64 { return r.cpu })
-	m.G3a = med(func(r replicaRound) float64 { return r.g3a })
-	m.G3b = med(func(r replicaRound) float64 { return r.g3b })
-	m.G4 = med(func(r replicaRound) float64 { return r.g4 })
-	m.DeepHandoffsPerSec = med(func(r replicaRound) float64 { return r.deepRate })
-	m.DeepCPUPerHandoffMs = med(func(r replicaRound) float64 { return r.deepCPU })
+	m.G1 = med(func(r ReplicaRound) float64 { return r.G1 })
+	m.HandoffP50Ms = med(func(r ReplicaRound) float64 { return r.P50 })
+	m.HandoffP99Ms = med(func(r ReplicaRound) float64 { return r.P99 })
+	m.G2b = med(func(r ReplicaRound) float64 { return r.G2b })
+	m.HandoffsPerSec = med(func(r ReplicaRound) float64 { return r.Rate })
+	m.WritesPerHandoff = med(func(r ReplicaRound) float64 { return r.Writes })
+	m.ConflictsPerHandoff = med(func(r ReplicaRound) float64 { return r.Conflicts })
+	m.ReconcilesPerHandoff = med(func(r ReplicaRound) float64 { return r.Reconciles })
+	m.CPUPerHandoffMs = med(func(r ReplicaRound) float64 { return r.CPU })
+	m.RequestsPerHandoff = med(func(r ReplicaRound) float64 { return r.Requests })
+	m.GetsPerHandoff = med(func(r ReplicaRound) float64 { return r.Gets })
+	m.G3a = med(func(r ReplicaRound) float64 { return r.G3a })
+	m.G3b = med(func(r ReplicaRound) float64 { return r.G3b })
+	m.G4 = med(func(r ReplicaRound) float64 { return r.G4 })
+	m.DeepHandoffsPerSec = med(func(r ReplicaRound) float64 { return r.DeepRate })
+	m.DeepCPUPerHandoffMs = med(func(r ReplicaRound) float64 { return r.DeepCPU })
 }
 
 // topology is how many managers run and how: what launch and startManager read.
@@ -145,7 +166,7 @@ func (b *bench) replicasPhase(ctx context.Context) (ReplicasResult, error) {
 				return res, fmt.Errorf("%s: %w", m.name, err)
 			}
 			out[i].Mode, out[i].Managers = m.name, m.topo.replicas
-			out[i].rounds = append(out[i].rounds, r)
+			out[i].Rounds = append(out[i].Rounds, r)
 		}
 	}
 	// The deep queue's rounds come after all the others: hand-offs on it leave every waiter's
@@ -159,7 +180,7 @@ func (b *bench) replicasPhase(ctx context.Context) (ReplicasResult, error) {
 			if err != nil {
 				return res, fmt.Errorf("%s, deep queue: %w", m.name, err)
 			}
-			out[i].rounds[round].deep(on, off)
+			out[i].Rounds[round].deep(on, off)
 		}
 	}
 	for i := range out {
@@ -193,8 +214,8 @@ func (b *bench) deepQueue(ctx context.Context) (*queueState, error) {
 
 // replicaRound starts the mode's managers, measures G1's two sides and hand-offs at depth 10,
 // and stops them.
-func (b *bench) replicaRound(ctx context.Context, rawObjs *rawObjects, probe Latency) (replicaRound, error) {
-	var r replicaRound
+func (b *bench) replicaRound(ctx context.Context, rawObjs *rawObjects, probe Latency) (ReplicaRound, error) {
+	var r ReplicaRound
 	if err := b.startManager(ctx, true); err != nil {
 		return r, err
 	}
@@ -216,25 +237,27 @@ func (b *bench) replicaRound(ctx context.Context, rawObjs *rawObjects, probe Lat
 	}
 	n := float64(b.cfg.HandoffSamples)
 	all := h.BackToBack
-	r = replicaRound{
-		g1:         ratio(tp.GrantsPerSec, rawRate),
-		p50:        h.Latency.P50,
-		p99:        h.Latency.P99,
-		g2b:        ratio(h.Latency.P99, probe.P99),
-		rate:       h.HandoffsPerSec,
-		writes:     h.WritesPerHandoff,
-		conflicts:  h.ConflictsPerHandoff,
-		reconciles: (all.Reconciles + all.PeerReconciles) / n,
-		cpu:        (all.ManagerCPU + all.PeerCPU) * 1000 / n,
+	r = ReplicaRound{
+		G1:         ratio(tp.GrantsPerSec, rawRate),
+		P50:        h.Latency.P50,
+		P99:        h.Latency.P99,
+		G2b:        ratio(h.Latency.P99, probe.P99),
+		Rate:       h.HandoffsPerSec,
+		Writes:     h.WritesPerHandoff,
+		Conflicts:  h.ConflictsPerHandoff,
+		Reconciles: (all.Reconciles + all.PeerReconciles) / n,
+		CPU:        (all.ManagerCPU + all.PeerCPU) * 1000 / n,
+		Requests:   all.Requests / n,
+		Gets:       all.Gets / n,
 	}
 	return r, nil
 }
 
 // deep completes the round with its mode's runs on the deep queue: G3 against the round's
 // depth 10, and G4.
-func (r *replicaRound) deep(on, off deepRun) {
-	r.g3a, r.g3b, r.g4 = ratio(on.writes, r.writes), ratio(on.rate, r.rate), ratio(on.rate, off.rate)
-	r.deepRate, r.deepCPU = on.rate, on.cpu
+func (r *ReplicaRound) deep(on, off deepRun) {
+	r.G3a, r.G3b, r.G4 = ratio(on.writes, r.Writes), ratio(on.rate, r.Rate), ratio(on.rate, off.rate)
+	r.DeepRate, r.DeepCPU = on.rate, on.cpu
 }
 
 // deepRun is hand-offs back to back on the deep queue: per second, API writes and CPU of all
@@ -258,12 +281,16 @@ func (b *bench) deepRuns(ctx context.Context, q *queueState, offFirst bool) (on,
 		if err != nil {
 			return on, off, err
 		}
+		profiled := b.profile(ctx, fmt.Sprintf("cpu-deep-detection-%t%s", detection, b.profileTag))
 		_, elapsed, err := b.handoffs(ctx, q, n, false)
 		if err != nil {
 			return on, off, err
 		}
 		win, err := w.close(ctx)
 		if err != nil {
+			return on, off, err
+		}
+		if err := profiled(); err != nil {
 			return on, off, err
 		}
 		if err := b.stopManager(); err != nil {
@@ -277,4 +304,44 @@ func (b *bench) deepRuns(ctx context.Context, q *queueState, offFirst bool) (on,
 		}
 	}
 	return on, off, nil
+}
+
+// PoolReplicas joins the replicas phases of several runs of the same code, round by round, into
+// one result with the goals recomputed over every round: each run's rounds are paired within
+// that run, so pooling keeps the pairing and only adds rounds.
+func PoolReplicas(runs []Result) (Result, error) {
+	var out Result
+	for i, r := range runs {
+		rp := r.Replicas
+		if rp == nil {
+			return out, fmt.Errorf("run %d has no replicas phase", i+1)
+		}
+		if out.Replicas == nil {
+			out = Result{Started: r.Started, CPUs: r.CPUs, GoVersion: r.GoVersion, Config: r.Config,
+				Replicas: &ReplicasResult{Replicas: rp.Replicas}}
+			for _, m := range rp.Modes {
+				out.Replicas.Modes = append(out.Replicas.Modes, ReplicaMode{Mode: m.Mode, Managers: m.Managers})
+			}
+		}
+		pooled := out.Replicas
+		if rp.Replicas != pooled.Replicas || len(rp.Modes) != len(pooled.Modes) {
+			return out, fmt.Errorf("run %d compares %d modes of %d replicas, run 1 %d of %d", i+1, len(rp.Modes), rp.Replicas, len(pooled.Modes), pooled.Replicas)
+		}
+		for j, m := range rp.Modes {
+			if m.Mode != pooled.Modes[j].Mode || len(m.Rounds) != rp.Rounds {
+				return out, fmt.Errorf("run %d: mode %d is %q with %d of %d rounds; pooling needs every round of the modes of run 1 in its order", i+1, j+1, m.Mode, len(m.Rounds), rp.Rounds)
+			}
+			pooled.Modes[j].Rounds = append(pooled.Modes[j].Rounds, m.Rounds...)
+		}
+		pooled.Rounds += rp.Rounds
+		out.Seconds += r.Seconds
+	}
+	if out.Replicas == nil {
+		return out, fmt.Errorf("no runs to pool")
+	}
+	for i := range out.Replicas.Modes {
+		out.Replicas.Modes[i].summarize()
+	}
+	out.Goals = replicasGoals(out.Replicas)
+	return out, nil
 }

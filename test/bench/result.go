@@ -45,6 +45,12 @@ type Goal struct {
 	// median Value is (the replicas phase's paired ratios).
 	Low  float64 `json:"low,omitempty"`
 	High float64 `json:"high,omitempty"`
+	// AtLeastAsGood of Rounds per-round values are no worse than 1 (the mode did at least as
+	// well as its baseline in that round); SignP is the two-sided sign test's p-value of that
+	// count against a coin toss: small when one mode is better in most rounds.
+	AtLeastAsGood int     `json:"atLeastAsGood,omitempty"`
+	Rounds        int     `json:"rounds,omitempty"`
+	SignP         float64 `json:"signP,omitempty"`
 }
 
 func goal(id, what string, value float64, op string, target float64) Goal {
@@ -156,9 +162,10 @@ func (r *Result) WriteTable(out io.Writer) {
 	}
 	if rp := r.Replicas; rp != nil {
 		for _, m := range rp.Modes {
-			add(fmt.Sprintf("Replicas, %s (%d managers; median of %d rounds): G1 · hand-off p50 / p99 · G2b · hand-offs/s · writes (409s) · reconciles · CPU ms per hand-off", m.Mode, m.Managers, rp.Rounds),
-				fmt.Sprintf("%s · %s / %s ms · %s · %s · %s (%s) · %s · %s", num(m.G1), num(m.HandoffP50Ms), num(m.HandoffP99Ms), num(m.G2b),
-					num(m.HandoffsPerSec), num(m.WritesPerHandoff), num(m.ConflictsPerHandoff), num(m.ReconcilesPerHandoff), num(m.CPUPerHandoffMs)))
+			add(fmt.Sprintf("Replicas, %s (%d managers; median of %d rounds): G1 · hand-off p50 / p99 · G2b · hand-offs/s · writes (409s) · reconciles · managers' API requests (GETs) · CPU ms per hand-off", m.Mode, m.Managers, rp.Rounds),
+				fmt.Sprintf("%s · %s / %s ms · %s · %s · %s (%s) · %s · %s (%s) · %s", num(m.G1), num(m.HandoffP50Ms), num(m.HandoffP99Ms), num(m.G2b),
+					num(m.HandoffsPerSec), num(m.WritesPerHandoff), num(m.ConflictsPerHandoff), num(m.ReconcilesPerHandoff),
+					num(m.RequestsPerHandoff), num(m.GetsPerHandoff), num(m.CPUPerHandoffMs)))
 			add(fmt.Sprintf("Replicas, %s, deep queue: G3a · G3b · G4 · hand-offs/s · CPU ms per hand-off", m.Mode),
 				fmt.Sprintf("%s · %s · %s · %s · %s", num(m.G3a), num(m.G3b), num(m.G4), num(m.DeepHandoffsPerSec), num(m.DeepCPUPerHandoffMs)))
 		}
@@ -188,6 +195,9 @@ func (r *Result) WriteTable(out io.Writer) {
 		value := num(g.Value)
 		if g.Low != 0 || g.High != 0 {
 			value += fmt.Sprintf(" (%s–%s)", num(g.Low), num(g.High))
+		}
+		if g.Rounds > 0 {
+			value += fmt.Sprintf("; no worse in %d of %d rounds, sign test p = %.2f", g.AtLeastAsGood, g.Rounds, g.SignP)
 		}
 		fmt.Fprintf(out, "| %s: %s | %s | %s %s | %s |\n", g.ID, g.What, value, g.Op, num(g.Target), met)
 	}
@@ -260,25 +270,47 @@ func replicasGoals(rp *ReplicasResult) []Goal {
 	} {
 		what := c.what + " ÷ " + c.over
 		// Every mode has Rounds rounds (at least 1), measured in the same order.
-		paired := func(id, name string, f func(replicaRound) float64, op string, target float64) Goal {
-			xs := make([]float64, len(c.base.rounds))
+		paired := func(id, name string, f func(ReplicaRound) float64, op string, target float64) Goal {
+			xs := make([]float64, len(c.base.Rounds))
 			for i := range xs {
-				xs[i] = ratio(f(c.of.rounds[i]), f(c.base.rounds[i]))
+				xs[i] = ratio(f(c.of.Rounds[i]), f(c.base.Rounds[i]))
 			}
 			g := goal(c.id+id, name+", "+what, median(xs), op, target)
 			g.Low, g.High = slices.Min(xs), slices.Max(xs)
+			g.Rounds = len(xs)
+			for _, x := range xs {
+				if (op == ">=" && x >= 1) || (op == "<=" && x <= 1) {
+					g.AtLeastAsGood++
+				}
+			}
+			g.SignP = signTest(g.AtLeastAsGood, g.Rounds)
 			return g
 		}
 		goals = append(goals,
-			paired("1", "G1 (grants/s ÷ raw ops/s)", func(r replicaRound) float64 { return r.g1 }, ">=", 0.95),
-			paired("2a", "hand-off p50 (depth 10)", func(r replicaRound) float64 { return r.p50 }, "<=", 1.05),
-			paired("2b", "G2b (hand-off p99 ÷ write→watch p99)", func(r replicaRound) float64 { return r.g2b }, "<=", 1.05),
-			paired("3", "hand-offs/s back to back (depth 10)", func(r replicaRound) float64 { return r.rate }, ">=", 0.95),
-			paired("4", "API writes per hand-off", func(r replicaRound) float64 { return r.writes }, "<=", 1.05),
-			paired("5", "manager CPU per hand-off, all managers", func(r replicaRound) float64 { return r.cpu }, "<=", 1.05),
-			paired("6", "G3a (writes per hand-off, deep queue ÷ depth 10)", func(r replicaRound) float64 { return r.g3a }, "<=", 1.05),
-			paired("7", "G3b (hand-offs/s, deep queue ÷ depth 10)", func(r replicaRound) float64 { return r.g3b }, ">=", 0.95),
-			paired("8", "G4 (hand-offs/s on the deep queue, deadlock detection on ÷ off)", func(r replicaRound) float64 { return r.g4 }, ">=", 0.95))
+			paired("1", "G1 (grants/s ÷ raw ops/s)", func(r ReplicaRound) float64 { return r.G1 }, ">=", 0.95),
+			paired("2a", "hand-off p50 (depth 10)", func(r ReplicaRound) float64 { return r.P50 }, "<=", 1.05),
+			paired("2b", "G2b (hand-off p99 ÷ write→watch p99)", func(r ReplicaRound) float64 { return r.G2b }, "<=", 1.05),
+			paired("3", "hand-offs/s back to back (depth 10)", func(r ReplicaRound) float64 { return r.Rate }, ">=", 0.95),
+			paired("4", "API writes per hand-off", func(r ReplicaRound) float64 { return r.Writes }, "<=", 1.05),
+			paired("5", "manager CPU per hand-off, all managers", func(r ReplicaRound) float64 { return r.CPU }, "<=", 1.05),
+			paired("6", "G3a (writes per hand-off, deep queue ÷ depth 10)", func(r ReplicaRound) float64 { return r.G3a }, "<=", 1.05),
+			paired("7", "G3b (hand-offs/s, deep queue ÷ depth 10)", func(r ReplicaRound) float64 { return r.G3b }, ">=", 0.95),
+			paired("8", "G4 (hand-offs/s on the deep queue, deadlock detection on ÷ off)", func(r ReplicaRound) float64 { return r.G4 }, ">=", 0.95))
 	}
 	return goals
+}
+
+// signTest is the two-sided sign test's p-value of k successes in n trials of a fair coin:
+// twice the probability of a count at least as far from n/2, at most 1.
+func signTest(k, n int) float64 {
+	if n == 0 {
+		return 1
+	}
+	k = min(k, n-k)
+	p, c := 0.0, 1.0 // c is n choose i
+	for i := 0; i <= k; i++ {
+		p += c
+		c = c * float64(n-i) / float64(i+1)
+	}
+	return min(1, 2*p/math.Pow(2, float64(n)))
 }

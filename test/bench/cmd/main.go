@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -28,9 +29,18 @@ func main() {
 		phases   = flag.String("phases", "", "comma-separated phases to run: steady, scale, failover (default: all)")
 		replicas = flag.Int("replicas", 1, "managers in the steady-state phases; above 1 they run active-active")
 		leader   = flag.Bool("leader-elect", false, "with --replicas above 1: run them with leader election (one leads, the others stand by) instead of active-active")
+		rounds   = flag.Int("rounds", 0, "rounds of the replicas phase (0: the size's default)")
+		pool     = flag.String("pool", "", "comma-separated results.json files of replicas-phase runs: print their rounds pooled, run nothing")
 		profile  = flag.Int("profile", 0, "seconds of manager CPU profile to record from the start of each back-to-back hand-off run into <out>/cpu-handoff-depth<N>.pprof (0: none)")
 	)
 	flag.Parse()
+	if *pool != "" {
+		if err := poolRuns(strings.Split(*pool, ",")); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	var cfg bench.Config
 	switch *size {
 	case "full":
@@ -43,6 +53,9 @@ func main() {
 	}
 	cfg.Manager, cfg.OutDir, cfg.Assets, cfg.Progress = *manager, *out, *assets, os.Stderr
 	cfg.ProfileSeconds = *profile
+	if *rounds > 0 {
+		cfg.ReplicasPhase.Rounds = *rounds
+	}
 	cfg.Replicas, cfg.LeaderElect = *replicas, *leader
 	if *phases != "" {
 		cfg.Phases = strings.Split(*phases, ",")
@@ -59,4 +72,26 @@ func main() {
 	}
 	res.WriteTable(os.Stdout)
 	fmt.Printf("\nJSON: %s\n", filepath.Join(*out, "results.json"))
+}
+
+// poolRuns prints the replicas phases of the runs in files, pooled round by round.
+func poolRuns(files []string) error {
+	var runs []bench.Result
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		var r bench.Result
+		if err := json.Unmarshal(data, &r); err != nil {
+			return fmt.Errorf("%s: %w", f, err)
+		}
+		runs = append(runs, r)
+	}
+	res, err := bench.PoolReplicas(runs)
+	if err != nil {
+		return err
+	}
+	res.WriteTable(os.Stdout)
+	return nil
 }
