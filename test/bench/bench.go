@@ -424,7 +424,9 @@ func request(ns, name, repo, path, owner string, pull int64) *locksv1.LockReques
 	lr.Spec.Locks = []locksv1.LockTarget{{Repo: repo, Path: path, Workspace: "default"}}
 	lr.Spec.Holder = locksv1.Holder{Owner: owner, Pull: pull, URL: fmt.Sprintf("https://github.com/%s/pull/%d", repo, pull)}
 	lr.Spec.Command = "apply"
-	lr.Spec.TTL = &metav1.Duration{Duration: 30 * time.Minute}
+	// The manager's default longest TTL: no grant the harness holds on to (the deep queue's
+	// holder waits through every other round of the replicas phase) expires under it.
+	lr.Spec.TTL = &metav1.Duration{Duration: 2 * time.Hour}
 	return lr
 }
 
