@@ -208,6 +208,10 @@ spec:
 			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "critical-locks"},
 			Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: "bob"}},
 		})).To(Succeed())
+		// The policy asks the authorizer, which learns of the binding from its watch.
+		Eventually(func() error {
+			return t.bob.Create(ctx, withPriority("bobs-critical", locksv1.PriorityCritical), client.DryRunAll)
+		}).WithTimeout(settle).WithPolling(poll).Should(Succeed(), "RBAC never granted bob the Critical permission")
 		Expect(t.bob.Create(ctx, withPriority("bobs-critical", locksv1.PriorityCritical))).To(Succeed())
 		Expect(t.dana.Create(ctx, withPriority("danas-critical", locksv1.PriorityCritical))).To(Succeed())
 

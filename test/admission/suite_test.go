@@ -21,6 +21,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -134,6 +135,41 @@ func bind(ns, clusterRole string, subjects ...rbacv1.Subject) {
 		Subjects:   subjects,
 	}
 	Expect(admin.Create(ctx, rb)).To(Succeed())
+	for _, subj := range subjects {
+		waitAuthorized(ns, clusterRole, subj)
+	}
+}
+
+// waitAuthorized waits until RBAC grants subj, in namespace ns, a rule of clusterRole. The
+// authorizer learns of a new RoleBinding from its watch a moment after the create; until then
+// the subject's requests are denied by RBAC, before any admission policy is asked.
+func waitAuthorized(ns, clusterRole string, subj rbacv1.Subject) {
+	GinkgoHelper()
+	var role rbacv1.ClusterRole
+	Expect(admin.Get(ctx, client.ObjectKey{Name: clusterRole}, &role)).To(Succeed())
+	var attrs *authorizationv1.ResourceAttributes
+	for _, r := range role.Rules {
+		if len(r.ResourceNames) == 0 && len(r.APIGroups) > 0 && len(r.Resources) > 0 && len(r.Verbs) > 0 {
+			attrs = &authorizationv1.ResourceAttributes{Namespace: ns, Verb: r.Verbs[0], Group: r.APIGroups[0], Resource: r.Resources[0]}
+			break
+		}
+	}
+	Expect(attrs).NotTo(BeNil(), "clusterrole %s has no rule to check a binding by", clusterRole)
+	spec := authorizationv1.SubjectAccessReviewSpec{ResourceAttributes: attrs}
+	switch subj.Kind {
+	case rbacv1.ServiceAccountKind:
+		spec.User = fmt.Sprintf("system:serviceaccount:%s:%s", subj.Namespace, subj.Name)
+		spec.Groups = []string{"system:serviceaccounts", "system:serviceaccounts:" + subj.Namespace, "system:authenticated"}
+	case rbacv1.GroupKind:
+		spec.User, spec.Groups = "member-of-"+subj.Name, []string{subj.Name, "system:authenticated"}
+	default:
+		spec.User, spec.Groups = subj.Name, []string{"system:authenticated"}
+	}
+	Eventually(func(g Gomega) {
+		review := &authorizationv1.SubjectAccessReview{Spec: spec}
+		g.Expect(admin.Create(ctx, review)).To(Succeed())
+		g.Expect(review.Status.Allowed).To(BeTrue(), "%s", review.Status.Reason)
+	}).WithTimeout(settle).WithPolling(poll).Should(Succeed(), "RBAC never granted %s %s the role %s in %s", subj.Kind, subj.Name, clusterRole, ns)
 }
 
 // request is a LockRequest on one key of namespace ns, for owner (empty: unset).
