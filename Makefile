@@ -167,8 +167,12 @@ mutants: k8s-bins ## Take each guard of the grant path out in turn and check tha
 	go run ./hack/mutants
 
 # BENCH_PROFILE=10 records 10 s of CPU profile of every manager per hand-off depth (and per
-# replicas mode) into bin/bench/*.pprof.
+# replicas mode and deep-queue run) into bin/bench/*.pprof.
 BENCH_PROFILE ?= 0
+# BENCH_ROUNDS=8 runs the replicas phase for 8 rounds instead of 5 (about 4.5 min a round).
+# Runs of the same code pool round by round:
+#   go run ./test/bench/cmd --pool run1/results.json,run2/results.json
+BENCH_ROUNDS ?= 0
 # BENCH_PHASES=failover runs only that phase (steady, scale, replicas, failover; default all).
 # BENCH_REPLICAS=2 runs the steady-state phases with two managers active-active; with
 # BENCH_LEADER_ELECT=true, with leader election instead (one leads, one stands by).
@@ -178,7 +182,7 @@ BENCH_LEADER_ELECT ?= false
 
 .PHONY: bench
 bench: k8s-bins build ## Benchmark harness (test/bench): Turnstile vs the raw API server and leaderelection; a table + bin/bench/results.json.
-	go run ./test/bench/cmd --size full --manager $(BIN)/manager --out $(BIN)/bench --profile $(BENCH_PROFILE) --phases "$(BENCH_PHASES)" --replicas $(BENCH_REPLICAS) --leader-elect=$(BENCH_LEADER_ELECT)
+	go run ./test/bench/cmd --size full --manager $(BIN)/manager --out $(BIN)/bench --profile $(BENCH_PROFILE) --phases "$(BENCH_PHASES)" --replicas $(BENCH_REPLICAS) --leader-elect=$(BENCH_LEADER_ELECT) --rounds $(BENCH_ROUNDS)
 
 ##@ Build
 
