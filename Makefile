@@ -169,7 +169,7 @@ mutants: k8s-bins ## Take each guard of the grant path out in turn and check tha
 # BENCH_PROFILE=10 records 10 s of CPU profile of every manager per hand-off depth (and per
 # replicas mode and deep-queue run) into bin/bench/*.pprof.
 BENCH_PROFILE ?= 0
-# BENCH_ROUNDS=8 runs the replicas phase for 8 rounds instead of 5 (about 4.5 min a round).
+# BENCH_ROUNDS=8 runs the replicas phase for 8 rounds instead of 5 (about 5 minutes a round).
 # Runs of the same code pool round by round:
 #   go run ./test/bench/cmd --pool run1/results.json,run2/results.json
 BENCH_ROUNDS ?= 0
