@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -38,10 +39,19 @@ type ReplicasResult struct {
 	Modes    []ReplicaMode `json:"modes"`
 }
 
-// ReplicaMode is one mode's figures: medians over the rounds.
+// ReplicaMode is one mode's figures: each is the median of its rounds' (JSON keeps them at the
+// top level, beside the rounds).
 type ReplicaMode struct {
 	Mode     string `json:"mode"`
 	Managers int    `json:"managers"`
+	ReplicaRound
+	// Rounds are the figures of each round, in order: a later run's can be pooled with these.
+	Rounds []ReplicaRound `json:"rounds"`
+}
+
+// ReplicaRound is one round's figures of a mode. Every field is a float64: summarize takes the
+// median of each.
+type ReplicaRound struct {
 	// G1 is grant throughput ÷ the raw parallel GET+UpdateStatus rate measured just before it
 	// (the same clients and duration), as G1 of the steady phases.
 	G1 float64 `json:"g1"`
@@ -71,55 +81,18 @@ type ReplicaMode struct {
 	G4                  float64 `json:"g4"`
 	DeepHandoffsPerSec  float64 `json:"deepHandoffsPerSec"`
 	DeepCPUPerHandoffMs float64 `json:"deepCPUPerHandoffMs"`
-
-	// Rounds are the figures of each round, in order: a later run's can be pooled with these.
-	Rounds []ReplicaRound `json:"rounds"`
 }
 
-// ReplicaRound is one round's figures of a mode, as ReplicaMode names them.
-type ReplicaRound struct {
-	G1         float64 `json:"g1"`
-	P50        float64 `json:"handoffP50Ms"`
-	P99        float64 `json:"handoffP99Ms"`
-	G2b        float64 `json:"g2b"`
-	Rate       float64 `json:"handoffsPerSec"`
-	Writes     float64 `json:"writesPerHandoff"`
-	Conflicts  float64 `json:"conflictsPerHandoff"`
-	Reconciles float64 `json:"reconcilesPerHandoff"`
-	CPU        float64 `json:"cpuPerHandoffMs"`
-	Requests   float64 `json:"requestsPerHandoff"`
-	Gets       float64 `json:"getsPerHandoff"`
-	G3a        float64 `json:"g3a"`
-	G3b        float64 `json:"g3b"`
-	G4         float64 `json:"g4"`
-	DeepRate   float64 `json:"deepHandoffsPerSec"`
-	DeepCPU    float64 `json:"deepCPUPerHandoffMs"`
-}
-
+// summarize sets each of the mode's figures to the median of its rounds'.
 func (m *ReplicaMode) summarize() {
-	med := func(f func(ReplicaRound) float64) float64 {
-		xs := make([]float64, len(m.Rounds))
-		for i, r := range m.Rounds {
-			xs[i] = f(r)
+	med := reflect.ValueOf(&m.ReplicaRound).Elem()
+	xs := make([]float64, len(m.Rounds))
+	for f := range med.NumField() {
+		for i := range m.Rounds {
+			xs[i] = reflect.ValueOf(m.Rounds[i]).Field(f).Float()
 		}
-		return median(xs)
+		med.Field(f).SetFloat(median(xs))
 	}
-	m.G1 = med(func(r ReplicaRound) float64 { return r.G1 })
-	m.HandoffP50Ms = med(func(r ReplicaRound) float64 { return r.P50 })
-	m.HandoffP99Ms = med(func(r ReplicaRound) float64 { return r.P99 })
-	m.G2b = med(func(r ReplicaRound) float64 { return r.G2b })
-	m.HandoffsPerSec = med(func(r ReplicaRound) float64 { return r.Rate })
-	m.WritesPerHandoff = med(func(r ReplicaRound) float64 { return r.Writes })
-	m.ConflictsPerHandoff = med(func(r ReplicaRound) float64 { return r.Conflicts })
-	m.ReconcilesPerHandoff = med(func(r ReplicaRound) float64 { return r.Reconciles })
-	m.CPUPerHandoffMs = med(func(r ReplicaRound) float64 { return r.CPU })
-	m.RequestsPerHandoff = med(func(r ReplicaRound) float64 { return r.Requests })
-	m.GetsPerHandoff = med(func(r ReplicaRound) float64 { return r.Gets })
-	m.G3a = med(func(r ReplicaRound) float64 { return r.G3a })
-	m.G3b = med(func(r ReplicaRound) float64 { return r.G3b })
-	m.G4 = med(func(r ReplicaRound) float64 { return r.G4 })
-	m.DeepHandoffsPerSec = med(func(r ReplicaRound) float64 { return r.DeepRate })
-	m.DeepCPUPerHandoffMs = med(func(r ReplicaRound) float64 { return r.DeepCPU })
 }
 
 // topology is how many managers run and how: what launch and startManager read.
@@ -238,17 +211,17 @@ func (b *bench) replicaRound(ctx context.Context, rawObjs *rawObjects, probe Lat
 	n := float64(b.cfg.HandoffSamples)
 	all := h.BackToBack
 	r = ReplicaRound{
-		G1:         ratio(tp.GrantsPerSec, rawRate),
-		P50:        h.Latency.P50,
-		P99:        h.Latency.P99,
-		G2b:        ratio(h.Latency.P99, probe.P99),
-		Rate:       h.HandoffsPerSec,
-		Writes:     h.WritesPerHandoff,
-		Conflicts:  h.ConflictsPerHandoff,
-		Reconciles: (all.Reconciles + all.PeerReconciles) / n,
-		CPU:        (all.ManagerCPU + all.PeerCPU) * 1000 / n,
-		Requests:   all.Requests / n,
-		Gets:       all.Gets / n,
+		G1:                   ratio(tp.GrantsPerSec, rawRate),
+		HandoffP50Ms:         h.Latency.P50,
+		HandoffP99Ms:         h.Latency.P99,
+		G2b:                  ratio(h.Latency.P99, probe.P99),
+		HandoffsPerSec:       h.HandoffsPerSec,
+		WritesPerHandoff:     h.WritesPerHandoff,
+		ConflictsPerHandoff:  h.ConflictsPerHandoff,
+		ReconcilesPerHandoff: (all.Reconciles + all.PeerReconciles) / n,
+		CPUPerHandoffMs:      (all.ManagerCPU + all.PeerCPU) * 1000 / n,
+		RequestsPerHandoff:   all.Requests / n,
+		GetsPerHandoff:       all.Gets / n,
 	}
 	return r, nil
 }
@@ -256,8 +229,8 @@ func (b *bench) replicaRound(ctx context.Context, rawObjs *rawObjects, probe Lat
 // deep completes the round with its mode's runs on the deep queue: G3 against the round's
 // depth 10, and G4.
 func (r *ReplicaRound) deep(on, off deepRun) {
-	r.G3a, r.G3b, r.G4 = ratio(on.writes, r.Writes), ratio(on.rate, r.Rate), ratio(on.rate, off.rate)
-	r.DeepRate, r.DeepCPU = on.rate, on.cpu
+	r.G3a, r.G3b, r.G4 = ratio(on.writes, r.WritesPerHandoff), ratio(on.rate, r.HandoffsPerSec), ratio(on.rate, off.rate)
+	r.DeepHandoffsPerSec, r.DeepCPUPerHandoffMs = on.rate, on.cpu
 }
 
 // deepRun is hand-offs back to back on the deep queue: per second, API writes and CPU of all

@@ -288,11 +288,11 @@ func replicasGoals(rp *ReplicasResult) []Goal {
 		}
 		goals = append(goals,
 			paired("1", "G1 (grants/s ÷ raw ops/s)", func(r ReplicaRound) float64 { return r.G1 }, ">=", 0.95),
-			paired("2a", "hand-off p50 (depth 10)", func(r ReplicaRound) float64 { return r.P50 }, "<=", 1.05),
+			paired("2a", "hand-off p50 (depth 10)", func(r ReplicaRound) float64 { return r.HandoffP50Ms }, "<=", 1.05),
 			paired("2b", "G2b (hand-off p99 ÷ write→watch p99)", func(r ReplicaRound) float64 { return r.G2b }, "<=", 1.05),
-			paired("3", "hand-offs/s back to back (depth 10)", func(r ReplicaRound) float64 { return r.Rate }, ">=", 0.95),
-			paired("4", "API writes per hand-off", func(r ReplicaRound) float64 { return r.Writes }, "<=", 1.05),
-			paired("5", "manager CPU per hand-off, all managers", func(r ReplicaRound) float64 { return r.CPU }, "<=", 1.05),
+			paired("3", "hand-offs/s back to back (depth 10)", func(r ReplicaRound) float64 { return r.HandoffsPerSec }, ">=", 0.95),
+			paired("4", "API writes per hand-off", func(r ReplicaRound) float64 { return r.WritesPerHandoff }, "<=", 1.05),
+			paired("5", "manager CPU per hand-off, all managers", func(r ReplicaRound) float64 { return r.CPUPerHandoffMs }, "<=", 1.05),
 			paired("6", "G3a (writes per hand-off, deep queue ÷ depth 10)", func(r ReplicaRound) float64 { return r.G3a }, "<=", 1.05),
 			paired("7", "G3b (hand-offs/s, deep queue ÷ depth 10)", func(r ReplicaRound) float64 { return r.G3b }, ">=", 0.95),
 			paired("8", "G4 (hand-offs/s on the deep queue, deadlock detection on ÷ off)", func(r ReplicaRound) float64 { return r.G4 }, ">=", 0.95))

@@ -34,7 +34,7 @@ func TestPoolReplicas(t *testing.T) {
 		mode := func(name string, managers int, g1s []float64) ReplicaMode {
 			m := ReplicaMode{Mode: name, Managers: managers}
 			for _, g := range g1s {
-				m.Rounds = append(m.Rounds, ReplicaRound{G1: g, Rate: 10, P50: 20, P99: 40, G2b: 2, Writes: 5, CPU: 10, G3a: 1, G3b: 1, G4: 1})
+				m.Rounds = append(m.Rounds, ReplicaRound{G1: g, HandoffsPerSec: 10, HandoffP50Ms: 20, HandoffP99Ms: 40, G2b: 2, WritesPerHandoff: 5, CPUPerHandoffMs: 10, G3a: 1, G3b: 1, G4: 1})
 			}
 			m.summarize()
 			return m
