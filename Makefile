@@ -88,6 +88,15 @@ lint-api: $(KAL) ## Run the Kube API Linter (KAL) on api/: hack/kal (its own tes
 	cd hack/kal && go test ./...
 	$(KAL) -config hack/kal/config.yaml ./api/...
 
+# The largest file the repository may track: build outputs and binaries belong in bin/, not git.
+MAX_TRACKED_BYTES ?= 5242880
+
+.PHONY: check-tracked-size
+check-tracked-size: ## Fail when a tracked file is over 5 MB (MAX_TRACKED_BYTES): a binary or build output was committed.
+	@big=$$(git ls-files -z | xargs -0 -r stat -L -c '%s %n' -- 2>/dev/null | awk -v max=$(MAX_TRACKED_BYTES) '$$1 > max'); \
+	if [ -n "$$big" ]; then echo "tracked files over $(MAX_TRACKED_BYTES) bytes (git rm --cached them; build outputs go in bin/):"; echo "$$big"; exit 1; fi; \
+	echo "no tracked file is over $(MAX_TRACKED_BYTES) bytes"
+
 .PHONY: verify-generated
 verify-generated: manifests generate ## Fail if generated files are out of date.
 	@git diff --exit-code -- config/crd config/rbac api $(CHART) || { echo "generated files are stale: run make manifests generate"; exit 1; }
@@ -187,8 +196,8 @@ bench: k8s-bins build ## Benchmark harness (test/bench): Turnstile vs the raw AP
 ##@ Build
 
 .PHONY: build
-build: ## Build the manager and the kubectl plugin into ./bin.
-	go build -o $(BIN)/manager ./cmd/manager
+build: ## Build the manager (static, as the image builds it) and the kubectl plugin into ./bin.
+	CGO_ENABLED=0 go build -o $(BIN)/manager ./cmd/manager
 	go build -o $(BIN)/kubectl-turnstile ./cmd/kubectl-turnstile
 
 .PHONY: helm

@@ -59,7 +59,7 @@ func parseFlags(args []string) (options, zap.Options, error) {
 	fs.StringVar(&o.pprofAddr, "pprof-bind-address", "0", "Address net/http/pprof binds to, e.g. 127.0.0.1:8082; \"0\" (the default) disables it. Profiles show internals: keep it off a public address.")
 	fs.BoolVar(&o.leaderElect, "leader-elect", false, "Elect one active manager among replicas. For efficiency only: safety never depends on it.")
 	fs.StringVar(&o.leaderElectionID, "leader-election-id", "turnstile.locks.turnstile.dev", "Name of the leader election Lease.")
-	fs.StringVar(&o.leaderElectNS, "leader-election-namespace", "", "Namespace of the leader election Lease (default: the pod's namespace).")
+	fs.StringVar(&o.leaderElectNS, "leader-election-namespace", os.Getenv("POD_NAMESPACE"), "Namespace of the leader election Lease (default: $POD_NAMESPACE, else the namespace of the pod's ServiceAccount mount).")
 	fs.DurationVar(&o.leaseDuration, "leader-elect-lease-duration", 15*time.Second, "How long followers wait after the leader's last renewal before taking over.")
 	fs.DurationVar(&o.renewDeadline, "leader-elect-renew-deadline", 10*time.Second, "How long the leader retries renewing before it stops leading.")
 	fs.DurationVar(&o.retryPeriod, "leader-elect-retry-period", 2*time.Second, "How often candidates try to acquire or renew the leader Lease.")

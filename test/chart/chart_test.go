@@ -520,3 +520,46 @@ func TestDefaultsMatchManagerFlags(t *testing.T) {
 	sort.Strings(names)
 	t.Logf("flags checked: %s", strings.Join(names, ", "))
 }
+
+var envInHelp = regexp.MustCompile(`\$([A-Z][A-Z0-9_]*)`)
+
+// TestRenderedInputsMatchManager diffs what the Deployment renders against what the binary
+// takes, for default values and with every option on: each flag the chart passes is a flag of
+// `manager --help`, and each environment variable the manager reads (its --help names them as
+// $NAME) is rendered in the container's env, and nothing else is. A manager that needs an input
+// the chart does not give fails here, not in a cluster.
+func TestRenderedInputsMatchManager(t *testing.T) {
+	bin := tool(t, "TURNSTILE_MANAGER", "bin/manager")
+	help, _ := exec.Command(bin, "--help").CombinedOutput()
+	defaults := managerDefaults(t)
+	wantEnv := map[string]bool{}
+	for _, m := range envInHelp.FindAllStringSubmatch(string(help), -1) {
+		wantEnv[m[1]] = true
+	}
+	if len(wantEnv) == 0 {
+		t.Fatalf("manager --help names no environment variable:\n%s", help)
+	}
+	for name, args := range map[string][]string{
+		"default values": nil,
+		"all on":         {"-f", filepath.Join(root, "test", "chart", "testdata", "all-on.yaml")},
+	} {
+		t.Run(name, func(t *testing.T) {
+			dep := find(t, render(t, "turnstile", "turnstile-system", args...), "Deployment")
+			container := dep.Path("spec", "template", "spec", "containers").([]any)[0].(map[string]any)
+			for _, a := range container["args"].([]any) {
+				flagName, _, _ := strings.Cut(strings.TrimPrefix(a.(string), "--"), "=")
+				if _, ok := defaults[flagName]; !ok {
+					t.Errorf("the chart passes %s: the manager has no flag --%s", a, flagName)
+				}
+			}
+			gotEnv := map[string]bool{}
+			entries, _ := container["env"].([]any)
+			for _, e := range entries {
+				gotEnv[e.(map[string]any)["name"].(string)] = true
+			}
+			if diff := cmp.Diff(wantEnv, gotEnv); diff != "" {
+				t.Errorf("the container's env differs from the variables the manager reads (-manager +chart):\n%s", diff)
+			}
+		})
+	}
+}

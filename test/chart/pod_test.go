@@ -1,0 +1,651 @@
+package chart
+
+// TestDeploymentRunsAsRendered starts the manager the way a kubelet starts the chart's
+// Deployment, and nothing more: the container's command and args exactly as `helm template`
+// renders them, its env with every valueFrom resolved as the kubelet resolves it (fieldRef,
+// resourceFieldRef), the ServiceAccount token, CA and namespace at the path the kubelet mounts
+// them, KUBERNETES_SERVICE_HOST/PORT as the kubelet sets them, the image's user, a read-only
+// root holding only the binary (as the static image does) with the rendered emptyDir volumes,
+// and each replica in its own network, mount and UTS namespaces, so both bind the ports the
+// chart renders. client-go's rest.InClusterConfig finds the API server from that alone.
+//
+// What differs from a cluster, and why it cannot matter here: the API server is reached at
+// 127.0.0.1 inside the pod's network namespace (a forwarder in this test plays kube-proxy; the
+// serving certificate of the test control plane names 127.0.0.1, not a Service IP), there is
+// no PID namespace, /proc or /dev (the manager reads neither), and no seccomp profile.
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"debug/elf"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"sigs.k8s.io/yaml"
+
+	"github.com/turnstile-dev/turnstile/internal/testing/framework"
+)
+
+// podOf is what the kubelet knows of a pod when it resolves the downward API.
+type podOf struct {
+	namespace, name, node, serviceAccount, ip string
+}
+
+// containerEnv is the container's env as the kubelet passes it: the image's environment,
+// HOSTNAME, the container's env with each valueFrom resolved, then the API server's service
+// variables. An env entry it cannot resolve is an error: the test must not guess.
+func containerEnv(container map[string]any, pod podOf, apiHost, apiPort string) ([]string, error) {
+	env := []string{
+		// gcr.io/distroless/static's environment (the Dockerfile's final stage).
+		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+		"SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt",
+		"HOSTNAME=" + pod.name,
+	}
+	entries, _ := container["env"].([]any)
+	for _, e := range entries {
+		m := e.(map[string]any)
+		name, _ := m["name"].(string)
+		if v, ok := m["value"]; ok {
+			env = append(env, fmt.Sprintf("%s=%v", name, v))
+			continue
+		}
+		from, ok := m["valueFrom"].(map[string]any)
+		if !ok {
+			env = append(env, name+"=")
+			continue
+		}
+		value, err := resolveValueFrom(from, container, pod)
+		if err != nil {
+			return nil, fmt.Errorf("env %s: %w", name, err)
+		}
+		env = append(env, name+"="+value)
+	}
+	return append(env,
+		"KUBERNETES_SERVICE_HOST="+apiHost, "KUBERNETES_SERVICE_PORT="+apiPort,
+		"KUBERNETES_SERVICE_PORT_HTTPS="+apiPort,
+		"KUBERNETES_PORT=tcp://"+net.JoinHostPort(apiHost, apiPort)), nil
+}
+
+func resolveValueFrom(from, container map[string]any, pod podOf) (string, error) {
+	if f, ok := from["fieldRef"].(map[string]any); ok {
+		switch p := f["fieldPath"].(string); p {
+		case "metadata.namespace":
+			return pod.namespace, nil
+		case "metadata.name":
+			return pod.name, nil
+		case "spec.nodeName":
+			return pod.node, nil
+		case "spec.serviceAccountName":
+			return pod.serviceAccount, nil
+		case "status.podIP", "status.podIPs":
+			return pod.ip, nil
+		default:
+			return "", fmt.Errorf("fieldRef %s: not resolved by this test; add it", p)
+		}
+	}
+	if r, ok := from["resourceFieldRef"].(map[string]any); ok {
+		return resolveResource(r, container)
+	}
+	return "", fmt.Errorf("valueFrom %v: not resolved by this test (no ConfigMaps or Secrets are rendered)", from)
+}
+
+// resolveResource is the kubelet's resourceFieldRef: the container's limit or request divided
+// by the divisor (default 1), rounded up. A missing limit would be the node's allocatable,
+// which a test has not got: an error.
+func resolveResource(r, container map[string]any) (string, error) {
+	res, _ := r["resource"].(string)
+	kind, name, ok := strings.Cut(res, ".")
+	if !ok || (kind != "limits" && kind != "requests") {
+		return "", fmt.Errorf("resourceFieldRef %q: not a limits.* or requests.* resource", res)
+	}
+	resources, _ := container["resources"].(map[string]any)
+	values, _ := resources[kind].(map[string]any)
+	raw, ok := values[name]
+	if !ok {
+		return "", fmt.Errorf("resourceFieldRef %s: the container sets no %s (the kubelet would use the node's allocatable)", res, res)
+	}
+	q, err := resource.ParseQuantity(fmt.Sprint(raw))
+	if err != nil {
+		return "", err
+	}
+	divisor := resource.MustParse("1")
+	if d, ok := r["divisor"]; ok {
+		if divisor, err = resource.ParseQuantity(fmt.Sprint(d)); err != nil {
+			return "", err
+		}
+	}
+	return strconv.FormatInt(int64(math.Ceil(q.AsApproximateFloat64()/divisor.AsApproximateFloat64())), 10), nil
+}
+
+func TestResolveValueFrom(t *testing.T) {
+	container := map[string]any{"resources": map[string]any{
+		"limits":   map[string]any{"memory": "256Mi", "cpu": "500m"},
+		"requests": map[string]any{"memory": "64Mi"},
+	}}
+	pod := podOf{namespace: "ns", name: "p-1", node: "node-a", serviceAccount: "sa", ip: "10.0.0.7"}
+	for _, tc := range []struct {
+		from map[string]any
+		want string
+	}{
+		{map[string]any{"fieldRef": map[string]any{"fieldPath": "metadata.namespace"}}, "ns"},
+		{map[string]any{"fieldRef": map[string]any{"fieldPath": "metadata.name"}}, "p-1"},
+		{map[string]any{"fieldRef": map[string]any{"fieldPath": "spec.nodeName"}}, "node-a"},
+		{map[string]any{"resourceFieldRef": map[string]any{"resource": "limits.memory"}}, "268435456"},
+		{map[string]any{"resourceFieldRef": map[string]any{"resource": "limits.memory", "divisor": "1Mi"}}, "256"},
+		{map[string]any{"resourceFieldRef": map[string]any{"resource": "requests.memory", "divisor": "1Mi"}}, "64"},
+		// The kubelet rounds up: 500m of a core is 1.
+		{map[string]any{"resourceFieldRef": map[string]any{"resource": "limits.cpu"}}, "1"},
+		{map[string]any{"resourceFieldRef": map[string]any{"resource": "limits.cpu", "divisor": "1m"}}, "500"},
+	} {
+		got, err := resolveValueFrom(tc.from, container, pod)
+		if err != nil || got != tc.want {
+			t.Errorf("%v = %q, %v; want %q", tc.from, got, err, tc.want)
+		}
+	}
+	if _, err := resolveValueFrom(map[string]any{"resourceFieldRef": map[string]any{"resource": "requests.cpu"}}, container, pod); err == nil {
+		t.Error("requests.cpu without a request resolved to something")
+	}
+}
+
+// imageUser is the USER of the Dockerfile's final stage: the user the image runs as.
+func imageUser(t *testing.T) string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(root, "Dockerfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	user := ""
+	for _, line := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(line); len(f) == 2 && f[0] == "USER" {
+			user = f[1]
+		}
+		if strings.HasPrefix(line, "FROM ") {
+			user = ""
+		}
+	}
+	if user == "" {
+		t.Fatal("the Dockerfile's final stage sets no USER")
+	}
+	return user
+}
+
+// staticManager is the manager binary, which must be static like the image's (CGO_ENABLED=0):
+// the pod's root holds nothing else.
+func staticManager(t *testing.T) string {
+	t.Helper()
+	bin := tool(t, "TURNSTILE_MANAGER", "bin/manager")
+	f, err := elf.Open(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			t.Fatalf("%s is dynamically linked; build it as the image does: CGO_ENABLED=0 (make build)", bin)
+		}
+	}
+	return bin
+}
+
+// sandbox is a pod's network, mount and UTS namespaces, held by a process that only waits (the
+// pause container's part).
+type sandbox struct {
+	pid  int
+	cmd  *exec.Cmd
+	root string // the container's root, mounted in the sandbox's mount namespace
+}
+
+func sh(t *testing.T, args ...string) {
+	t.Helper()
+	out, err := exec.Command(args[0], args[1:]...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+}
+
+// newSandbox makes the namespaces, names the host, and builds the container's file system:
+// a read-only root with the binary at the command's path, the rendered emptyDir volumes, and
+// the ServiceAccount files (token, ca.crt, namespace) read-only where the kubelet mounts them.
+func newSandbox(t *testing.T, dir, podName, binary, command string, container, podSpec map[string]any, saFiles map[string][]byte) *sandbox {
+	t.Helper()
+	cmd := exec.Command("unshare", "--net", "--mount", "--uts", "--propagation", "private", "sleep", "infinity")
+	if err := cmd.Start(); err != nil {
+		t.Skipf("cannot make a pod's namespaces here (unshare: %v); this test needs root", err)
+	}
+	s := &sandbox{pid: cmd.Process.Pid, cmd: cmd, root: filepath.Join(dir, podName+"-root")}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	// unshare has made the namespaces once /proc/PID/ns/net differs from ours.
+	mine, _ := os.Readlink("/proc/self/ns/net")
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if theirs, _ := os.Readlink(fmt.Sprintf("/proc/%d/ns/net", s.pid)); theirs != "" && theirs != mine {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("unshare did not make the namespaces within 10s")
+		}
+	}
+	pid := strconv.Itoa(s.pid)
+	sh(t, "nsenter", "-t", pid, "-n", "ip", "link", "set", "lo", "up")
+	sh(t, "nsenter", "-t", pid, "-u", "hostname", podName)
+
+	sa := filepath.Join(dir, podName+"-serviceaccount")
+	if err := os.MkdirAll(sa, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, data := range saFiles {
+		if err := os.WriteFile(filepath.Join(sa, name), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.MkdirAll(s.root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	const saPath = "/var/run/secrets/kubernetes.io/serviceaccount"
+	script := []string{
+		"set -e",
+		`mount -t tmpfs -o mode=0755 rootfs "$ROOT"`,
+		`mkdir -p "$ROOT$(dirname "$COMMAND")"`, `touch "$ROOT$COMMAND"`,
+		`mount --bind "$BINARY" "$ROOT$COMMAND"`, `mount -o remount,bind,ro "$ROOT$COMMAND"`,
+	}
+	if auto, ok := podSpec["automountServiceAccountToken"].(bool); !ok || auto {
+		script = append(script,
+			`mkdir -p "$ROOT`+saPath+`"`, `mount -t tmpfs -o mode=0755 sa "$ROOT`+saPath+`"`,
+			`cp "$SA"/* "$ROOT`+saPath+`"/`, `mount -o remount,ro "$ROOT`+saPath+`"`)
+	}
+	volumes := map[string]map[string]any{}
+	vs, _ := podSpec["volumes"].([]any)
+	for _, v := range vs {
+		vm := v.(map[string]any)
+		volumes[vm["name"].(string)] = vm
+	}
+	mounts, _ := container["volumeMounts"].([]any)
+	for _, m := range mounts {
+		mm := m.(map[string]any)
+		v := volumes[mm["name"].(string)]
+		if _, ok := v["emptyDir"]; !ok {
+			t.Fatalf("volume %v: only emptyDir volumes are made by this test; add it", v)
+		}
+		p := path.Clean(mm["mountPath"].(string))
+		script = append(script, fmt.Sprintf(`mkdir -p "$ROOT%s"`, p), fmt.Sprintf(`mount -t tmpfs -o mode=1777 emptydir "$ROOT%s"`, p))
+	}
+	if sc, _ := container["securityContext"].(map[string]any); sc["readOnlyRootFilesystem"] == true {
+		script = append(script, `mount -o remount,ro "$ROOT"`)
+	}
+	setup := exec.Command("nsenter", "-t", pid, "-m", "sh", "-c", strings.Join(script, "\n"))
+	setup.Env = append(os.Environ(), "ROOT="+s.root, "COMMAND="+command, "BINARY="+binary, "SA="+sa)
+	if out, err := setup.CombinedOutput(); err != nil {
+		t.Fatalf("build the container's file system: %v\n%s", err, out)
+	}
+	return s
+}
+
+// inNetns runs f on an OS thread in the sandbox's network namespace: sockets f opens belong to
+// the pod's network. The thread is discarded afterwards (never unlocked).
+func (s *sandbox) inNetns(f func() error) error {
+	done := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		fd, err := unix.Open(fmt.Sprintf("/proc/%d/ns/net", s.pid), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			done <- err
+			return
+		}
+		defer unix.Close(fd)
+		if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
+			done <- fmt.Errorf("setns: %w", err)
+			return
+		}
+		done <- f()
+	}()
+	return <-done
+}
+
+// serveAPI listens on apiAddr inside the pod's network and forwards each connection to the
+// API server: the part kube-proxy plays for the kubernetes Service.
+func (s *sandbox) serveAPI(t *testing.T, apiAddr string) {
+	t.Helper()
+	var ln net.Listener
+	if err := s.inNetns(func() (err error) { ln, err = net.Listen("tcp", apiAddr); return err }); err != nil {
+		t.Fatalf("listen on %s in the pod's network: %v", apiAddr, err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		for {
+			in, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer in.Close()
+				out, err := net.Dial("tcp", apiAddr) // on a host thread: the real API server
+				if err != nil {
+					return
+				}
+				defer out.Close()
+				go func() { _, _ = io.Copy(out, in); _ = out.(*net.TCPConn).CloseWrite() }()
+				_, _ = io.Copy(in, out)
+			}()
+		}
+	}()
+}
+
+// get is an HTTP GET of http://127.0.0.1:port/path from inside the pod's network (a kubelet's
+// probe reaches the pod's IP; the manager binds every address).
+func (s *sandbox) get(port int, p string) (int, error) {
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+		DisableKeepAlives: true,
+		DialContext: func(_ context.Context, network, addr string) (c net.Conn, err error) {
+			err = s.inNetns(func() (err error) { c, err = net.DialTimeout(network, addr, 5*time.Second); return err })
+			return c, err
+		},
+	}}
+	resp, err := client.Get(fmt.Sprintf("http://127.0.0.1:%d%s", port, p))
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode, nil
+}
+
+// replica is one pod of the Deployment: its sandbox and its manager process.
+type replica struct {
+	name string
+	sb   *sandbox
+	cmd  *exec.Cmd
+	log  *framework.SyncBuffer
+	done chan struct{}
+	err  error
+}
+
+func (r *replica) running() error {
+	select {
+	case <-r.done:
+		return fmt.Errorf("pod %s: the manager exited (%v):\n%s", r.name, r.err, r.log.String())
+	default:
+		return nil
+	}
+}
+
+// probe is a container probe's httpGet: its port number (a named port resolved from the
+// container's ports) and path.
+type probe struct {
+	kind string
+	port int
+	path string
+}
+
+func probesOf(t *testing.T, container map[string]any) []probe {
+	t.Helper()
+	named := map[string]int{}
+	ports, _ := container["ports"].([]any)
+	for _, p := range ports {
+		pm := p.(map[string]any)
+		if n, ok := pm["name"].(string); ok {
+			named[n] = int(pm["containerPort"].(float64))
+		}
+	}
+	var out []probe
+	for _, kind := range []string{"startupProbe", "livenessProbe", "readinessProbe"} {
+		pr, ok := container[kind].(map[string]any)
+		if !ok {
+			continue
+		}
+		get, ok := pr["httpGet"].(map[string]any)
+		if !ok {
+			t.Fatalf("%s is not an httpGet probe: %v", kind, pr)
+		}
+		port := 0
+		switch v := get["port"].(type) {
+		case float64:
+			port = int(v)
+		case string:
+			if port, ok = named[v]; !ok {
+				t.Fatalf("%s: no container port named %q", kind, v)
+			}
+		}
+		out = append(out, probe{kind, port, get["path"].(string)})
+	}
+	if len(out) == 0 {
+		t.Fatal("the container has no probes")
+	}
+	return out
+}
+
+func randomSuffix(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)[:n]
+}
+
+func TestDeploymentRunsAsRendered(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("making a pod's namespaces and mounts needs root (CI and the dev container run as root)")
+	}
+	binary := staticManager(t)
+	user := imageUser(t)
+	for name, args := range map[string][]string{
+		"default values": nil,
+		"all on":         {"-f", filepath.Join(root, "test", "chart", "testdata", "all-on.yaml")},
+	} {
+		t.Run(name, func(t *testing.T) { runRendered(t, binary, user, args) })
+	}
+}
+
+func runRendered(t *testing.T, binary, user string, values []string) {
+	const namespace = "turnstile-system"
+	objs := render(t, "turnstile", namespace, values...)
+	dep := find(t, objs, "Deployment")
+	podSpec := dep.Path("spec", "template", "spec").(map[string]any)
+	container := podSpec["containers"].([]any)[0].(map[string]any)
+	replicas := int(dep.Path("spec", "replicas").(float64))
+	if replicas < 2 {
+		t.Fatalf("the Deployment renders %d replicas; this test wants the default two", replicas)
+	}
+	var command []string
+	for _, a := range container["command"].([]any) {
+		command = append(command, a.(string))
+	}
+	for _, a := range container["args"].([]any) {
+		command = append(command, a.(string))
+	}
+	t.Logf("container: %s", strings.Join(command, " "))
+
+	env, err := framework.StartBare("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	dir := t.TempDir()
+	kubeconfig := filepath.Join(dir, "admin.kubeconfig")
+	if err := env.WriteKubeconfig(kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	kc := func(stdin string, args ...string) string {
+		t.Helper()
+		cmd := exec.Command(kubectl(t), append([]string{"--kubeconfig", kubeconfig}, args...)...)
+		cmd.Stdin = strings.NewReader(stdin)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+
+	// Install everything the chart renders that this control plane serves, as `helm install`
+	// would, except the Deployment: this test is its kubelet.
+	var install bytes.Buffer
+	for _, o := range objs {
+		if o.Kind() == "Deployment" || strings.HasPrefix(fmt.Sprint(o["apiVersion"]), "monitoring.coreos.com/") {
+			continue
+		}
+		data, err := yaml.Marshal(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		install.WriteString("---\n")
+		install.Write(data)
+	}
+	kc("", "create", "namespace", namespace)
+	kc(install.String(), "apply", "--server-side", "-f", "-")
+	kc("", "wait", "--for=condition=Established", "--timeout=60s", "crd/lockrequests.locks.turnstile.dev", "crd/projectlocks.locks.turnstile.dev", "crd/commandlocks.locks.turnstile.dev")
+
+	sa := podSpec["serviceAccountName"].(string)
+	apiURL, err := url.Parse(env.Config.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	apiHost, apiPort := apiURL.Hostname(), apiURL.Port()
+	podHash := randomSuffix(10)
+	var pods []*replica
+	for i := range replicas {
+		podName := fmt.Sprintf("%s-%s-%s", dep.Meta("name"), podHash, randomSuffix(5))
+		token, err := env.Token(context.Background(), namespace, sa)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sb := newSandbox(t, dir, podName, binary, command[0], container, podSpec, map[string][]byte{
+			"token": []byte(token), "ca.crt": env.Config.CAData, "namespace": []byte(namespace),
+		})
+		sb.serveAPI(t, net.JoinHostPort(apiHost, apiPort))
+		penv, err := containerEnv(container, podOf{namespace: namespace, name: podName, node: fmt.Sprintf("node-%d", i), serviceAccount: sa, ip: "127.0.0.1"}, apiHost, apiPort)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("pod %s env: %s", podName, strings.Join(penv[2:], " "))
+		cmd := exec.Command("nsenter", append([]string{"-t", strconv.Itoa(sb.pid), "-n", "-m", "-u", "--",
+			"chroot", "--userspec=" + user, sb.root}, command...)...)
+		cmd.Env = penv
+		r := &replica{name: podName, sb: sb, cmd: cmd, log: &framework.SyncBuffer{}, done: make(chan struct{})}
+		cmd.Stdout, cmd.Stderr = r.log, r.log
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		go func() { r.err = cmd.Wait(); close(r.done) }()
+		t.Cleanup(func() {
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-r.done:
+			case <-time.After(15 * time.Second):
+				_ = cmd.Process.Kill()
+				<-r.done
+			}
+			if t.Failed() {
+				t.Logf("--- log of %s:\n%s", r.name, r.log.String())
+			}
+		})
+		pods = append(pods, r)
+	}
+
+	probes := probesOf(t, container)
+	waitFor := func(what string, f func() error) {
+		t.Helper()
+		var last error
+		for deadline := time.Now().Add(90 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+			for _, r := range pods {
+				if err := r.running(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if last = f(); last == nil {
+				return
+			}
+		}
+		t.Fatalf("%s: not within 90s: %v", what, last)
+	}
+	for _, r := range pods {
+		for _, p := range probes {
+			waitFor(fmt.Sprintf("pod %s: %s GET :%d%s", r.name, p.kind, p.port, p.path), func() error {
+				code, err := r.sb.get(p.port, p.path)
+				if err == nil && code != http.StatusOK {
+					err = fmt.Errorf("HTTP %d", code)
+				}
+				return err
+			})
+		}
+		t.Logf("pod %s: ready on its probes %v", r.name, probes)
+	}
+
+	// Both replicas join: each pod's membership Lease (named after its POD_NAME) is there, and
+	// each manager has logged the membership with both.
+	waitFor("both replicas are members", func() error {
+		leases := kc("", "-n", namespace, "get", "leases", "-l", "locks.turnstile.dev/role=member", "-o", "name")
+		for _, r := range pods {
+			if !strings.Contains(leases, r.name) {
+				return fmt.Errorf("no membership Lease of %s in:\n%s", r.name, leases)
+			}
+		}
+		for _, r := range pods {
+			if !bothLive(r.log.String(), pods) {
+				return fmt.Errorf("pod %s has not logged a membership with both replicas", r.name)
+			}
+		}
+		return nil
+	})
+
+	// A lock is granted, and handed off.
+	kc("", "create", "namespace", "team")
+	sample, err := os.ReadFile(filepath.Join(root, "config", "samples", "locks_v1alpha1_lockrequest.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc(string(sample), "-n", "team", "apply", "-f", "-")
+	kc("", "-n", "team", "wait", "--for=condition=Granted", "lockrequest/plan-pr-100", "--timeout=60s")
+	for _, r := range pods {
+		if err := r.running(); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range probes {
+			if code, err := r.sb.get(p.port, p.path); err != nil || code != http.StatusOK {
+				t.Errorf("pod %s after the grant: %s %d %v", r.name, p.kind, code, err)
+			}
+		}
+		if lines := forbiddenIn(r.log.String()); len(lines) > 0 {
+			t.Errorf("pod %s logged forbidden (the chart's RBAC lacks something):\n%s", r.name, strings.Join(lines, "\n"))
+		}
+	}
+}
+
+// bothLive: the log has a "membership changed" line naming every pod.
+func bothLive(log string, pods []*replica) bool {
+	sc := bufio.NewScanner(strings.NewReader(log))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.Contains(line, "membership changed") {
+			continue
+		}
+		all := true
+		for _, r := range pods {
+			all = all && strings.Contains(line, r.name)
+		}
+		if all {
+			return true
+		}
+	}
+	return false
+}
+
+var forbiddenLine = regexp.MustCompile(`(?i).*forbidden.*`)
+
+func forbiddenIn(log string) []string { return forbiddenLine.FindAllString(log, -1) }
