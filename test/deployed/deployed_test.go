@@ -13,6 +13,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 )
 
@@ -93,6 +94,7 @@ var _ = Describe("Deployed as its ServiceAccount, under the admission policies",
 		namespace  string
 		sa         string
 		deployArgs []string
+		deployEnv  []corev1.EnvVar
 	)
 
 	AfterAll(func() {
@@ -120,7 +122,8 @@ var _ = Describe("Deployed as its ServiceAccount, under the admission policies",
 						Spec struct {
 							ServiceAccountName string `json:"serviceAccountName"`
 							Containers         []struct {
-								Args []string `json:"args"`
+								Args []string        `json:"args"`
+								Env  []corev1.EnvVar `json:"env"`
 							} `json:"containers"`
 						} `json:"spec"`
 					} `json:"template"`
@@ -130,6 +133,7 @@ var _ = Describe("Deployed as its ServiceAccount, under the admission policies",
 			if o.Kind == "Deployment" {
 				namespace, sa = o.Metadata.Namespace, o.Spec.Template.Spec.ServiceAccountName
 				deployArgs = o.Spec.Template.Spec.Containers[0].Args
+				deployEnv = o.Spec.Template.Spec.Containers[0].Env
 			}
 		}
 		Expect(deployArgs).To(ContainElement("--active-active=true"), "the Deployment runs its replicas active-active")
@@ -181,7 +185,7 @@ var _ = Describe("Deployed as its ServiceAccount, under the admission policies",
 	})
 
 	It("runs the manager binary as the installed ServiceAccount, with the Deployment's args (active-active membership)", func() {
-		m = startManager(serviceAccountKubeconfig(namespace, sa), namespace, deployArgs, "--finished-retention="+retention.String())
+		m = startManager(serviceAccountKubeconfig(namespace, sa), namespace, deployArgs, deployEnv, "--finished-retention="+retention.String())
 		eventually(func() (string, error) {
 			if err := m.running(); err != nil {
 				StopTrying(err.Error()).Now()

@@ -28,6 +28,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/turnstile-dev/turnstile/internal/testing/framework"
 )
@@ -99,13 +100,16 @@ type manager struct {
 }
 
 // startManager runs the binary with the Deployment's args, except the listen addresses
-// (loopback ports instead of the pod's) and the leader election and membership namespace (which a pod reads
-// from its ServiceAccount mount), plus extra. The caller stops it (the Ordered container's AfterAll).
-func startManager(kc, namespace string, deploymentArgs []string, extra ...string) *manager {
+// (loopback ports instead of the pod's), plus extra, and the Deployment's env resolved as the
+// kubelet resolves it for a pod of namespace. The caller stops it (the Ordered container's
+// AfterAll).
+func startManager(kc, namespace string, deploymentArgs []string, deploymentEnv []corev1.EnvVar, extra ...string) *manager {
 	GinkgoHelper()
-	args := append(framework.OutsideClusterArgs(deploymentArgs, namespace, framework.FreeAddr(), framework.FreeAddr()), extra...)
-	fmt.Fprintf(GinkgoWriter, "starting the manager: %s %s\n", managerBin, strings.Join(args, " "))
-	p, err := framework.StartProcessLogFile(managerBin, kc, filepath.Join(dir, "manager.log"), args...)
+	args := append(framework.OutsideClusterArgs(deploymentArgs, framework.FreeAddr(), framework.FreeAddr()), extra...)
+	env, err := framework.DownwardEnv(deploymentEnv, namespace, "turnstile-controller-manager-0")
+	Expect(err).NotTo(HaveOccurred())
+	fmt.Fprintf(GinkgoWriter, "starting the manager: %s %s %s\n", strings.Join(env, " "), managerBin, strings.Join(args, " "))
+	p, err := framework.StartProcessLogFileEnv(managerBin, kc, filepath.Join(dir, "manager.log"), env, args...)
 	Expect(err).NotTo(HaveOccurred())
 	return &manager{p: p}
 }

@@ -15,6 +15,8 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/yaml"
 
 	"github.com/turnstile-dev/turnstile/internal/testing/framework"
@@ -135,16 +137,19 @@ type managerProcess struct {
 	metricsAddr string
 }
 
-// startManager runs the binary with the Deployment's own args, except the listen addresses
-// (loopback ports instead of the pod's) and the leader election namespace, which a pod
-// reads from its ServiceAccount mount and a process outside the cluster must be told.
-func (c *cluster) startManager(name, kubeconfig, namespace string, deploymentArgs []string) *managerProcess {
+// startManager runs the binary with the Deployment's container's args, except the listen
+// addresses (loopback ports instead of the pod's), and its env resolved as the kubelet
+// resolves it for a pod called name in namespace; nothing added.
+func (c *cluster) startManager(name, kubeconfig, namespace string, container map[string]any) *managerProcess {
 	GinkgoHelper()
 	m := &managerProcess{name: name, metricsAddr: framework.FreeAddr()}
-	args := framework.OutsideClusterArgs(deploymentArgs, namespace, m.metricsAddr, framework.FreeAddr())
-	fmt.Fprintf(GinkgoWriter, "starting manager %s: %s %s\n", name, managerBin, strings.Join(args, " "))
-	var err error
-	m.p, err = framework.StartProcessLogFile(managerBin, kubeconfig, filepath.Join(c.dir, name+".log"), args...)
+	var ctr corev1.Container
+	Expect(runtime.DefaultUnstructuredConverter.FromUnstructured(container, &ctr)).To(Succeed())
+	args := framework.OutsideClusterArgs(ctr.Args, m.metricsAddr, framework.FreeAddr())
+	env, err := framework.DownwardEnv(ctr.Env, namespace, name)
+	Expect(err).NotTo(HaveOccurred())
+	fmt.Fprintf(GinkgoWriter, "starting manager %s: %s %s %s\n", name, strings.Join(env, " "), managerBin, strings.Join(args, " "))
+	m.p, err = framework.StartProcessLogFileEnv(managerBin, kubeconfig, filepath.Join(c.dir, name+".log"), env, args...)
 	Expect(err).NotTo(HaveOccurred())
 	c.managers = append(c.managers, m)
 	return m

@@ -203,7 +203,7 @@ func describeInstall(ip installPath) {
 
 	It("runs the manager binary as the installed ServiceAccount, with the Deployment's args", func() {
 		kubeconfig := c.serviceAccountKubeconfig(namespace, sa)
-		a = c.startManager("manager-a", kubeconfig, namespace, deployArgs)
+		a = c.startManager("manager-a", kubeconfig, namespace, podSpec["containers"].([]any)[0].(map[string]any))
 
 		By("binding a scraper (a Prometheus ServiceAccount) to the installed metrics-reader ClusterRole")
 		reader := findObject(objs, "ClusterRole", "-metrics-reader").Meta("name")
@@ -323,7 +323,7 @@ spec:
 
 	It("hands off while a rollout replaces a replica", func() {
 		By("a second replica joins")
-		b = c.startManager("manager-b", c.serviceAccountKubeconfig(namespace, sa), namespace, deployArgs)
+		b = c.startManager("manager-b", c.serviceAccountKubeconfig(namespace, sa), namespace, podSpec["containers"].([]any)[0].(map[string]any))
 		for _, m := range []*managerProcess{a, b} {
 			Eventually(func() (string, error) { return m.liveMembers(readerToken) }).WithTimeout(settle).WithPolling(200*time.Millisecond).
 				Should(Equal("2"), "%s never saw both replicas (%v)", m.name, m.running())

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
 )
 
 // Process is the real manager binary running against a control plane.
@@ -24,8 +26,13 @@ type Process struct {
 
 // StartProcess starts binary with args and KUBECONFIG=kubeconfig, its output going to out.
 func StartProcess(binary, kubeconfig string, out io.Writer, args ...string) (*Process, error) {
+	return StartProcessEnv(binary, kubeconfig, nil, out, args...)
+}
+
+// StartProcessEnv is StartProcess with env (NAME=value) added to this process's environment.
+func StartProcessEnv(binary, kubeconfig string, env []string, out io.Writer, args ...string) (*Process, error) {
 	cmd := exec.Command(binary, args...)
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
+	cmd.Env = append(append(os.Environ(), env...), "KUBECONFIG="+kubeconfig)
 	cmd.Stdout, cmd.Stderr = out, out
 	// Its own process group, so a Ctrl-C meant for `make dev` reaches it only through us.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -44,12 +51,17 @@ func StartProcess(binary, kubeconfig string, out io.Writer, args ...string) (*Pr
 // pipe, so the process writes straight into it and nothing in the test can hold up its writes.
 // Log reads it.
 func StartProcessLogFile(binary, kubeconfig, logPath string, args ...string) (*Process, error) {
+	return StartProcessLogFileEnv(binary, kubeconfig, logPath, nil, args...)
+}
+
+// StartProcessLogFileEnv is StartProcessLogFile with env (NAME=value) added.
+func StartProcessLogFileEnv(binary, kubeconfig, logPath string, env []string, args ...string) (*Process, error) {
 	f, err := os.Create(logPath)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close() // the child has its own descriptor
-	p, err := StartProcess(binary, kubeconfig, f, args...)
+	p, err := StartProcessEnv(binary, kubeconfig, env, f, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -87,10 +99,9 @@ func (p *Process) Running() error {
 }
 
 // OutsideClusterArgs are a Deployment's manager args for the binary run outside the cluster:
-// the listen addresses moved to the given loopback ones (not the pod's ports), and the
-// namespace a pod reads from $POD_NAMESPACE given as the leader election and membership
-// namespace.
-func OutsideClusterArgs(deploymentArgs []string, namespace, metricsAddr, probeAddr string) []string {
+// the listen addresses moved to the given loopback ones (not the pod's ports), nothing added.
+// What else a pod gives the manager comes from its env (DownwardEnv).
+func OutsideClusterArgs(deploymentArgs []string, metricsAddr, probeAddr string) []string {
 	var args []string
 	for _, a := range deploymentArgs {
 		switch {
@@ -101,7 +112,27 @@ func OutsideClusterArgs(deploymentArgs []string, namespace, metricsAddr, probeAd
 		}
 		args = append(args, a)
 	}
-	return append(args, "--leader-election-namespace="+namespace, "--membership-namespace="+namespace)
+	return args
+}
+
+// DownwardEnv is a container's env as NAME=value, resolved as the kubelet resolves it for a
+// pod of the given namespace and name: values, and fieldRefs to the pod's namespace and name.
+// Anything else is an error rather than a guess.
+func DownwardEnv(env []corev1.EnvVar, namespace, podName string) ([]string, error) {
+	var out []string
+	for _, e := range env {
+		switch {
+		case e.ValueFrom == nil:
+			out = append(out, e.Name+"="+e.Value)
+		case e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.namespace":
+			out = append(out, e.Name+"="+namespace)
+		case e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.name":
+			out = append(out, e.Name+"="+podName)
+		default:
+			return nil, fmt.Errorf("env %s: valueFrom %+v is not resolved outside a cluster", e.Name, *e.ValueFrom)
+		}
+	}
+	return out, nil
 }
 
 // Pid is the process id.

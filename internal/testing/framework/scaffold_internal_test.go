@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
 )
 
 func TestOutsideClusterArgs(t *testing.T) {
@@ -11,23 +12,40 @@ func TestOutsideClusterArgs(t *testing.T) {
 		deployment []string
 		want       []string
 	}{
-		"listen addresses move to loopback, the rest stays, the namespace is added": {
+		"listen addresses move to loopback, the rest stays, nothing is added": {
 			deployment: []string{"--leader-elect", "--metrics-bind-address=:8443", "--health-probe-bind-address=:8081", "--active-active"},
-			want: []string{"--leader-elect", "--metrics-bind-address=127.0.0.1:1", "--health-probe-bind-address=127.0.0.1:2", "--active-active",
-				"--leader-election-namespace=team", "--membership-namespace=team"},
+			want:       []string{"--leader-elect", "--metrics-bind-address=127.0.0.1:1", "--health-probe-bind-address=127.0.0.1:2", "--active-active"},
 		},
-		"no listen addresses: only the namespace is added": {
-			deployment: nil,
-			want:       []string{"--leader-election-namespace=team", "--membership-namespace=team"},
+		"no listen addresses: nothing changes": {
+			deployment: []string{"--active-active"},
+			want:       []string{"--active-active"},
 		},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			got := OutsideClusterArgs(tc.deployment, "team", "127.0.0.1:1", "127.0.0.1:2")
+			got := OutsideClusterArgs(tc.deployment, "127.0.0.1:1", "127.0.0.1:2")
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("args (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+func TestDownwardEnv(t *testing.T) {
+	env := []corev1.EnvVar{
+		{Name: "POD_NAMESPACE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}},
+		{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
+		{Name: "PLAIN", Value: "v"},
+	}
+	got, err := DownwardEnv(env, "team", "manager-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"POD_NAMESPACE=team", "POD_NAME=manager-a", "PLAIN=v"}, got); diff != "" {
+		t.Errorf("env (-want +got):\n%s", diff)
+	}
+	if _, err := DownwardEnv([]corev1.EnvVar{{Name: "X", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.hostIP"}}}}, "team", "a"); err == nil {
+		t.Error("status.hostIP resolved to something")
 	}
 }
 
