@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -26,13 +27,16 @@ func newFreezeCmd(g *globals) *cobra.Command {
 		until  string
 		drain  bool
 		wait   time.Duration
+		newCmd bool
 	)
 	cmd := &cobra.Command{
 		Use:   "freeze COMMAND",
 		Short: "Freeze a command (e.g. apply, or all) cluster-wide; optionally wait until its holders drain",
 		Long: `Creates or updates the CommandLock named COMMAND with locked: true. Requests for the command
 wait (reason CommandLocked) until it is thawed or --until passes; holders already granted keep
-their grant. With --wait-drained, returns once none of them is left: maintenance may start.`,
+their grant. With --wait-drained, returns once none of them is left: maintenance may start.
+COMMAND is a command Turnstile knows (` + "all, apply, plan, import, state, ..." + `) or one an existing
+CommandLock names; any other name is refused (a typo would freeze nothing) unless --new-command.`,
 		Example: `  kubectl turnstile freeze apply --reason "maintenance window" --until 2h --wait-drained`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -49,6 +53,19 @@ their grant. With --wait-drained, returns once none of them is left: maintenance
 				spec.Until = &metav1.Time{Time: t}
 			}
 			ctx := cmd.Context()
+			if !newCmd && !slices.Contains(knownCommands, args[0]) {
+				var existing locksv1.CommandLockList
+				if err := c.List(ctx, &existing); err != nil {
+					return fmt.Errorf("freeze %s: list CommandLocks to check the name: %w", args[0], err)
+				}
+				var names []string
+				for _, cl := range existing.Items {
+					names = append(names, cl.Name)
+				}
+				if !slices.Contains(names, args[0]) {
+					return unknownCommand(args[0], names)
+				}
+			}
 			if err := dashboard.FreezeCommand(ctx, c, args[0], spec); err != nil {
 				return fmt.Errorf("freeze %s: %w", args[0], err)
 			}
@@ -86,6 +103,7 @@ their grant. With --wait-drained, returns once none of them is left: maintenance
 	cmd.Flags().StringVar(&reason, "reason", "", "Shown to everyone who waits, e.g. \"maintenance window\".")
 	cmd.Flags().StringVar(&until, "until", "", "Thaw automatically: an RFC 3339 time or a duration from now (e.g. 2h).")
 	cmd.Flags().BoolVar(&drain, "wait-drained", false, "Wait until no granted holder of the command is left.")
+	cmd.Flags().BoolVar(&newCmd, "new-command", false, "Freeze COMMAND although it is neither a known command nor an existing CommandLock (a command of your own pipelines).")
 	cmd.Flags().DurationVar(&wait, "timeout", 0, "With --wait-drained: give up after this long (default: wait until interrupted).")
 	return cmd
 }

@@ -41,7 +41,8 @@ func (f *requestFlags) bind(fs *pflag.FlagSet) {
 	fs.Int64Var(&f.pull, "pull", 0, "Pull request number; the same owner and pull re-enter a lock they hold.")
 	fs.StringVar(&f.url, "url", "", "Link to the pull request or pipeline run, shown to people waiting.")
 	fs.StringVar(&f.command, "command", "", "The command the lock is for (e.g. plan, apply), so a CommandLock can freeze it.")
-	fs.StringVar(&f.priority, "priority", "", "Low, Normal (default), High or Critical.")
+	fs.Var(newEnum(&f.priority, string(locksv1.PriorityLow), string(locksv1.PriorityNormal), string(locksv1.PriorityHigh), string(locksv1.PriorityCritical)),
+		"priority", "Low, Normal (default), High or Critical, in any case.")
 	fs.DurationVar(&f.ttl, "ttl", 0, "How long the grant lasts (default: the operator's --default-ttl).")
 	fs.DurationVar(&f.waitTimeout, "wait-timeout", 0, "Give up after waiting this long; 0s fails at once if the lock is busy (default: wait until interrupted).")
 	fs.StringVar(&f.reason, "reason", "", "Why the lock is taken, told to everyone waiting: \"locked by pull #100 (alice): migrating state\".")
@@ -50,7 +51,7 @@ func (f *requestFlags) bind(fs *pflag.FlagSet) {
 
 // bindFrom adds --from, which takes the request from a pipeline's own variables.
 func bindFrom(fs *pflag.FlagSet, from *string) {
-	fs.StringVar(from, "from", "", `Take the lock key, holder and command from a pipeline's variables: "atlantis" (in a repos.yaml
+	fs.Var(newEnum(from, fromAtlantis, fromGitHubActions), "from", `Take the lock key, holder and command from a pipeline's variables: "atlantis" (in a repos.yaml
 run step: BASE_REPO_OWNER/BASE_REPO_NAME, REPO_REL_DIR, WORKSPACE, PROJECT_NAME; PULL_AUTHOR, PULL_NUM,
 PULL_URL; COMMAND_NAME) or "github-actions" (GITHUB_REPOSITORY, the pull request of GITHUB_REF or
 GITHUB_EVENT_PATH, its author or GITHUB_ACTOR). Flags given explicitly win.`)

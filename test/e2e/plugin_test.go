@@ -95,7 +95,7 @@ var _ = Describe("The kubectl turnstile plugin", func() {
 	It("freezes a command, says so in why, and thaws", func() {
 		command := "deploy-" + randSuffix()
 		DeferCleanup(func() { _, _ = kubectl("delete", "commandlock", command, "--ignore-not-found") })
-		out := mustKubectl("turnstile", "freeze", command, "--reason", "change freeze", "--wait-drained", "--timeout", "20s")
+		out := mustKubectl("turnstile", "freeze", command, "--new-command", "--reason", "change freeze", "--wait-drained", "--timeout", "20s")
 		Expect(out).To(ContainSubstring("commandlock/" + command + " frozen"))
 		Expect(out).To(ContainSubstring("drained"))
 
