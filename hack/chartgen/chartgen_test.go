@@ -39,6 +39,17 @@ func TestChartIsUpToDate(t *testing.T) {
 			t.Errorf("%s is stale: run `make chart` (-want +got):\n%s", p, cmp.Diff(string(data), string(got)))
 		}
 	}
+	// One copy of the dashboard: config/ links to the chart's.
+	for link, target := range links {
+		got, err := os.Readlink(filepath.Join(repoRoot, link))
+		if err != nil || got != target {
+			t.Errorf("%s is not a symbolic link to %s (%q, %v): run `make chart`", link, target, got, err)
+			continue
+		}
+		if _, err := os.Stat(filepath.Join(repoRoot, link)); err != nil {
+			t.Errorf("%s: %v", link, err)
+		}
+	}
 	// Every CRD and every RBAC object of config/ is in the chart.
 	for _, dir := range []string{"templates/crd", "templates/rbac", "templates/admission"} {
 		n := 0

@@ -43,8 +43,23 @@ var admissionDirs = []string{"config/admission", "config/labels"}
 
 // copies are files the chart reads with .Files.Get, copied byte for byte.
 var copies = map[string]string{
-	"config/prometheus/turnstile.rules.yaml":  chartDir + "/files/turnstile.rules.yaml",
-	"config/grafana/turnstile-dashboard.json": chartDir + "/files/turnstile-dashboard.json",
+	"config/prometheus/turnstile.rules.yaml": chartDir + "/files/turnstile.rules.yaml",
+}
+
+// links are files whose one copy lives in the chart (helm reads nothing outside it), linked
+// from where config/ has them: a symbolic link's path and its target, relative to the link.
+var links = map[string]string{
+	"config/grafana/turnstile-dashboard.json": "../../" + chartDir + "/files/turnstile-dashboard.json",
+}
+
+// isLinkTarget: a chart file that links point to is a source, not generated.
+func isLinkTarget(p string) bool {
+	for link, target := range links {
+		if filepath.ToSlash(filepath.Join(filepath.Dir(link), target)) == p {
+			return true
+		}
+	}
+	return false
 }
 
 // labelsFromChart are replaced by the chart's own labels (turnstile.labels).
@@ -121,6 +136,9 @@ func generatedOnDisk(root string) ([]string, error) {
 			rel, err := filepath.Rel(root, p)
 			if err != nil {
 				return err
+			}
+			if isLinkTarget(filepath.ToSlash(rel)) {
+				return nil
 			}
 			paths = append(paths, filepath.ToSlash(rel))
 			return nil

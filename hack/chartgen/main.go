@@ -10,8 +10,11 @@
 //     policies, their bindings and the params ConfigMap), behind admissionPolicies.enabled, with
 //     names from the release, the params ConfigMap in the release namespace and its data from
 //     admissionPolicies.<key>; the policies' expressions verbatim;
-//   - files/ copies of the Prometheus rules (config/prometheus) and the Grafana dashboard
-//     (config/grafana), which the chart's PrometheusRule and dashboard ConfigMap read.
+//   - files/ a copy of the Prometheus rules (config/prometheus), which the chart's
+//     PrometheusRule reads;
+//   - config/grafana/turnstile-dashboard.json, a symbolic link to the chart's
+//     files/turnstile-dashboard.json: the dashboard's one source is in the chart, which helm
+//     can read from (a chart cannot read outside its directory).
 //
 // `make manifests` runs it after controller-gen; `make chart` runs it alone. A test
 // (chartgen_test.go, in `make test`) and `make verify-generated` fail when the checked-in chart
@@ -50,6 +53,21 @@ func write(root string) error {
 			if err := os.Remove(filepath.Join(root, p)); err != nil {
 				return err
 			}
+		}
+	}
+	for link, target := range links {
+		full := filepath.Join(root, link)
+		if now, err := os.Readlink(full); err == nil && now == target {
+			continue
+		}
+		if err := os.Remove(full); err != nil && !os.IsNotExist(err) {
+			return err
+		}
+		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+			return err
+		}
+		if err := os.Symlink(target, full); err != nil {
+			return err
 		}
 	}
 	for p, data := range files {
