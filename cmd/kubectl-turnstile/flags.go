@@ -39,8 +39,8 @@ func (e *enumValue) Set(s string) error {
 func (e *enumValue) Type() string { return "string" }
 
 // knownCommands are the command names Turnstile's users lock for: Atlantis' commands (its
-// COMMAND_NAME), and "all", the CommandLock that freezes every command.
-var knownCommands = []string{"all", "apply", "approve_policies", "import", "plan", "policy_check", "state", "unlock", "version"}
+// COMMAND_NAME, with "_" as "-", as --from atlantis writes it), and "all", the CommandLock that freezes every command.
+var knownCommands = []string{"all", "apply", "approve-policies", "import", "plan", "policy-check", "state", "unlock", "version"}
 
 // closest is the value of valid nearest to s (by edit distance, any case) when it is near
 // enough to be a slip of the keyboard: at most 2 edits, and at most half of the longer. "" otherwise.

@@ -1,17 +1,34 @@
 // Command dev runs Turnstile locally for `make dev`: a kube-apiserver and etcd built from the Go
-// module proxy, the CRDs, and the manager binary in the foreground. It writes a kubeconfig,
-// prints how to use it, and on Ctrl-C (or SIGTERM, or the terminal closing) stops everything it
-// started. Flags after "--" go to the manager.
+// module proxy, the shipped install (config/default: CRDs, RBAC, the ServiceAccount, the
+// admission policies and their params; everything but the Deployment), and the manager binary
+// in the foreground, authenticated as its ServiceAccount as a pod would be. So the dev cluster
+// allows and refuses what a real install does. It writes an admin kubeconfig, prints the lines
+// to paste into another shell, and on Ctrl-C (or SIGTERM, or the terminal closing) stops
+// everything it started. Flags after "--" go to the manager.
 package main
 
 import (
+	"bytes"
+	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
 
 	"github.com/turnstile-dev/turnstile/internal/testing/framework"
 )
@@ -19,15 +36,35 @@ import (
 func main() {
 	assets := flag.String("assets", os.Getenv("KUBEBUILDER_ASSETS"), "Directory with kube-apiserver, etcd and kubectl.")
 	manager := flag.String("manager", "bin/manager", "Manager binary.")
-	state := flag.String("state", "bin/dev", "Directory for the kubeconfig.")
-	metrics := flag.String("metrics-bind-address", ":8080", "Manager metrics address.")
-	probes := flag.String("health-probe-bind-address", ":8081", "Manager probe address.")
+	state := flag.String("state", "bin/dev", "Directory for the kubeconfigs and the manager's token.")
+	metrics := flag.String("metrics-bind-address", "", "Manager metrics address; \"0\" turns it off (default: a free loopback port).")
+	probes := flag.String("health-probe-bind-address", "", "Manager probe address; \"0\" turns it off (default: a free loopback port).")
 	flag.Parse()
+	for _, addr := range []*string{metrics, probes} {
+		if *addr == "" {
+			free, err := freeLoopback()
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "dev:", err)
+				os.Exit(1)
+			}
+			*addr = free
+		}
+	}
 	if err := run(*assets, *manager, *state, *metrics, *probes, flag.Args()); err != nil {
 		fmt.Fprintln(os.Stderr, "dev:", err)
 		os.Exit(1)
 	}
 }
+
+// The shipped install's names (config/default).
+const (
+	namespace      = "turnstile-system"
+	serviceAccount = "turnstile-controller-manager"
+	// tokenLifetime and tokenRefresh: the manager's token is renewed in its file as the kubelet
+	// renews a projected one; client-go rereads the file.
+	tokenLifetime = time.Hour
+	tokenRefresh  = 20 * time.Minute
+)
 
 func run(assets, manager, state, metrics, probes string, extra []string) error {
 	sig := make(chan os.Signal, 2)
@@ -35,8 +72,16 @@ func run(assets, manager, state, metrics, probes string, extra []string) error {
 	// which run in process groups of their own.
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 
+	root, err := framework.RepoRoot()
+	if err != nil {
+		return err
+	}
+	state, err = filepath.Abs(state)
+	if err != nil {
+		return err
+	}
 	fmt.Println("Starting a local kube-apiserver and etcd ...")
-	env, err := framework.Start(assets)
+	env, err := framework.StartBare(assets)
 	if err != nil {
 		return err
 	}
@@ -46,10 +91,7 @@ func run(assets, manager, state, metrics, probes string, extra []string) error {
 			fmt.Fprintln(os.Stderr, "dev: stop control plane:", err)
 		}
 	}()
-	kubeconfig, err := filepath.Abs(filepath.Join(state, "kubeconfig"))
-	if err != nil {
-		return err
-	}
+	kubeconfig := filepath.Join(state, "kubeconfig")
 	if err := env.WriteKubeconfig(kubeconfig); err != nil {
 		return err
 	}
@@ -57,27 +99,59 @@ func run(assets, manager, state, metrics, probes string, extra []string) error {
 	if err != nil {
 		return err
 	}
+	fmt.Println("Installing config/default (CRDs, RBAC, admission policies; not the Deployment) ...")
+	if err := install(root, kubectl, kubeconfig); err != nil {
+		return err
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	tokenFile := filepath.Join(state, "manager.token")
+	if err := writeToken(ctx, env, tokenFile); err != nil {
+		return err
+	}
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(tokenRefresh):
+				if err := writeToken(ctx, env, tokenFile); err != nil {
+					fmt.Fprintln(os.Stderr, "dev: renew the manager's token:", err)
+				}
+			}
+		}
+	}()
+	managerConfig := filepath.Join(state, "manager.kubeconfig")
+	if err := writeServiceAccountKubeconfig(env, managerConfig, tokenFile); err != nil {
+		return err
+	}
+
+	// The manager's namespace and name, as the Deployment's downward API gives them.
+	os.Setenv("POD_NAMESPACE", namespace)
+	os.Setenv("POD_NAME", "turnstile-dev")
 	args := append([]string{"--metrics-bind-address=" + metrics, "--health-probe-bind-address=" + probes}, extra...)
-	proc, err := framework.StartProcess(manager, kubeconfig, os.Stdout, args...)
+	proc, err := framework.StartProcess(manager, managerConfig, os.Stdout, args...)
 	if err != nil {
 		return err
 	}
+	bin := filepath.Join(root, "bin")
 	fmt.Printf(`
-Turnstile is running (manager pid %d%s).
+Turnstile is running (manager pid %d, as system:serviceaccount:%s:%s%s).
 
-In another shell:
+In another shell (kubectl and the kubectl-turnstile plugin are in these directories):
 
     export KUBECONFIG=%s
-    export PATH=%s:$PATH   # kubectl, built from the Go module proxy
+    export PATH=%s:%s:$PATH
 
-    kubectl get crds
-    kubectl apply -f config/samples/locks_v1alpha1_lockrequest.yaml
-    kubectl wait --for=condition=Granted lockrequest/plan-pr-100
-    kubectl get locks
+    kubectl create namespace team-a
+    kubectl -n team-a apply -f config/samples/locks_v1alpha1_lockrequest.yaml
+    kubectl -n team-a wait --for=condition=Granted lockrequest/plan-pr-100
+    kubectl turnstile -n team-a locks
 
 Press Ctrl-C to stop the manager, kube-apiserver and etcd.
 
-`, proc.Pid(), endpoints(metrics, probes), kubeconfig, filepath.Dir(kubectl))
+`, proc.Pid(), namespace, serviceAccount, endpoints(metrics, probes), kubeconfig, bin, filepath.Dir(kubectl))
 
 	select {
 	case s := <-sig:
@@ -91,14 +165,114 @@ Press Ctrl-C to stop the manager, kube-apiserver and etcd.
 	}
 }
 
+// install applies `kubectl kustomize config/default` without its Deployment (this process runs
+// the manager) and waits for the CRDs.
+func install(root, kubectl, kubeconfig string) error {
+	out, err := exec.Command(kubectl, "kustomize", filepath.Join(root, "config", "default")).Output()
+	if err != nil {
+		return fmt.Errorf("kubectl kustomize config/default: %w", err)
+	}
+	objs, err := framework.ParseManifests(string(out))
+	if err != nil {
+		return err
+	}
+	var manifests bytes.Buffer
+	for _, o := range objs {
+		if o.Kind() == "Deployment" {
+			continue
+		}
+		data, err := yaml.Marshal(o)
+		if err != nil {
+			return err
+		}
+		manifests.WriteString("---\n")
+		manifests.Write(data)
+	}
+	kc := func(stdin []byte, args ...string) error {
+		cmd := exec.Command(kubectl, append([]string{"--kubeconfig", kubeconfig}, args...)...)
+		cmd.Stdin = bytes.NewReader(stdin)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("kubectl %s: %w\n%s", strings.Join(args, " "), err, out)
+		}
+		return nil
+	}
+	if err := kc(manifests.Bytes(), "apply", "--server-side", "-f", "-"); err != nil {
+		return err
+	}
+	if err := kc(nil, "wait", "--for=condition=Established", "--timeout=60s",
+		"crd/lockrequests.locks.turnstile.dev", "crd/projectlocks.locks.turnstile.dev", "crd/commandlocks.locks.turnstile.dev"); err != nil {
+		return err
+	}
+	// Established is not yet served: the API server's handler for a new CRD and its admission
+	// policies come a moment later, and the first request pasted would get "ServiceUnavailable:
+	// Resource kind ... not found". Ready is when a server-side dry-run of the sample request
+	// passes and the owner policy has stamped who created it.
+	sample := filepath.Join(root, "config", "samples", "locks_v1alpha1_lockrequest.yaml")
+	var last error
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		out, err := exec.Command(kubectl, "--kubeconfig", kubeconfig, "-n", "default", "create", "--dry-run=server", "-f", sample,
+			"-o", `jsonpath={.metadata.annotations.locks\.turnstile\.dev/created-by}`).CombinedOutput()
+		switch {
+		case err != nil:
+			last = fmt.Errorf("%w: %s", err, out)
+		case len(bytes.TrimSpace(out)) == 0:
+			last = errors.New("the owner policy has not stamped locks.turnstile.dev/created-by yet")
+		default:
+			return nil
+		}
+	}
+	return fmt.Errorf("the API server does not serve LockRequests under the admission policies after 60s: %w", last)
+}
+
+// writeToken writes a fresh token of the manager's ServiceAccount to path (atomically).
+func writeToken(ctx context.Context, env *framework.Env, path string) error {
+	cs, err := kubernetes.NewForConfig(env.Config)
+	if err != nil {
+		return err
+	}
+	tr, err := cs.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, serviceAccount,
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(tokenLifetime.Seconds()))}},
+		metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("token for %s/%s: %w", namespace, serviceAccount, err)
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(tr.Status.Token), 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// writeServiceAccountKubeconfig writes a kubeconfig that authenticates with the token in
+// tokenFile and nothing else.
+func writeServiceAccountKubeconfig(env *framework.Env, path, tokenFile string) error {
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["dev"] = &clientcmdapi.Cluster{Server: env.Config.Host, CertificateAuthorityData: env.Config.CAData}
+	cfg.AuthInfos[serviceAccount] = &clientcmdapi.AuthInfo{TokenFile: tokenFile}
+	cfg.Contexts["manager"] = &clientcmdapi.Context{Cluster: "dev", AuthInfo: serviceAccount, Namespace: namespace}
+	cfg.CurrentContext = "manager"
+	return clientcmd.WriteToFile(*cfg, path)
+}
+
+// freeLoopback is a free port on 127.0.0.1 (not :8080, which kubectl proxy and many local tools
+// take by default, nor anything reachable from outside).
+func freeLoopback() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
 // endpoints describes where the manager serves metrics and probes; "0" turns either off.
 func endpoints(metrics, probes string) string {
 	var out string
 	if metrics != "0" {
-		out += fmt.Sprintf("; metrics on %s/metrics", metrics)
+		out += fmt.Sprintf("; metrics on http://%s/metrics", metrics)
 	}
 	if probes != "0" {
-		out += fmt.Sprintf("; probes on %s/healthz", probes)
+		out += fmt.Sprintf("; probes on http://%s/healthz", probes)
 	}
 	return out
 }

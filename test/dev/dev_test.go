@@ -12,6 +12,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
@@ -39,7 +40,9 @@ const (
 
 var (
 	exportKubeconfig = regexp.MustCompile(`(?m)^\s*export KUBECONFIG=(\S+)\s*$`)
-	exportPath       = regexp.MustCompile(`(?m)^\s*export PATH=([^:\s]+):\$PATH`)
+	// The PATH line names bin/ (the plugin) first, then kubectl's directory.
+	exportPath = regexp.MustCompile(`(?m)^\s*export PATH=[^:\s]+:([^:\s]+):\$PATH`)
+	servedOn   = regexp.MustCompile(`(metrics|probes) on (http://\S+?)[;)]`)
 )
 
 func TestMakeDev(t *testing.T) {
@@ -52,11 +55,8 @@ func TestMakeDev(t *testing.T) {
 	}
 	state := t.TempDir()
 
-	// The manager's metrics and probe ports are turned off so the test never collides with a
-	// `make dev` a developer has running; everything else is the README's command.
-	cmd := exec.Command("make", "--no-print-directory", "dev",
-		"DEV_STATE="+state,
-		"DEV_ARGS=--metrics-bind-address=0 --health-probe-bind-address=0")
+	// The README's command, as a person types it (only where it keeps its state differs).
+	cmd := exec.Command("make", "--no-print-directory", "dev", "DEV_STATE="+state)
 	cmd.Dir = root
 	cmd.Env = withoutMakeVars(os.Environ())
 	// A process group of its own, like a shell's foreground job: Ctrl-C is SIGINT to the group.
@@ -123,13 +123,77 @@ func TestMakeDev(t *testing.T) {
 		}
 	})
 
-	t.Run("the README walkthrough's first grant", func(t *testing.T) {
-		kubectl("apply", "-f", filepath.Join("config", "samples", "locks_v1alpha1_lockrequest.yaml"))
-		kubectl("wait", "--for=condition=Granted", "lockrequest/plan-pr-100", "--timeout=60s")
-		got := kubectl("get", "locks", "-A")
-		for _, w := range []string{"lockrequest.locks.turnstile.dev/plan-pr-100", "projectlock.locks.turnstile.dev/", "alice", "Granted"} {
-			if !strings.Contains(got, w) {
-				t.Errorf("kubectl get locks -A does not show %q:\n%s", w, got)
+	// The lines make dev printed, pasted into a fresh shell: nothing of this process's
+	// environment, only a HOME (a login shell has one) and the repository as the directory.
+	t.Run("the printed lines work pasted into a fresh shell", func(t *testing.T) {
+		text := out.String()
+		start, end := strings.Index(text, "In another shell"), strings.Index(text, "Press Ctrl-C")
+		if start < 0 || end < start {
+			t.Fatalf("make dev printed no block of lines to paste")
+		}
+		var lines []string
+		for _, l := range strings.Split(text[start:end], "\n")[1:] {
+			if l = strings.TrimSpace(l); l != "" {
+				lines = append(lines, l)
+			}
+		}
+		script := "set -e\n" + strings.Join(lines, "\n") + "\n"
+		t.Logf("pasting:\n%s", script)
+		sh := exec.Command("env", "-i", "HOME="+t.TempDir(), "bash", "--norc", "--noprofile", "-c", script)
+		sh.Dir = root
+		got, err := sh.CombinedOutput()
+		if err != nil {
+			t.Fatalf("the pasted lines failed: %v\n%s", err, got)
+		}
+		for _, w := range []string{"namespace/team-a created", "lockrequest.locks.turnstile.dev/plan-pr-100 condition met", "plan-pr-100", "alice"} {
+			if !strings.Contains(string(got), w) {
+				t.Errorf("the pasted lines' output does not say %q:\n%s", w, got)
+			}
+		}
+	})
+
+	// The shipped roles and admission policies are installed: the dev cluster refuses what a
+	// real install refuses. bob, a requester in team-a (RBAC lets him patch lockrequests there),
+	// may not release alice's lock: only the policies say no.
+	t.Run("the dev cluster refuses what an install refuses", func(t *testing.T) {
+		kubectl("-n", "team-a", "create", "rolebinding", "requesters", "--clusterrole=turnstile-requester", "--user=bob")
+		c := exec.Command(filepath.Join(binDir, "kubectl"), "--cache-dir", filepath.Join(state, "cache"), "--as=bob", "-n", "team-a",
+			"patch", "lockrequest/plan-pr-100", "--type=merge", "-p", `{"spec":{"release":true}}`)
+		c.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
+		got, err := c.CombinedOutput()
+		if err == nil {
+			t.Fatalf("bob released alice's lock:\n%s", got)
+		}
+		for _, want := range []string{"ValidatingAdmissionPolicy 'turnstile-lockrequest-changes'", "lockrequest plan-pr-100 is held for alice",
+			"only its owner, the delegate that created it, or a turnstile-admin in namespace team-a may change or release it, and you are bob"} {
+			if !strings.Contains(string(got), want) {
+				t.Errorf("refused, but not by the shipped policy (want %q):\n%s", want, got)
+			}
+		}
+	})
+
+	// Metrics and probes on free loopback ports, not :8080 (kubectl proxy's default).
+	t.Run("the manager serves on free loopback ports", func(t *testing.T) {
+		m := servedOn.FindAllStringSubmatch(out.String(), -1)
+		if len(m) != 2 {
+			t.Fatalf("make dev does not say where metrics and probes are served:\n%s", out)
+		}
+		for _, e := range m {
+			u, err := url.Parse(e[2])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if u.Hostname() != "127.0.0.1" || u.Port() == "8080" || u.Port() == "8081" {
+				t.Errorf("%s served on %s: want a free loopback port", e[1], u.Host)
+			}
+			resp, err := http.Get(e[2])
+			if err != nil {
+				t.Errorf("GET %s: %v", e[2], err)
+				continue
+			}
+			_ = resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				t.Errorf("GET %s: HTTP %d", e[2], resp.StatusCode)
 			}
 		}
 	})
@@ -157,6 +221,31 @@ func TestMakeDev(t *testing.T) {
 		}
 	}
 	apiserver := apiserverAddress(t, kubeconfig)
+
+	// The manager runs as its ServiceAccount (a token, no admin certificate), as in a pod.
+	for _, p := range seen {
+		if p.comm != "manager" {
+			continue
+		}
+		environ, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", p.pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var managerConfig string
+		for _, kv := range strings.Split(string(environ), "\x00") {
+			if v, ok := strings.CutPrefix(kv, "KUBECONFIG="); ok {
+				managerConfig = v
+			}
+		}
+		cfg, err := clientcmd.LoadFromFile(managerConfig)
+		if err != nil {
+			t.Fatalf("the manager's KUBECONFIG %q: %v", managerConfig, err)
+		}
+		auth := cfg.AuthInfos[cfg.Contexts[cfg.CurrentContext].AuthInfo]
+		if auth == nil || auth.TokenFile == "" || len(auth.ClientCertificateData) > 0 || auth.ClientCertificate != "" {
+			t.Errorf("the manager does not authenticate with a ServiceAccount token only: %+v", auth)
+		}
+	}
 
 	// Ctrl-C: the terminal sends SIGINT to the foreground process group (make and hack/dev).
 	if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGINT); err != nil {
