@@ -18,17 +18,17 @@ import (
 	"github.com/turnstile-dev/turnstile/internal/testing/framework"
 )
 
-// readmeArgoBlock is the README's sh block that installs the health checks in argocd-cm.
-var readmeArgoBlock = regexp.MustCompile("(?s)```sh\n([^`]*argocd-health\\.yaml[^`]*)```")
+// readmeArgoBlock is docs/gitops.md's sh block that installs the health checks in argocd-cm.
+var readmeArgoBlock = regexp.MustCompile("(?s)```sh[^\n]*\n([^`]*argocd-health\\.yaml[^`]*)```")
 
-var _ = Describe("README's argocd-cm install block", func() {
+var _ = Describe("docs/gitops.md's argocd-cm install block", func() {
 	It("stores each health.lua in argocd-cm under Argo CD's key, keeps the other keys, and the stored scripts run", func() {
 		root, err := framework.RepoRoot()
 		Expect(err).NotTo(HaveOccurred())
-		readme, err := os.ReadFile(filepath.Join(root, "README.md"))
+		readme, err := os.ReadFile(filepath.Join(root, "docs", "gitops.md"))
 		Expect(err).NotTo(HaveOccurred())
 		m := readmeArgoBlock.FindSubmatch(readme)
-		Expect(m).NotTo(BeNil(), "the argocd-cm block is not in README.md")
+		Expect(m).NotTo(BeNil(), "the argocd-cm block is not in docs/gitops.md")
 
 		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "argocd"}}
 		create(ns)
