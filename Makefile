@@ -46,13 +46,13 @@ help: ## Show this help.
 
 ##@ Development
 
-# Where `make dev` writes its kubeconfig, and extra flags for hack/dev and the manager (e.g.
+# Where `make dev` writes its kubeconfigs and the manager's token, and extra flags for hack/dev and the manager (e.g.
 # DEV_ARGS="--metrics-bind-address=0 --health-probe-bind-address=0 -- --default-ttl=5m").
 DEV_STATE ?= $(BIN)/dev
 DEV_ARGS ?=
 
 .PHONY: dev
-dev: k8s-bins build ## Start a local control plane + the manager; prints a KUBECONFIG. Ctrl-C stops all.
+dev: k8s-bins build ## Start a local control plane, install config/default, run the manager as its ServiceAccount; prints what to paste. Ctrl-C stops all.
 	go build -o $(BIN)/turnstile-dev ./hack/dev
 	$(BIN)/turnstile-dev --assets $(K8S_BIN) --manager $(BIN)/manager --state $(DEV_STATE) $(DEV_ARGS)
 
