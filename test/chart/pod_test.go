@@ -33,6 +33,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -447,6 +448,8 @@ func TestDeploymentRunsAsRendered(t *testing.T) {
 	for name, args := range map[string][]string{
 		"default values": nil,
 		"all on":         {"-f", filepath.Join(root, "test", "chart", "testdata", "all-on.yaml")},
+		// One active replica instead: the leader election Lease's namespace comes from the pod.
+		"leader election": {"--set", "activeActive.enabled=false", "--set", "leaderElection.enabled=true"},
 	} {
 		t.Run(name, func(t *testing.T) { runRendered(t, binary, user, args) })
 	}
@@ -586,9 +589,26 @@ func runRendered(t *testing.T, binary, user string, values []string) {
 		t.Logf("pod %s: ready on its probes %v", r.name, probes)
 	}
 
+	activeActive := slices.Contains(command, "--active-active=true")
+	if !activeActive {
+		// One leads: the leader election Lease in the pod's namespace names one of the pods (by
+		// its host name, which the kubelet sets to the pod's name).
+		waitFor("a replica leads", func() error {
+			holder := kc("", "-n", namespace, "get", "lease", "turnstile.locks.turnstile.dev", "-o", "jsonpath={.spec.holderIdentity}", "--ignore-not-found")
+			for _, r := range pods {
+				if strings.HasPrefix(holder, r.name+"_") {
+					return nil
+				}
+			}
+			return fmt.Errorf("the leader Lease's holder is %q, none of the pods", holder)
+		})
+	}
 	// Both replicas join: each pod's membership Lease (named after its POD_NAME) is there, and
 	// each manager has logged the membership with both.
 	waitFor("both replicas are members", func() error {
+		if !activeActive {
+			return nil
+		}
 		leases := kc("", "-n", namespace, "get", "leases", "-l", "locks.turnstile.dev/role=member", "-o", "name")
 		for _, r := range pods {
 			if !strings.Contains(leases, r.name) {
@@ -609,7 +629,16 @@ func runRendered(t *testing.T, binary, user string, values []string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kc(string(sample), "-n", "team", "apply", "-f", "-")
+	// A new CRD is Established a moment before the API server serves it ("ServiceUnavailable:
+	// Resource kind ... not found"): retry the create as a pipeline would.
+	waitFor("the LockRequest is created", func() error {
+		cmd := exec.Command(kubectl(t), "--kubeconfig", kubeconfig, "-n", "team", "apply", "-f", "-")
+		cmd.Stdin = bytes.NewReader(sample)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("%w: %s", err, out)
+		}
+		return nil
+	})
 	kc("", "-n", "team", "wait", "--for=condition=Granted", "lockrequest/plan-pr-100", "--timeout=60s")
 	for _, r := range pods {
 		if err := r.running(); err != nil {
