@@ -216,38 +216,64 @@ type sandbox struct {
 	root string // the container's root, mounted in the sandbox's mount namespace
 }
 
-func sh(t *testing.T, args ...string) {
-	t.Helper()
-	out, err := exec.Command(args[0], args[1:]...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-}
-
 // newSandbox makes the namespaces, names the host, and builds the container's file system:
 // a read-only root with the binary at the command's path, the rendered emptyDir volumes, and
 // the ServiceAccount files (token, ca.crt, namespace) read-only where the kubelet mounts them.
 func newSandbox(t *testing.T, dir, podName, binary, command string, container, podSpec map[string]any, saFiles map[string][]byte) *sandbox {
 	t.Helper()
-	cmd := exec.Command("unshare", "--net", "--mount", "--uts", "--propagation", "private", "sleep", "infinity")
+	// The shell prints once unshare has made the namespaces, then becomes the pause process.
+	cmd := exec.Command("unshare", "--net", "--mount", "--uts", "--propagation", "private", "sh", "-c", "echo ready; exec sleep infinity")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := cmd.Start(); err != nil {
 		t.Skipf("cannot make a pod's namespaces here (unshare: %v); this test needs root", err)
 	}
 	s := &sandbox{pid: cmd.Process.Pid, cmd: cmd, root: filepath.Join(dir, podName+"-root")}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	// unshare has made the namespaces once /proc/PID/ns/net differs from ours.
-	mine, _ := os.Readlink("/proc/self/ns/net")
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if theirs, _ := os.Readlink(fmt.Sprintf("/proc/%d/ns/net", s.pid)); theirs != "" && theirs != mine {
-			break
+	ready := make(chan string, 1)
+	go func() {
+		line, _ := bufio.NewReader(stdout).ReadString('\n')
+		ready <- line
+	}()
+	select {
+	case line := <-ready:
+		if line != "ready\n" {
+			t.Fatalf("unshare did not make the pod's namespaces (it printed %q)", line)
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("unshare did not make the namespaces within 10s")
+	case <-time.After(30 * time.Second):
+		t.Fatal("unshare did not make the pod's namespaces within 30s")
+	}
+	// Everything below changes the sandbox's namespaces: never this machine's.
+	for _, kind := range []string{"net", "uts", "mnt"} {
+		if theirs, _ := os.Readlink(fmt.Sprintf("/proc/%d/ns/%s", s.pid, kind)); theirs == "" || theirs == hostNS[kind] {
+			t.Fatalf("the sandbox's %s namespace is %q, this machine's is %q", kind, theirs, hostNS[kind])
 		}
 	}
 	pid := strconv.Itoa(s.pid)
-	sh(t, "nsenter", "-t", pid, "-n", "ip", "link", "set", "lo", "up")
-	sh(t, "nsenter", "-t", pid, "-u", "hostname", podName)
+	// The pod's loopback up, and its host name the pod's name, as the runtime makes them.
+	if err := s.inNetns(func() error {
+		ifr, err := unix.NewIfreq("lo")
+		if err != nil {
+			return err
+		}
+		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
+			return err
+		}
+		ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
+		return unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr)
+	}); err != nil {
+		t.Fatalf("bring up the pod's loopback: %v", err)
+	}
+	if err := s.inNS(unix.CLONE_NEWUTS, "uts", func() error { return unix.Sethostname([]byte(podName)) }); err != nil {
+		t.Fatalf("set the pod's host name: %v", err)
+	}
 
 	sa := filepath.Join(dir, podName+"-serviceaccount")
 	if err := os.MkdirAll(sa, 0o755); err != nil {
@@ -302,24 +328,49 @@ func newSandbox(t *testing.T, dir, podName, binary, command string, container, p
 
 // inNetns runs f on an OS thread in the sandbox's network namespace: sockets f opens belong to
 // the pod's network. The thread is discarded afterwards (never unlocked).
-func (s *sandbox) inNetns(f func() error) error {
+func (s *sandbox) inNetns(f func() error) error { return s.inNS(unix.CLONE_NEWNET, "net", f) }
+
+// inNS runs f on an OS thread in one of the sandbox's namespaces (CLONE_NEWNET "net",
+// CLONE_NEWUTS "uts"); the thread is discarded afterwards.
+func (s *sandbox) inNS(kind int, name string, f func() error) error {
 	done := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
-		fd, err := unix.Open(fmt.Sprintf("/proc/%d/ns/net", s.pid), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		// Back to this thread's own namespace afterwards; a thread that cannot go back is
+		// discarded (a goroutine that exits locked ends its thread).
+		back, err := unix.Open(fmt.Sprintf("/proc/self/task/%d/ns/%s", unix.Gettid(), name), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			done <- err
+			return
+		}
+		defer unix.Close(back)
+		fd, err := unix.Open(fmt.Sprintf("/proc/%d/ns/%s", s.pid, name), unix.O_RDONLY|unix.O_CLOEXEC, 0)
 		if err != nil {
 			done <- err
 			return
 		}
 		defer unix.Close(fd)
-		if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
+		if err := unix.Setns(fd, kind); err != nil {
 			done <- fmt.Errorf("setns: %w", err)
 			return
 		}
-		done <- f()
+		err = f()
+		if unix.Setns(back, kind) == nil {
+			runtime.UnlockOSThread()
+		}
+		done <- err
 	}()
 	return <-done
 }
+
+// hostNS are this process's namespaces, read before any thread of it enters a sandbox's.
+var hostNS = func() map[string]string {
+	m := map[string]string{}
+	for _, kind := range []string{"net", "uts", "mnt"} {
+		m[kind], _ = os.Readlink("/proc/self/ns/" + kind)
+	}
+	return m
+}()
 
 // serveAPI listens on apiAddr inside the pod's network and forwards each connection to the
 // API server: the part kube-proxy plays for the kubernetes Service.
@@ -644,10 +695,15 @@ func runRendered(t *testing.T, binary, user string, values []string) {
 		if err := r.running(); err != nil {
 			t.Fatal(err)
 		}
+		// A kubelet acts on failureThreshold (3) failures in a row, not one slow answer.
 		for _, p := range probes {
-			if code, err := r.sb.get(p.port, p.path); err != nil || code != http.StatusOK {
-				t.Errorf("pod %s after the grant: %s %d %v", r.name, p.kind, code, err)
-			}
+			waitFor(fmt.Sprintf("pod %s after the grant: %s GET :%d%s", r.name, p.kind, p.port, p.path), func() error {
+				code, err := r.sb.get(p.port, p.path)
+				if err == nil && code != http.StatusOK {
+					err = fmt.Errorf("HTTP %d", code)
+				}
+				return err
+			})
 		}
 		if lines := forbiddenIn(r.log.String()); len(lines) > 0 {
 			t.Errorf("pod %s logged forbidden (the chart's RBAC lacks something):\n%s", r.name, strings.Join(lines, "\n"))
