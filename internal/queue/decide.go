@@ -55,6 +55,11 @@ type Input struct {
 	NextThaw time.Time
 	// LostHolders are requests whose holder Lease lapsed, with a message saying how.
 	LostHolders map[types.UID]string
+	// UnprotectedLeases are requests admitted under the admission policies whose holder Lease
+	// is not protected by them (not labelled locks.turnstile.dev/role, or created by someone
+	// other than the request's owner or creator), with a message saying what to do. Such a
+	// request does not come to hold: anyone who may delete the Lease could release it.
+	UnprotectedLeases map[types.UID]string
 	// NextLeaseLapse is the earliest time a live holder Lease of these requests lapses unless it
 	// is renewed (zero: none can), which no event announces either.
 	NextLeaseLapse time.Time
@@ -434,6 +439,9 @@ func leaving(e *entry, in Input) *outcome {
 		return &outcome{locksv1.PhaseReleased, locksv1.ReasonReleased, msg, "Normal"}
 	case in.LostHolders[req.UID] != "":
 		return &outcome{locksv1.PhaseReleased, locksv1.ReasonHolderLost, in.LostHolders[req.UID], "Warning"}
+	case in.UnprotectedLeases[req.UID] != "" && !e.heldHere && req.Status.Phase != locksv1.PhaseGranted:
+		// A grant made before (an older manager) stands until it ends; no new one is made.
+		return &outcome{locksv1.PhaseFailed, locksv1.ReasonHolderLeaseUnprotected, in.UnprotectedLeases[req.UID], "Warning"}
 	case e.claims && !e.heldHere:
 		// Its status says it holds this key but the ProjectLock does not list it: the
 		// ProjectLock was deleted (or re-created) under it, an admin's force-unlock.
