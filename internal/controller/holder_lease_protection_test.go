@@ -25,15 +25,15 @@ import (
 const createdBy = "locks.turnstile.dev/created-by"
 
 // protectedLease is a holder Lease as the policies leave it when creator creates it with the
-// label (labelled false: without it, so unprotected).
+// label. labelled false is one made without the label, which the policies neither record nor
+// protect, annotated by hand as if creator had made it: only the label makes the record real.
 func protectedLease(ns, name, creator string, labelled bool) {
 	GinkgoHelper()
 	lease := holderLease(ns, name, time.Hour)
 	patch := client.MergeFrom(lease.DeepCopy())
-	lease.Annotations = map[string]string{}
+	lease.Annotations = map[string]string{createdBy: creator}
 	if labelled {
 		lease.Labels = map[string]string{workdir.LabelRole: workdir.RoleWorkdirGuard}
-		lease.Annotations[createdBy] = creator
 	}
 	Expect(k8s.Patch(ctx, lease, patch)).To(Succeed())
 }
@@ -52,7 +52,7 @@ func grantedCondition(ns, name string) func() string {
 var _ = Describe("Holder Lease protection", func() {
 	It("fails a request admitted under the policies whose Lease they do not protect, and nothing where they are not installed (the protection check)", func() {
 		ns := newNamespace()
-		protectedLease(ns, "by-hand", "", false)
+		protectedLease(ns, "by-hand", "bob", false)
 		protectedLease(ns, "alices", "alice", true)
 		protectedLease(ns, "bobs", "bob", true)
 		on := func(name, path, lease string, stamped bool) *locksv1.LockRequest {
