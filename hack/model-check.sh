@@ -6,7 +6,7 @@
 #
 #   hack/model-check.sh            the configurations and mutations `make model-check` runs (CI)
 #   MODEL_FULL=1 hack/model-check.sh   also the larger configurations (minutes each)
-#   hack/model-check.sh NAME       one configuration, or one mutation (M1 ... M8)
+#   hack/model-check.sh NAME       one configuration, or one mutation (M1 ... M9, D0 ...)
 #   MODEL_TRAILS=1 ...             print each refuted mutation's trail (the writes, in order)
 #
 # Needs spin and a C compiler (`make spin` installs spin from Debian when it is missing).
@@ -58,6 +58,7 @@ mutations=(
 	"6|tokens"
 	"7|tokens"
 	"8|freeze-gone"
+	"9|freeze"
 )
 
 flags_of() {

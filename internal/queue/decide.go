@@ -385,10 +385,15 @@ func Decide(in Input) Decision {
 			continue
 		}
 		st := waitingStatus(e, i, len(waiting), told, now)
-		// A demotion is written even when the status it writes is the one read: the write is
-		// what fences the held write still in flight for the request (its precondition then
-		// fails), before the ProjectLock stops listing it.
-		if equalStatus(e.req.Status, st) && !e.demoted {
+		// A demotion is a fence: its write must make the held write still in flight for the
+		// request fail (its precondition) before the ProjectLock stops listing it. An update
+		// equal to the stored object is a no-op that keeps the resourceVersion, so the demotion
+		// raises status.fences: it always changes the stored object (docs/protocol.md, "A fence
+		// must change the stored object").
+		if e.demoted {
+			st.Fences = e.req.Status.Fences + 1
+		}
+		if equalStatus(e.req.Status, st) {
 			continue
 		}
 		if refresh {

@@ -145,6 +145,19 @@ func simulate(t testing.TB, seed uint64, rounds int) map[string]int {
 				stage = stageFinish + rng.IntN(3) // crash after Finish, Lock or Grant
 			}
 			w.apply(name1, in, d, stage)
+			// Every write changes the object it was read as: the API server keeps the
+			// resourceVersion of an update equal to the stored object, and such a write fences
+			// nothing (docs/protocol.md, "A fence must change the stored object").
+			for _, us := range [][]Update{d.Finish, d.Demote, d.Grant, d.Waiting} {
+				for _, u := range us {
+					if equality.Semantic.DeepEqual(u.Request.Status, u.Status) {
+						t.Fatalf("seed %d round %d: %s is written the status it was read with (a no-op):\n%s", seed, round, u.Request.Name, describeDecision(d))
+					}
+				}
+			}
+			if d.Lock != nil && in.Lock != nil && equality.Semantic.DeepEqual(in.Lock.Status, *d.Lock) {
+				t.Fatalf("seed %d round %d: the ProjectLock is written the status it was read with (a no-op)", seed, round)
+			}
 			// A request is written as newly holding only after the same decision's ProjectLock
 			// write listed it (docs/protocol.md).
 			for _, u := range d.Grant {

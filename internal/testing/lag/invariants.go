@@ -21,6 +21,10 @@ type Invariants struct {
 	// Structural also checks the protocol's own invariant, which the promises rest on: a
 	// request that holds a key is listed by that key's ProjectLock.
 	Structural bool
+	// NoOps, when set, also reports every update made through a View of this history that the
+	// API server answered as a no-op (History.NoOps): the protocol makes none, since such a
+	// write fences nothing.
+	NoOps *History
 
 	tokens map[string]tenure               // namespace/projectlock name -> the last holder seen
 	state  map[string]*locksv1.LockRequest // Replay's requests, by name
@@ -47,13 +51,20 @@ func NewInvariants(c client.Reader) *Invariants {
 //     status.locks[], and the request-level status.fencingToken), never goes down, and a new
 //     holder identity's tokens are above every token a previous holder of the key showed;
 //   - Drained: a CommandLock in force that says Drained has no granted request of its command;
-//   - with Structural, every request that holds a key is listed by the key's ProjectLock.
+//   - with Structural, every request that holds a key is listed by the key's ProjectLock;
+//   - with NoOps, no manager's update came back as a no-op.
 func (inv *Invariants) Check(ctx context.Context, ns string) ([]string, error) {
 	s, err := ReadState(ctx, inv.c, ns)
 	if err != nil {
 		return nil, err
 	}
-	return inv.CheckState(s), nil
+	out := inv.CheckState(s)
+	if inv.NoOps != nil {
+		for _, n := range inv.NoOps.NoOps(ns) {
+			out = append(out, n.String())
+		}
+	}
+	return out, nil
 }
 
 // State is the store as one check reads it.
