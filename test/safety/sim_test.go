@@ -185,7 +185,7 @@ func newSim(seed uint64) *sim {
 }
 
 func (s *sim) detector(m *manager) *controller.DeadlockDetector {
-	return controller.NewDeadlockDetector(m.view, nopRecorder{}, controller.WithConfig(s.cfg), controller.WithDeadlockPolicy(deadlock.PolicyNewest), controller.WithClock(m.clock))
+	return controller.NewDeadlockDetector(m.view, nopRecorder{}, controller.WithConfig(s.cfg), controller.WithDeadlockPolicy(deadlock.PolicyNewest), controller.WithClock(m.clock), controller.WithLiveReader(k8s))
 }
 
 // where says where a failure happened, with the seed that replays it.
