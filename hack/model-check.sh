@@ -69,6 +69,11 @@ other_models=(
 	"D1|detector.pml|-DMUTATION=2|refuted|no live re-read of the cycle"
 	"D2|detector.pml|-DMUTATION=3|refuted|the live re-read kept, the victim ranked by the detector's clock"
 	"D-window|detector.pml|-DCHG=1 -DWINDOW=1|refuted|the residual window: a priority change between two detectors' live reads (documented in docs/protocol.md)"
+	"routing|routing.pml|-DMUTATION=0|holds|a backup and a hung owner (membership renewed), a busy second key, a half-hung owner writing some of k's statuses: k is decided within two backup delays, within one when its owner wrote nothing of k (hole B of #26)"
+	"R0|routing.pml|-DMUTATION=1|refuted|the old rule: any status change of a request naming k defers k's backup, again and again"
+	"R1|routing.pml|-DMUTATION=2|refuted|progress per key, deferrals unbounded"
+	"R2|routing.pml|-DMUTATION=3|refuted|deferred once, progress not per key"
+	"R3|routing.pml|-DMUTATION=4|refuted|per key and once, a membership renewal counted as progress"
 )
 
 flags_of() {
