@@ -65,18 +65,21 @@ func (r *LockReconciler) holderLeases(ctx context.Context, namespace string, req
 			}
 			state[name] = st
 		}
-		switch problem := leaseProblem(lr, key, st); {
-		case st.lost != "":
+		if st.lost != "" {
 			if lost == nil {
 				lost = map[types.UID]string{}
 			}
 			lost[lr.UID] = st.lost
-		case problem != "":
+			continue
+		}
+		if problem := leaseProblem(lr, key, st); problem != "" {
 			if unprotected == nil {
 				unprotected = map[types.UID]string{}
 			}
 			unprotected[lr.UID] = problem
-		case !st.expiry.IsZero() && (next.IsZero() || st.expiry.Before(next)):
+		}
+		// A grant made before on an unprotected Lease stands, and still ends when it lapses.
+		if !st.expiry.IsZero() && (next.IsZero() || st.expiry.Before(next)) {
 			next = st.expiry
 		}
 	}
