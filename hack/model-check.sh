@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# model-check.sh — check model/turnstile.pml with spin. Every configuration must verify with no
-# error, exhaustively (no bitstate hashing: every reachable state is stored and checked), and
+# model-check.sh — check model/turnstile.pml, and the other models in model/ (other_models),
+# with spin. Every configuration must verify with no error, exhaustively (no bitstate hashing: every reachable state is stored and checked), and
 # every mutation (a rule of the protocol taken out, -DMUTATION=n) must be refuted by a trail.
 # See model/README.md for what each configuration covers and what the model abstracts.
 #
 #   hack/model-check.sh            the configurations and mutations `make model-check` runs (CI)
 #   MODEL_FULL=1 hack/model-check.sh   also the larger configurations (minutes each)
-#   hack/model-check.sh NAME       one configuration, or one mutation (M1 ... M8)
+#   hack/model-check.sh NAME       one configuration, or one mutation (M1 ... M9, D0 ...)
 #   MODEL_TRAILS=1 ...             print each refuted mutation's trail (the writes, in order)
 #
 # Needs spin and a C compiler (`make spin` installs spin from Debian when it is missing).
@@ -58,6 +58,22 @@ mutations=(
 	"6|tokens"
 	"7|tokens"
 	"8|freeze-gone"
+	"9|freeze"
+)
+
+# Other models, each checked exhaustively like the configurations above:
+# name|model file|-D flags|holds or refuted|what it covers
+other_models=(
+	"detector|detector.pml|-DCHG=1 -DWINDOW=0|holds|2 deadlock detectors (caches stale or not, clocks either side of an aging step), one priority change outside their live-read-to-write windows: one victim per cycle (hole D of #26)"
+	"D0|detector.pml|-DMUTATION=1|refuted|the old detector: victim from the cache by the detector's clock"
+	"D1|detector.pml|-DMUTATION=2|refuted|no live re-read of the cycle"
+	"D2|detector.pml|-DMUTATION=3|refuted|the live re-read kept, the victim ranked by the detector's clock"
+	"D-window|detector.pml|-DCHG=1 -DWINDOW=1|refuted|the residual window: a priority change between two detectors' live reads (documented in docs/protocol.md)"
+	"routing|routing.pml|-DMUTATION=0|holds|a backup and a hung owner (membership renewed), a busy second key, a half-hung owner writing some of k's statuses: k is decided within two backup delays, within one when its owner wrote nothing of k (hole B of #26)"
+	"R0|routing.pml|-DMUTATION=1|refuted|the old rule: any status change of a request naming k defers k's backup, again and again"
+	"R1|routing.pml|-DMUTATION=2|refuted|progress per key, deferrals unbounded"
+	"R2|routing.pml|-DMUTATION=3|refuted|deferred once, progress not per key"
+	"R3|routing.pml|-DMUTATION=4|refuted|per key and once, a membership renewal counted as progress"
 )
 
 flags_of() {
@@ -77,9 +93,9 @@ flags_of() {
 # bin/model/NAME/result, one line.
 verify() {
 	set +e +o pipefail
-	local name=$1 flags=$2 mode=$3 what=${4:-} dir="$work/$1"
+	local name=$1 flags=$2 mode=$3 what=${4:-} model=${5:-turnstile.pml} dir="$work/$1"
 	rm -rf "$dir" && mkdir -p "$dir"
-	cp "$root/model/turnstile.pml" "$dir/"
+	cp "$root/model/$model" "$dir/"
 	cd "$dir"
 	# Safety: assertions only. Progress (-DPROGRESS=1): the LTL property's acceptance cycles,
 	# under weak fairness (-f; NFAIR for the 3-4 processes).
@@ -88,7 +104,7 @@ verify() {
 		cflags="-DNFAIR=4" panargs="-a -f"
 	fi
 	# shellcheck disable=SC2086 # the flags are words
-	if ! $SPIN -a $flags turnstile.pml >spin.log 2>&1 || ! $CC $CFLAGS_PAN -w $cflags -DCOLLAPSE -DMEMLIM=4096 -o pan pan.c >cc.log 2>&1; then
+	if ! $SPIN -a $flags "$model" >spin.log 2>&1 || ! $CC $CFLAGS_PAN -w $cflags -DCOLLAPSE -DMEMLIM=4096 -o pan pan.c >cc.log 2>&1; then
 		echo "FAIL  $name: spin or cc failed: $(tail -3 spin.log cc.log | tr '\n' ' ')" >result
 		return
 	fi
@@ -106,18 +122,18 @@ verify() {
 		echo "FAIL  $name: the search was cut short ($line): $(grep -m1 'too small\|memory' pan.log)" >result
 	elif [[ $mode == holds && ${errors:-1} == 0 ]]; then
 		echo "ok    $name: no violation in $line — $what" >result
-	elif [[ $mode == refuted && -f turnstile.pml.trail ]]; then
+	elif [[ $mode == refuted && -f $model.trail ]]; then
 		local why
 		why=$(grep -m1 "assertion violated" pan.log | sed 's/^pan:[0-9]*: *//')
 		local last
-		last=$($SPIN -t -k turnstile.pml.trail $flags turnstile.pml 2>/dev/null | grep -a '@@' | tail -1 | sed 's/^ *@@ //')
+		last=$($SPIN -t -k "$model.trail" $flags "$model" 2>/dev/null | grep -a '@@' | tail -1 | sed 's/^ *@@ //')
 		echo "ok    $name refuted after $line: $why; the trail ends: $last" >result
 		if [[ -n ${MODEL_TRAILS:-} ]]; then
-			$SPIN -t -k turnstile.pml.trail $flags turnstile.pml 2>/dev/null | grep -a '@@' | sed 's/^ *@@ /      /' >>result
+			$SPIN -t -k "$model.trail" $flags "$model" 2>/dev/null | grep -a '@@' | sed 's/^ *@@ /      /' >>result
 		fi
 	elif [[ $mode == holds ]]; then
 		echo "FAIL  $name: ${errors:-?} errors ($line) — $what" >result
-		$SPIN -t -k turnstile.pml.trail $flags turnstile.pml 2>/dev/null | grep -a '@@' | sed 's/^ *@@ /      /' >>result || true
+		$SPIN -t -k "$model.trail" $flags "$model" 2>/dev/null | grep -a '@@' | sed 's/^ *@@ /      /' >>result || true
 	else
 		echo "FAIL  $name survived: no violation in $line" >result
 	fi
@@ -146,6 +162,12 @@ for mc in "${mutations[@]}"; do
 	m=${mc%%|*}; conf=${mc#*|}
 	if [[ -z $only || "M$m" == "$only" ]]; then
 		run_bg "M$m" "$(flags_of "$conf") -DMUTATION=$m" refuted
+	fi
+done
+for c in "${other_models[@]}"; do
+	IFS='|' read -r name model flags mode what <<<"$c"
+	if [[ -z $only || $name == "$only" ]]; then
+		run_bg "$name" "$flags" "$mode" "$what" "$model"
 	fi
 done
 wait

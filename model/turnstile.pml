@@ -26,6 +26,8 @@
  *   7  a gone holder whose token is unknown leaves in the same write that grants (no Again)
  *   8  the Again write drops a demoted unconfirmed grant from H(k) WITHOUT its demote write
  *      (what internal/queue/decide.go's dropFirst does today; see model/README.md)
+ *   9  a demotion writes the status it read (no status.fences raised): the API server keeps
+ *      the rv of an update equal to the stored object, so it fences nothing (hole A, #26)
  *
  * Modelling conventions
  *  - Every action is one d_step: one API call (a write, or a refresh of one view), or the
@@ -37,6 +39,11 @@
  *    one stays one, a larger gap becomes two): exact for these operations, and the state
  *    space stays finite however many writes happen. LockRequest rvs are per object and only
  *    compared for equality; canonR() renames them to 1, 2, ... in order of first appearance.
+ *  - The API server's no-op rule, for every write: an update whose body equals the stored
+ *    object succeeds and keeps its rv (WRV, WPLRV), so a later write preconditioned on that rv
+ *    still lands. A request's modelled status is ph, held and tok; a demotion also raises
+ *    status.fences (not modelled as a value: it makes the demotion change the object), except
+ *    under MUTATION 9.
  */
 
 /* ------------------------------------------------------------------ configuration -------- */
@@ -310,6 +317,16 @@ inline cpCL(d, s) { d.frozen = s.frozen; d.drained = s.drained; d.rv = s.rv }
 #define ACTIVE(v)     (v.ex == LIVE && v.ph != FINAL)
 #define RN(r)         (65 + (r))          /* 'A' + r, for printf %c */
 #define RT(x)         realOf[x]
+/* The no-op rule: a request written from (ph0, held0, tok0) keeps its rv when the write left
+   its status as it was and changed nothing else (fenced: a status.fences raise); otherwise it
+   gets a fresh one. */
+#define RCHANGED(x, ph0, held0, t0, t1) (x.ph != ph0 || x.held != held0 || x.tok[0] != t0 || x.tok[1] != t1)
+inline WRV(x, ph0, held0, t0, t1, fenced) {
+	if
+	:: RCHANGED(x, ph0, held0, t0, t1) || fenced -> x.rv = NEWR
+	:: else -> printf("@@ the API server answers the write of %c as a no-op: its rv stays\n", RN(sel))
+	fi
+}
 
 /* a fresh ProjectLock rv: etcd's next revision, above every rv and token in the state */
 inline newrv(x) {
@@ -919,6 +936,7 @@ inline step(m, ov) {
 		fi;
 		if
 		:: rq[sel].ex == LIVE && rq[sel].rv == PRV(m, sel) ->
+			ot = rq[sel].ph; oT = rq[sel].held; tl = rq[sel].tok[0]; unk = rq[sel].tok[1];
 			if
 			:: w ->
 				rq[sel].ph = PENDING;
@@ -931,7 +949,9 @@ inline step(m, ov) {
 				pfin[m] = pfin[m] & NOT(sel);
 				printf("@@ M%d writes %c final (tokens k1=%d k2=%d)\n", m, RN(sel), RT(rq[sel].tok[0]), RT(rq[sel].tok[1]))
 			fi;
-			rq[sel].rv = NEWR;
+			/* a demotion raises status.fences: it changes the object (not under MUTATION 9) */
+			WRV(rq[sel], ot, oT, tl, unk, w && MUTATION != 9);
+			tl = 0; unk = 0; ot = 0; oT = 0;
 			PRV(m, sel) = 0;
 			if
 			:: ov -> cpRQv(VR(m, sel), rq[sel])
@@ -958,9 +978,15 @@ inline step(m, ov) {
 	:: what == 4 ->                                  /* 4. PL(k).status with the rv read */
 		if
 		:: pl[sk].ex == 1 && pl[sk].rv == pplrv[m] ->
+			/* the no-op rule: an unchanged status keeps the rv (Decide writes none such) */
+			w = (pl[sk].H != pnewH[m] || pl[sk].tok != ptok[m]);
 			pl[sk].H = pnewH[m];
 			pl[sk].tok = ptok[m];
-			newrv(pl[sk].rv);
+			if
+			:: w -> newrv(pl[sk].rv)
+			:: else -> printf("@@ the API server answers the PL(k%d) write as a no-op: its rv stays\n", sk + 1)
+			fi;
+			w = 0;
 			pplw[m] = 0;
 			pplrv[m] = 0;
 			printf("@@ M%d writes PL(k%d): H={%d%d%d} token=%d (now rv=%d)\n", m, sk + 1,
@@ -992,10 +1018,12 @@ inline step(m, ov) {
 		}
 		if
 		:: rq[sel].ex == LIVE && rq[sel].rv == PRV(m, sel) ->
+			ot = rq[sel].ph; oT = rq[sel].held; tl = rq[sel].tok[0]; unk = rq[sel].tok[1];
 			rq[sel].held = rq[sel].held | BIT(sk);
 			rq[sel].tok[sk] = ptok[m];
 			rq[sel].ph = (rq[sel].held == KEYS(sel) -> GRANTED : PENDING);
-			rq[sel].rv = NEWR;
+			WRV(rq[sel], ot, oT, tl, unk, 0);
+			tl = 0; unk = 0; ot = 0; oT = 0;
 			pgr[m] = pgr[m] & NOT(sel);
 			PRV(m, sel) = 0;
 			printf("@@ M%d writes %c holding k%d token=%d (request token %d, Granted=%d)\n", m, RN(sel), sk + 1,
@@ -1107,6 +1135,7 @@ proctype CLR() {
 		clst == 1 ->
 		if
 		:: cl.rv == clc -> cl.drained = 1; cl.rv++; printf("@@ CommandLock reconciler writes Drained=True\n"); monitor()
+		/* (the write changes drained from 0 to 1: never a no-op) */
 		:: else -> printf("@@ CommandLock reconciler: Drained write fails (conflict)\n")
 		fi;
 		clst = 0; clc = 0

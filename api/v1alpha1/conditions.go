@@ -50,6 +50,10 @@ const (
 	ReasonDeadlock = "Deadlock"
 	// ReasonHolderLost: the holder's Lease lapsed or was deleted.
 	ReasonHolderLost = "HolderLost"
+	// ReasonHolderLeaseUnprotected: the request names a holder Lease the admission policies do
+	// not protect (no label locks.turnstile.dev/role, or created by someone other than the
+	// request's owner or creator), so it was not granted.
+	ReasonHolderLeaseUnprotected = "HolderLeaseUnprotected"
 	// ReasonQueueFull: the key's queue was at the operator's cap.
 	ReasonQueueFull = "QueueFull"
 	// ReasonInvalid: the spec passed admission but the operator cannot honor it (e.g. ttl over

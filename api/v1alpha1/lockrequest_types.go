@@ -219,6 +219,16 @@ type LockRequestStatus struct {
 	// +optional
 	FinishedAt *metav1.Time `json:"finishedAt,omitempty"`
 
+	// fences counts the times a grant listed for this request on a ProjectLock, but never
+	// written to it, was taken back (a demotion: its command froze in between). Each demotion
+	// raises it, so the demotion always changes the stored object and moves its resourceVersion:
+	// an update equal to the stored object is a no-op that keeps the resourceVersion, and would
+	// not fence the grant's write still in flight (docs/protocol.md, "A fence must change the
+	// stored object"). Clients can ignore it.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	Fences int64 `json:"fences,omitempty"`
+
 	// observedGeneration is the spec generation this status describes.
 	// 0 until the controller first writes the status.
 	// +optional

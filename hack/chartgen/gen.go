@@ -446,8 +446,9 @@ var admissionKinds = []string{
 // Placeholders stand for the release's names while a spec is written as YAML; they are
 // replaced after escape, so the template actions they become are not escaped.
 const (
-	fullnamePlaceholder  = "__chartgen_fullname__"
-	namespacePlaceholder = "__chartgen_namespace__"
+	fullnamePlaceholder       = "__chartgen_fullname__"
+	namespacePlaceholder      = "__chartgen_namespace__"
+	serviceAccountPlaceholder = "__chartgen_serviceaccount__"
 )
 
 // valuesKey is a ConfigMap data key that is also a values key (admissionPolicies.<key>).
@@ -464,7 +465,7 @@ func admissionTemplate(src string, data []byte) ([]byte, error) {
 	b.WriteString("{{- if .Values.admissionPolicies.enabled }}\n")
 	n := 0
 	for _, doc := range documents(data) {
-		if strings.Contains(string(doc), fullnamePlaceholder) || strings.Contains(string(doc), namespacePlaceholder) {
+		if strings.Contains(string(doc), fullnamePlaceholder) || strings.Contains(string(doc), namespacePlaceholder) || strings.Contains(string(doc), serviceAccountPlaceholder) {
 			return nil, fmt.Errorf("the source contains a chartgen placeholder")
 		}
 		var o map[string]any
@@ -538,6 +539,7 @@ func admissionTemplate(src string, data []byte) ([]byte, error) {
 		s := escape(string(text))
 		s = strings.ReplaceAll(s, fullnamePlaceholder, fullname)
 		s = strings.ReplaceAll(s, namespacePlaceholder, releaseNamespace)
+		s = strings.ReplaceAll(s, serviceAccountPlaceholder, serviceAccountName)
 		b.WriteString(s)
 	}
 	if n == 0 {
@@ -569,6 +571,10 @@ func renameBinding(kind, objName string, spec map[string]any) error {
 			return fmt.Errorf("%s %s paramRef: %w", kind, objName, err)
 		}
 		ref["name"] = strings.Replace(pn, fullname, fullnamePlaceholder, 1)
+		if p == managerServiceAccount {
+			// A policy whose params are the manager's ServiceAccount (it names the manager).
+			ref["name"] = serviceAccountPlaceholder
+		}
 		if ref["namespace"] != nil {
 			ref["namespace"] = namespacePlaceholder
 		}

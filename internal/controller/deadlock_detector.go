@@ -210,7 +210,7 @@ func (d *DeadlockDetector) noCycleThrough(ctx context.Context, namespace string,
 		}
 		var same locksv1.LockRequestList
 		if err := d.client.List(ctx, &same, client.InNamespace(namespace),
-			client.MatchingFields{IndexHolderIdentity: lr.Spec.Holder.Identity()}, client.UnsafeDisableDeepCopy); err != nil {
+			client.MatchingFields{IndexHolderIdentity: lr.Spec.Holder.ID().Key()}, client.UnsafeDisableDeepCopy); err != nil {
 			return false
 		}
 		if !cannotCloseCycle(&lr, w.last, same.Items) {
@@ -256,18 +256,106 @@ func isLive(lr *locksv1.LockRequest) bool {
 }
 
 // Check finds the cycles of one namespace and fails one victim per cycle.
+//
+// Every replica runs a detector, so two may find one cycle from caches a little apart, by
+// clocks a little apart. One request per cycle is failed all the same (docs/protocol.md, "One
+// victim per deadlock"): the cycle is re-read live before the write, and a detector that finds
+// it broken (a member failed, granted or gone) writes nothing; the victim is a function of what
+// the store says of the members (StoredVictim), not of a clock or a cache; and the write is
+// preconditioned on the victim's resourceVersion read live.
 func (d *DeadlockDetector) Check(ctx context.Context, namespace string) error {
 	graph, err := d.snapshot(ctx, namespace)
 	if err != nil {
 		return err
 	}
 	for _, c := range graph.FindCycles() {
-		victim := d.policy.Victim(c)
-		if err := d.fail(ctx, namespace, victim, c); err != nil {
+		live, standing, err := d.reread(ctx, namespace, c)
+		if err != nil {
+			return err
+		}
+		if !standing {
+			// Broken or changed since the snapshot (another detector's victim, a grant, a
+			// release): the next pass, on a cache that shows it, sees the truth.
+			d.recheck(namespace, nil)
+			continue
+		}
+		victim := StoredVictim(d.policy, c, live, d.cfg.AgingStep)
+		if err := d.fail(ctx, namespace, victim, c, live[victim.Waiter.Request]); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// reread reads every waiting member of cycle c past the cache and reports whether the cycle
+// still stands in the store: each still Pending, live, of the identity and waiting on the key
+// the cycle says, and each key a member waits for because its holder holds it still held by
+// that holder. It returns the members as read, by name.
+func (d *DeadlockDetector) reread(ctx context.Context, namespace string, c deadlock.Cycle) (map[string]*locksv1.LockRequest, bool, error) {
+	reader := d.live
+	if reader == nil {
+		reader = d.client
+	}
+	live := make(map[string]*locksv1.LockRequest, len(c.Edges))
+	for _, e := range c.Edges {
+		if _, ok := live[e.Waiter.Request]; ok {
+			continue
+		}
+		var lr locksv1.LockRequest
+		switch err := reader.Get(ctx, client.ObjectKey{Namespace: namespace, Name: e.Waiter.Request}, &lr); {
+		case apierrors.IsNotFound(err):
+			return nil, false, nil
+		case err != nil:
+			return nil, false, fmt.Errorf("re-read deadlock cycle member %s/%s: %w", namespace, e.Waiter.Request, err)
+		}
+		ref, waits := queue.FirstUnheld(&lr)
+		if lr.Status.Phase != locksv1.PhasePending || !isLive(&lr) || lr.Spec.Holder.ID() != e.From || !waits || ref.Key != e.Key {
+			return nil, false, nil
+		}
+		if e.Holds {
+			var pl locksv1.ProjectLock
+			switch err := reader.Get(ctx, client.ObjectKey{Namespace: namespace, Name: ref.Name}, &pl); {
+			case apierrors.IsNotFound(err):
+				return nil, false, nil
+			case err != nil:
+				return nil, false, fmt.Errorf("re-read deadlock cycle key %s/%s: %w", namespace, ref.Name, err)
+			}
+			if pl.Status.Holder == nil || pl.Status.Holder.ID() != e.To {
+				return nil, false, nil
+			}
+		}
+		live[e.Waiter.Request] = &lr
+	}
+	return live, true, nil
+}
+
+// StoredVictim is the victim policy p picks in cycle c, ranked by what the store says of the
+// members (live, by name): each waiter's stored priority, aged by step from its status.queuedAt
+// to the newest status.queuedAt in the cycle, and its queuedAt as its arrival. No clock and no
+// cache takes part, so every detector that reads the same members picks the same victim. Pure.
+func StoredVictim(p deadlock.Policy, c deadlock.Cycle, live map[string]*locksv1.LockRequest, step time.Duration) deadlock.Edge {
+	arrival := func(lr *locksv1.LockRequest) time.Time {
+		if lr.Status.QueuedAt != nil {
+			return lr.Status.QueuedAt.Time
+		}
+		return lr.CreationTimestamp.Time
+	}
+	var newest time.Time
+	for _, e := range c.Edges {
+		if lr := live[e.Waiter.Request]; lr != nil && arrival(lr).After(newest) {
+			newest = arrival(lr)
+		}
+	}
+	ranked := deadlock.Cycle{Edges: make([]deadlock.Edge, len(c.Edges))}
+	for i, e := range c.Edges {
+		if lr := live[e.Waiter.Request]; lr != nil {
+			at := arrival(lr)
+			e.Waiter.Arrival = at
+			e.Waiter.Priority = queue.AgedPriority(lr.Spec.Priority, newest.Sub(at), step)
+		}
+		ranked.Edges[i] = e
+	}
+	return p.Victim(ranked)
 }
 
 // snapshot builds the namespace's wait-for graph from the cache.
@@ -330,7 +418,7 @@ func WaitsFor(locks []locksv1.ProjectLock, reqs []locksv1.LockRequest, freezes q
 		}
 		for _, r := range h.Requests {
 			if live[r.UID] {
-				k.holder = &deadlock.Identity{Owner: h.Owner, Pull: h.Pull}
+				k.holder = &deadlock.Identity{Owner: h.Owner, Pull: h.Pull, Session: h.Session}
 				break
 			}
 		}
@@ -358,7 +446,7 @@ func WaitsFor(locks []locksv1.ProjectLock, reqs []locksv1.LockRequest, freezes q
 		st := deadlock.KeyState{Key: k.key, Holder: k.holder}
 		for _, w := range queue.Order(name, k.waiting, now, cfg) {
 			st.Queue = append(st.Queue, deadlock.Waiter{
-				Identity: deadlock.Identity{Owner: w.Request.Spec.Holder.Owner, Pull: w.Request.Spec.Holder.Pull},
+				Identity: w.Request.Spec.Holder.ID(),
 				Request:  w.Request.Name, Priority: w.Priority, Arrival: w.Arrival,
 			})
 		}
@@ -368,24 +456,19 @@ func WaitsFor(locks []locksv1.ProjectLock, reqs []locksv1.LockRequest, freezes q
 	return states
 }
 
-// fail marks the victim Failed with reason Deadlock and tells every member of the cycle.
-func (d *DeadlockDetector) fail(ctx context.Context, namespace string, victim deadlock.Edge, c deadlock.Cycle) error {
-	var lr locksv1.LockRequest
-	if err := d.client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: victim.Waiter.Request}, &lr); err != nil {
-		return client.IgnoreNotFound(err)
-	}
-	if lr.Status.Phase != locksv1.PhasePending {
-		return nil // moved on since the snapshot: the next pass sees the truth
-	}
+// fail marks the victim Failed with reason Deadlock, with the resourceVersion it was read at
+// live (lr), and tells every member of the cycle.
+func (d *DeadlockDetector) fail(ctx context.Context, namespace string, victim deadlock.Edge, c deadlock.Cycle, lr *locksv1.LockRequest) error {
 	msg := c.String()
 	now := d.clock.Now()
 	obj := lr.DeepCopy()
-	obj.Status = queue.FinishedStatus(&lr, locksv1.PhaseFailed, locksv1.ReasonDeadlock, msg, now)
+	obj.Status = queue.FinishedStatus(lr, locksv1.PhaseFailed, locksv1.ReasonDeadlock, msg, now)
 	if err := d.client.Status().Update(ctx, obj); err != nil {
 		switch {
 		case apierrors.IsConflict(err):
-			// The victim moved on since the cache's version: look again once the cache shows it.
-			d.recheck(namespace, &lr)
+			// The victim moved on since the live read (another detector failed it, say):
+			// look again once the cache shows it.
+			d.recheck(namespace, lr)
 			return nil
 		case apierrors.IsNotFound(err):
 			d.recheck(namespace, nil)

@@ -351,7 +351,7 @@ func TestCannotCloseCycleIsSound(t *testing.T) {
 			}
 			var same []locksv1.LockRequest
 			for j := range reqs {
-				if reqs[j].Spec.Holder.Identity() == w.Spec.Holder.Identity() {
+				if reqs[j].Spec.Holder.ID() == w.Spec.Holder.ID() {
 					same = append(same, reqs[j])
 				}
 			}
@@ -371,7 +371,7 @@ func TestCannotCloseCycleIsSound(t *testing.T) {
 			}
 			// Skipped as a waiter nobody can wait for.
 			skipped++
-			id := deadlock.Identity{Owner: w.Spec.Holder.Owner, Pull: w.Spec.Holder.Pull}
+			id := w.Spec.Holder.ID()
 			for _, s := range states {
 				behind := false
 				for _, q := range s.Queue {
@@ -398,4 +398,55 @@ func TestCannotCloseCycleIsSound(t *testing.T) {
 		t.Fatalf("weak generator: %d skipped live waiters and %d namespaces with a cycle in %d rounds", skipped, withCycle, rounds)
 	}
 	t.Logf("%d skipped live waiters checked; %d of %d namespaces had a cycle", skipped, withCycle, rounds)
+}
+
+// Hole D of issue #26: the victim is a function of what the store says of the cycle's members,
+// whatever priorities and arrivals the detector's own clock and cache gave the waiters: each
+// stored priority is aged to the newest status.queuedAt in the cycle, and arrival is queuedAt.
+func TestStoredVictim(t *testing.T) {
+	const step = 10 * time.Minute
+	req := func(name string, p locksv1.Priority, queued time.Time) *locksv1.LockRequest {
+		lr := &locksv1.LockRequest{}
+		lr.Name = name
+		lr.Spec.Priority = p
+		q := metav1.NewMicroTime(queued)
+		lr.Status.QueuedAt = &q
+		return lr
+	}
+	alice, bob := locksv1.HolderID{Owner: "alice", Pull: 1}, locksv1.HolderID{Owner: "bob", Pull: 2}
+	cycle := func(pa, pb int, at, bt time.Time) deadlock.Cycle {
+		return deadlock.Cycle{Edges: []deadlock.Edge{
+			{From: alice, To: bob, Key: "two", Holds: true, Waiter: deadlock.Waiter{Identity: alice, Request: "a2", Priority: pa, Arrival: at}},
+			{From: bob, To: alice, Key: "one", Holds: true, Waiter: deadlock.Waiter{Identity: bob, Request: "b2", Priority: pb, Arrival: bt}},
+		}}
+	}
+	cases := map[string]struct {
+		live map[string]*locksv1.LockRequest
+		want string
+	}{
+		"Low against Normal, queued 2 s apart: Low": {
+			live: map[string]*locksv1.LockRequest{"a2": req("a2", locksv1.PriorityLow, dlNow), "b2": req("b2", locksv1.PriorityNormal, dlNow.Add(2*time.Second))},
+			want: "a2",
+		},
+		"Low queued a step before Normal has aged level with it: the newest goes": {
+			live: map[string]*locksv1.LockRequest{"a2": req("a2", locksv1.PriorityLow, dlNow), "b2": req("b2", locksv1.PriorityNormal, dlNow.Add(step))},
+			want: "b2",
+		},
+	}
+	for name, tc := range cases {
+		// The detectors' views: one by a clock before a2's aging step, one after, one with
+		// a stale cache that had b2 at High.
+		views := []deadlock.Cycle{
+			cycle(0, 1, dlNow, dlNow.Add(2*time.Second)),
+			cycle(1, 1, dlNow, dlNow.Add(2*time.Second)),
+			cycle(0, 3, dlNow.Add(-time.Hour), dlNow),
+		}
+		for _, p := range []deadlock.Policy{deadlock.PolicyLowestPriority} {
+			for i, c := range views {
+				if got := StoredVictim(p, c, tc.live, step).Waiter.Request; got != tc.want {
+					t.Errorf("%s, view %d: victim %s, want %s", name, i, got, tc.want)
+				}
+			}
+		}
+	}
 }

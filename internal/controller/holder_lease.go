@@ -27,41 +27,97 @@ type leaseState struct {
 	lost string
 	// expiry is when a live Lease lapses unless renewed; zero if it never lapses by time.
 	expiry time.Time
+	// role and creator are the Lease's label locks.turnstile.dev/role and annotation
+	// locks.turnstile.dev/created-by: what the admission policies protect it by.
+	role, creator string
+	// live is true when the state was read from the API server, not the cache.
+	live bool
 }
 
+// createdBy is the annotation the admission policies stamp on a LockRequest and on a labelled
+// Lease with the user that created it (config/admission).
+const createdBy = "locks.turnstile.dev/created-by"
+
 // holderLeases reads the Leases that requests name in spec.holder.lease. It returns the
-// requests whose Lease lapsed or is gone, with a message saying so, and the earliest time a
-// live one will lapse, when the key must be decided again.
-func (r *LockReconciler) holderLeases(ctx context.Context, namespace string, reqs []*locksv1.LockRequest, now time.Time) (map[types.UID]string, time.Time, error) {
-	var (
-		lost  map[types.UID]string
-		next  time.Time
-		state = map[string]leaseState{}
-	)
+// requests whose Lease lapsed or is gone, with a message saying so; the requests that may not
+// hold on their Lease because the admission policies do not protect it (unprotected); and the
+// earliest time a live one will lapse, when the key must be decided again.
+func (r *LockReconciler) holderLeases(ctx context.Context, namespace string, reqs []*locksv1.LockRequest, now time.Time) (lost, unprotected map[types.UID]string, next time.Time, err error) {
+	state := map[string]leaseState{}
 	for _, lr := range reqs {
 		name := lr.Spec.Holder.Lease
 		if name == "" || lr.Status.Phase.IsFinal() {
 			continue
 		}
+		key := types.NamespacedName{Namespace: namespace, Name: name}
 		st, ok := state[name]
 		if !ok {
-			var err error
-			if st, err = r.leaseState(ctx, types.NamespacedName{Namespace: namespace, Name: name}, now); err != nil {
-				return nil, time.Time{}, err
+			if st, err = r.leaseState(ctx, key, now); err != nil {
+				return nil, nil, time.Time{}, err
 			}
 			state[name] = st
 		}
-		switch {
-		case st.lost != "":
+		if st.lost == "" && leaseProblem(lr, key, st) != "" && !st.live {
+			// The cache may be behind a re-created Lease: a request is failed for its Lease
+			// only on what the API server says.
+			if st, err = r.liveLeaseState(ctx, key, now); err != nil {
+				return nil, nil, time.Time{}, err
+			}
+			state[name] = st
+		}
+		if st.lost != "" {
 			if lost == nil {
 				lost = map[types.UID]string{}
 			}
 			lost[lr.UID] = st.lost
-		case !st.expiry.IsZero() && (next.IsZero() || st.expiry.Before(next)):
+			continue
+		}
+		if problem := leaseProblem(lr, key, st); problem != "" {
+			if unprotected == nil {
+				unprotected = map[types.UID]string{}
+			}
+			unprotected[lr.UID] = problem
+		}
+		// A grant made before on an unprotected Lease stands, and still ends when it lapses.
+		if !st.expiry.IsZero() && (next.IsZero() || st.expiry.Before(next)) {
 			next = st.expiry
 		}
 	}
-	return lost, next, nil
+	return lost, unprotected, next, nil
+}
+
+// leaseProblem says why lr may not hold on its holder Lease (key, in state st), or "" when it
+// may. A request admitted under the admission policies (they stamp its creator) holds only on
+// a Lease they protect: one created with the label locks.turnstile.dev/role, which makes them
+// record its creator and let only that user (or an admin) update or delete it, created by the
+// request's owner or by the user that created the request (a delegate). Any other Lease could
+// be deleted by another requester, releasing lr's locks as HolderLost while its holder works
+// (hole F of #26). A request without the stamp was made where the policies are not installed:
+// nothing is protected there, and nothing is refused.
+func leaseProblem(lr *locksv1.LockRequest, key types.NamespacedName, st leaseState) string {
+	requester := lr.Annotations[createdBy]
+	if requester == "" || st.lost != "" {
+		return ""
+	}
+	owner := lr.Spec.Holder.Owner
+	fix := fmt.Sprintf("create a holder Lease as %s with the label %s (for example %s=%s, as kubectl turnstile run and pkg/workdir's heartbeat do) and name it in a new request",
+		requester, workdir.LabelRole, workdir.LabelRole, workdir.RoleWorkdirGuard)
+	switch {
+	case st.role == "":
+		return fmt.Sprintf("holder Lease %s is not protected: it has no label %s, so anyone who may delete Leases in %s could release this request's locks; %s",
+			key, workdir.LabelRole, key.Namespace, fix)
+	case st.creator == "":
+		return fmt.Sprintf("holder Lease %s is not protected: it has the label %s but no annotation %s (it was labelled before the admission policies were installed), so they do not keep it; delete it and %s",
+			key, workdir.LabelRole, createdBy, fix)
+	case st.creator != owner && st.creator != requester:
+		who := "owner " + owner
+		if requester != owner {
+			who += " or its creator " + requester
+		}
+		return fmt.Sprintf("holder Lease %s was created by %s, not by this request's %s: it is not this holder's to renew, and its creator could release this request's locks; %s",
+			key, st.creator, who, fix)
+	}
+	return ""
 }
 
 // leaseState reads one holder Lease from the cache. Before it declares a holder lost it reads
@@ -78,25 +134,34 @@ func (r *LockReconciler) leaseState(ctx context.Context, key types.NamespacedNam
 			return st, nil
 		}
 	}
+	return r.liveLeaseState(ctx, key, now)
+}
+
+// liveLeaseState reads one holder Lease from the API server.
+func (r *LockReconciler) liveLeaseState(ctx context.Context, key types.NamespacedName, now time.Time) (leaseState, error) {
+	var lease coordinationv1.Lease
 	switch err := r.apiReader.Get(ctx, key, &lease); {
 	case apierrors.IsNotFound(err):
-		return leaseState{lost: fmt.Sprintf("holder Lease %s does not exist (deleted, or not created before the request named it): the holder is gone", key)}, nil
+		return leaseState{lost: fmt.Sprintf("holder Lease %s does not exist (deleted, or not created before the request named it): the holder is gone", key), live: true}, nil
 	case err != nil:
 		return leaseState{}, fmt.Errorf("confirm holder lease %s: %w", key, err)
 	}
-	return judgeLease(key, &lease, now), nil
+	st := judgeLease(key, &lease, now)
+	st.live = true
+	return st, nil
 }
 
 func judgeLease(key types.NamespacedName, lease *coordinationv1.Lease, now time.Time) leaseState {
 	if lease.DeletionTimestamp != nil {
 		return leaseState{lost: fmt.Sprintf("holder Lease %s is being deleted: the holder is gone", key)}
 	}
+	role, creator := lease.Labels[workdir.LabelRole], lease.Annotations[createdBy]
 	expiry, renewed, ok := workdir.LeaseExpiry(lease)
 	if !ok {
-		return leaseState{}
+		return leaseState{role: role, creator: creator}
 	}
 	if now.Before(expiry) {
-		return leaseState{expiry: expiry}
+		return leaseState{expiry: expiry, role: role, creator: creator}
 	}
 	return leaseState{lost: fmt.Sprintf("holder Lease %s lapsed at %s: last renewed %s with a duration of %ds, the holder is gone",
 		key, expiry.UTC().Format(time.RFC3339), renewed.UTC().Format(time.RFC3339), ptr.Deref(lease.Spec.LeaseDurationSeconds, 0))}

@@ -90,7 +90,7 @@ func (r *LockReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 	if err != nil || !ok {
 		return reconcile.Result{}, err
 	}
-	in.LostHolders, in.NextLeaseLapse, err = r.holderLeases(ctx, req.Namespace, in.Requests, now)
+	in.LostHolders, in.UnprotectedLeases, in.NextLeaseLapse, err = r.holderLeases(ctx, req.Namespace, in.Requests, now)
 	if err != nil {
 		return reconcile.Result{}, err
 	}

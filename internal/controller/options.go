@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -32,6 +33,9 @@ type options struct {
 	// The detector's.
 	policy deadlock.Policy
 	scan   time.Duration
+	// live reads past the cache: the detector re-reads a cycle from it before failing its
+	// victim. nil: the detector's client.
+	live client.Reader
 
 	// router delays the keys another replica owns (active-active); nil: none.
 	router sharding.Router
@@ -50,6 +54,10 @@ func newOptions(opts []Option) options {
 	}
 	return o
 }
+
+// WithLiveReader gives the deadlock detector a reader past the cache (the manager's API
+// reader): a cycle is re-read from it before its victim is failed.
+func WithLiveReader(r client.Reader) Option { return func(o *options) { o.live = r } }
 
 // WithClock sets the clock (tests use a fake one).
 func WithClock(c clock.WithTicker) Option { return func(o *options) { o.clock = c } }

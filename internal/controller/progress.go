@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -12,15 +13,17 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
+	"github.com/turnstile-dev/turnstile/internal/lockkey"
 	"github.com/turnstile-dev/turnstile/internal/sharding"
 )
 
 // decisions records, per key, when the watch last showed a decision written on it by any
-// replica: a ProjectLock's status, or a LockRequest's status that names the key. Only the
-// controllers write statuses, so a key decided a moment ago has an owner at work on it; a
-// backup reads this to leave such a key alone (sharding.WithProgress). A request's status
-// names all its keys, so a write for one counts for each: a backup of the others waits one
-// more backup delay at most, as it would for an owner that wrote late.
+// replica: a ProjectLock's status, or a change of a LockRequest's status that belongs to the
+// key (decidedKeys). Only the controllers write statuses, so a key decided a moment ago has an
+// owner at work on it; a backup reads this to leave such a key alone, for one more backup
+// delay at most (sharding.WithProgress). Progress is judged per key: a request's status names
+// all its keys, but a write that another key's queue made (a refreshed position there) says
+// nothing about this key's owner, and membership renewals count for nothing.
 type decisions struct {
 	clock clock.PassiveClock
 	mu    sync.Mutex
@@ -98,12 +101,53 @@ func (d *decisions) watch(ctx context.Context, c cache.Cache) error {
 			if !ok1 || !ok2 || equality.Semantic.DeepEqual(was.Status, lr.Status) {
 				return
 			}
-			keys := make([]types.NamespacedName, 0, len(lr.Status.Locks))
-			for _, l := range lr.Status.Locks {
-				keys = append(keys, types.NamespacedName{Namespace: lr.Namespace, Name: l.Name})
+			names := decidedKeys(lr, &was.Status)
+			keys := make([]types.NamespacedName, 0, len(names))
+			for _, n := range names {
+				keys = append(keys, types.NamespacedName{Namespace: lr.Namespace, Name: n})
 			}
 			d.saw(keys...)
 		},
 	})
 	return err
+}
+
+// decidedKeys are the ProjectLocks a change of lr's status from was decided: a key whose
+// entry in status.locks changed (held, token), and the key the request waits in before or
+// after the change (the first one in canonical order it does not hold), whose queue writes its
+// position, blocker, conditions and phase. Any other key's owner had no part in the write: a
+// busy key's position refreshes of a multi-lock request are not progress on the request's
+// other keys, and a renewal of a granted request (renewedAt, expiresAt) is progress on none.
+func decidedKeys(lr *locksv1.LockRequest, was *locksv1.LockRequestStatus) []string {
+	var out []string
+	add := func(name string) {
+		if name != "" && !slices.Contains(out, name) {
+			out = append(out, name)
+		}
+	}
+	for _, l := range lr.Status.Locks {
+		// A first status lists every key unheld: only the key it waits in decided that.
+		i := slices.IndexFunc(was.Locks, func(o locksv1.LockStatus) bool { return o.Name == l.Name })
+		if (i < 0 && l != locksv1.LockStatus{Key: l.Key, Name: l.Name}) || (i >= 0 && was.Locks[i] != l) {
+			add(l.Name)
+		}
+	}
+	refs := lockkey.Refs(lr.Spec.Locks)
+	add(waitsIn(refs, was))
+	add(waitsIn(refs, &lr.Status))
+	return out
+}
+
+// waitsIn is the ProjectLock a request with status st waits in: the first of its keys in
+// canonical order that st does not say it holds; "" when it waits in none (granted, final).
+func waitsIn(refs []lockkey.Ref, st *locksv1.LockRequestStatus) string {
+	if st.Phase == locksv1.PhaseGranted || st.Phase.IsFinal() {
+		return ""
+	}
+	for _, r := range refs {
+		if r.Index >= len(st.Locks) || st.Locks[r.Index].Name != r.Name || !st.Locks[r.Index].Held {
+			return r.Name
+		}
+	}
+	return ""
 }

@@ -79,7 +79,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o SetupOptions) error {
 			policy = deadlock.PolicyNewest
 		}
 		det := NewDeadlockDetector(mgr.GetClient(), recorder, WithConfig(o.Queue), WithFreezeFlags(o.Freeze),
-			WithDeadlockPolicy(policy), WithScanInterval(o.DeadlockScan), WithMetrics(m))
+			WithDeadlockPolicy(policy), WithScanInterval(o.DeadlockScan), WithMetrics(m), WithLiveReader(mgr.GetAPIReader()))
 		if err := mgr.Add(det); err != nil {
 			return err
 		}

@@ -55,6 +55,11 @@ type Input struct {
 	NextThaw time.Time
 	// LostHolders are requests whose holder Lease lapsed, with a message saying how.
 	LostHolders map[types.UID]string
+	// UnprotectedLeases are requests admitted under the admission policies whose holder Lease
+	// is not protected by them (not labelled locks.turnstile.dev/role, or created by someone
+	// other than the request's owner or creator), with a message saying what to do. Such a
+	// request does not come to hold: anyone who may delete the Lease could release it.
+	UnprotectedLeases map[types.UID]string
 	// NextLeaseLapse is the earliest time a live holder Lease of these requests lapses unless it
 	// is renewed (zero: none can), which no event announces either.
 	NextLeaseLapse time.Time
@@ -120,8 +125,10 @@ type Decision struct {
 	ReleaseFinalizer bool
 	Grant            []Update
 	Waiting          []Update
-	// Holder is the identity that holds the key after the decision, "" when free.
-	Holder string
+	// Holder is the identity that holds the key after the decision; HasHolder is false when the
+	// key is free (Holder is then the zero identity).
+	Holder    locksv1.HolderID
+	HasHolder bool
 	// Queue is every waiting request in grant order.
 	Queue []*locksv1.LockRequest
 	// RequeueAfter is when the key needs deciding again without any event (a TTL, a wait
@@ -137,11 +144,11 @@ type Decision struct {
 type entry struct {
 	req      *locksv1.LockRequest
 	ref      lockkey.Ref
-	refs     []lockkey.Ref // canonical order
-	pos      int           // index of this key in refs
-	id       string        // owner+pull
-	heldHere bool          // listed as holder in the ProjectLock
-	claims   bool          // its status says it holds this key
+	refs     []lockkey.Ref    // canonical order
+	pos      int              // index of this key in refs
+	id       locksv1.HolderID // owner, pull and session: compared with ==, never joined
+	heldHere bool             // listed as holder in the ProjectLock
+	claims   bool             // its status says it holds this key
 	arrival  time.Time
 	stamped  bool
 	priority int // after aging
@@ -229,8 +236,9 @@ func Decide(in Input) Decision {
 		}
 		holders = append(holders, e)
 	}
-	holderID := ""
-	if len(holders) > 0 {
+	var holderID locksv1.HolderID
+	hasHolder := len(holders) > 0
+	if hasHolder {
 		holderID = holders[0].id
 	}
 
@@ -259,16 +267,16 @@ func Decide(in Input) Decision {
 	}
 	var granted []*entry
 	newHolder := false
-	if holderID == "" {
+	if !hasHolder {
 		for _, e := range waiting {
 			if grantable(e) {
-				holderID = e.id
+				holderID, hasHolder = e.id, true
 				newHolder = true
 				break
 			}
 		}
 	}
-	if holderID != "" {
+	if hasHolder {
 		rest := waiting[:0]
 		for _, e := range waiting {
 			if e.id == holderID && grantable(e) {
@@ -344,7 +352,7 @@ func Decide(in Input) Decision {
 			d.Lock = &status
 		}
 	}
-	d.Holder = holderID
+	d.Holder, d.HasHolder = holderID, hasHolder
 	for _, e := range waiting {
 		d.Queue = append(d.Queue, e.req)
 	}
@@ -382,10 +390,15 @@ func Decide(in Input) Decision {
 			continue
 		}
 		st := waitingStatus(e, i, len(waiting), told, now)
-		// A demotion is written even when the status it writes is the one read: the write is
-		// what fences the held write still in flight for the request (its precondition then
-		// fails), before the ProjectLock stops listing it.
-		if equalStatus(e.req.Status, st) && !e.demoted {
+		// A demotion is a fence: its write must make the held write still in flight for the
+		// request fail (its precondition) before the ProjectLock stops listing it. An update
+		// equal to the stored object is a no-op that keeps the resourceVersion, so the demotion
+		// raises status.fences: it always changes the stored object (docs/protocol.md, "A fence
+		// must change the stored object").
+		if e.demoted {
+			st.Fences = e.req.Status.Fences + 1
+		}
+		if equalStatus(e.req.Status, st) {
 			continue
 		}
 		if refresh {
@@ -434,6 +447,9 @@ func leaving(e *entry, in Input) *outcome {
 		return &outcome{locksv1.PhaseReleased, locksv1.ReasonReleased, msg, "Normal"}
 	case in.LostHolders[req.UID] != "":
 		return &outcome{locksv1.PhaseReleased, locksv1.ReasonHolderLost, in.LostHolders[req.UID], "Warning"}
+	case in.UnprotectedLeases[req.UID] != "" && !e.heldHere && req.Status.Phase != locksv1.PhaseGranted:
+		// A grant made before (an older manager) stands until it ends; no new one is made.
+		return &outcome{locksv1.PhaseFailed, locksv1.ReasonHolderLeaseUnprotected, in.UnprotectedLeases[req.UID], "Warning"}
 	case e.claims && !e.heldHere:
 		// Its status says it holds this key but the ProjectLock does not list it: the
 		// ProjectLock was deleted (or re-created) under it, an admin's force-unlock.
@@ -487,7 +503,7 @@ func newEntry(req *locksv1.LockRequest, name string, cfg Config, now time.Time) 
 		ref:   refs[pos],
 		refs:  refs,
 		pos:   pos,
-		id:    req.Spec.Holder.Identity(),
+		id:    req.Spec.Holder.ID(),
 		ttl:   TTL(req, cfg),
 		final: req.Status.Phase.IsFinal(),
 	}

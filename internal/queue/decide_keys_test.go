@@ -424,7 +424,9 @@ func TestDecideTokenAboveLeavingHolders(t *testing.T) {
 // write of this manager's, made under the same freeze, is what its cache shows): that write is
 // what makes a held write still in flight for the request fail, before the ProjectLock drops
 // it. Skipping it as "unchanged" let the held write land on a request no ProjectLock listed
-// (the seeded simulation, seed 10).
+// (the seeded simulation, seed 10). And the write must change the stored object (hole A of
+// issue #26): the API server answers an update equal to the stored object with the same
+// resourceVersion, which fences nothing, so every demotion raises status.fences.
 func TestDecideDemotesEvenWhenUnchanged(t *testing.T) {
 	applyFrozen, _ := ResolveFreezes([]locksv1.CommandLock{commandLock("apply", true, "maintenance window", nil)}, FreezeFlags{}, now)
 	bob := makeReq("w").Owner("bob", 7).Command("apply").QueuedAt(t0.Add(-time.Minute)).Obj()
@@ -444,5 +446,18 @@ func TestDecideDemotesEvenWhenUnchanged(t *testing.T) {
 	}
 	if d.Lock == nil || d.Lock.Holder != nil {
 		t.Errorf("Lock = %+v, want the ProjectLock written without holders", d.Lock)
+	}
+	for i, dec := range []Decision{first, d} {
+		read := in.Requests[0].Status
+		if i == 0 {
+			read = bob.Status
+		}
+		got := dec.Demote[0].Status
+		if got.Fences != read.Fences+1 {
+			t.Errorf("decision %d: the demotion writes fences %d over %d read, want one more", i, got.Fences, read.Fences)
+		}
+		if equalStatus(read, got) {
+			t.Errorf("decision %d: the demotion writes the status read: the API server would keep its resourceVersion", i)
+		}
 	}
 }

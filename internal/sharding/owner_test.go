@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -359,5 +360,53 @@ func TestRerouteDuringAdd(t *testing.T) {
 	defer rec.mu.Unlock()
 	if !slices.Contains(rec.adds, priorityqueue.AddOpts{}) {
 		t.Errorf("adds %+v: the key was never made ready at once after this replica came to own it", rec.adds)
+	}
+}
+
+// busyProgress is an owner seen deciding a key again in every backup delay, for a while: each
+// look at its progress finds a decision newer than the last deferral, until it has been looked
+// at stopAfter times.
+type busyProgress struct {
+	clk       *clocktesting.FakePassiveClock
+	delay     time.Duration
+	looks     int
+	stopAfter int
+}
+
+func (p *busyProgress) LastDecided(string) time.Time {
+	p.looks++
+	if p.looks > p.stopAfter {
+		return time.Time{}
+	}
+	// A backup delay goes by (the item waited it out) and the owner wrote meanwhile.
+	p.clk.SetTime(p.clk.Now().Add(p.delay))
+	return p.clk.Now().Add(-time.Millisecond)
+}
+
+// TestBackupDefersOnce: an owner that keeps writing statuses of a key (another key's queue
+// refreshing a multi-lock request, say) but never the decision a waiter needs must not hold
+// the backup off for longer than one more backup delay: a due item is deferred at most once,
+// so the key is decided within two backup delays of being due for its owner.
+func TestBackupDefersOnce(t *testing.T) {
+	t0 := time.Date(2026, 11, 24, 1, 0, 0, 0, time.UTC)
+	const delay = 300 * time.Millisecond
+	key := reconcile.Request{}
+	key.Namespace, key.Name = "ns", "k"
+	clk := clocktesting.NewFakePassiveClock(t0)
+	progress := &busyProgress{clk: clk, delay: delay, stopAfter: 20}
+	rec := &recordingQueue{}
+	q := newRoutedQueue(rec, fixedRouter{"ns/k": delay}, WithProgress(progress), WithQueueClock(clk))
+	before := testutil.ToFloat64(BackupDeferrals)
+	q.Add(key)
+	clk.SetTime(t0.Add(delay))
+	item, _, shutdown := q.GetWithPriority()
+	if shutdown || item != key {
+		t.Fatalf("GetWithPriority = %v, shutdown %t; want %v handed out", item, shutdown, key)
+	}
+	if len(rec.dones) != 1 {
+		t.Errorf("the item was deferred %d times before it was handed out; want once (the owner wrote in every one of those delays)", len(rec.dones))
+	}
+	if got := testutil.ToFloat64(BackupDeferrals) - before; got != 1 {
+		t.Errorf("turnstile_backup_deferrals_total rose by %v; want 1", got)
 	}
 }

@@ -30,7 +30,7 @@ func NewQueueFunc(router Router, opts ...QueueOption) func(string, workqueue.Typ
 }
 
 func newRoutedQueue(pq priorityqueue.PriorityQueue[reconcile.Request], router Router, opts ...QueueOption) *routedQueue {
-	q := &routedQueue{PriorityQueue: pq, router: router, clock: clock.RealClock{}, delayed: map[reconcile.Request]time.Time{}}
+	q := &routedQueue{PriorityQueue: pq, router: router, clock: clock.RealClock{}, delayed: map[reconcile.Request]delayedItem{}}
 	for _, o := range opts {
 		o(q)
 	}
@@ -50,11 +50,15 @@ type QueueOption func(*routedQueue)
 // WithProgress lets a backup leave a key alone while its owner decides it: when a delayed
 // item comes due and the key was decided since the item was due for its owner, the owner is
 // alive and at work on it, and the item waits one more backup delay instead of being decided
-// here. Only a key nobody has decided for a backup delay is decided by its backup: one whose
-// owner died, hung or is cut off. Without it a backup decides every key it is given from its
-// cache, a backup delay after its owner, which usually writes nothing but costs a reconcile
-// and, where this replica's cache lags the owner's writes by more than the delay, a
-// conflicting write (409).
+// here — once: an item deferred before is decided when it comes due again, whatever the
+// progress. A key nobody has decided for a backup delay is decided by its backup at once (its
+// owner died, hung or is cut off), and any key within two backup delays of being due for its
+// owner: progress is only evidence that the owner is at work, and an owner that writes some of
+// a key's statuses but hangs before the write a waiter needs must not hold the key up for
+// longer than that (docs/protocol.md, "Backups"). Without it a backup decides every key it is
+// given from its cache, a backup delay after its owner, which usually writes nothing but costs
+// a reconcile and, where this replica's cache lags the owner's writes by more than the delay,
+// a conflicting write (409).
 func WithProgress(p Progress) QueueOption { return func(q *routedQueue) { q.progress = p } }
 
 // WithQueueClock sets the clock that stamps when a delayed item was due for its owner.
@@ -76,9 +80,16 @@ type routedQueue struct {
 	// delayed are the items added with a backup delay and not handed out since, each with the
 	// earliest time it was due for its owner (the add, plus any RequeueAfter): when this replica
 	// comes to own one (its owner left or lapsed), reroute makes it ready at once; when it
-	// comes due, the owner's progress since that time defers it (WithProgress).
+	// comes due, the owner's progress since that time defers it (WithProgress), once.
 	mu      sync.Mutex
-	delayed map[reconcile.Request]time.Time
+	delayed map[reconcile.Request]delayedItem
+}
+
+// delayedItem is when a delayed item was due for its owner, and whether it was deferred once
+// already.
+type delayedItem struct {
+	due      time.Time
+	deferred bool
 }
 
 var _ priorityqueue.PriorityQueue[reconcile.Request] = (*routedQueue)(nil)
@@ -104,8 +115,11 @@ func (q *routedQueue) AddWithOpts(o priorityqueue.AddOpts, items ...reconcile.Re
 		if d := q.router.Delay(item.String()); d > 0 {
 			due := q.clock.Now().Add(io.After)
 			io.After += d
-			if since, ok := q.delayed[item]; !ok || due.Before(since) {
-				q.delayed[item] = due
+			if was, ok := q.delayed[item]; !ok {
+				q.delayed[item] = delayedItem{due: due}
+			} else if due.Before(was.due) {
+				// An item deferred once stays deferred: a new add does not buy it another delay.
+				q.delayed[item] = delayedItem{due: due, deferred: was.deferred}
 			}
 		}
 		q.mu.Unlock()
@@ -130,21 +144,22 @@ func (q *routedQueue) GetWithPriority() (reconcile.Request, int, bool) {
 }
 
 // deferral says whether item, just come due, waits another backup delay d: it was delayed as a
-// backup's, this replica still does not own it, and the key was decided since it was due for
-// its owner. It forgets the item as delayed otherwise.
+// backup's, was not deferred before, this replica still does not own it, and the key was
+// decided since it was due for its owner. It forgets the item as delayed otherwise.
 func (q *routedQueue) deferral(item reconcile.Request) (d time.Duration, deferred bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	since, delayed := q.delayed[item]
+	was, delayed := q.delayed[item]
 	delete(q.delayed, item)
-	if !delayed || q.progress == nil {
+	if !delayed || was.deferred || q.progress == nil {
 		return 0, false
 	}
 	key := item.String()
-	if d = q.router.Delay(key); d == 0 || !q.progress.LastDecided(key).After(since) {
+	if d = q.router.Delay(key); d == 0 || !q.progress.LastDecided(key).After(was.due) {
 		return 0, false
 	}
-	q.delayed[item] = q.clock.Now()
+	q.delayed[item] = delayedItem{due: q.clock.Now(), deferred: true}
+	BackupDeferrals.Inc()
 	return d, true
 }
 

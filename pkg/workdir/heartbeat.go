@@ -310,6 +310,17 @@ func (h *Heartbeat) renew(ctx context.Context, now time.Time, fresh bool) error 
 			h.cached = nil
 			return fmt.Errorf("renew lease %s: %w", h.key, err)
 		}
+		if lease.Labels[LabelRole] == "" {
+			// A Lease made without the label (by hand, or by an older heartbeat's predecessor)
+			// is not protected by the admission policies, which also forbid adding the label
+			// later, and the operator does not grant on it (HolderLeaseUnprotected). It is
+			// lapsed or ours (renewed checked): delete it and create it anew, labelled.
+			h.cached = nil
+			if err := h.store.delete(ctx, lease); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+				return fmt.Errorf("re-create unlabelled lease %s: %w", h.key, err)
+			}
+			continue
+		}
 		err = h.store.update(ctx, next)
 		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
 			h.cached = nil

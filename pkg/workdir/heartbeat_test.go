@@ -292,7 +292,7 @@ func TestHeartbeatWaitsForAnotherHoldersLease(t *testing.T) {
 	clk := testingclock.NewFakeClock(t0)
 	store := newMemStore()
 	store.put(&coordinationv1.Lease{
-		ObjectMeta: metav1.ObjectMeta{Namespace: testLease.Namespace, Name: testLease.Name},
+		ObjectMeta: metav1.ObjectMeta{Namespace: testLease.Namespace, Name: testLease.Name, Labels: map[string]string{LabelRole: RoleWorkdirGuard}},
 		Spec: coordinationv1.LeaseSpec{
 			HolderIdentity:       ptr.To("runner-0_previous"),
 			LeaseDurationSeconds: ptr.To[int32](15),
@@ -515,5 +515,47 @@ func TestHeartbeatHealthyIsSafeForConcurrentUse(t *testing.T) {
 	r.cancel()
 	if err := <-r.done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestHeartbeatRecreatesUnlabelledLease: a lapsed Lease of the heartbeat's name without the
+// label locks.turnstile.dev/role (made by hand) is deleted and created anew, labelled, not
+// labelled in place: the admission policies protect only a Lease created with the label (they
+// refuse adding it later), and the operator grants only on a protected one.
+func TestHeartbeatRecreatesUnlabelledLease(t *testing.T) {
+	clk := testingclock.NewFakeClock(t0)
+	store := newMemStore()
+	store.put(&coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: testLease.Namespace, Name: testLease.Name, UID: "by-hand"},
+		Spec: coordinationv1.LeaseSpec{
+			HolderIdentity:       ptr.To("someone"),
+			LeaseDurationSeconds: ptr.To[int32](15),
+			RenewTime:            ptr.To(metav1.NewMicroTime(t0.Add(-time.Minute))),
+			LeaseTransitions:     ptr.To[int32](3),
+		},
+	})
+	hb := newTestHeartbeat(t, store, NewGuards(WithClock(clk)), clk)
+	store.takeCalls()
+	hb.step(context.Background())
+	if !hb.Healthy() {
+		t.Fatal("Healthy() = false after re-creating the lapsed unlabelled Lease")
+	}
+	if diff := cmp.Diff([]string{"get", "delete", "get", "create"}, store.takeCalls()); diff != "" {
+		t.Errorf("calls (-want +got):\n%s", diff)
+	}
+	got := store.lease(testLease)
+	if got.UID == "by-hand" {
+		t.Errorf("the unlabelled Lease was updated in place, not re-created")
+	}
+	want := leaseView{
+		Labels:   map[string]string{LabelRole: RoleWorkdirGuard},
+		Holder:   testIdentity,
+		Duration: 15,
+		Acquired: t0,
+		Renewed:  t0,
+		Guards:   []guardEntry{},
+	}
+	if diff := cmp.Diff(want, viewOf(t, got)); diff != "" {
+		t.Errorf("re-created Lease mismatch (-want +got):\n%s", diff)
 	}
 }

@@ -4,8 +4,9 @@
 // and the real kubectl with --as where the README shows a command - try every rule both ways.
 // Each denial is checked word for word: it names the rule and says how to get the permission.
 //
-// No manager runs: every case is decided by the API server alone (test/deployed drives the
-// operator itself under the same policies).
+// No manager runs, except in the specs of #26's holes E and F (holes_test.go), which run the
+// controllers in this process as the manager's ServiceAccount: every other case is decided by
+// the API server alone (test/deployed drives the operator itself under the same policies).
 //
 // Run it with `make test`, or alone with:
 //

@@ -32,6 +32,7 @@ var _ = Describe("Guards of the grant path", func() {
 		ns = newNamespace()
 		inv = lag.NewInvariants(k8s)
 		inv.Structural = true
+		inv.NoOps = history
 		cfg = queue.DefaultConfig()
 		net = target("net")
 		k = keyOf(ns, net)

@@ -28,6 +28,7 @@ var _ = Describe("Holes in the grant protocol", func() {
 		ns = newNamespace()
 		inv = lag.NewInvariants(k8s)
 		inv.Structural = true
+		inv.NoOps = history
 		cfg = queue.DefaultConfig()
 	})
 

@@ -92,6 +92,47 @@ type History struct {
 	// changed is closed (and replaced) whenever an event is recorded or the history fails:
 	// what Sync and SyncWith wait on instead of sleeping.
 	changed chan struct{}
+	// noops are the updates through a View that the API server answered as no-ops.
+	noops []NoOp
+}
+
+// NoOp is an update a manager made through a View that the API server answered without
+// changing the object: it came back with the resourceVersion it was sent with. Such a write
+// fences nothing (a write in flight preconditioned on that resourceVersion still lands), so the
+// protocol makes none (docs/protocol.md, "A fence must change the stored object").
+type NoOp struct {
+	Kind   Kind
+	Key    client.ObjectKey
+	RV     string
+	Status bool // a status subresource update
+}
+
+func (n NoOp) String() string {
+	what := "update"
+	if n.Status {
+		what = "status update"
+	}
+	return fmt.Sprintf("no-op write: a %s of %s %s at rv %s kept its resourceVersion", what, n.Kind, n.Key, n.RV)
+}
+
+func (h *History) recordNoOp(n NoOp) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.noops = append(h.noops, n)
+}
+
+// NoOps are the no-op updates made through any View of this history in namespace ns (every
+// namespace if "", cluster-scoped objects always).
+func (h *History) NoOps(ns string) []NoOp {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []NoOp
+	for _, n := range h.noops {
+		if ns == "" || n.Key.Namespace == "" || n.Key.Namespace == ns {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // Start records the history of every kind in all namespaces. The objects that exist already

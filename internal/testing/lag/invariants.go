@@ -21,6 +21,10 @@ type Invariants struct {
 	// Structural also checks the protocol's own invariant, which the promises rest on: a
 	// request that holds a key is listed by that key's ProjectLock.
 	Structural bool
+	// NoOps, when set, also reports every update made through a View of this history that the
+	// API server answered as a no-op (History.NoOps): the protocol makes none, since such a
+	// write fences nothing.
+	NoOps *History
 
 	tokens map[string]tenure               // namespace/projectlock name -> the last holder seen
 	state  map[string]*locksv1.LockRequest // Replay's requests, by name
@@ -28,7 +32,7 @@ type Invariants struct {
 
 // tenure is what was seen of one key's current holder identity.
 type tenure struct {
-	identity string
+	identity locksv1.HolderID
 	request  string
 	start    int64 // the lowest per-key token the identity was seen with on the key
 	ceiling  int64 // the highest token, per key or request-level, it was seen with
@@ -47,13 +51,20 @@ func NewInvariants(c client.Reader) *Invariants {
 //     status.locks[], and the request-level status.fencingToken), never goes down, and a new
 //     holder identity's tokens are above every token a previous holder of the key showed;
 //   - Drained: a CommandLock in force that says Drained has no granted request of its command;
-//   - with Structural, every request that holds a key is listed by the key's ProjectLock.
+//   - with Structural, every request that holds a key is listed by the key's ProjectLock;
+//   - with NoOps, no manager's update came back as a no-op.
 func (inv *Invariants) Check(ctx context.Context, ns string) ([]string, error) {
 	s, err := ReadState(ctx, inv.c, ns)
 	if err != nil {
 		return nil, err
 	}
-	return inv.CheckState(s), nil
+	out := inv.CheckState(s)
+	if inv.NoOps != nil {
+		for _, n := range inv.NoOps.NoOps(ns) {
+			out = append(out, n.String())
+		}
+	}
+	return out, nil
 }
 
 // State is the store as one check reads it.
@@ -144,9 +155,9 @@ func (inv *Invariants) checkRequests(reqs []*locksv1.LockRequest) ([]string, map
 	}
 	for _, key := range sortedKeys(holders) {
 		hs := holders[key]
-		ids := map[string][]string{}
+		ids := map[locksv1.HolderID][]string{}
 		for _, h := range hs {
-			id := h.lr.Spec.Holder.Identity()
+			id := h.lr.Spec.Holder.ID()
 			ids[id] = append(ids[id], h.lr.Name)
 		}
 		if len(ids) > 1 {
@@ -219,7 +230,7 @@ func keyToken(lr *locksv1.LockRequest, l locksv1.LockStatus) int64 {
 // identity's tenure the per-key token may rise (a re-issued grant) but never fall.
 func (inv *Invariants) observeToken(key string, lr *locksv1.LockRequest, keyTok int64) []string {
 	var out []string
-	id := lr.Spec.Holder.Identity()
+	id := lr.Spec.Holder.ID()
 	reqTok := lr.Status.FencingToken
 	if reqTok < keyTok {
 		out = append(out, fmt.Sprintf("fencing: %s reports token %d for the request, below its token %d for %s", lr.Name, reqTok, keyTok, key))

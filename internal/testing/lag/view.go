@@ -239,6 +239,14 @@ func (v *View) BeforeWrite(n int, f func()) {
 	v.hooks[v.writes+n] = f
 }
 
+// CancelHooks drops the BeforeWrite hooks that have not run: the decision they were meant for
+// made fewer writes.
+func (v *View) CancelHooks() {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	clear(v.hooks)
+}
+
 // write reports whether one more write may go through, after running its hook.
 func (v *View) write() error {
 	v.mu.Lock()
@@ -267,12 +275,31 @@ func (v *View) Create(ctx context.Context, obj client.Object, opts ...client.Cre
 	return v.Client.Create(ctx, obj, opts...)
 }
 
-// Update updates obj, unless the manager has crashed.
+// Update updates obj, unless the manager has crashed. An update the API server answers with
+// the resourceVersion it was sent with changed nothing: it is recorded (History.NoOps).
 func (v *View) Update(ctx context.Context, obj client.Object, opts ...client.UpdateOption) error {
 	if err := v.write(); err != nil {
 		return err
 	}
-	return v.Client.Update(ctx, obj, opts...)
+	rv := obj.GetResourceVersion()
+	err := v.Client.Update(ctx, obj, opts...)
+	v.noop(err, obj, rv, false)
+	return err
+}
+
+// noop records a successful update of obj that came back at rv, the resourceVersion it was
+// sent with.
+func (v *View) noop(err error, obj client.Object, rv string, status bool) {
+	if err != nil || rv == "" || obj.GetResourceVersion() != rv {
+		return
+	}
+	if obj.GetDeletionTimestamp() != nil && len(obj.GetFinalizers()) == 0 {
+		// The update removed the last finalizer of an object being deleted: the API server
+		// deleted it, and answers with the object as it was. Nothing can be written to it now.
+		return
+	}
+	k, _ := kindOf(obj)
+	v.h.recordNoOp(NoOp{Kind: k, Key: client.ObjectKeyFromObject(obj), RV: rv, Status: status})
 }
 
 // Delete deletes obj, unless the manager has crashed.
@@ -303,7 +330,10 @@ func (s statusWriter) Update(ctx context.Context, obj client.Object, opts ...cli
 	if err := s.v.write(); err != nil {
 		return err
 	}
-	return s.SubResourceWriter.Update(ctx, obj, opts...)
+	rv := obj.GetResourceVersion()
+	err := s.SubResourceWriter.Update(ctx, obj, opts...)
+	s.v.noop(err, obj, rv, true)
+	return err
 }
 
 func (s statusWriter) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {

@@ -1,0 +1,127 @@
+package safety
+
+import (
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/types"
+	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
+	"github.com/turnstile-dev/turnstile/internal/controller"
+	"github.com/turnstile-dev/turnstile/internal/deadlock"
+	"github.com/turnstile-dev/turnstile/internal/queue"
+	"github.com/turnstile-dev/turnstile/internal/testing/lag"
+	. "github.com/turnstile-dev/turnstile/internal/testing/wrappers"
+)
+
+// Hole D of issue #26: with --deadlock-victim=lowest-priority every replica runs a detector. Two
+// that find one cycle from views and clocks a little apart must fail one request, not one each.
+var _ = Describe("Deadlock victims across detectors", func() {
+	const step = 10 * time.Minute
+	var (
+		ns         string
+		inv        *lag.Invariants
+		cfg        queue.Config
+		k1, k2     types.NamespacedName
+		d1, d2     *controller.DeadlockDetector
+		v1, v2     *lag.View
+		qa         time.Time
+		staleCache lag.Mark
+	)
+	create := func(w *LockRequestWrapper) {
+		GinkgoHelper()
+		Expect(k8s.Create(ctx, w.Obj())).To(Succeed())
+		syncHistory()
+	}
+	fresh := func(m *manager, k types.NamespacedName) {
+		GinkgoHelper()
+		syncHistory()
+		m.view.CatchUp()
+		m.decide(k)
+		expectSafe(inv, ns, m.name+" decided "+k.Name)
+	}
+	detector := func(v *lag.View, now time.Time) *controller.DeadlockDetector {
+		return controller.NewDeadlockDetector(v, nopRecorder{}, controller.WithConfig(cfg),
+			controller.WithDeadlockPolicy(deadlock.PolicyLowestPriority),
+			controller.WithClock(clocktesting.NewFakeClock(now)), controller.WithLiveReader(k8s))
+	}
+	victims := func() []string {
+		GinkgoHelper()
+		var list locksv1.LockRequestList
+		Expect(k8s.List(ctx, &list, client.InNamespace(ns))).To(Succeed())
+		var out []string
+		for _, lr := range list.Items {
+			c := meta.FindStatusCondition(lr.Status.Conditions, locksv1.ConditionGranted)
+			if lr.Status.Phase == locksv1.PhaseFailed && c != nil && c.Reason == locksv1.ReasonDeadlock {
+				out = append(out, lr.Name)
+			}
+		}
+		return out
+	}
+
+	BeforeEach(func() {
+		ns = newNamespace()
+		inv = lag.NewInvariants(k8s)
+		inv.Structural = true
+		inv.NoOps = history
+		cfg = queue.DefaultConfig()
+		cfg.AgingStep = step
+		t1, t2 := target("one"), target("two")
+		k1, k2 = keyOf(ns, t1), keyOf(ns, t2)
+		// B's clock is 2 s ahead of A's: the requests each queues are stamped by its clock.
+		a, b := newManager("A", 0, cfg), newManager("B", 2*time.Second, cfg)
+
+		By("alice holds one, bob holds two; then alice (Low) waits for two and bob (Normal) for one")
+		create(MakeLockRequest("a1", ns).Lock(t1.Repo, t1.Path, t1.Workspace).Owner("alice", 1))
+		create(MakeLockRequest("b1", ns).Lock(t2.Repo, t2.Path, t2.Workspace).Owner("bob", 2))
+		fresh(a, k1)
+		fresh(a, k2)
+		create(MakeLockRequest("a2", ns).Lock(t2.Repo, t2.Path, t2.Workspace).Owner("alice", 1).Priority(locksv1.PriorityLow))
+		fresh(a, k2)
+		create(MakeLockRequest("b2", ns).Lock(t1.Repo, t1.Path, t1.Workspace).Owner("bob", 2).Priority(locksv1.PriorityNormal))
+		fresh(b, k1)
+		Expect(phase(ns, "a2")).To(Equal(locksv1.PhasePending))
+		Expect(phase(ns, "b2")).To(Equal(locksv1.PhasePending))
+		qa = getRequest(ns, "a2").Status.QueuedAt.Time
+		Expect(getRequest(ns, "b2").Status.QueuedAt.Time).To(BeTemporally(">", qa.Add(time.Second)))
+		syncHistory()
+		staleCache = history.Mark()
+
+		// Two detectors whose clocks are 1 s apart, on either side of a2's first aging step: by
+		// the first a2 is still Low (below b2), by the second it has aged to Normal, level with
+		// b2, which waited less (the newest goes first among equals).
+		v1, v2 = lag.NewView(history, k8s), lag.NewView(history, k8s)
+		v1.CatchUp()
+		v2.CatchUp()
+		d1 = detector(v1, qa.Add(step-500*time.Millisecond))
+		d2 = detector(v2, qa.Add(step+500*time.Millisecond))
+	})
+
+	It("hole D: two detectors deciding at once rank the cycle alike (by the store), and only one victim's write lands", func() {
+		By("the first detector is about to write its victim when the second checks the namespace")
+		v1.BeforeWrite(1, func() {
+			Expect(d2.Check(ctx, ns)).To(Succeed())
+			expectSafe(inv, ns, "the second detector's check")
+		})
+		Expect(d1.Check(ctx, ns)).To(Succeed())
+		expectSafe(inv, ns, "the first detector's check")
+		Expect(victims()).To(ConsistOf("a2"), "one request per cycle, the lowest priority by the store")
+		Expect(phase(ns, "b2")).To(Equal(locksv1.PhasePending))
+	})
+
+	It("hole D: a detector on a cache from before another's victim re-reads the cycle live and leaves it broken", func() {
+		Expect(d1.Check(ctx, ns)).To(Succeed())
+		Expect(victims()).To(ConsistOf("a2"))
+
+		By("the second detector's cache is from before the victim's write: by it and its clock, b2 is the victim")
+		v2.AdvanceToMark(staleCache)
+		Expect(d2.Check(ctx, ns)).To(Succeed())
+		expectSafe(inv, ns, "the second detector's check")
+		Expect(victims()).To(ConsistOf("a2"), "the cycle was broken already")
+		Expect(phase(ns, "b2")).To(Equal(locksv1.PhasePending))
+	})
+})
