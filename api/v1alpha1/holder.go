@@ -3,16 +3,55 @@ package v1alpha1
 import (
 	"fmt"
 	"strconv"
+	"strings"
 )
 
-// Identity is the holder identity that the lock protocol compares: the owner, and the pull
-// request when there is one ("alice#100", or "alice"). Requests of one identity share the keys
-// they hold; a key is never held by two identities at once.
-func (h Holder) Identity() string {
-	if h.Pull == 0 {
-		return h.Owner
+// HolderID is the holder identity that the lock protocol compares: owner, pull request and
+// session, compared field by field with ==. Requests of one identity share the keys they hold; a
+// key is never held by two identities at once. It is never joined into one string to compare:
+// an owner may contain '#' (an OIDC user "https://issuer#claim"), so {alice, pull 1} and
+// {"alice#1", no pull} are two identities (docs/protocol.md, "Identity is structural").
+// +kubebuilder:object:generate=false
+type HolderID struct {
+	Owner   string
+	Pull    int64
+	Session string
+}
+
+// ID is the holder's identity.
+func (h Holder) ID() HolderID { return HolderID{Owner: h.Owner, Pull: h.Pull, Session: h.Session} }
+
+// ID is the identity of a ProjectLock's holder.
+func (h LockHolder) ID() HolderID { return HolderID{Owner: h.Owner, Pull: h.Pull, Session: h.Session} }
+
+// String renders the identity for people and logs: "alice#100", "alice", with " (session s)"
+// when it has one. Two identities may render alike; never compare the rendering.
+func (id HolderID) String() string {
+	s := id.Owner
+	if id.Pull != 0 {
+		s += "#" + strconv.FormatInt(id.Pull, 10)
 	}
-	return h.Owner + "#" + strconv.FormatInt(h.Pull, 10)
+	if id.Session != "" {
+		s += " (session " + id.Session + ")"
+	}
+	return s
+}
+
+// Key is an injective string form of the identity, for an index or a map keyed by string: each
+// field is length-prefixed, so no two identities share a key whatever their owners contain.
+func (id HolderID) Key() string {
+	var b strings.Builder
+	b.Grow(len(id.Owner) + len(id.Session) + 24)
+	b.WriteString(strconv.Itoa(len(id.Owner)))
+	b.WriteByte(':')
+	b.WriteString(id.Owner)
+	b.WriteByte('/')
+	b.WriteString(strconv.FormatInt(id.Pull, 10))
+	b.WriteByte('/')
+	b.WriteString(strconv.Itoa(len(id.Session)))
+	b.WriteByte(':')
+	b.WriteString(id.Session)
+	return b.String()
 }
 
 // Describe renders the holder for people: "pull #100 (alice)", or "alice" without a pull.

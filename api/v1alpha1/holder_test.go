@@ -15,11 +15,40 @@ func TestHolderIdentityAndDescribe(t *testing.T) {
 	}{
 		"owner and pull": {holder: Holder{Owner: "alice", Pull: 100}, want: names{"alice#100", "pull #100 (alice)"}},
 		"owner only":     {holder: Holder{Owner: "ci/deploy"}, want: names{"ci/deploy", "ci/deploy"}},
+		"session":        {holder: Holder{Owner: "bob", Session: "run-1"}, want: names{"bob (session run-1)", "bob"}},
 	}
 	for name, tc := range cases {
-		got := names{tc.holder.Identity(), tc.holder.Describe()}
+		got := names{tc.holder.ID().String(), tc.holder.Describe()}
 		if diff := cmp.Diff(tc.want, got); diff != "" {
 			t.Errorf("%s (-want +got):\n%s", name, diff)
 		}
+	}
+}
+
+// Identities are compared field by field: holders whose joined "owner#pull" would be one string
+// are different identities, and so are their index keys.
+func TestHolderIDIsStructural(t *testing.T) {
+	ids := []HolderID{
+		{Owner: "alice", Pull: 1},
+		{Owner: "alice#1"},
+		{Owner: "alice", Pull: 1, Session: "s"},
+		{Owner: "alice#1", Session: "s"},
+		{Owner: "https://issuer.example#alice"},
+		{Owner: "https://issuer.example", Session: "alice"},
+		{Owner: "a:b", Session: "c"},
+		{Owner: "a", Session: "b:c"},
+		{Owner: "1:a/0/0:"},
+	}
+	keys := map[string]HolderID{}
+	for i, a := range ids {
+		for j, b := range ids {
+			if (a == b) != (i == j) {
+				t.Errorf("%#v == %#v is %v", a, b, a == b)
+			}
+		}
+		if prev, dup := keys[a.Key()]; dup {
+			t.Errorf("%#v and %#v share the key %q", prev, a, a.Key())
+		}
+		keys[a.Key()] = a
 	}
 }

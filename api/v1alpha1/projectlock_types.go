@@ -22,6 +22,11 @@ type LockHolder struct {
 	// +optional
 	Pull int64 `json:"pull,omitempty"`
 
+	// session of the holding requests (spec.holder.session); empty when none.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	Session string `json:"session,omitempty"`
+
 	// url of the holder's pull request or pipeline run (spec.holder.url, at most 2048 characters).
 	// +optional
 	// +kubebuilder:validation:MaxLength=2048

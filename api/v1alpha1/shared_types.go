@@ -42,8 +42,9 @@ type LockTarget struct {
 	Project string `json:"project,omitempty"`
 }
 
-// Holder identifies who holds (or wants) a lock. Identity is owner plus pull: a request from an
-// identity that already holds a key shares that key at once (a pull request's plan, then apply).
+// Holder identifies who holds (or wants) a lock. Identity is owner, pull and session, compared
+// field by field (HolderID): a request from an identity that already holds a key shares that key
+// at once (a pull request's plan, then apply).
 type Holder struct {
 	// owner is the user or pipeline that holds the lock, e.g. "alice" or "ci/deploy". It is shown
 	// to everyone waiting, so it is one line of at most 253 characters: no leading or trailing
@@ -75,4 +76,15 @@ type Holder struct {
 	// +kubebuilder:validation:MaxLength=253
 	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')",message="lease must be the name of a Lease (a DNS subdomain: lowercase letters, digits, '-', '.')"
 	Lease string `json:"lease,omitempty"`
+
+	// session tells concurrent runs of one owner (and pull) apart: requests whose session
+	// differs are different holders, and never share a key; requests of one owner, pull and
+	// session share what that holder holds (plan, then apply). Empty (the default) is one
+	// session of its own. One line of at most 253 characters: no leading or trailing whitespace
+	// and no control characters, e.g. "run-7f3a" or a CI job id.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self == self.trim()",message="session must not start or end with whitespace"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('\\\\p{Cc}')",message="session must not contain control characters (newlines, tabs, escapes)"
+	Session string `json:"session,omitempty"`
 }

@@ -210,7 +210,7 @@ func (d *DeadlockDetector) noCycleThrough(ctx context.Context, namespace string,
 		}
 		var same locksv1.LockRequestList
 		if err := d.client.List(ctx, &same, client.InNamespace(namespace),
-			client.MatchingFields{IndexHolderIdentity: lr.Spec.Holder.Identity()}, client.UnsafeDisableDeepCopy); err != nil {
+			client.MatchingFields{IndexHolderIdentity: lr.Spec.Holder.ID().Key()}, client.UnsafeDisableDeepCopy); err != nil {
 			return false
 		}
 		if !cannotCloseCycle(&lr, w.last, same.Items) {
@@ -330,7 +330,7 @@ func WaitsFor(locks []locksv1.ProjectLock, reqs []locksv1.LockRequest, freezes q
 		}
 		for _, r := range h.Requests {
 			if live[r.UID] {
-				k.holder = &deadlock.Identity{Owner: h.Owner, Pull: h.Pull}
+				k.holder = &deadlock.Identity{Owner: h.Owner, Pull: h.Pull, Session: h.Session}
 				break
 			}
 		}
@@ -358,7 +358,7 @@ func WaitsFor(locks []locksv1.ProjectLock, reqs []locksv1.LockRequest, freezes q
 		st := deadlock.KeyState{Key: k.key, Holder: k.holder}
 		for _, w := range queue.Order(name, k.waiting, now, cfg) {
 			st.Queue = append(st.Queue, deadlock.Waiter{
-				Identity: deadlock.Identity{Owner: w.Request.Spec.Holder.Owner, Pull: w.Request.Spec.Holder.Pull},
+				Identity: w.Request.Spec.Holder.ID(),
 				Request:  w.Request.Name, Priority: w.Priority, Arrival: w.Arrival,
 			})
 		}

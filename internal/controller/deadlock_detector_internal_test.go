@@ -351,7 +351,7 @@ func TestCannotCloseCycleIsSound(t *testing.T) {
 			}
 			var same []locksv1.LockRequest
 			for j := range reqs {
-				if reqs[j].Spec.Holder.Identity() == w.Spec.Holder.Identity() {
+				if reqs[j].Spec.Holder.ID() == w.Spec.Holder.ID() {
 					same = append(same, reqs[j])
 				}
 			}
@@ -371,7 +371,7 @@ func TestCannotCloseCycleIsSound(t *testing.T) {
 			}
 			// Skipped as a waiter nobody can wait for.
 			skipped++
-			id := deadlock.Identity{Owner: w.Spec.Holder.Owner, Pull: w.Spec.Holder.Pull}
+			id := w.Spec.Holder.ID()
 			for _, s := range states {
 				behind := false
 				for _, q := range s.Queue {

@@ -20,8 +20,9 @@ const (
 	IndexCommand = "spec.command"
 	// IndexHolderLease indexes LockRequests by spec.holder.lease.
 	IndexHolderLease = "spec.holder.lease"
-	// IndexHolderIdentity indexes LockRequests by holder identity (owner#pull), so the deadlock
-	// detector can tell whether anyone could be waiting for an identity.
+	// IndexHolderIdentity indexes LockRequests by holder identity (HolderID.Key, injective: an
+	// owner containing '#' is not another identity), so the deadlock detector can tell whether
+	// anyone could be waiting for an identity.
 	IndexHolderIdentity = "spec.holder.identity"
 )
 
@@ -36,7 +37,7 @@ var Indexes = []Index{
 	{IndexLockName, func(lr *locksv1.LockRequest) []string { return lockkey.Names(lr.Spec.Locks) }},
 	{IndexCommand, func(lr *locksv1.LockRequest) []string { return nonEmpty(lr.Spec.Command) }},
 	{IndexHolderLease, func(lr *locksv1.LockRequest) []string { return nonEmpty(lr.Spec.Holder.Lease) }},
-	{IndexHolderIdentity, func(lr *locksv1.LockRequest) []string { return []string{lr.Spec.Holder.Identity()} }},
+	{IndexHolderIdentity, func(lr *locksv1.LockRequest) []string { return []string{lr.Spec.Holder.ID().Key()} }},
 }
 
 func nonEmpty(s string) []string {

@@ -20,21 +20,13 @@ import (
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
 )
 
-// Identity is who holds or wants a lock: an owner, plus the pull request it acts for. Requests of
-// one identity share what it holds, so the graph is over identities, not requests.
-type Identity struct {
-	Owner string
-	Pull  int64
-}
-
-// String renders "alice#1", or just "alice" when there is no pull request: the API's
-// Holder.Identity.
-func (id Identity) String() string {
-	return locksv1.Holder{Owner: id.Owner, Pull: id.Pull}.Identity()
-}
+// Identity is who holds or wants a lock: an owner, the pull request it acts for and its session,
+// compared field by field (locksv1.HolderID). Requests of one identity share what it holds, so
+// the graph is over identities, not requests.
+type Identity = locksv1.HolderID
 
 func compareIdentity(a, b Identity) int {
-	return cmp.Or(strings.Compare(a.Owner, b.Owner), cmp.Compare(a.Pull, b.Pull))
+	return cmp.Or(strings.Compare(a.Owner, b.Owner), cmp.Compare(a.Pull, b.Pull), strings.Compare(a.Session, b.Session))
 }
 
 // Waiter is one request waiting in a key's queue.

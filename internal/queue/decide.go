@@ -120,8 +120,10 @@ type Decision struct {
 	ReleaseFinalizer bool
 	Grant            []Update
 	Waiting          []Update
-	// Holder is the identity that holds the key after the decision, "" when free.
-	Holder string
+	// Holder is the identity that holds the key after the decision; HasHolder is false when the
+	// key is free (Holder is then the zero identity).
+	Holder    locksv1.HolderID
+	HasHolder bool
 	// Queue is every waiting request in grant order.
 	Queue []*locksv1.LockRequest
 	// RequeueAfter is when the key needs deciding again without any event (a TTL, a wait
@@ -137,11 +139,11 @@ type Decision struct {
 type entry struct {
 	req      *locksv1.LockRequest
 	ref      lockkey.Ref
-	refs     []lockkey.Ref // canonical order
-	pos      int           // index of this key in refs
-	id       string        // owner+pull
-	heldHere bool          // listed as holder in the ProjectLock
-	claims   bool          // its status says it holds this key
+	refs     []lockkey.Ref    // canonical order
+	pos      int              // index of this key in refs
+	id       locksv1.HolderID // owner, pull and session: compared with ==, never joined
+	heldHere bool             // listed as holder in the ProjectLock
+	claims   bool             // its status says it holds this key
 	arrival  time.Time
 	stamped  bool
 	priority int // after aging
@@ -229,8 +231,9 @@ func Decide(in Input) Decision {
 		}
 		holders = append(holders, e)
 	}
-	holderID := ""
-	if len(holders) > 0 {
+	var holderID locksv1.HolderID
+	hasHolder := len(holders) > 0
+	if hasHolder {
 		holderID = holders[0].id
 	}
 
@@ -259,16 +262,16 @@ func Decide(in Input) Decision {
 	}
 	var granted []*entry
 	newHolder := false
-	if holderID == "" {
+	if !hasHolder {
 		for _, e := range waiting {
 			if grantable(e) {
-				holderID = e.id
+				holderID, hasHolder = e.id, true
 				newHolder = true
 				break
 			}
 		}
 	}
-	if holderID != "" {
+	if hasHolder {
 		rest := waiting[:0]
 		for _, e := range waiting {
 			if e.id == holderID && grantable(e) {
@@ -344,7 +347,7 @@ func Decide(in Input) Decision {
 			d.Lock = &status
 		}
 	}
-	d.Holder = holderID
+	d.Holder, d.HasHolder = holderID, hasHolder
 	for _, e := range waiting {
 		d.Queue = append(d.Queue, e.req)
 	}
@@ -487,7 +490,7 @@ func newEntry(req *locksv1.LockRequest, name string, cfg Config, now time.Time) 
 		ref:   refs[pos],
 		refs:  refs,
 		pos:   pos,
-		id:    req.Spec.Holder.Identity(),
+		id:    req.Spec.Holder.ID(),
 		ttl:   TTL(req, cfg),
 		final: req.Status.Phase.IsFinal(),
 	}

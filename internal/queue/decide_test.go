@@ -97,7 +97,7 @@ func runDecideCases(t *testing.T, cases map[string]decideCase) {
 			if diff := cmp.Diff(tc.wantCreate, d.CreateLock); diff != "" {
 				t.Errorf("CreateLock (-want +got):\n%s", diff)
 			}
-			if diff := cmp.Diff(tc.wantHolder, d.Holder); diff != "" {
+			if diff := cmp.Diff(tc.wantHolder, holderText(d)); diff != "" {
 				t.Errorf("Holder (-want +got):\n%s", diff)
 			}
 			if diff := cmp.Diff(tc.wantLock, lockViewOf(d.Lock)); diff != "" {
@@ -251,7 +251,7 @@ func TestDecideGrantsFreeKey(t *testing.T) {
 			if len(d.Finish)+len(d.Waiting) != 0 || len(d.Queue) != 0 {
 				t.Errorf("unexpected writes:\n%s", describeDecision(d))
 			}
-			if diff := cmp.Diff("alice#100", d.Holder); diff != "" {
+			if diff := cmp.Diff("alice#100", holderText(d)); diff != "" {
 				t.Errorf("Holder (-want +got):\n%s", diff)
 			}
 			if diff := cmp.Diff(tc.wantExpires.Sub(now), d.RequeueAfter); diff != "" {
@@ -578,4 +578,13 @@ func TestDecideRequeuesForThawsAndLeaseLapses(t *testing.T) {
 			}
 		})
 	}
+}
+
+// holderText renders a decision's holder for the tables ("" when the key is free). The tables'
+// owners contain no '#'; TestDecideComparesIdentitiesStructurally covers those that do.
+func holderText(d Decision) string {
+	if !d.HasHolder {
+		return ""
+	}
+	return d.Holder.String()
 }

@@ -21,7 +21,10 @@ func simulate(t testing.TB, seed uint64, rounds int) map[string]int {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(seed, 0x7475726e7374696c))
 	cfg := Config{DefaultTTL: 20 * time.Second, MaxTTL: time.Minute, AgingStep: 15 * time.Second, QueueCap: 5, HeadSize: 3}
-	holders := []locksv1.Holder{{Owner: "alice", Pull: 1}, {Owner: "alice", Pull: 2}, {Owner: "bob"}, {Owner: "carol", Pull: 3}}
+	// "alice#1" without a pull and bob's second session are identities of their own: a joined
+	// owner#pull string would take the first for alice's pull 1 and the second for bob.
+	holders := []locksv1.Holder{{Owner: "alice", Pull: 1}, {Owner: "alice", Pull: 2}, {Owner: "bob"}, {Owner: "carol", Pull: 3},
+		{Owner: "alice#1"}, {Owner: "bob", Session: "s2"}}
 	priorities := []locksv1.Priority{locksv1.PriorityLow, locksv1.PriorityNormal, locksv1.PriorityHigh, locksv1.PriorityCritical}
 	commands := []string{"", "plan", "apply"}
 
@@ -54,7 +57,7 @@ func simulate(t testing.TB, seed uint64, rounds int) map[string]int {
 		case k < 8:
 			seq++
 			h := holders[rng.IntN(len(holders))]
-			b := makeReq(fmt.Sprintf("r%03d", seq)).Owner(h.Owner, h.Pull).
+			b := makeReq(fmt.Sprintf("r%03d", seq)).Owner(h.Owner, h.Pull).Session(h.Session).
 				Priority(priorities[rng.IntN(len(priorities))]).
 				Command(commands[rng.IntN(len(commands))]).
 				Creation(clock.Truncate(time.Second))
@@ -190,7 +193,7 @@ func simulate(t testing.TB, seed uint64, rounds int) map[string]int {
 			continue
 		}
 		// Progress: a key left without a holder has nobody it could grant.
-		if d.Holder == "" {
+		if !d.HasHolder {
 			for _, r := range d.Queue {
 				if _, frozen := w.freezes.For(r.Spec.Command); !frozen {
 					t.Fatalf("%s: key free while %s (command %q) waits", where, r.Name, r.Spec.Command)
@@ -211,14 +214,15 @@ func checkInvariants(t testing.TB, where string, w *world, prev *locksv1.Project
 	t.Helper()
 	lock := w.locks[name1]
 	listed := map[types.UID]bool{}
-	lockID := ""
+	var lockID locksv1.HolderID
+	locked := false
 	if lock != nil && lock.Status.Holder != nil {
 		h := lock.Status.Holder
-		lockID = locksv1.Holder{Owner: h.Owner, Pull: h.Pull}.Identity()
+		lockID, locked = h.ID(), true
 		for _, hr := range h.Requests {
 			listed[types.UID(hr.UID)] = true
-			if r := w.reqs[types.UID(hr.UID)]; r != nil && r.Spec.Holder.Identity() != lockID {
-				t.Fatalf("%s: ProjectLock holder %s lists %s of %s", where, lockID, r.Name, r.Spec.Holder.Identity())
+			if r := w.reqs[types.UID(hr.UID)]; r != nil && r.Spec.Holder.ID() != lockID {
+				t.Fatalf("%s: ProjectLock holder %#v lists %s of %#v", where, lockID, r.Name, r.Spec.Holder.ID())
 			}
 		}
 	}
@@ -241,25 +245,26 @@ func checkInvariants(t testing.TB, where string, w *world, prev *locksv1.Project
 		return
 	}
 	tok := lock.Status.FencingToken
-	prevID, prevTok := "", int64(0)
+	var prevID locksv1.HolderID
+	prevLocked, prevTok := false, int64(0)
 	if prev != nil {
 		prevTok = prev.Status.FencingToken
 		if h := prev.Status.Holder; h != nil {
-			prevID = locksv1.Holder{Owner: h.Owner, Pull: h.Pull}.Identity()
+			prevID, prevLocked = h.ID(), true
 		}
 		// A re-created ProjectLock shows no token until its first grant.
 		if tok != 0 && tok < prevTok {
 			t.Fatalf("%s: token went down from %d to %d", where, prevTok, tok)
 		}
 	}
-	if lockID != "" && lockID != prevID && tok <= *highest {
-		t.Fatalf("%s: key passed from %q to %q with token %d, not above %d", where, prevID, lockID, tok, *highest)
+	if locked && (!prevLocked || lockID != prevID) && tok <= *highest {
+		t.Fatalf("%s: key passed from %#v to %#v with token %d, not above %d", where, prevID, lockID, tok, *highest)
 	}
 	if tok > *highest {
 		*highest = tok
 	}
-	if stage >= stageLock && d.Lock != nil && d.Holder != lockID {
-		t.Fatalf("%s: Decision.Holder %q, the ProjectLock written says %q", where, d.Holder, lockID)
+	if stage >= stageLock && d.Lock != nil && (d.HasHolder != locked || d.Holder != lockID) {
+		t.Fatalf("%s: Decision.Holder %#v (%v), the ProjectLock written says %#v (%v)", where, d.Holder, d.HasHolder, lockID, locked)
 	}
 }
 

@@ -81,7 +81,7 @@ func lockStatus(lock *locksv1.ProjectLock, holders, waiting []*entry, token int6
 	st.Holder = nil
 	if len(holders) > 0 {
 		first := holders[0].req
-		h := &locksv1.LockHolder{Owner: first.Spec.Holder.Owner, Pull: first.Spec.Holder.Pull, URL: first.Spec.Holder.URL}
+		h := &locksv1.LockHolder{Owner: first.Spec.Holder.Owner, Pull: first.Spec.Holder.Pull, Session: first.Spec.Holder.Session, URL: first.Spec.Holder.URL}
 		h.Since = newTime(now)
 		if !newHolder && lock != nil && lock.Status.Holder != nil {
 			h.Since = lock.Status.Holder.Since

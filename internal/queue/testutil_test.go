@@ -107,7 +107,7 @@ func (w *lockWrapper) Obj() *locksv1.ProjectLock {
 		return pl
 	}
 	first := w.holders[0].Spec.Holder
-	h := &locksv1.LockHolder{Owner: first.Owner, Pull: first.Pull, URL: first.URL, Since: metav1.NewTime(w.since.Truncate(time.Second))}
+	h := &locksv1.LockHolder{Owner: first.Owner, Pull: first.Pull, Session: first.Session, URL: first.URL, Since: metav1.NewTime(w.since.Truncate(time.Second))}
 	sorted := append([]*locksv1.LockRequest{}, w.holders...)
 	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Name < sorted[j].Name })
 	for _, r := range sorted {

@@ -165,7 +165,10 @@ func newSim(seed uint64) *sim {
 		s.targets = append(s.targets, t)
 		s.keys = append(s.keys, keyOf(s.ns, t))
 	}
-	s.ids = []locksv1.Holder{{Owner: "alice", Pull: 1}, {Owner: "alice", Pull: 2}, {Owner: "bob"}, {Owner: "carol", Pull: 3}}
+	// Owner "alice#1" without a pull and bob's second session are identities of their own (hole C
+	// of issue #26): a joined owner#pull string would make them alice's pull 1 and bob.
+	s.ids = []locksv1.Holder{{Owner: "alice", Pull: 1}, {Owner: "alice", Pull: 2}, {Owner: "bob"}, {Owner: "carol", Pull: 3},
+		{Owner: "alice#1"}, {Owner: "bob", Session: "s2"}}
 	s.inv = lag.NewInvariants(k8s)
 	s.inv.Structural = true
 	s.replay = lag.NewInvariants(k8s)
@@ -476,9 +479,20 @@ func (s *sim) freeze() string {
 	return "thaw " + s.command
 }
 
+// leaseName is the holder Lease of id: one per identity, named by its place in s.ids (an owner
+// may contain characters a Lease name may not).
+func (s *sim) leaseName(id locksv1.Holder) string {
+	for i, other := range s.ids {
+		if other.ID() == id.ID() {
+			return fmt.Sprintf("lease-%d", i)
+		}
+	}
+	panic(fmt.Sprintf("identity %s is not one of the simulation's", id.ID()))
+}
+
 // ensureLease makes sure the holder Lease of id exists and is renewed at the simulated now.
 func (s *sim) ensureLease(id locksv1.Holder) string {
-	name := "lease-" + strings.ReplaceAll(id.Identity(), "#", "-")
+	name := s.leaseName(id)
 	var l coordinationv1.Lease
 	err := k8s.Get(ctx, client.ObjectKey{Namespace: s.ns, Name: name}, &l)
 	now := metav1.NewMicroTime(s.now)
@@ -500,7 +514,7 @@ func (s *sim) ensureLease(id locksv1.Holder) string {
 func (s *sim) lease() string {
 	id := s.ids[s.rng.IntN(len(s.ids))]
 	if s.rng.IntN(3) == 0 {
-		name := "lease-" + strings.ReplaceAll(id.Identity(), "#", "-")
+		name := s.leaseName(id)
 		l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: name}}
 		Expect(client.IgnoreNotFound(k8s.Delete(ctx, l))).To(Succeed())
 		return "lose-lease " + name

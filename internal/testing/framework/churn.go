@@ -137,7 +137,7 @@ func (c Churn) record(kind lincheck.Kind, granted *locksv1.LockRequest, call int
 	}
 	ret := c.History.Now()
 	for _, l := range granted.Status.Locks {
-		c.History.Add(lincheck.Input{Kind: kind, Key: granted.Namespace + "/" + l.Name, Client: granted.Spec.Holder.Identity()},
+		c.History.Add(lincheck.Input{Kind: kind, Key: granted.Namespace + "/" + l.Name, Client: granted.Spec.Holder.ID()},
 			lincheck.Output{KeyToken: l.FencingToken, RequestToken: granted.Status.FencingToken}, call, ret)
 	}
 }

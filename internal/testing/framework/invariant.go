@@ -95,14 +95,14 @@ func (ic *InvariantChecker) observe(ev watch.Event) {
 		return
 	}
 	// Who holds each key now, by the requests' own word.
-	holders := map[string]map[string][]string{} // ns/lockName -> identity -> request names
+	holders := map[string]map[locksv1.HolderID][]string{} // ns/lockName -> identity (field by field) -> request names
 	for k, r := range ic.requests {
 		for _, l := range queue.HeldLocks(r) {
 			lk := r.Namespace + "/" + l.Name
 			if holders[lk] == nil {
-				holders[lk] = map[string][]string{}
+				holders[lk] = map[locksv1.HolderID][]string{}
 			}
-			id := r.Spec.Holder.Identity()
+			id := r.Spec.Holder.ID()
 			holders[lk][id] = append(holders[lk][id], k)
 		}
 	}

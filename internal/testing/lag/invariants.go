@@ -28,7 +28,7 @@ type Invariants struct {
 
 // tenure is what was seen of one key's current holder identity.
 type tenure struct {
-	identity string
+	identity locksv1.HolderID
 	request  string
 	start    int64 // the lowest per-key token the identity was seen with on the key
 	ceiling  int64 // the highest token, per key or request-level, it was seen with
@@ -144,9 +144,9 @@ func (inv *Invariants) checkRequests(reqs []*locksv1.LockRequest) ([]string, map
 	}
 	for _, key := range sortedKeys(holders) {
 		hs := holders[key]
-		ids := map[string][]string{}
+		ids := map[locksv1.HolderID][]string{}
 		for _, h := range hs {
-			id := h.lr.Spec.Holder.Identity()
+			id := h.lr.Spec.Holder.ID()
 			ids[id] = append(ids[id], h.lr.Name)
 		}
 		if len(ids) > 1 {
@@ -219,7 +219,7 @@ func keyToken(lr *locksv1.LockRequest, l locksv1.LockStatus) int64 {
 // identity's tenure the per-key token may rise (a re-issued grant) but never fall.
 func (inv *Invariants) observeToken(key string, lr *locksv1.LockRequest, keyTok int64) []string {
 	var out []string
-	id := lr.Spec.Holder.Identity()
+	id := lr.Spec.Holder.ID()
 	reqTok := lr.Status.FencingToken
 	if reqTok < keyTok {
 		out = append(out, fmt.Sprintf("fencing: %s reports token %d for the request, below its token %d for %s", lr.Name, reqTok, keyTok, key))

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
+
+	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
 )
 
 // Kind is what a client did.
@@ -28,7 +30,7 @@ const (
 type Input struct {
 	Kind   Kind
 	Key    string
-	Client string // the holder identity (one request per identity at a time)
+	Client locksv1.HolderID // the holder identity, compared field by field (one request per identity at a time)
 }
 
 // Output is what an acquire saw: the per-key token and the request-level token of its grant.
@@ -64,9 +66,11 @@ func (h *History) Len() int {
 	return len(h.ops)
 }
 
-// state is one key's lock: its holder ("" when free) and the highest token any holder showed.
+// state is one key's lock: its holder (held false when free) and the highest token any holder
+// showed.
 type state struct {
-	holder string
+	held   bool
+	holder locksv1.HolderID
 	top    int64
 }
 
@@ -95,10 +99,10 @@ var Model = porcupine.Model{
 		switch in.Kind {
 		case Acquire:
 			out := output.(Output)
-			ok := st.holder == "" && out.KeyToken > st.top && out.RequestToken >= out.KeyToken
-			return ok, state{holder: in.Client, top: max(st.top, out.RequestToken)}
+			ok := !st.held && out.KeyToken > st.top && out.RequestToken >= out.KeyToken
+			return ok, state{held: true, holder: in.Client, top: max(st.top, out.RequestToken)}
 		default:
-			return st.holder == in.Client, state{top: st.top}
+			return st.held && st.holder == in.Client, state{top: st.top}
 		}
 	},
 	DescribeOperation: func(input, output interface{}) string {
@@ -111,7 +115,7 @@ var Model = porcupine.Model{
 	},
 	DescribeState: func(s interface{}) string {
 		st := s.(state)
-		if st.holder == "" {
+		if !st.held {
 			return fmt.Sprintf("free, top token %d", st.top)
 		}
 		return fmt.Sprintf("held by %s, top token %d", st.holder, st.top)

@@ -6,6 +6,8 @@ import (
 
 	"github.com/anishathalye/porcupine"
 	"github.com/google/go-cmp/cmp"
+
+	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
 )
 
 // op is one recorded operation for the tables: who, what, on which key, when, and the tokens.
@@ -56,12 +58,23 @@ func TestModel(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			h := NewHistory()
 			for _, o := range tc.ops {
-				h.Add(Input{Kind: o.kind, Key: o.key, Client: o.client}, Output{KeyToken: o.keyTok, RequestToken: o.reqTok}, o.call, o.ret)
+				h.Add(Input{Kind: o.kind, Key: o.key, Client: locksv1.HolderID{Owner: o.client}}, Output{KeyToken: o.keyTok, RequestToken: o.reqTok}, o.call, o.ret)
 			}
 			got := h.Check(10 * time.Second)
 			if diff := cmp.Diff(tc.want, got.Verdict); diff != "" {
 				t.Errorf("verdict (-want +got):\n%s\n%s", diff, got.Explanation)
 			}
 		})
+	}
+}
+
+// Clients are holder identities compared field by field: owner "alice#1" is not alice's pull 1,
+// so the second cannot release what the first acquired.
+func TestModelComparesClientsStructurally(t *testing.T) {
+	h := NewHistory()
+	h.Add(Input{Kind: Acquire, Key: "k", Client: locksv1.HolderID{Owner: "alice", Pull: 1}}, Output{KeyToken: 5, RequestToken: 5}, 0, 2)
+	h.Add(Input{Kind: Release, Key: "k", Client: locksv1.HolderID{Owner: "alice#1"}}, Output{}, 3, 4)
+	if got := h.Check(10 * time.Second); got.Verdict != porcupine.Illegal {
+		t.Fatalf("a release by another identity rendering alike: %v, want Illegal", got.Verdict)
 	}
 }

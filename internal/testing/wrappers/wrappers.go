@@ -75,6 +75,12 @@ func (w *LockRequestWrapper) Owner(owner string, pull int64) *LockRequestWrapper
 	return w
 }
 
+// Session sets the holder's session.
+func (w *LockRequestWrapper) Session(s string) *LockRequestWrapper {
+	w.Spec.Holder.Session = s
+	return w
+}
+
 // URL sets the holder's url.
 func (w *LockRequestWrapper) URL(u string) *LockRequestWrapper {
 	w.Spec.Holder.URL = u
