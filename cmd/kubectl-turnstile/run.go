@@ -18,6 +18,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/turnstile-dev/turnstile/internal/proctree"
@@ -67,7 +68,8 @@ type runOptions struct {
 	conflictCode   int
 	keepOnFailure  bool
 	keeper         bool
-	askTimeoutFlag time.Duration
+	session        string
+	shareWithOwner bool
 }
 
 func newRunCmd(g *globals) *cobra.Command {
@@ -130,6 +132,8 @@ run / not found. See docs/run.md.`,
 	fs.BoolVar(&o.nonblock, "nonblock", false, "Fail at once, with the -E code, if the locks are busy (flock's -n; -n is kubectl's --namespace).")
 	fs.IntVarP(&o.conflictCode, "conflict-exit-code", "E", exitNotGranted, "Exit code when the locks are not granted (busy, wait timeout, frozen, deadlock victim).")
 	fs.BoolVar(&o.keepOnFailure, "keep-on-failure", false, "If COMMAND fails, keep the locks (until released, or until --ttl runs out) and record why on the request, so the next run does not start on a broken state.")
+	fs.StringVar(&o.session, "session", "", "Hold the locks as this session (spec.holder.session) instead of a fresh one: runs of one owner and pull that give the same --session share the locks; others wait for each other.")
+	fs.BoolVar(&o.shareWithOwner, "share-with-same-owner", false, "Share the locks with every request of the same owner and pull that names no session (an earlier acquire, e.g. Atlantis's plan before apply), instead of waiting for them.")
 	fs.BoolVar(&o.keeper, keeperFlag, false, "run's own keeper process (internal).")
 	_ = fs.MarkHidden(keeperFlag)
 	cmd.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usageError(c, err) })
@@ -198,6 +202,15 @@ func runCommand(cmd *cobra.Command, g *globals, f *requestFlags, o runOptions, a
 	if err != nil {
 		return fail(exitRunFailed, "%v", err)
 	}
+	// One run, one holder: a fresh session unless sharing is asked for by name.
+	switch {
+	case o.shareWithOwner && o.session != "":
+		return fail(exitRunFailed, "--session and --share-with-same-owner: give one of them")
+	case o.session != "":
+		r.Holder.Session = o.session
+	case !o.shareWithOwner:
+		r.Holder.Session = "run-" + randomHex(6)
+	}
 	askTimeout := defaultAskTimeout
 	if s := ptrString(g.flags.Timeout); s != "" && s != "0" {
 		d, err := time.ParseDuration(s)
@@ -221,6 +234,19 @@ func runCommand(cmd *cobra.Command, g *globals, f *requestFlags, o runOptions, a
 
 	rn := &runner{stderr: stderr, c: c, ns: ns, o: o, sigs: sigs}
 	return exitError{code: rn.run(base, r, askTimeout, args)}
+}
+
+// refused is an answer that asking again will not change: a missing namespace, a refusal by
+// RBAC or admission, bad credentials.
+func refused(err error) bool {
+	return err != nil && (apierrors.IsNotFound(err) || apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) ||
+		apierrors.IsInvalid(err) || apierrors.IsBadRequest(err))
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
 }
 
 func ptrString(p *string) string {
@@ -248,9 +274,7 @@ func (rn *runner) say(format string, a ...any) { fmt.Fprintf(rn.stderr, format+"
 
 // run asks, waits, runs and releases; it returns the exit code.
 func (rn *runner) run(ctx context.Context, r client.Request, askTimeout time.Duration, args []string) int {
-	suffix := make([]byte, 4)
-	_, _ = rand.Read(suffix)
-	leaseName := "turnstile-run-" + hex.EncodeToString(suffix)
+	leaseName := "turnstile-run-" + randomHex(4)
 	host, _ := os.Hostname()
 
 	// The holder Lease: renewed by this process, deleted when it exits cleanly.
@@ -285,11 +309,19 @@ func (rn *runner) run(ctx context.Context, r client.Request, askTimeout time.Dur
 	askCtx, cancelAsk := context.WithTimeout(ctx, askTimeout)
 	defer cancelAsk()
 	for !hb.Healthy() {
+		if _, lerr := hb.LastRenew(); refused(lerr) {
+			stopHB() // never written: nothing to give up, no need to wait for it
+			rn.say("error: could not write the holder Lease %s/%s: %v", rn.ns, leaseName, lerr)
+			return exitRunFailed
+		}
 		select {
 		case <-askCtx.Done():
 			_, lerr := hb.LastRenew()
-			stopLease()
-			rn.say("error: could not write the holder Lease %s/%s within %s: %v", rn.ns, leaseName, askTimeout, lerr)
+			if lerr == nil {
+				lerr = errors.New("no answer from the API server")
+			}
+			stopHB()
+			rn.say("error: could not write the holder Lease %s/%s within %s (--request-timeout): %v", rn.ns, leaseName, askTimeout, lerr)
 			return exitRunFailed
 		case s := <-rn.sigs:
 			stopLease()

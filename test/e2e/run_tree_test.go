@@ -247,6 +247,80 @@ var _ = Describe("kubectl turnstile run as a flock of the whole process tree", f
 		Expect(l.last.Sub(l.start)).To(BeNumerically(">", 24*time.Second), "the command ran more than twice its ttl")
 	})
 
+	It("makes two runs of one identity wait for each other, and shares only when asked by name", func() {
+		By("the same owner, no pull, no flag: the second run waits for the first tree")
+		a := startRun("", runArgs("alice"), trees.command("a", `$alive 20`))
+		Eventually(a.Err, settle).Should(gbytes.Say("granted"))
+		trees.waitStarted("a")
+		b := startRun("", runArgs("alice"), trees.command("b", `$alive 3`))
+		Eventually(b.Err, settle).Should(gbytes.Say("waiting"))
+		Eventually(a, 30*time.Second).Should(gexec.Exit(0))
+		Eventually(b, 30*time.Second).Should(gexec.Exit(0))
+		trees.expectSerial("a", "b")
+
+		By("--session NAME given by both: they share the locks")
+		c := startRun("", runArgs("alice", "--session", "deploy-7"), trees.command("c", `$alive 100`))
+		Eventually(c.Err, settle).Should(gbytes.Say("granted"))
+		trees.waitStarted("c")
+		out, err := kubectl(append(append([]string{"turnstile"}, runArgs("alice", "--session", "deploy-7", "--nonblock")...), "--", "true")...)
+		Expect(err).NotTo(HaveOccurred(), "the same session shares the lock: %s", out)
+		Expect(c.Command.Process.Signal(syscall.SIGTERM)).To(Succeed())
+		Eventually(c, 30*time.Second).Should(gexec.Exit())
+	})
+
+	It("shares with an earlier acquire of the same owner only with --share-with-same-owner", func() {
+		mustKubectl("turnstile", "-n", ns, "acquire", "-l", lock, "--owner", "alice", "--pull", "5", "--name", "plan")
+		_, err := kubectl("turnstile", "-n", ns, "run", "-l", lock, "--owner", "alice", "--pull", "5", "--nonblock", "--", "true")
+		Expect(exitCode(err)).To(Equal(75), "a run is a holder of its own: busy, never granted (err: %v)", err)
+		Expect(stderrOf(err)).To(ContainSubstring("not granted"))
+		_, err = kubectl("turnstile", "-n", ns, "run", "-l", lock, "--owner", "alice", "--pull", "5", "-w", "0s", "-E", "9", "--", "true")
+		Expect(exitCode(err)).To(Equal(9), "-E sets the code for never granted (err: %v)", err)
+		out, err := kubectl("turnstile", "-n", ns, "run", "-l", lock, "--owner", "alice", "--pull", "5", "--share-with-same-owner", "--nonblock",
+			"--", "sh", "-c", `echo "token=$TURNSTILE_FENCING_TOKEN lease=$TURNSTILE_HOLDER_LEASE"`)
+		Expect(err).NotTo(HaveOccurred(), "the plan's holder applies under its lock")
+		Expect(out).To(MatchRegexp(`token=[1-9][0-9]* lease=` + ns + `/turnstile-run-[0-9a-f]+`))
+		Expect(jsonpath(ns, "lr/plan", "{.status.phase}")).To(Equal("Granted"), "the plan's lock is still held")
+	})
+
+	It("says why it cannot ask, within --request-timeout, with exit code 125; 127 for a missing command", func() {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(ln.Close) // accepts nothing: every connection hangs, as an unreachable server
+		start := time.Now()
+		cut := startRun(proxiedKubeconfig(ln.Addr().String()), append(runArgs("alice"), "--request-timeout", "3s"), []string{"true"})
+		Eventually(cut, 30*time.Second).Should(gexec.Exit(125))
+		GinkgoWriter.Printf("run gave up on an unreachable API server after %s\n", time.Since(start).Round(time.Millisecond))
+		Expect(string(cut.Err.Contents())).To(ContainSubstring("could not write the holder Lease"))
+
+		_, err = kubectl("turnstile", "-n", "no-such-namespace-"+randSuffix(), "run", "-l", lock, "--", "true")
+		Expect(exitCode(err)).To(Equal(125))
+		Expect(stderrOf(err)).To(ContainSubstring("not found"))
+
+		_, err = kubectl("turnstile", "-n", ns, "run", "-l", lock, "--", "no-such-command-"+randSuffix())
+		Expect(exitCode(err)).To(Equal(127))
+		_, err = kubectl("turnstile", "-n", ns, "run", "-l", lock, "--grace", "30s", "--", "true")
+		Expect(exitCode(err)).To(Equal(125))
+		Expect(stderrOf(err)).To(ContainSubstring("--grace 30s does not fit in --lease-duration 40s"))
+		Expect(jsonpath(ns, "lockrequests", "{.items[*].metadata.name}")).To(BeEmpty(), "nothing was asked for")
+	})
+
+	It("keeps the locks after a failed command with --keep-on-failure, saying why", func() {
+		_, err := kubectl("turnstile", "-n", ns, "run", "-l", lock, "--owner", "alice", "--name", "broken", "--keep-on-failure",
+			"--lease-duration", "8s", "--grace", "1s",
+			"--url", "https://ci.example.com/runs/7", "--", "sh", "-c", "exit 4")
+		Expect(exitCode(err)).To(Equal(4))
+		Expect(jsonpath(ns, "lr/broken", "{.status.phase}")).To(Equal("Granted"))
+		Expect(jsonpath(ns, "lr/broken", "{.spec.reason}")).To(Equal("kept after a failed run: exit code 4 (https://ci.example.com/runs/7)"))
+		Expect(jsonpath(ns, "lr/broken", `{.metadata.annotations.locks\.turnstile\.dev/exit-code}`)).To(Equal("4"))
+		By("the holder Lease does not lapse when run is gone (8s lease)")
+		Consistently(field(ns, "lr/broken", "{.status.phase}")).WithTimeout(10 * time.Second).WithPolling(500 * time.Millisecond).Should(Equal("Granted"))
+		_, err = kubectl("turnstile", "-n", ns, "run", "-l", lock, "--owner", "bob", "--nonblock", "--", "true")
+		Expect(exitCode(err)).To(Equal(75))
+		Expect(stderrOf(err)).To(ContainSubstring("kept after a failed run"))
+		mustKubectl("turnstile", "-n", ns, "release", "broken")
+		mustKubectl("turnstile", "-n", ns, "run", "-l", lock, "--owner", "bob", "-w", "20s", "--", "true")
+	})
+
 	It("stops a holder cut off from the API server (black hole) before the next holder starts", func() {
 		proxy := newBlackHole(env.Config.Host)
 		DeferCleanup(proxy.Close)
