@@ -21,6 +21,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
+	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
 	"github.com/turnstile-dev/turnstile/internal/proctree"
 	"github.com/turnstile-dev/turnstile/pkg/client"
 	"github.com/turnstile-dev/turnstile/pkg/workdir"
@@ -371,6 +372,10 @@ func (rn *runner) run(ctx context.Context, r client.Request, askTimeout time.Dur
 			errors.Is(err, client.ErrDeadlock), errors.Is(err, client.ErrQueueFull), errors.Is(err, client.ErrReleased),
 			errors.Is(err, context.DeadlineExceeded):
 			rn.say("not granted: %v", err)
+			if self := (locksv1.Holder{Owner: lr.Spec.Holder.Owner, Pull: lr.Spec.Holder.Pull}).Describe(); errors.Is(err, client.ErrBusy) &&
+				r.Holder.Session != "" && strings.Contains(err.Error(), "locked by "+self) {
+				rn.say("hint: each run is a holder of its own (session %s); to share a lock %s already holds, give --share-with-same-owner", r.Holder.Session, self)
+			}
 			return rn.o.conflictCode
 		}
 		rn.say("error: %v", err)
@@ -400,9 +405,9 @@ func (rn *runner) run(ctx context.Context, r client.Request, askTimeout time.Dur
 }
 
 // awaitReporting waits for the grant, saying on stderr why it waits (once per change).
-func awaitReporting(ctx context.Context, w io.Writer, tc *client.Client, lr *locksv1LockRequest) (*client.Lock, error) {
+func awaitReporting(ctx context.Context, w io.Writer, tc *client.Client, lr *locksv1.LockRequest) (*client.Lock, error) {
 	last := ""
-	return tc.Await(ctx, lr, client.OnChange(func(lr *locksv1LockRequest) {
+	return tc.Await(ctx, lr, client.OnChange(func(lr *locksv1.LockRequest) {
 		if msg := waitingMessage(lr); msg != "" && msg != last {
 			last = msg
 			fmt.Fprintf(w, "lockrequest/%s waiting: %s\n", lr.Name, msg)

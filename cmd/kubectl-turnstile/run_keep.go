@@ -25,8 +25,6 @@ const (
 	annotationURL      = "locks.turnstile.dev/pipeline-url"
 )
 
-type locksv1LockRequest = locksv1.LockRequest
-
 // waitingMessage is why a pending request waits, from its Granted condition; "" once decided.
 func waitingMessage(lr *locksv1.LockRequest) string {
 	c := meta.FindStatusCondition(lr.Status.Conditions, locksv1.ConditionGranted)

@@ -273,6 +273,7 @@ var _ = Describe("kubectl turnstile run as a flock of the whole process tree", f
 		_, err := kubectl("turnstile", "-n", ns, "run", "-l", lock, "--owner", "alice", "--pull", "5", "--nonblock", "--", "true")
 		Expect(exitCode(err)).To(Equal(75), "a run is a holder of its own: busy, never granted (err: %v)", err)
 		Expect(stderrOf(err)).To(ContainSubstring("not granted"))
+		Expect(stderrOf(err)).To(ContainSubstring("give --share-with-same-owner"), "run says how to share")
 		_, err = kubectl("turnstile", "-n", ns, "run", "-l", lock, "--owner", "alice", "--pull", "5", "-w", "0s", "-E", "9", "--", "true")
 		Expect(exitCode(err)).To(Equal(9), "-E sets the code for never granted (err: %v)", err)
 		out, err := kubectl("turnstile", "-n", ns, "run", "-l", lock, "--owner", "alice", "--pull", "5", "--share-with-same-owner", "--nonblock",
