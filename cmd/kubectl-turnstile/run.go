@@ -203,14 +203,8 @@ func runCommand(cmd *cobra.Command, g *globals, f *requestFlags, o runOptions, a
 	if err != nil {
 		return fail(exitRunFailed, "%v", err)
 	}
-	// One run, one holder: a fresh session unless sharing is asked for by name.
-	switch {
-	case o.shareWithOwner && o.session != "":
-		return fail(exitRunFailed, "--session and --share-with-same-owner: give one of them")
-	case o.session != "":
-		r.Holder.Session = o.session
-	case !o.shareWithOwner:
-		r.Holder.Session = "run-" + randomHex(6)
+	if r.Holder.Session, err = holderSession(o); err != nil {
+		return fail(exitRunFailed, "%v", err)
 	}
 	askTimeout := defaultAskTimeout
 	if s := ptrString(g.flags.Timeout); s != "" && s != "0" {
@@ -235,6 +229,20 @@ func runCommand(cmd *cobra.Command, g *globals, f *requestFlags, o runOptions, a
 
 	rn := &runner{stderr: stderr, c: c, ns: ns, o: o, sigs: sigs}
 	return exitError{code: rn.run(base, r, askTimeout, args)}
+}
+
+// holderSession is the run's spec.holder.session. One run, one holder: a fresh session unless
+// sharing is asked for by name (--session NAME, or none with --share-with-same-owner).
+func holderSession(o runOptions) (string, error) {
+	switch {
+	case o.shareWithOwner && o.session != "":
+		return "", errors.New("--session and --share-with-same-owner: give one of them")
+	case o.session != "":
+		return o.session, nil
+	case o.shareWithOwner:
+		return "", nil
+	}
+	return "run-" + randomHex(6), nil
 }
 
 // refused is an answer that asking again will not change: a missing namespace, a refusal by
@@ -421,18 +429,24 @@ func (rn *runner) setExpiry(t time.Time) {
 	rn.mu.Unlock()
 }
 
-// deadline is when the keeper must begin stopping the tree so that its last process has exited,
-// grace included, stopMargin before the server may consider this holder gone: its Lease lapsing
-// (last renewal + lease duration) or its grant expiring.
+// deadline is when the keeper must begin stopping the tree (stopAt).
 func (rn *runner) deadline() time.Time {
 	last, _ := rn.hb.LastRenew()
-	d := last.Add(rn.o.leaseDuration - stopMargin)
 	rn.mu.Lock()
-	if exp := rn.expiresAt.Add(-stopMargin); !rn.expiresAt.IsZero() && exp.Before(d) {
+	exp := rn.expiresAt
+	rn.mu.Unlock()
+	return stopAt(last, exp, rn.o.leaseDuration, rn.o.grace)
+}
+
+// stopAt is when the tree must begin to stop so that its last process has exited, grace
+// included, stopMargin before the server may consider this holder gone: its Lease lapsing
+// (last renewal + lease duration) or its grant expiring (expiresAt; zero when unknown).
+func stopAt(lastRenew, expiresAt time.Time, lease, grace time.Duration) time.Time {
+	d := lastRenew.Add(lease - stopMargin)
+	if exp := expiresAt.Add(-stopMargin); !expiresAt.IsZero() && exp.Before(d) {
 		d = exp
 	}
-	rn.mu.Unlock()
-	return d.Add(-rn.o.grace)
+	return d.Add(-grace)
 }
 
 // deadlineCause says why the keeper stopped the tree at the deadline.
