@@ -181,7 +181,7 @@ func (kr *keeperRun) waitFile(t *testing.T, name string) {
 
 func TestKeeperStopsWhatTheCommandLeftBehind(t *testing.T) {
 	// A double fork: the orphan is re-parented to the keeper (a subreaper), not to init.
-	kr := startTestKeeper(t, time.Second, `(sh -c 'trap "" TERM; echo $$ > $D/orphan; sleep 3; echo survived > $D/done' &); exit 3`)
+	kr := startTestKeeper(t, time.Second, `(sh -c 'trap "" TERM; echo $$ > $D/orphan; sleep 3; echo survived > $D/done' &); while [ ! -s $D/orphan ]; do sleep 0.01; done; exit 3`)
 	if diff := cmp.Diff([]string{"exited 3"}, kr.wait(t)); diff != "" {
 		t.Errorf("status (-want +got):\n%s", diff)
 	}

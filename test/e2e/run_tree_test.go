@@ -117,12 +117,13 @@ func (t *runTrees) expectSerial(ids ...string) []time.Duration {
 	return gaps
 }
 
-// waitStarted waits until a tree has recorded its start.
+// waitStarted waits until a tree has written a heartbeat: it started, and the traps its body
+// sets before its first heartbeat are in place.
 func (t *runTrees) waitStarted(id string) {
 	GinkgoHelper()
 	Eventually(func() bool {
 		b, _ := os.ReadFile(filepath.Join(t.dir, id+".log"))
-		return bytes.Contains(b, []byte("start "))
+		return bytes.Contains(b, []byte("alive "))
 	}).WithTimeout(30*time.Second).WithPolling(50*time.Millisecond).Should(BeTrue(), "tree %s never started", id)
 }
 
