@@ -195,6 +195,11 @@ func runCommand(cmd *cobra.Command, g *globals, f *requestFlags, o runOptions, a
 		f.waitTimeout = 0
 		_ = cmd.Flags().Set("wait-timeout", "0s")
 	}
+	// run is a subreaper too: if its keeper is killed, the tree is re-parented to run, which
+	// then stops it before releasing (runTree). Outside Linux this fails, before anything is asked.
+	if err := proctree.BecomeSubreaper(); err != nil {
+		return fail(exitRunFailed, "%v", err)
+	}
 	// A command that cannot run is known before asking for anything.
 	if _, err := exec.LookPath(args[0]); err != nil {
 		return fail(lookPathCode(err), "%v", err)
@@ -516,10 +521,6 @@ func (rn *runner) renewTTL(ctx context.Context, lock *client.Lock, ttl time.Dura
 // runTree starts the keeper and follows it until the whole tree is gone. It returns the exit
 // code, and whether the locks are to be kept (--keep-on-failure and COMMAND failed).
 func (rn *runner) runTree(ctx context.Context, lock *client.Lock, ttl time.Duration, leaseName string, lost <-chan error, args []string) (int, bool) {
-	if err := proctree.BecomeSubreaper(); err != nil {
-		rn.say("error: %v", err)
-		return exitRunFailed, false
-	}
 	env := append(os.Environ(),
 		fmt.Sprintf("TURNSTILE_FENCING_TOKEN=%d", lock.FencingToken),
 		fmt.Sprintf("TURNSTILE_LOCKREQUEST=%s/%s", lock.Namespace, lock.Name),

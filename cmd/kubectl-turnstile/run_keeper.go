@@ -217,10 +217,8 @@ func (k *keeper) send(format string, a ...any) {
 
 // startKeeper re-executes this binary as the keeper of args.
 func startKeeper(grace time.Duration, args []string, env []string) (*keeper, error) {
-	self, err := os.Executable()
-	if err != nil {
-		return nil, fmt.Errorf("find this executable to start the keeper: %w", err)
-	}
+	// This very binary, even if it was replaced on disk since run started.
+	self := "/proc/self/exe"
 	ctlR, ctlW, err := os.Pipe()
 	if err != nil {
 		return nil, err
