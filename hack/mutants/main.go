@@ -43,10 +43,24 @@ const (
 	leases     = "internal/controller/holder_lease.go"
 	detector   = "internal/controller/deadlock_detector.go"
 	safety     = "./test/safety/"
+	runPlugin  = "./cmd/kubectl-turnstile/"
+	runKeeper  = "cmd/kubectl-turnstile/run_keeper.go"
+	runGo      = "cmd/kubectl-turnstile/run.go"
 	controls   = "./internal/controller/"
 )
 
 var mutants = []mutant{
+	// kubectl turnstile run: the whole process tree under the lock, stopped before the lease can
+	// lapse (cmd/kubectl-turnstile/run*.go; the keeper is tested as a real process tree).
+	{name: "run-keeper-not-subreaper", pkg: runPlugin, focus: "run:TestKeeperStopsWhatTheCommandLeftBehind", guard: "run's keeper is a child subreaper, so a double-forked orphan stays its to stop and wait for", edits: []edit{{runKeeper, "	if err := proctree.BecomeSubreaper(); err != nil {\n\t\tsay(", "	if err := error(nil); err != nil {\n\t\tsay("}}},
+	{name: "run-leftovers-not-stopped", pkg: runPlugin, focus: "run:TestKeeperStopsWhatTheCommandLeftBehind", guard: "what the command leaves running when it exits is stopped before the locks are released", edits: []edit{{runKeeper, "before the locks are released.\n\t\t\tstop(syscall.SIGTERM)", "before the locks are released.\n\t\t\t_ = stop"}}},
+	{name: "run-signal-only-the-group", pkg: runPlugin, focus: "run:TestKeeperForwardsSignalsToProcessesThatLeftTheGroup", guard: "signals reach the descendants that left the command's process group", edits: []edit{{"internal/proctree/proctree.go", "		if groupAlive && p.PGID == pgid {\n", "		if true {\n"}}},
+	{name: "run-keeper-ignores-deadline", pkg: runPlugin, focus: "run:TestKeeperStopsTheTreeAtTheDeadline", guard: "the keeper stops the tree at the deadline run sends it (before the lease can lapse)", edits: []edit{{runKeeper, "deadline.Reset(time.Until(time.Unix(0, ns)))", "_ = ns"}}},
+	{name: "run-keeper-outlives-run", pkg: runPlugin, focus: "run:TestKeeperStopsTheTreeWhenRunDies", guard: "the keeper stops the tree when run dies (its control pipe closes)", edits: []edit{{runKeeper, "				stop(syscall.SIGTERM) // run is gone", "				// run is gone"}}},
+	{name: "run-no-sigkill-after-grace", pkg: runPlugin, focus: "run:TestKeeperKillsAfterGrace", guard: "what ignores SIGTERM gets SIGKILL after --grace", edits: []edit{{runKeeper, "kill.Reset(grace)", "_ = grace"}}},
+	{name: "run-grace-unchecked", pkg: runPlugin, focus: "run:TestFits", guard: "a --grace that cannot fit in the lease (or ttl) with a failed renewal and its retry is refused", edits: []edit{{runGo, "	if grace+stopMargin+slack <= d/2 {", "	if true || grace+stopMargin+slack <= d/2 {"}}},
+	{name: "run-deadline-ignores-expiry", pkg: runPlugin, focus: "run:TestStopAt", guard: "the tree is stopped before the grant can expire, not only before the Lease can lapse", edits: []edit{{runGo, "!expiresAt.IsZero() && exp.Before(d)", "false && exp.Before(d)"}}},
+	{name: "run-shared-session", pkg: runPlugin, focus: "run:TestHolderSession", guard: "each run is a holder of its own (a fresh spec.holder.session)", edits: []edit{{runGo, "	return \"run-\" + randomHex(6), nil", "	return \"\", nil"}}},
 	{name: "no-finalizer", pkg: safety, focus: "hole 1", guard: "ProjectLocks carry the release-holders finalizer (created with it, older ones given it)", edits: []edit{
 		{controller, "	lock.Finalizers = []string{locksv1.ReleaseHoldersFinalizer}\n", ""},
 		{controller, "if in.Lock.DeletionTimestamp == nil && !slices.Contains(", "if false && !slices.Contains("},

@@ -109,7 +109,9 @@ type Heartbeat struct {
 	mu sync.Mutex
 	// lastRenew is the renewTime of the last successful renewal; zero before the first.
 	lastRenew time.Time
-	healthy   bool
+	// lastErr is the error of the last renewal attempt, nil once one succeeds.
+	lastErr error
+	healthy bool
 }
 
 // NewHeartbeat returns the heartbeat of guards, writing Leases through c.
@@ -183,6 +185,15 @@ func (h *Heartbeat) Healthy() bool {
 	return h.healthy
 }
 
+// LastRenew is the renewTime of the last successful renewal (zero before the first) and the
+// error of the latest attempt since (nil when it succeeded): a holder that must stop its work
+// before the Lease can lapse counts from the first, and says why with the second.
+func (h *Heartbeat) LastRenew() (time.Time, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.lastRenew, h.lastErr
+}
+
 // Run creates and renews the Lease until ctx is done, then deletes it (the replica gives its
 // guards up, so no LockRequest waits for the Lease to lapse) and makes Guards refuse new locks
 // with ErrLeaseLost. Renewal failures do not end Run; they are retried, and reported through
@@ -235,7 +246,7 @@ func (h *Heartbeat) step(ctx context.Context) time.Duration {
 	}
 	if err == nil {
 		h.mu.Lock()
-		h.lastRenew = now
+		h.lastRenew, h.lastErr = now, nil
 		wasHealthy := h.healthy
 		h.healthy = true
 		h.mu.Unlock()
@@ -245,6 +256,9 @@ func (h *Heartbeat) step(ctx context.Context) time.Duration {
 		return h.period
 	}
 
+	h.mu.Lock()
+	h.lastErr = err
+	h.mu.Unlock()
 	after := h.clock.Now()
 	h.checkDeadline(after, err)
 	next := h.retry

@@ -96,6 +96,9 @@ type Config struct {
 	// active-active mode alone, leader election and active-active compared round by round in
 	// one run.
 	ReplicasPhase ReplicasConfig `json:"replicasPhase"`
+	// RunPhase sizes the "run" phase (BENCH_PHASES=run): `kubectl turnstile run -- true`
+	// against `true`, and the hand-off between two runs on one key, per plugin binary.
+	RunPhase RunConfig `json:"runPhase"`
 
 	// ProfileSeconds, when positive, serves pprof from the manager and records a CPU profile
 	// of that many seconds from the start of each back-to-back hand-off run, as
@@ -137,6 +140,7 @@ func Full() Config {
 		Failover: FailoverConfig{Replicas: 3, Kills: 12, BackupDelay: Duration(300 * time.Millisecond), Lapse: Duration(3 * time.Second),
 			LeaderElectionKills: 4, LeaderElectionLease: Duration(15 * time.Second)},
 		ReplicasPhase: ReplicasConfig{Replicas: 2, Rounds: 5},
+		RunPhase:      RunConfig{Samples: 40},
 	}
 }
 
@@ -154,11 +158,12 @@ func Smoke() Config {
 	c.Failover = FailoverConfig{Replicas: 2, Kills: 2, BackupDelay: Duration(300 * time.Millisecond), Lapse: Duration(2 * time.Second),
 		LeaderElectionKills: 1, LeaderElectionLease: Duration(3 * time.Second)}
 	c.ReplicasPhase.Rounds = 1
+	c.RunPhase.Samples = 2
 	return c
 }
 
 // phases are the phases Config.Phases may name.
-var phases = []string{"steady", "scale", "replicas", "failover"}
+var phases = []string{"steady", "scale", "run", "replicas", "failover"}
 
 // runs says whether phase is to run.
 func (c Config) runs(phase string) bool {
@@ -183,6 +188,8 @@ func (c Config) validate() error {
 		return errors.New("scale needs at least one request per key")
 	case c.DetectionRounds < 1 || c.DetectionSamples < 1:
 		return errors.New("detection needs at least one round and one sample")
+	case c.runs("run") && (c.RunPhase.Plugin == "" || c.RunPhase.Samples < 1):
+		return errors.New("the run phase needs a plugin binary and at least 1 sample")
 	case c.ReplicasPhase.Replicas < 2 || c.ReplicasPhase.Rounds < 1:
 		return errors.New("the replicas phase needs at least 2 replicas and 1 round")
 	case c.Failover.Replicas < 2 || c.Failover.Kills < 1 || c.Failover.LeaderElectionKills < 1 || c.Failover.Lapse <= Duration(time.Second) || c.Failover.LeaderElectionLease <= 0:
@@ -307,6 +314,19 @@ func (b *bench) runPhases(ctx context.Context, res *Result) error {
 		if err := b.steadyPhases(ctx, res); err != nil {
 			return err
 		}
+	}
+	if b.cfg.runs("run") {
+		if b.mgr == nil {
+			b.step("starting the manager")
+			if err := b.startManager(ctx, true); err != nil {
+				return err
+			}
+		}
+		r, err := b.runPhase(ctx)
+		if err != nil {
+			return fmt.Errorf("run: %w", err)
+		}
+		res.Run = &r
 	}
 	if b.cfg.runs("replicas") || b.cfg.runs("failover") {
 		// These phases run their own managers; the steady-state one would act on every key.

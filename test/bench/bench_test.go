@@ -33,6 +33,10 @@ func TestSmoke(t *testing.T) {
 	if _, err := os.Stat(cfg.Manager); err != nil {
 		t.Fatalf("manager binary %s not found: run `make build` (or set TURNSTILE_MANAGER): %v", cfg.Manager, err)
 	}
+	cfg.RunPhase.Plugin = os.Getenv("TURNSTILE_PLUGIN")
+	if cfg.RunPhase.Plugin == "" {
+		cfg.RunPhase.Plugin = filepath.Join(root, "bin", "kubectl-turnstile")
+	}
 	cfg.OutDir = t.TempDir()
 	cfg.ProfileSeconds = 1
 	cfg.Progress = testWriter{t}
@@ -100,6 +104,16 @@ func TestSmoke(t *testing.T) {
 		latency("leaderelection", le.Latency, cfg.LeaderElection[i].Samples)
 		check("leaderelection writes the Lease", le.WritesPerHandoff > 0)
 	}
+	if rr := back.Run; rr == nil {
+		t.Error("no run phase in the result")
+	} else {
+		latency("true", rr.True, cfg.RunPhase.Samples)
+		for _, p := range rr.Plugins {
+			latency(p.Plugin+" run -- true", p.Overhead, cfg.RunPhase.Samples)
+			latency(p.Plugin+" run hand-off", p.Handoff, cfg.RunPhase.Samples)
+		}
+	}
+
 	check("detection rounds", len(back.Detection.Rounds) == 2*cfg.DetectionRounds)
 	check("detection on and off must both hand off", back.Detection.HandoffsPerSecOn > 0 && back.Detection.HandoffsPerSecOff > 0)
 	for _, r := range back.Detection.Rounds {

@@ -27,6 +27,7 @@ type Result struct {
 	Detection      DetectionResult        `json:"detection"`
 	Scale          ScaleResult            `json:"scale"`
 	IdleRSSBytes   int64                  `json:"idleRSSBytes"`
+	Run            *RunResult             `json:"run,omitempty"`
 	Replicas       *ReplicasResult        `json:"replicas,omitempty"`
 	Failover       *FailoverResult        `json:"failover,omitempty"`
 
@@ -159,6 +160,20 @@ func (r *Result) WriteTable(out io.Writer) {
 		add("Manager RSS: idle / with them / peak", fmt.Sprintf("%s / %s / %s MiB", mib(s.IdleRSSBytes), mib(s.RSSBytes), mib(s.PeakRSSBytes)))
 		add(fmt.Sprintf("Deadlock check over %s waiters on %s keys: full / cache list / graph", count(s.DeadlockCheck.Waiters), count(s.DeadlockCheck.KeysSeen)),
 			fmt.Sprintf("%s / %s / %s ms", num(s.DeadlockCheck.FullMs), num(s.DeadlockCheck.ListMs), num(s.DeadlockCheck.GraphMs)))
+	}
+	if rr := r.Run; rr != nil {
+		add(fmt.Sprintf("`true` on its own, p50 / p99 of %d", rr.True.N), lat(rr.True))
+		for _, p := range rr.Plugins {
+			add(fmt.Sprintf("`%s run -l KEY -- true`, free key: wall time p50 / p99", p.Plugin), lat(p.Overhead))
+			add(fmt.Sprintf("`%s run`, hand-off: first command's end → next command's start, p50 / p99", p.Plugin), lat(p.Handoff))
+		}
+	}
+	if rr := r.Run; rr != nil {
+		add(fmt.Sprintf("`true` on its own, p50 / p99 of %d", rr.True.N), lat(rr.True))
+		for _, p := range rr.Plugins {
+			add(fmt.Sprintf("`%s run -l KEY -- true`, free key: wall time p50 / p99", p.Plugin), lat(p.Overhead))
+			add(fmt.Sprintf("`%s run`, hand-off: first command's end → next command's start, p50 / p99", p.Plugin), lat(p.Handoff))
+		}
 	}
 	if rp := r.Replicas; rp != nil {
 		for _, m := range rp.Modes {

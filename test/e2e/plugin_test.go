@@ -78,17 +78,17 @@ var _ = Describe("The kubectl turnstile plugin", func() {
 
 	It("frees the lock of a killed run within its lease duration, not its ttl", func() {
 		victim := turnstile("-n", ns, "run", "-l", "acme/infra:dns", "--owner", "alice", "--name", "victim",
-			"--lease-duration", "3s", "--ttl", "1h", "--", "sleep", "600")
+			"--lease-duration", "8s", "--grace", "1s", "--ttl", "1h", "--", "sleep", "600")
 		Eventually(victim.Err, settle).Should(gbytes.Say("granted"))
 
-		By("SIGKILL: no release, no Lease deletion")
-		Expect(syscall.Kill(-victim.Command.Process.Pid, syscall.SIGKILL)).To(Succeed())
+		By("SIGKILL of run: no release, no Lease deletion (its keeper stops the command)")
+		Expect(victim.Command.Process.Signal(syscall.SIGKILL)).To(Succeed())
 		Eventually(victim, settle).Should(gexec.Exit())
 		start := time.Now()
 		out, err := kubectl("turnstile", "-n", ns, "acquire", "-l", "acme/infra:dns", "--owner", "bob", "--wait-timeout", "30s")
 		Expect(err).NotTo(HaveOccurred())
 		Expect(out).To(ContainSubstring("granted"))
-		GinkgoWriter.Printf("the next holder was granted %s after the runner was killed (lease 3s, ttl 1h)\n", time.Since(start).Round(time.Millisecond))
+		GinkgoWriter.Printf("the next holder was granted %s after the runner was killed (lease 8s, ttl 1h)\n", time.Since(start).Round(time.Millisecond))
 		Expect(jsonpath(ns, "lr/victim", "{.status.phase}/"+conditionField("Granted", "reason"))).To(Equal("Released/HolderLost"))
 	})
 

@@ -1,0 +1,243 @@
+package main
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/turnstile-dev/turnstile/internal/proctree"
+)
+
+// The keeper is `run` re-executed (run --internal-keeper): a child subreaper that starts the
+// command in its own process group and waits for every process of its tree, so that `run`
+// releases the locks only after the keeper has exited. It talks to `run` over two pipes:
+//
+//	fd 3, run → keeper:  "deadline UNIXNANO" (stop the tree by then), "signal N" (forward N),
+//	                     "stop WHY" (the lock was lost); EOF (run died) stops the tree as well.
+//	fd 4, keeper → run:  "started PID", "exec CODE MESSAGE" (the command could not start),
+//	                     "exited CODE", "signaled N", "deadline" (it stopped the tree for the
+//	                     deadline).
+//
+// A separate process survives `run` being killed: it then stops the tree (SIGTERM, SIGKILL
+// after the grace) well before the holder Lease can lapse, as it does at the deadline `run`
+// gives it if renewals fail.
+const (
+	keeperCtlFD    = 3
+	keeperStatusFD = 4
+	// keeperFlag is the hidden flag that makes `run` the keeper.
+	keeperFlag = "internal-keeper"
+)
+
+// keeperEvent is what the keeper's main loop reacts to.
+type keeperEvent struct {
+	line string // a line from run; "" with eof
+	eof  bool
+}
+
+// runKeeper is the keeper's main. It returns the keeper's exit code (0 unless the keeper
+// itself failed; the command's status goes to run on the status pipe).
+func runKeeper(grace time.Duration, args []string) int {
+	status := os.NewFile(keeperStatusFD, "keeper-status")
+	ctl := os.NewFile(keeperCtlFD, "keeper-ctl")
+	if status == nil || ctl == nil {
+		fmt.Fprintln(os.Stderr, "error: --internal-keeper is run's own helper, not for direct use")
+		return 125
+	}
+	say := func(format string, a ...any) { _, _ = fmt.Fprintf(status, format+"\n", a...) }
+	// The pipes are run's and the keeper's: the command must not hold them open.
+	syscall.CloseOnExec(keeperCtlFD)
+	syscall.CloseOnExec(keeperStatusFD)
+
+	if err := proctree.BecomeSubreaper(); err != nil {
+		say("exec 125 %v", err)
+		return 0
+	}
+	// run forwards SIGINT, SIGTERM and SIGHUP on the control pipe: the keeper receives them
+	// itself only as a member of run's process group (a Ctrl-C at a terminal), where run got
+	// them too. Caught (not ignored: an ignored signal would stay ignored in the command).
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+
+	path, err := exec.LookPath(args[0])
+	if err != nil {
+		say("exec %d %v", lookPathCode(err), err)
+		return 0
+	}
+	env := os.Environ()
+	pid, err := syscall.ForkExec(path, args, &syscall.ProcAttr{
+		Env:   env,
+		Files: []uintptr{0, 1, 2},
+		Sys:   &syscall.SysProcAttr{Setpgid: true},
+	})
+	if err != nil {
+		code := 126
+		if errors.Is(err, syscall.ENOENT) {
+			code = 127
+		}
+		say("exec %d start %s: %v", code, args[0], err)
+		return 0
+	}
+	say("started %d", pid)
+
+	// The reaper: wait4(-1) until no child is left (ECHILD), reporting the command's own status.
+	mainExit := make(chan syscall.WaitStatus, 1)
+	allGone := make(chan struct{})
+	go func() {
+		defer close(allGone)
+		for {
+			var ws syscall.WaitStatus
+			wpid, err := syscall.Wait4(-1, &ws, 0, nil)
+			switch {
+			case errors.Is(err, syscall.EINTR):
+				continue
+			case err != nil: // ECHILD: the whole tree is gone
+				return
+			case wpid == pid:
+				mainExit <- ws
+			}
+		}
+	}()
+
+	events := make(chan keeperEvent, 8)
+	go func() {
+		sc := bufio.NewScanner(ctl)
+		for sc.Scan() {
+			events <- keeperEvent{line: sc.Text()}
+		}
+		events <- keeperEvent{eof: true}
+	}()
+
+	var (
+		mainReaped bool
+		stopping   bool
+		deadline   = time.NewTimer(time.Hour)
+		kill       = time.NewTimer(time.Hour)
+		killing    <-chan time.Time
+	)
+	deadline.Stop()
+	kill.Stop()
+	signalTree := func(sig syscall.Signal) {
+		_, _ = proctree.Signal(os.Getpid(), pid, !mainReaped, sig)
+	}
+	// stop sends SIGTERM to the tree and SIGKILL after the grace (once).
+	stop := func(sig syscall.Signal) {
+		signalTree(sig)
+		if !stopping {
+			stopping = true
+			kill.Reset(grace)
+		}
+	}
+	for {
+		select {
+		case ev := <-events:
+			switch {
+			case ev.eof:
+				events = nil
+				stop(syscall.SIGTERM) // run is gone: nobody renews the lock any more
+			case strings.HasPrefix(ev.line, "deadline "):
+				if ns, err := strconv.ParseInt(strings.TrimPrefix(ev.line, "deadline "), 10, 64); err == nil && !stopping {
+					deadline.Reset(time.Until(time.Unix(0, ns)))
+				}
+			case strings.HasPrefix(ev.line, "signal "):
+				if n, err := strconv.Atoi(strings.TrimPrefix(ev.line, "signal ")); err == nil {
+					stop(syscall.Signal(n))
+				}
+			case strings.HasPrefix(ev.line, "stop"):
+				stop(syscall.SIGTERM)
+			}
+		case <-deadline.C:
+			if !stopping {
+				say("deadline")
+				stop(syscall.SIGTERM)
+			}
+		case <-kill.C:
+			// Past the grace: SIGKILL whatever is left, again until the reaper sees no child
+			// (a process may fork between the scan and the kill).
+			signalTree(syscall.SIGKILL)
+			t := time.NewTicker(100 * time.Millisecond)
+			defer t.Stop()
+			killing = t.C
+		case <-killing:
+			signalTree(syscall.SIGKILL)
+		case ws := <-mainExit:
+			mainReaped = true
+			if ws.Signaled() {
+				say("signaled %d", int(ws.Signal()))
+			} else {
+				say("exited %d", ws.ExitStatus())
+			}
+			// What the command left running is part of its tree: it gets SIGTERM now, and
+			// SIGKILL after the grace, before the locks are released.
+			stop(syscall.SIGTERM)
+		case <-sigs:
+			// Forwarded by run on the control pipe.
+		case <-allGone:
+			select {
+			case ws := <-mainExit: // reaped just before the last child
+				if ws.Signaled() {
+					say("signaled %d", int(ws.Signal()))
+				} else {
+					say("exited %d", ws.ExitStatus())
+				}
+			default:
+			}
+			return 0
+		}
+	}
+}
+
+// lookPathCode is the shell's code for a command that cannot be run: 127 not found, 126 found
+// but not executable.
+func lookPathCode(err error) int {
+	if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
+		return 127
+	}
+	return 126
+}
+
+// keeper is run's side of a started keeper.
+type keeper struct {
+	cmd    *exec.Cmd
+	ctl    io.WriteCloser
+	status *bufio.Scanner
+}
+
+// send writes one line to the keeper; a keeper that is gone ignores it.
+func (k *keeper) send(format string, a ...any) {
+	_, _ = fmt.Fprintf(k.ctl, format+"\n", a...)
+}
+
+// startKeeper re-executes this binary as the keeper of args.
+func startKeeper(grace time.Duration, args []string, env []string) (*keeper, error) {
+	// This very binary, even if it was replaced on disk since run started.
+	self := "/proc/self/exe"
+	ctlR, ctlW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	stR, stW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(self, append([]string{"run", "--" + keeperFlag, "--grace", grace.String(), "--"}, args...)...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	cmd.ExtraFiles = []*os.File{ctlR, stW} // fds 3 and 4
+	cmd.Env = env
+	err = cmd.Start()
+	_ = ctlR.Close()
+	_ = stW.Close()
+	if err != nil {
+		_ = ctlW.Close()
+		_ = stR.Close()
+		return nil, fmt.Errorf("start the keeper: %w", err)
+	}
+	return &keeper{cmd: cmd, ctl: ctlW, status: bufio.NewScanner(stR)}, nil
+}

@@ -1,0 +1,259 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/turnstile-dev/turnstile/internal/proctree"
+)
+
+// TestMain lets this test binary be run's keeper: startKeeper re-executes os.Executable() with
+// "run --internal-keeper ...", as the plugin re-executes itself.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 2 && os.Args[1] == "run" && os.Args[2] == "--"+keeperFlag {
+		root := newRoot()
+		root.SetArgs(os.Args[1:])
+		var ee exitError
+		if err := root.Execute(); errors.As(err, &ee) {
+			os.Exit(ee.code)
+		} else if err != nil {
+			os.Exit(125)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+func TestFits(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		d, grace     time.Duration
+		ttl, wantFit bool
+	}{
+		{name: "defaults", d: defaultLeaseDuration, grace: defaultGrace, wantFit: true},
+		{name: "a failed renewal and its retry fit exactly", d: 12 * time.Second, grace: 3 * time.Second, wantFit: true},
+		{name: "one second too long", d: 12 * time.Second, grace: 4 * time.Second},
+		{name: "grace as long as the lease", d: 40 * time.Second, grace: 40 * time.Second},
+		{name: "30s grace needs 66s", d: 66 * time.Second, grace: 30 * time.Second, wantFit: true},
+		{name: "ttl pays for renewals counted in whole seconds", d: 12 * time.Second, grace: 3 * time.Second, ttl: true},
+		{name: "ttl that fits", d: 16 * time.Second, grace: 3 * time.Second, ttl: true, wantFit: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			why := fitGrace("--lease-duration", tc.d, tc.grace)
+			if tc.ttl {
+				why = fitTTL("--ttl", tc.d, tc.grace)
+			}
+			if (why == "") != tc.wantFit {
+				t.Errorf("fit(%s, grace %s) = %q, want fit %v", tc.d, tc.grace, why, tc.wantFit)
+			}
+			if why != "" && !strings.Contains(why, "--grace of at most") {
+				t.Errorf("the refusal must say what would fit: %q", why)
+			}
+		})
+	}
+}
+
+func TestStopAt(t *testing.T) {
+	renewed := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name    string
+		expires time.Time
+		want    time.Time
+	}{
+		{name: "the lease lapses first", expires: renewed.Add(time.Hour), want: renewed.Add(40*time.Second - stopMargin - 15*time.Second)},
+		{name: "the grant expires first", expires: renewed.Add(20 * time.Second), want: renewed.Add(20*time.Second - stopMargin - 15*time.Second)},
+		{name: "expiry unknown", want: renewed.Add(40*time.Second - stopMargin - 15*time.Second)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := stopAt(renewed, tc.expires, 40*time.Second, 15*time.Second); !got.Equal(tc.want) {
+				t.Errorf("stopAt = %s, want %s", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestHolderSession(t *testing.T) {
+	a, err := holderSession(runOptions{})
+	if err != nil || !strings.HasPrefix(a, "run-") {
+		t.Fatalf("a run's session = %q, %v; want a fresh run-… session", a, err)
+	}
+	if b, _ := holderSession(runOptions{}); a == b {
+		t.Errorf("two runs got one session %q: they would share the lock", a)
+	}
+	if s, _ := holderSession(runOptions{session: "deploy-7"}); s != "deploy-7" {
+		t.Errorf("--session deploy-7 gave %q", s)
+	}
+	if s, _ := holderSession(runOptions{shareWithOwner: true}); s != "" {
+		t.Errorf("--share-with-same-owner gave session %q, want none", s)
+	}
+	if _, err := holderSession(runOptions{session: "x", shareWithOwner: true}); err == nil {
+		t.Error("--session with --share-with-same-owner must be refused")
+	}
+}
+
+// keeperRun is a keeper started on a shell script, with its status lines collected.
+type keeperRun struct {
+	k     *keeper
+	lines chan string
+	dir   string
+}
+
+func startTestKeeper(t *testing.T, grace time.Duration, script string) *keeperRun {
+	t.Helper()
+	dir := t.TempDir()
+	k, err := startKeeper(grace, []string{"sh", "-c", script}, append(os.Environ(), "D="+dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kr := &keeperRun{k: k, lines: make(chan string, 16), dir: dir}
+	go func() {
+		for k.status.Scan() {
+			kr.lines <- k.status.Text()
+		}
+		close(kr.lines)
+	}()
+	t.Cleanup(func() {
+		// Whatever a failed test left of the tree: every process with this test's D= in its
+		// environment, wherever it was re-parented.
+		marker := []byte("D=" + dir + "\x00")
+		dirs, _ := filepath.Glob("/proc/[0-9]*")
+		for _, d := range dirs {
+			if env, err := os.ReadFile(d + "/environ"); err == nil && bytes.Contains(env, marker) {
+				if pid, err := strconv.Atoi(filepath.Base(d)); err == nil && pid != k.cmd.Process.Pid {
+					_ = syscall.Kill(pid, syscall.SIGKILL)
+				}
+			}
+		}
+		_ = k.ctl.Close()
+		_ = k.cmd.Process.Kill()
+		_ = k.cmd.Wait()
+	})
+	return kr
+}
+
+// wait waits for the keeper to exit (the whole tree gone) and returns its status lines, minus
+// "started".
+func (kr *keeperRun) wait(t *testing.T) []string {
+	t.Helper()
+	var got []string
+	timeout := time.After(20 * time.Second)
+	for {
+		select {
+		case l, ok := <-kr.lines:
+			if !ok {
+				if err := kr.k.cmd.Wait(); err != nil {
+					t.Fatalf("keeper: %v", err)
+				}
+				return got
+			}
+			if !strings.HasPrefix(l, "started ") {
+				got = append(got, l)
+			}
+		case <-timeout:
+			t.Fatalf("the keeper did not exit within 20s (said %v): a process of its tree is left", got)
+		}
+	}
+}
+
+func (kr *keeperRun) file(name string) string {
+	b, _ := os.ReadFile(filepath.Join(kr.dir, name))
+	return strings.TrimSpace(string(b))
+}
+
+// waitFile waits until the tree wrote a file.
+func (kr *keeperRun) waitFile(t *testing.T, name string) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); kr.file(name) == ""; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the tree never wrote %s", name)
+		}
+	}
+}
+
+func TestKeeperStopsWhatTheCommandLeftBehind(t *testing.T) {
+	// A double fork: the orphan is re-parented to the keeper (a subreaper), not to init.
+	kr := startTestKeeper(t, time.Second, `(sh -c 'trap "" TERM; echo $$ > $D/orphan; sleep 3; echo survived > $D/done' &); while [ ! -s $D/orphan ]; do sleep 0.01; done; exit 3`)
+	if diff := cmp.Diff([]string{"exited 3"}, kr.wait(t)); diff != "" {
+		t.Errorf("status (-want +got):\n%s", diff)
+	}
+	pid, err := strconv.Atoi(kr.file("orphan"))
+	if err != nil {
+		t.Fatalf("the orphan never started: %v", err)
+	}
+	if p, err := proctree.Read(pid); err == nil && p.Alive() {
+		t.Errorf("the keeper exited while the double-forked orphan (pid %d, parent %d) still ran", pid, p.PPID)
+	}
+	if kr.file("done") != "" {
+		t.Error("the keeper waited for the orphan to finish instead of stopping it")
+	}
+}
+
+func TestKeeperForwardsSignalsToProcessesThatLeftTheGroup(t *testing.T) {
+	kr := startTestKeeper(t, 10*time.Second,
+		`setsid sh -c 'trap "echo TERM > $D/leaver; exit 0" TERM; echo up > $D/up; while :; do sleep 0.1; done' & trap 'exit 143' TERM; wait`)
+	kr.waitFile(t, "up")
+	kr.k.send("signal 15")
+	kr.wait(t)
+	if got := kr.file("leaver"); got != "TERM" {
+		t.Errorf("the process that called setsid got %q, want the forwarded SIGTERM", got)
+	}
+}
+
+func TestKeeperStopsTheTreeAtTheDeadline(t *testing.T) {
+	kr := startTestKeeper(t, 5*time.Second, `trap "echo TERM > $D/term; exit 0" TERM; echo up > $D/up; while :; do sleep 0.1; done`)
+	kr.waitFile(t, "up")
+	kr.k.send("deadline %d", time.Now().Add(200*time.Millisecond).UnixNano())
+	if diff := cmp.Diff([]string{"deadline", "exited 0"}, kr.wait(t)); diff != "" {
+		t.Errorf("status (-want +got):\n%s", diff)
+	}
+	if kr.file("term") != "TERM" {
+		t.Error("the tree was not sent SIGTERM at the deadline")
+	}
+}
+
+func TestKeeperStopsTheTreeWhenRunDies(t *testing.T) {
+	kr := startTestKeeper(t, 5*time.Second, `trap "echo TERM > $D/term; exit 0" TERM; echo up > $D/up; while :; do sleep 0.1; done`)
+	kr.waitFile(t, "up")
+	_ = kr.k.ctl.Close() // what run's death looks like to the keeper
+	kr.wait(t)
+	if kr.file("term") != "TERM" {
+		t.Error("the tree was not stopped when run's end of the control pipe closed")
+	}
+}
+
+func TestKeeperKillsAfterGrace(t *testing.T) {
+	kr := startTestKeeper(t, 500*time.Millisecond, `trap "" TERM; echo up > $D/up; sleep 5; echo survived > $D/done`)
+	kr.waitFile(t, "up")
+	kr.k.send("stop")
+	if diff := cmp.Diff([]string{"signaled 9"}, kr.wait(t)); diff != "" {
+		t.Errorf("status (-want +got):\n%s", diff)
+	}
+	if kr.file("done") != "" {
+		t.Error("a command ignoring SIGTERM outlived the grace")
+	}
+}
+
+func TestKeeperReportsACommandThatCannotRun(t *testing.T) {
+	k, err := startKeeper(time.Second, []string{"no-such-command-for-turnstile"}, os.Environ())
+	if err != nil {
+		t.Fatal(err)
+	}
+	line := ""
+	if k.status.Scan() {
+		line = k.status.Text()
+	}
+	_ = k.ctl.Close()
+	_ = k.cmd.Wait()
+	if !strings.HasPrefix(line, "exec 127 ") {
+		t.Errorf("status = %q, want exec 127 (not found)", line)
+	}
+}
