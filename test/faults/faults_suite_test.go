@@ -52,6 +52,7 @@ type row struct {
 	p50, max          time.Duration
 	recoveries        int
 	note              string
+	apiReady          time.Duration // after the heal, when the API server served LockRequests again
 }
 
 var summary struct {
@@ -96,21 +97,23 @@ func summaryTable(rows []row) string {
 		return order[i].replicas < order[j].replicas
 	})
 	var b strings.Builder
-	fmt.Fprintf(&b, "| class | replicas | seeds | holds checked | violations | recovery p50 | recovery max |\n")
-	fmt.Fprintf(&b, "|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&b, "| class | replicas | seeds | holds checked | violations | recovery p50 | recovery max | API server back (max) |\n")
+	fmt.Fprintf(&b, "|---|---|---|---|---|---|---|---|\n")
 	for _, g := range order {
 		rs := byGroup[g]
 		var holds, viol int
 		var seeds []string
 		var rec []time.Duration
+		var api time.Duration
 		for _, r := range rs {
+			api = max(api, r.apiReady)
 			holds += r.holds
 			viol += r.violations
 			seeds = append(seeds, fmt.Sprint(r.seed))
 			rec = append(rec, recoveries[recKey(r.class, r.replicas, r.seed)]...)
 		}
-		fmt.Fprintf(&b, "| %s | %d | %s | %d | %d | %s | %s |\n", g.class, g.replicas, strings.Join(seeds, ","), holds, viol,
-			percentile(rec, 0.5).Round(time.Millisecond), percentile(rec, 1).Round(time.Millisecond))
+		fmt.Fprintf(&b, "| %s | %d | %s | %d | %d | %s | %s | %s |\n", g.class, g.replicas, strings.Join(seeds, ","), holds, viol,
+			percentile(rec, 0.5).Round(time.Millisecond), percentile(rec, 1).Round(time.Millisecond), api.Round(time.Millisecond))
 	}
 	return b.String()
 }

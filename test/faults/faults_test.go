@@ -1,6 +1,7 @@
 package faults
 
 import (
+	"context"
 	"fmt"
 	"math/rand"
 	"os"
@@ -322,6 +323,48 @@ var _ = Describe("Faults, judged from the clients' records", func() {
 		Expect(c.heal(r)).To(Succeed())
 		heal := clk.now()
 		By(fmt.Sprintf("healed after %s", (heal - start).Round(time.Millisecond)))
+		// How long after the heal the API server itself serves LockRequests again (an admin
+		// list, straight to it): the part of the recovery that is not Turnstile's.
+		var apiReady time.Duration
+		for {
+			lctx, cancel := context.WithTimeout(ctx, time.Second)
+			err := r.cl.client.List(lctx, &locksv1.LockRequestList{}, client.InNamespace(r.ns), client.Limit(1))
+			cancel()
+			if err == nil || clk.now()-heal > liveBound {
+				apiReady = clk.now() - heal
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		// Diagnosis, not judgment: an admin poller straight to the API server notes when each
+		// request is first seen Granted on the server, so a recovery splits into the managers'
+		// part (to the grant's write) and the client's (to its watch showing it).
+		serverGrant := map[string]time.Duration{}
+		var sgMu sync.Mutex
+		pollStop := make(chan struct{})
+		pollDone := make(chan struct{})
+		go func() {
+			defer close(pollDone)
+			for {
+				select {
+				case <-pollStop:
+					return
+				case <-time.After(25 * time.Millisecond):
+				}
+				var list locksv1.LockRequestList
+				if err := r.cl.client.List(ctx, &list, client.InNamespace(r.ns)); err != nil {
+					continue
+				}
+				now := clk.now()
+				sgMu.Lock()
+				for _, lr := range list.Items {
+					if _, ok := serverGrant[lr.Name]; !ok && (lr.Status.Phase == locksv1.PhaseGranted || lr.Status.Phase == locksv1.PhaseReleased) {
+						serverGrant[lr.Name] = now
+					}
+				}
+				sgMu.Unlock()
+			}
+		}()
 		// Run on until every key has been granted after the heal (or the judge's bound is
 		// past), and a little more.
 		deadline := time.Now().Add(liveBound + 5*time.Second)
@@ -340,11 +383,32 @@ var _ = Describe("Faults, judged from the clients' records", func() {
 		time.Sleep(time.Second)
 		stopWorkers()
 
-		v := Judge(rec.all(), [][2]time.Duration{{start, heal}}, liveBound)
+		close(pollStop)
+		<-pollDone
+		holds := rec.all()
+		v := Judge(holds, [][2]time.Duration{{start, heal}}, liveBound)
+		for _, k := range keys {
+			var first *Hold
+			for i, h := range holds {
+				if h.Key == k && h.Err == "" && h.Call <= heal && h.Granted >= heal && (first == nil || h.Granted < first.Granted) {
+					first = &holds[i]
+				}
+			}
+			if first == nil {
+				continue
+			}
+			sg, ok := serverGrant[first.Request]
+			server := "not seen"
+			if ok {
+				server = (sg - heal).Round(time.Millisecond).String()
+			}
+			GinkgoWriter.Printf("  %s: first waiter at the heal %s: granted on the server by +%s, seen by its client at +%s\n",
+				k, first.Request, server, (first.Granted - heal).Round(time.Millisecond))
+		}
 		record(row{class: c.name, replicas: replicas, seed: seed, holds: v.Holds, violations: len(v.Violations),
-			p50: percentile(v.Recovery, 0.5), max: percentile(v.Recovery, 1), recoveries: len(v.Recovery), note: r.injected}, v.Recovery)
-		GinkgoWriter.Printf("%s, %d replica(s), seed %d: %s; %d holds checked; porcupine %s; recovery after heal %v\n",
-			c.name, replicas, seed, r.injected, v.Holds, v.Porcupine, v.Recovery)
+			p50: percentile(v.Recovery, 0.5), max: percentile(v.Recovery, 1), recoveries: len(v.Recovery), note: r.injected, apiReady: apiReady}, v.Recovery)
+		GinkgoWriter.Printf("%s, %d replica(s), seed %d: %s; %d holds checked; porcupine %s; API server serving %s after the heal; recovery after heal %v\n",
+			c.name, replicas, seed, r.injected, v.Holds, v.Porcupine, apiReady.Round(time.Millisecond), v.Recovery)
 		Expect(v.Violations).To(BeEmpty(), "%s: %s", c.name, r.injected)
 		Expect(v.Holds).To(BeNumerically(">", 0))
 		if c.check != nil {
