@@ -153,7 +153,7 @@ FAULTS_FOCUS ?= .
 faults: k8s-bins build ## The fault matrix (test/faults): partitions, restarts, 410, 429, skew... x seeds x 1 and 3 replicas; prints the summary table.
 	@mkdir -p $(BIN)/faults
 	status=0; TURNSTILE_FAULTS_SEEDS=$(FAULTS_SEEDS) TURNSTILE_FAULTS_REPLICAS=$(FAULTS_REPLICAS) TURNSTILE_FAULTS_SUMMARY=$(BIN)/faults/summary.md \
-	  go test -count=1 -timeout 0 ./test/faults/ -ginkgo.focus "$(FAULTS_FOCUS)" -ginkgo.v -ginkgo.no-color > $(BIN)/faults/log.txt 2>&1 || status=$$?; \
+	  go test -v -count=1 -timeout 0 ./test/faults/ -ginkgo.focus "$(FAULTS_FOCUS)" -ginkgo.v -ginkgo.no-color > $(BIN)/faults/log.txt 2>&1 || status=$$?; \
 	  grep -a -E "holds checked|\[FAIL|Expected|^ok|^FAIL" $(BIN)/faults/log.txt || true; \
 	  echo "full log: $(BIN)/faults/log.txt"; cat $(BIN)/faults/summary.md 2>/dev/null || true; exit $$status
 

@@ -1,7 +1,6 @@
 package faults
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -224,16 +223,6 @@ func (b *binary) stop() error {
 	_ = b.signal(syscall.SIGCONT)
 	_ = b.p.Kill()
 	return nil
-}
-
-// lastLines is the last n lines of a binary's log, for a failure message.
-func (b *binary) lastLines(n int) string {
-	var lines []string
-	sc := bufio.NewScanner(strings.NewReader(b.log.String()))
-	for sc.Scan() {
-		lines = append(lines, sc.Text())
-	}
-	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
 func defaultQueue() queue.Config { return queue.DefaultConfig() }
