@@ -19,7 +19,7 @@ func (a answer) RoundTrip(req *http.Request) (*http.Response, error) {
 	if a.retryAfter != "" {
 		h.Set("Retry-After", a.retryAfter)
 	}
-	return &http.Response{StatusCode: a.status, Header: h, Request: req}, nil
+	return &http.Response{StatusCode: a.status, Header: h, Body: http.NoBody, Request: req}, nil
 }
 
 // TestBoundRetryAfter: a 5xx or 429 asking for longer than the bound is told the bound; shorter
@@ -52,6 +52,7 @@ func TestBoundRetryAfter(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			defer resp.Body.Close()
 			if diff := cmp.Diff(tc.want, resp.Header.Get("Retry-After")); diff != "" {
 				t.Errorf("Retry-After (-want +got):\n%s", diff)
 			}

@@ -8,6 +8,7 @@ import (
 	"math/rand"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -112,7 +113,7 @@ type goneScanner struct {
 func (s *goneScanner) Read(p []byte) (int, error) {
 	n, err := s.ReadCloser.Read(p)
 	if !s.seen && n > 0 {
-		buf := append(s.tail, p[:n]...)
+		buf := slices.Concat(s.tail, p[:n])
 		if bytes.Contains(buf, []byte(`"type":"ERROR"`)) && bytes.Contains(buf, []byte(`"code":410`)) {
 			s.seen = true
 			s.g.gone.Add(1)
