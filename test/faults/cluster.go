@@ -14,6 +14,8 @@ import (
 	"strings"
 	"time"
 
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -35,7 +37,7 @@ type cluster struct {
 // startCluster starts etcd and kube-apiserver under dir with the CRDs installed. watchCache
 // false turns the API server's watch cache off, so a watch from a compacted revision is
 // answered by etcd: 410 Gone.
-func startCluster(dir string, watchCache bool) (*cluster, error) {
+func startCluster(dir string, watchCache bool, args ...[2]string) (*cluster, error) {
 	root, err := framework.RepoRoot()
 	if err != nil {
 		return nil, err
@@ -59,6 +61,9 @@ func startCluster(dir string, watchCache bool) (*cluster, error) {
 	env.ControlPlane.APIServer = &envtest.APIServer{CertDir: filepath.Join(dir, "apiserver")}
 	if !watchCache {
 		env.ControlPlane.APIServer.Configure().Set("watch-cache", "false")
+	}
+	for _, a := range args {
+		env.ControlPlane.APIServer.Configure().Set(a[0], a[1])
 	}
 	cfg, err := env.Start()
 	if err != nil {
@@ -153,4 +158,22 @@ func etcdCall(ctx context.Context, u string, body, out any) error {
 		return nil
 	}
 	return json.Unmarshal(buf.Bytes(), out)
+}
+
+// managerUser is a user of the cluster outside system:masters (whose requests API Priority and
+// Fairness exempts), bound to cluster-admin: the identity a throttled manager runs as.
+func (c *cluster) managerUser(ctx context.Context, name string) (*rest.Config, error) {
+	user, err := c.env.ControlPlane.AddUser(envtest.User{Name: name}, c.cfg)
+	if err != nil {
+		return nil, err
+	}
+	crb := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: name}},
+	}
+	if err := c.client.Create(ctx, crb); err != nil {
+		return nil, err
+	}
+	return user.Config(), nil
 }

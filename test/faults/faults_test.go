@@ -4,16 +4,22 @@ import (
 	"context"
 	"fmt"
 	"math/rand"
+	"net/http"
 	"os"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	flowcontrolv1 "k8s.io/api/flowcontrol/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
@@ -49,6 +55,10 @@ type run struct {
 	gone      *goneWatcher
 	injected  string
 	clockBase time.Duration // manager-0's clock offset before a jump
+	// mgrCfg, when set, is the identity the replicas run as (else the admin's).
+	mgrCfg *rest.Config
+	// tooMany counts the 429s the replicas were answered.
+	tooMany atomic.Int64
 }
 
 // class is a fault class: what it needs, how it injects the fault, and how it heals it.
@@ -58,6 +68,9 @@ type class struct {
 	binaries bool
 	// noWatchCache runs on a control plane of its own whose API server has no watch cache.
 	noWatchCache bool
+	// apf runs on a control plane of its own with a small concurrency limit, the replicas as a
+	// user that API Priority and Fairness does not exempt.
+	apf bool
 	// inject starts the fault and returns once it is on; heal ends it and returns when healed.
 	inject func(r *run, d time.Duration) error
 	heal   func(r *run) error
@@ -201,6 +214,29 @@ var classes = []class{
 		},
 	},
 	{
+		name: "429 from APF",
+		apf:  true,
+		inject: func(r *run, _ time.Duration) error {
+			plc, fs := apfThrottle()
+			if err := r.cl.client.Create(ctx, plc); err != nil {
+				return err
+			}
+			r.injected = "a FlowSchema puts the manager's user on a priority level of 1 seat that rejects (limitResponse Reject)"
+			return r.cl.client.Create(ctx, fs)
+		},
+		heal: func(r *run) error {
+			r.injected += fmt.Sprintf("; APF answered %d of the replicas' requests 429", r.tooMany.Load())
+			plc, fs := apfThrottle()
+			if err := r.cl.client.Delete(ctx, fs); err != nil {
+				return err
+			}
+			return r.cl.client.Delete(ctx, plc)
+		},
+		check: func(r *run) {
+			Expect(r.tooMany.Load()).To(BeNumerically(">", 0), "API Priority and Fairness should have answered some of the replicas' requests 429")
+		},
+	},
+	{
 		name: "clock skew",
 		inject: func(r *run, _ time.Duration) error {
 			jump := time.Duration(5+r.rng.Intn(10)) * time.Second
@@ -274,6 +310,15 @@ var _ = Describe("Faults, judged from the clients' records", func() {
 			Expect(err).NotTo(HaveOccurred())
 			DeferCleanup(cl.stop)
 			r.cl = cl
+		}
+		if c.apf {
+			// 15 seats in all: a priority level of 1 share gets one (ceil(15 × 1/246)).
+			cl, err := startCluster(GinkgoT().TempDir(), true, [2]string{"max-requests-inflight", "10"}, [2]string{"max-mutating-requests-inflight", "5"})
+			Expect(err).NotTo(HaveOccurred())
+			DeferCleanup(cl.stop)
+			r.cl = cl
+			r.mgrCfg, err = cl.managerUser(ctx, apfUser)
+			Expect(err).NotTo(HaveOccurred())
 		}
 		r.ns = framework.CreateNamespace(ctx, r.cl.client, "faults-")
 		r.ps = newProxies(r.cl.apiAddr)
@@ -431,7 +476,20 @@ func (r *run) start(c class, n int) {
 		px, err := r.ps.add(name)
 		Expect(err).NotTo(HaveOccurred())
 		r.mgrPx = append(r.mgrPx, px)
-		cfg := px.config(r.cl.cfg)
+		base := r.cl.cfg
+		if r.mgrCfg != nil {
+			base = r.mgrCfg
+		}
+		cfg := px.config(base)
+		cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+			return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+				resp, err := rt.RoundTrip(req)
+				if err == nil && resp.StatusCode == http.StatusTooManyRequests {
+					r.tooMany.Add(1)
+				}
+				return resp, err
+			})
+		})
 		if c.binaries {
 			b, err := startBinary(framework.ManagerBinary(), GinkgoT().TempDir(), name, cfg, n > 1, r.ns)
 			Expect(err).NotTo(HaveOccurred())
@@ -489,4 +547,30 @@ func unfinished(r *run) []string {
 		}
 	}
 	return out
+}
+
+const apfUser = "turnstile-faults-manager"
+
+// apfThrottle is a priority level of one nominal share that neither lends nor borrows and
+// rejects what does not fit, and a FlowSchema that puts every request of apfUser on it.
+func apfThrottle() (*flowcontrolv1.PriorityLevelConfiguration, *flowcontrolv1.FlowSchema) {
+	plc := &flowcontrolv1.PriorityLevelConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "turnstile-faults"},
+		Spec: flowcontrolv1.PriorityLevelConfigurationSpec{Type: flowcontrolv1.PriorityLevelEnablementLimited,
+			Limited: &flowcontrolv1.LimitedPriorityLevelConfiguration{
+				NominalConcurrencyShares: ptr.To[int32](1), LendablePercent: ptr.To[int32](0), BorrowingLimitPercent: ptr.To[int32](0),
+				LimitResponse: flowcontrolv1.LimitResponse{Type: flowcontrolv1.LimitResponseTypeReject},
+			}}}
+	fs := &flowcontrolv1.FlowSchema{ObjectMeta: metav1.ObjectMeta{Name: "turnstile-faults"},
+		Spec: flowcontrolv1.FlowSchemaSpec{
+			PriorityLevelConfiguration: flowcontrolv1.PriorityLevelConfigurationReference{Name: plc.Name},
+			MatchingPrecedence:         100,
+			DistinguisherMethod:        &flowcontrolv1.FlowDistinguisherMethod{Type: flowcontrolv1.FlowDistinguisherMethodByUserType},
+			Rules: []flowcontrolv1.PolicyRulesWithSubjects{{
+				Subjects: []flowcontrolv1.Subject{{Kind: flowcontrolv1.SubjectKindUser, User: &flowcontrolv1.UserSubject{Name: apfUser}}},
+				ResourceRules: []flowcontrolv1.ResourcePolicyRule{{Verbs: []string{"*"}, APIGroups: []string{"*"}, Resources: []string{"*"},
+					ClusterScope: true, Namespaces: []string{"*"}}},
+				NonResourceRules: []flowcontrolv1.NonResourcePolicyRule{{Verbs: []string{"*"}, NonResourceURLs: []string{"*"}}},
+			}},
+		}}
+	return plc, fs
 }
