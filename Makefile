@@ -151,6 +151,21 @@ SOAK_STEPS ?= 5000
 soak: k8s-bins ## The safety simulation with a long budget (SOAK_SEEDS, SOAK_STEPS): 3 managers on lagging caches.
 	TURNSTILE_SIM_SEEDS=$(SOAK_SEEDS) TURNSTILE_SIM_STEPS=$(SOAK_STEPS) go test -v -count=1 -timeout 0 ./test/safety/ -ginkgo.focus "seeded simulation" -ginkgo.v | grep -a -E "seed [0-9]+:|simulation:|FAIL|Expected|^ok"
 
+# The fault matrix (test/faults): every fault class x FAULTS_SEEDS x FAULTS_REPLICAS manager
+# replicas, judged from the clients' records; FAULTS_FOCUS narrows it to classes (a regexp of
+# their names, e.g. FAULTS_FOCUS="API server"). `make test` runs one seed per class.
+FAULTS_SEEDS ?= 1,2,3
+FAULTS_REPLICAS ?= 1,3
+FAULTS_FOCUS ?= .
+
+.PHONY: faults
+faults: k8s-bins build ## The fault matrix (test/faults): partitions, restarts, 410, 429, skew... x seeds x 1 and 3 replicas; prints the summary table.
+	@mkdir -p $(BIN)/faults
+	status=0; TURNSTILE_FAULTS_SEEDS=$(FAULTS_SEEDS) TURNSTILE_FAULTS_REPLICAS=$(FAULTS_REPLICAS) TURNSTILE_FAULTS_SUMMARY=$(BIN)/faults/summary.md \
+	  go test -v -count=1 -timeout 0 ./test/faults/ -ginkgo.focus "$(FAULTS_FOCUS)" -ginkgo.v -ginkgo.no-color > $(BIN)/faults/log.txt 2>&1 || status=$$?; \
+	  grep -a -E "holds checked|\[FAIL|Expected|^ok|^FAIL" $(BIN)/faults/log.txt || true; \
+	  echo "full log: $(BIN)/faults/log.txt"; cat $(BIN)/faults/summary.md 2>/dev/null || true; exit $$status
+
 # The long run of the active-active chaos test (test/crash): rounds per requester.
 CHAOS_ROUNDS ?= 60
 

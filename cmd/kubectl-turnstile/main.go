@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -18,6 +19,7 @@ import (
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
+	turnstile "github.com/turnstile-dev/turnstile/pkg/client"
 )
 
 var scheme = func() *runtime.Scheme {
@@ -63,6 +65,8 @@ func (g *globals) client() (ctrlclient.WithWatch, string, error) {
 		return nil, "", fmt.Errorf("kubeconfig: %w", err)
 	}
 	cfg.QPS, cfg.Burst = 50, 100
+	// A starting API server answers 503 Retry-After: 5; wait and run would sleep through it.
+	turnstile.BoundRetryAfter(cfg, time.Second)
 	ns, _, err := g.flags.ToRawKubeConfigLoader().Namespace()
 	if err != nil {
 		return nil, "", fmt.Errorf("namespace: %w", err)

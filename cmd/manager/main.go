@@ -25,6 +25,7 @@ import (
 	"github.com/turnstile-dev/turnstile/internal/lockmetrics"
 	"github.com/turnstile-dev/turnstile/internal/queue"
 	"github.com/turnstile-dev/turnstile/internal/sharding"
+	turnstile "github.com/turnstile-dev/turnstile/pkg/client"
 )
 
 type options struct {
@@ -161,6 +162,9 @@ func run(ctx context.Context, o options) error {
 		return fmt.Errorf("kubeconfig: %w", err)
 	}
 	cfg.QPS, cfg.Burst = float32(o.qps), o.burst
+	// A starting API server answers 503 Retry-After: 5: after its restart the manager would
+	// sleep through seconds of a server that is back (docs/faults.md).
+	turnstile.BoundRetryAfter(cfg, time.Second)
 
 	metricsOpts := metricsserver.Options{BindAddress: o.metricsAddr, SecureServing: o.metricsSecure}
 	if o.metricsSecure {

@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -581,7 +582,7 @@ func (r *LockReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&locksv1.LockRequest{}, r.requestEvents()).
 		Watches(&locksv1.CommandLock{}, handler.EnqueueRequestsFromMapFunc(r.commandKeys)).
 		Watches(&coordinationv1.Lease{}, handler.EnqueueRequestsFromMapFunc(r.leaseKeys), builder.WithPredicates(leaseShortened())).
-		WithOptions(controller.Options{MaxConcurrentReconciles: r.workers, NewQueue: sharding.NewQueueFunc(r.router, queueOpts...)}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: r.workers, RateLimiter: retryLimiter(), NewQueue: sharding.NewQueueFunc(r.router, queueOpts...)}).
 		Complete(r)
 }
 
@@ -628,3 +629,17 @@ func liveRequestKeys(ctx context.Context, items []locksv1.LockRequest, keep func
 }
 
 func isConflict(err error) bool { return apierrors.IsConflict(err) }
+
+// maxRetryDelay caps a key's retry backoff after failed reconciles. client-go's default grows to
+// 1000 s; after an API server outage of a few seconds a key had backed off for several seconds
+// more, so hand-offs resumed long after the server was back (test/faults, docs/faults.md).
+const maxRetryDelay = 500 * time.Millisecond
+
+// retryLimiter is controller-runtime's default limiter with the per-item backoff capped at
+// maxRetryDelay: 5 ms doubling per failure, and the overall 10 qps / 100 burst bucket.
+func retryLimiter() workqueue.TypedRateLimiter[reconcile.Request] {
+	return workqueue.NewTypedMaxOfRateLimiter(
+		workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](5*time.Millisecond, maxRetryDelay),
+		&workqueue.TypedBucketRateLimiter[reconcile.Request]{Limiter: rate.NewLimiter(rate.Limit(10), 100)},
+	)
+}

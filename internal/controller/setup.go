@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -33,6 +34,9 @@ type SetupOptions struct {
 	// Router, when set, runs the controllers active-active: keys this replica does not own are
 	// decided after the router's backup delay (internal/sharding). nil: every key at once.
 	Router sharding.Router
+	// Clock is the one clock of every controller and the deadlock detector (grants, expiry,
+	// aging, retention); nil is the real clock. The fault tests give replicas skewed clocks.
+	Clock clock.WithTicker
 }
 
 // CacheOptions are the cache settings the controllers are written for. Cached objects carry no
@@ -66,7 +70,11 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o SetupOptions) error {
 	}
 	recorder := mgr.GetEventRecorder("turnstile")
 	m := NewMetrics(o.Registry, mgr.GetCache())
-	opts := []Option{WithConfig(o.Queue), WithFreezeFlags(o.Freeze), WithMetrics(m), WithRouter(o.Router)}
+	clk := o.Clock
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	opts := []Option{WithConfig(o.Queue), WithFreezeFlags(o.Freeze), WithMetrics(m), WithRouter(o.Router), WithClock(clk)}
 	if o.Workers > 0 {
 		opts = append(opts, WithWorkers(o.Workers))
 	}
@@ -79,7 +87,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o SetupOptions) error {
 			policy = deadlock.PolicyNewest
 		}
 		det := NewDeadlockDetector(mgr.GetClient(), recorder, WithConfig(o.Queue), WithFreezeFlags(o.Freeze),
-			WithDeadlockPolicy(policy), WithScanInterval(o.DeadlockScan), WithMetrics(m), WithLiveReader(mgr.GetAPIReader()))
+			WithDeadlockPolicy(policy), WithScanInterval(o.DeadlockScan), WithMetrics(m), WithLiveReader(mgr.GetAPIReader()), WithClock(clk))
 		if err := mgr.Add(det); err != nil {
 			return err
 		}
@@ -89,8 +97,8 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o SetupOptions) error {
 	if err := locks.SetupWithManager(mgr); err != nil {
 		return err
 	}
-	if err := NewCommandLockReconciler(mgr.GetClient(), mgr.GetAPIReader(), recorder, WithFreezeFlags(o.Freeze), WithMetrics(m), WithRouter(o.Router)).SetupWithManager(mgr); err != nil {
+	if err := NewCommandLockReconciler(mgr.GetClient(), mgr.GetAPIReader(), recorder, WithFreezeFlags(o.Freeze), WithMetrics(m), WithRouter(o.Router), WithClock(clk)).SetupWithManager(mgr); err != nil {
 		return err
 	}
-	return NewRetentionReconciler(mgr.GetClient(), o.Retention, WithRouter(o.Router)).SetupWithManager(mgr)
+	return NewRetentionReconciler(mgr.GetClient(), o.Retention, WithRouter(o.Router), WithClock(clk)).SetupWithManager(mgr)
 }

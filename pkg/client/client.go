@@ -19,8 +19,10 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"sort"
+	"sync"
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -30,9 +32,9 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
-	watchtools "k8s.io/client-go/tools/watch"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
@@ -290,12 +292,15 @@ func (c *Client) Wait(ctx context.Context, name string, opts ...WaitOption) (*Lo
 	return lock, nil
 }
 
-// until follows the LockRequest name the way `kubectl wait` does, with client-go's
-// watchtools.UntilWithSync: an informer on that one object that lists, watches, and lists again
-// whenever the watch closes or its resourceVersion is too old. decide sees the object as first
-// listed (listed true), then after every change (nil once deleted, or when there was none to
-// list); it ends the wait by returning true or an error. A wait that ctx ends returns ctx's
-// error, wrapped.
+// until follows the LockRequest name as `kubectl wait` does: a reflector on that one object
+// lists, watches, and lists again whenever the watch closes or its resourceVersion is too old
+// (410 Gone). decide sees the object as first listed (listed true), then after every change
+// (nil once deleted, or when a later list no longer has it); it ends the wait by returning true
+// or an error. A wait that ctx ends returns ctx's error, wrapped.
+//
+// The reflector retries a failed list or watch after waitBackoff (100 ms doubling to 1 s), not
+// client-go's informer default (800 ms doubling to 30 s, with as much again of jitter): after an
+// API server restart a waiting runner saw its grant up to seconds after it was written.
 func (c *Client) until(ctx context.Context, name string, decide func(lr *locksv1.LockRequest, listed bool) (bool, error)) error {
 	sel := fields.OneTermEqualSelector("metadata.name", name).String()
 	lw := &cache.ListWatch{
@@ -310,45 +315,87 @@ func (c *Client) until(ctx context.Context, name string, decide func(lr *locksv1
 			return c.c.Watch(ctx, &locksv1.LockRequestList{}, ctrlclient.InNamespace(c.namespace), &ctrlclient.ListOptions{Raw: &o})
 		},
 	}
-	var preErr error
-	precondition := func(store cache.Store) (bool, error) {
-		obj, exists, err := store.GetByKey(c.namespace + "/" + name)
-		if err != nil {
-			return false, err
-		}
-		var lr *locksv1.LockRequest
-		if exists {
-			lr, _ = obj.(*locksv1.LockRequest)
-		}
-		done, err := decide(lr, true)
-		preErr = err
-		return done || err != nil, nil
-	}
-	var condErr error
-	condition := func(ev watch.Event) (bool, error) {
-		lr, _ := ev.Object.(*locksv1.LockRequest)
-		if ev.Type == watch.Deleted {
-			lr = nil
-		} else if lr == nil {
-			return false, nil
-		}
-		done, err := decide(lr, false)
-		condErr = err
-		return done || err != nil, nil
-	}
-	_, err := watchtools.UntilWithSync(ctx, lw, &locksv1.LockRequest{}, precondition, condition)
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	st := &followed{name: name, decide: decide, stop: cancel}
+	backoff := waitBackoff
+	r := cache.NewReflectorWithOptions(lw, &locksv1.LockRequest{}, st, cache.ReflectorOptions{Backoff: &backoff})
+	r.RunWithContext(rctx)
+	st.mu.Lock()
+	defer st.mu.Unlock()
 	switch {
-	case preErr != nil:
-		return preErr
-	case condErr != nil:
-		return condErr
-	case ctx.Err() != nil:
-		return fmt.Errorf("waiting for lockrequest %s/%s: %w", c.namespace, name, ctx.Err())
-	case err != nil:
-		return fmt.Errorf("waiting for lockrequest %s/%s: %w", c.namespace, name, err)
+	case st.err != nil:
+		return st.err
+	case st.done:
+		return nil
+	}
+	return fmt.Errorf("waiting for lockrequest %s/%s: %w", c.namespace, name, ctx.Err())
+}
+
+// waitBackoff is how a waiting client's reflector retries a failed list or watch.
+var waitBackoff = wait.Backoff{Duration: 100 * time.Millisecond, Factor: 2, Jitter: 0.5, Cap: time.Second, Steps: math.MaxInt32}
+
+// followed is the reflector's store for one followed object: it keeps nothing, and hands each
+// state of the object to decide until decide ends the wait.
+type followed struct {
+	name   string
+	decide func(lr *locksv1.LockRequest, listed bool) (bool, error)
+	stop   context.CancelFunc
+	mu     sync.Mutex
+	listed bool // the first list was seen
+	done   bool
+	err    error
+}
+
+func (f *followed) see(lr *locksv1.LockRequest, listed bool) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.done || f.err != nil {
+		return nil
+	}
+	done, err := f.decide(lr, listed)
+	f.done, f.err = done, err
+	if done || err != nil {
+		f.stop()
 	}
 	return nil
 }
+
+func (f *followed) Add(obj any) error {
+	if lr, ok := obj.(*locksv1.LockRequest); ok && lr.Name == f.name {
+		return f.see(lr, false)
+	}
+	return nil
+}
+
+func (f *followed) Update(obj any) error { return f.Add(obj) }
+
+func (f *followed) Delete(obj any) error {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	if lr, ok := obj.(*locksv1.LockRequest); ok && lr.Name == f.name {
+		return f.see(nil, false)
+	}
+	return nil
+}
+
+// Replace is a list: the object as it is now, or its absence. The first list is "listed"; a
+// later one (after a watch ended) that lacks the object means it was deleted meanwhile.
+func (f *followed) Replace(items []any, _ string) error {
+	f.mu.Lock()
+	first := !f.listed
+	f.listed = true
+	f.mu.Unlock()
+	for _, it := range items {
+		if lr, ok := it.(*locksv1.LockRequest); ok && lr.Name == f.name {
+			return f.see(lr, first)
+		}
+	}
+	return f.see(nil, first)
+}
+
+func (f *followed) Resync() error { return nil }
 
 // outcome turns a request's status into a Lock or an error, or says it is still pending.
 func (c *Client) outcome(lr *locksv1.LockRequest) (*Lock, bool, error) {
