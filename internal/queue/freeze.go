@@ -86,7 +86,7 @@ func resolve(locks []locksv1.CommandLock, flags FreezeFlags, now time.Time, inFo
 		if !inForce(cl) {
 			continue
 		}
-		if u := cl.Spec.Until; u != nil && u.Time.After(now) && (nextThaw.IsZero() || u.Time.Before(nextThaw)) {
+		if u := cl.Spec.Until; u != nil && u.After(now) && (nextThaw.IsZero() || u.Time.Before(nextThaw)) {
 			nextThaw = u.Time
 		}
 		fr := Freeze{Source: "commandlock/" + cl.Name, Message: FreezeMessage(cl.Name, cl.Spec.Reason)}
