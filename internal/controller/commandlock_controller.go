@@ -165,7 +165,7 @@ func (r *CommandLockReconciler) granting(ctx context.Context, cl *locksv1.Comman
 				}
 				lr = &live
 			}
-			if lr.Spec.Command == "" || (cl.Name != locksv1.CommandAll && lr.Spec.Command != cl.Name) || lr.Status.Phase.IsFinal() {
+			if !queue.Governs(cl.Name, lr.Spec.Command, r.flags) || lr.Status.Phase.IsFinal() {
 				continue
 			}
 			if lr.Status.Phase == locksv1.PhaseGranted || !holds(lr, pl.Name) {
@@ -206,7 +206,8 @@ func (r *CommandLockReconciler) remember(name string, uid types.UID, inForce boo
 // queue.CommandLockFreeze): an apply CommandLock shows --disable-apply's freeze even when
 // unlocked, and is not Locked under --disable-global-apply-lock. blockedRequests counts the
 // requests waiting on this very freeze: an apply request blocked by "all" counts for "all", not
-// for an unlocked "apply". Requests without a command are not the business of any CommandLock.
+// for an unlocked "apply". Requests without a command are not the business of any CommandLock,
+// nor is apply of "all" under --disable-global-apply-lock (queue.Governs).
 // granting is how many requests of the command the store shows granted or being granted that the
 // requests (a cache) do not: Drained needs none of either.
 func CommandLockStatus(cl *locksv1.CommandLock, requests []locksv1.LockRequest, flags queue.FreezeFlags, now time.Time, granting int) locksv1.CommandLockStatus {
@@ -216,7 +217,7 @@ func CommandLockStatus(cl *locksv1.CommandLock, requests []locksv1.LockRequest, 
 	st.ActiveHolders, st.BlockedRequests = 0, 0
 	for i := range requests {
 		lr := &requests[i]
-		if lr.Spec.Command == "" || (cl.Name != locksv1.CommandAll && lr.Spec.Command != cl.Name) {
+		if !queue.Governs(cl.Name, lr.Spec.Command, flags) {
 			continue
 		}
 		switch lr.Status.Phase {
@@ -237,9 +238,14 @@ func CommandLockStatus(cl *locksv1.CommandLock, requests []locksv1.LockRequest, 
 	} else {
 		set(locksv1.ConditionLocked, metav1.ConditionFalse, locksv1.ReasonThawed, "not frozen")
 	}
+	drained := "no granted request of this command is left"
+	if cl.Name == locksv1.CommandAll && flags.DisableGlobalApplyLock {
+		// No CommandLock holds apply back under this flag: "all" does not speak for it.
+		drained = "no granted request of any command except apply is left (--disable-global-apply-lock: apply does not wait for this freeze)"
+	}
 	switch {
 	case st.ActiveHolders == 0 && granting == 0:
-		set(locksv1.ConditionDrained, metav1.ConditionTrue, locksv1.ReasonNoActiveHolders, "no granted request of this command is left")
+		set(locksv1.ConditionDrained, metav1.ConditionTrue, locksv1.ReasonNoActiveHolders, drained)
 	case st.ActiveHolders == 0:
 		set(locksv1.ConditionDrained, metav1.ConditionFalse, locksv1.ReasonActiveHolders,
 			fmt.Sprintf("%d request(s) of this command are being granted", granting))

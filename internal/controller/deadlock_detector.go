@@ -269,14 +269,19 @@ func (d *DeadlockDetector) Check(ctx context.Context, namespace string) error {
 		return err
 	}
 	for _, c := range graph.FindCycles() {
-		live, standing, err := d.reread(ctx, namespace, c)
+		live, moved, err := d.reread(ctx, namespace, c)
 		if err != nil {
 			return err
 		}
-		if !standing {
+		if moved != "" {
 			// Broken or changed since the snapshot (another detector's victim, a grant, a
-			// release): the next pass, on a cache that shows it, sees the truth.
-			d.recheck(namespace, nil)
+			// release): look again once the cache shows the member that moved on.
+			var cached locksv1.LockRequest
+			if err := d.client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: moved}, &cached); err != nil {
+				d.recheck(namespace, nil)
+			} else {
+				d.recheck(namespace, &cached)
+			}
 			continue
 		}
 		victim := StoredVictim(d.policy, c, live, d.cfg.AgingStep)
@@ -289,9 +294,9 @@ func (d *DeadlockDetector) Check(ctx context.Context, namespace string) error {
 
 // reread reads every waiting member of cycle c past the cache and reports whether the cycle
 // still stands in the store: each still Pending, live, of the identity and waiting on the key
-// the cycle says, and each key a member waits for because its holder holds it still held by
-// that holder. It returns the members as read, by name.
-func (d *DeadlockDetector) reread(ctx context.Context, namespace string, c deadlock.Cycle) (map[string]*locksv1.LockRequest, bool, error) {
+// the cycle says. It returns the members as read, by name, or the name of the first member that
+// moved on (the cycle is broken).
+func (d *DeadlockDetector) reread(ctx context.Context, namespace string, c deadlock.Cycle) (map[string]*locksv1.LockRequest, string, error) {
 	reader := d.live
 	if reader == nil {
 		reader = d.client
@@ -304,29 +309,17 @@ func (d *DeadlockDetector) reread(ctx context.Context, namespace string, c deadl
 		var lr locksv1.LockRequest
 		switch err := reader.Get(ctx, client.ObjectKey{Namespace: namespace, Name: e.Waiter.Request}, &lr); {
 		case apierrors.IsNotFound(err):
-			return nil, false, nil
+			return nil, e.Waiter.Request, nil
 		case err != nil:
-			return nil, false, fmt.Errorf("re-read deadlock cycle member %s/%s: %w", namespace, e.Waiter.Request, err)
+			return nil, "", fmt.Errorf("re-read deadlock cycle member %s/%s: %w", namespace, e.Waiter.Request, err)
 		}
 		ref, waits := queue.FirstUnheld(&lr)
 		if lr.Status.Phase != locksv1.PhasePending || !isLive(&lr) || lr.Spec.Holder.ID() != e.From || !waits || ref.Key != e.Key {
-			return nil, false, nil
-		}
-		if e.Holds {
-			var pl locksv1.ProjectLock
-			switch err := reader.Get(ctx, client.ObjectKey{Namespace: namespace, Name: ref.Name}, &pl); {
-			case apierrors.IsNotFound(err):
-				return nil, false, nil
-			case err != nil:
-				return nil, false, fmt.Errorf("re-read deadlock cycle key %s/%s: %w", namespace, ref.Name, err)
-			}
-			if pl.Status.Holder == nil || pl.Status.Holder.ID() != e.To {
-				return nil, false, nil
-			}
+			return nil, e.Waiter.Request, nil
 		}
 		live[e.Waiter.Request] = &lr
 	}
-	return live, true, nil
+	return live, "", nil
 }
 
 // StoredVictim is the victim policy p picks in cycle c, ranked by what the store says of the

@@ -1,11 +1,11 @@
 package controller
 
 import (
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"time"
 
 	"golang.org/x/time/rate"
 	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/turnstile-dev/turnstile/internal/deadlock"
 	"github.com/turnstile-dev/turnstile/internal/queue"

@@ -35,27 +35,59 @@ type Freezes struct {
 	flags     FreezeFlags
 }
 
-// IsLockInForce reports whether a CommandLock freezes its command at now: locked, and its
-// until (if any) still ahead.
+// IsLockInForce reports whether a CommandLock freezes its command at now, by the clock of its
+// reconciler, which judges it: locked, not thawed already (Thawed), and its until (if any) still
+// ahead. Grants do not judge until by their own clock (ResolveFreezes).
 func IsLockInForce(cl *locksv1.CommandLock, now time.Time) bool {
-	if !cl.Spec.Locked {
+	if !HoldsGrants(cl) {
 		return false
 	}
 	return cl.Spec.Until == nil || now.Before(cl.Spec.Until.Time)
 }
 
-// ResolveFreezes builds the freezes in force at now, and the next time one of them thaws by
-// itself (zero when none will), so the caller can requeue then instead of polling.
+// Thawed reports whether cl's status says its freeze ended by its until: its reconciler, once
+// its clock passed spec.until, wrote Locked=False (reason Thawed) for the current generation.
+// The thaw is a write, so every manager sees it at once and in the same order as the store's
+// other writes; no deciding manager's clock ends a freeze (docs/protocol.md, "Freezes and
+// Drained").
+func Thawed(cl *locksv1.CommandLock) bool {
+	if cl.Spec.Until == nil || cl.Status.ObservedGeneration != cl.Generation {
+		return false
+	}
+	for _, c := range cl.Status.Conditions {
+		if c.Type == locksv1.ConditionLocked {
+			return c.Status == "False" && c.Reason == locksv1.ReasonThawed
+		}
+	}
+	return false
+}
+
+// HoldsGrants reports whether cl holds its command's grants back: locked, and not thawed by a
+// written thaw (Thawed). A freeze past its until holds grants until its reconciler writes the
+// thaw: a manager whose clock runs ahead must not grant under a CommandLock that still says
+// Locked (and Drained).
+func HoldsGrants(cl *locksv1.CommandLock) bool {
+	return cl.Spec.Locked && !Thawed(cl)
+}
+
+// ResolveFreezes builds the freezes that hold grants back (HoldsGrants), and the next time one
+// of them reaches its until by now's clock (zero when none will), when its reconciler thaws it.
+// The thaw's write is what lets the grants go (its event decides the keys again); the caller's
+// requeue then is only a fallback.
 func ResolveFreezes(locks []locksv1.CommandLock, flags FreezeFlags, now time.Time) (Freezes, time.Time) {
+	return resolve(locks, flags, now, HoldsGrants)
+}
+
+func resolve(locks []locksv1.CommandLock, flags FreezeFlags, now time.Time, inForce func(*locksv1.CommandLock) bool) (Freezes, time.Time) {
 	f := Freezes{byCommand: map[string]Freeze{}, flags: flags}
 	var nextThaw time.Time
 	for i := range locks {
 		cl := &locks[i]
-		if !IsLockInForce(cl, now) {
+		if !inForce(cl) {
 			continue
 		}
-		if cl.Spec.Until != nil && (nextThaw.IsZero() || cl.Spec.Until.Time.Before(nextThaw)) {
-			nextThaw = cl.Spec.Until.Time
+		if u := cl.Spec.Until; u != nil && u.After(now) && (nextThaw.IsZero() || u.Time.Before(nextThaw)) {
+			nextThaw = u.Time
 		}
 		fr := Freeze{Source: "commandlock/" + cl.Name, Message: FreezeMessage(cl.Name, cl.Spec.Reason)}
 		if cl.Name == locksv1.CommandAll {
@@ -90,11 +122,26 @@ func (f Freezes) For(command string) (Freeze, bool) {
 	return Freeze{}, false
 }
 
-// CommandLockFreeze is the freeze cl puts its own command under at now once the flags have
-// spoken, which is what cl's status reports: for apply, --disable-apply freezes it whatever cl
+// Governs reports whether the CommandLock named cl speaks for requests of command, so that its
+// counts and its Drained cover them: its own command's, and every command's for "all" -- except
+// apply under --disable-global-apply-lock, which no CommandLock holds back then (an apply granted
+// is none of "all"'s business, and "all" must not say it drained it). An apply CommandLock still
+// counts its own requests under the flag; it reports itself not in force.
+func Governs(cl, command string, flags FreezeFlags) bool {
+	if command == "" {
+		return false
+	}
+	if cl == command {
+		return true
+	}
+	return cl == locksv1.CommandAll && (command != CommandApply || !flags.DisableGlobalApplyLock)
+}
+
+// CommandLockFreeze is the freeze cl puts its own command under at now, by its reconciler's
+// clock (IsLockInForce), once the flags have spoken, which is what cl's status reports: for apply, --disable-apply freezes it whatever cl
 // says and --disable-global-apply-lock makes cl inert; "all" reports its own freeze.
 func CommandLockFreeze(cl *locksv1.CommandLock, flags FreezeFlags, now time.Time) (Freeze, bool) {
-	f, _ := ResolveFreezes([]locksv1.CommandLock{*cl}, flags, now)
+	f, _ := resolve([]locksv1.CommandLock{*cl}, flags, now, func(cl *locksv1.CommandLock) bool { return IsLockInForce(cl, now) })
 	return f.For(cl.Name)
 }
 

@@ -38,6 +38,15 @@ func frozenBy(f Freezes, commands ...string) map[string]Freeze {
 
 var allCommands = []string{"apply", "plan", "destroy", ""}
 
+// thawed is cl as its reconciler writes it once its clock passed spec.until: Locked=False,
+// reason Thawed, for its generation.
+func thawed(cl locksv1.CommandLock) locksv1.CommandLock {
+	cl.Generation = 1
+	cl.Status.ObservedGeneration = 1
+	cl.Status.Conditions = []metav1.Condition{{Type: locksv1.ConditionLocked, Status: metav1.ConditionFalse, Reason: locksv1.ReasonThawed, Message: "not frozen"}}
+	return cl
+}
+
 func TestResolveFreezes(t *testing.T) {
 	applyFreeze := Freeze{Source: "commandlock/apply", Message: maintenance}
 	allFreeze := Freeze{Source: "commandlock/all", Message: "All commands are locked globally: upgrade"}
@@ -62,13 +71,27 @@ func TestResolveFreezes(t *testing.T) {
 			tc:         []locksv1.CommandLock{commandLock("apply", false, "maintenance window", nil)},
 			wantFrozen: map[string]Freeze{},
 		},
-		"until in the past: not in force, nothing to thaw": {
+		// R1 (issue #26 review): the thaw is a write. A freeze past its until holds grants
+		// until its reconciler's status says thawed, whatever the deciding clock says.
+		"until in the past, no thaw written yet: grants still wait, nothing to requeue for": {
 			tc:         []locksv1.CommandLock{commandLock("apply", true, "maintenance window", at(t0.Add(-time.Second)))},
+			wantFrozen: map[string]Freeze{"apply": applyFreeze},
+		},
+		"until exactly now, no thaw written yet: grants still wait": {
+			tc:         []locksv1.CommandLock{commandLock("apply", true, "maintenance window", at(now))},
+			wantFrozen: map[string]Freeze{"apply": applyFreeze},
+		},
+		"until in the past and the thaw written: not in force": {
+			tc:         []locksv1.CommandLock{thawed(commandLock("apply", true, "maintenance window", at(t0.Add(-time.Second))))},
 			wantFrozen: map[string]Freeze{},
 		},
-		"until exactly now: thawed": {
-			tc:         []locksv1.CommandLock{commandLock("apply", true, "maintenance window", at(now))},
-			wantFrozen: map[string]Freeze{},
+		"a thaw written for an earlier generation does not thaw this one": {
+			tc: []locksv1.CommandLock{func() locksv1.CommandLock {
+				cl := thawed(commandLock("apply", true, "maintenance window", at(t0.Add(-time.Second))))
+				cl.Generation++
+				return cl
+			}()},
+			wantFrozen: map[string]Freeze{"apply": applyFreeze},
 		},
 		"until in the future: in force, the earliest thaw returned": {
 			tc: []locksv1.CommandLock{
@@ -80,7 +103,7 @@ func TestResolveFreezes(t *testing.T) {
 		},
 		"a past until does not hide another's future one": {
 			tc: []locksv1.CommandLock{
-				commandLock("apply", true, "maintenance window", at(t0.Add(-time.Minute))),
+				thawed(commandLock("apply", true, "maintenance window", at(t0.Add(-time.Minute)))),
 				commandLock("plan", true, "", at(t0.Add(2*time.Hour))),
 				commandLock("destroy", false, "", at(t0.Add(time.Minute))),
 			},

@@ -303,10 +303,24 @@ func (s *sim) decide() string {
 	// Now and then the command freezes or thaws between two writes of the decision, with the
 	// reason it had (hole A of issue #26): a demotion then finds the status it would write
 	// already stored, and only a fence that changes the object stops the grant in flight.
+	// Another manager may decide the key right then, as manager B of the hole did.
 	flip := ""
 	if s.rng.IntN(6) == 0 {
 		n := 1 + s.rng.IntN(3)
-		m.view.BeforeWrite(n, func() { flip = fmt.Sprintf(", %s before its write %d", s.freeze(), n) })
+		other := s.ms[s.pickManager()]
+		nested := other != m && s.rng.IntN(2) == 0
+		m.view.BeforeWrite(n, func() {
+			flip = fmt.Sprintf(", %s before its write %d", s.freeze(), n)
+			if nested {
+				syncHistory()
+				s.advance(other)
+				_, err := other.reconcileKey(k)
+				other.view.CancelHooks()
+				Expect(err).NotTo(HaveOccurred(), "%s: reconcile %s inside %s's decision", other.name, k.Name, m.name)
+				flip += fmt.Sprintf(", and %s decides it then", other.name)
+			}
+			s.did["flip"]++
+		})
 	}
 	_, err := m.reconcileKey(k)
 	m.view.CancelHooks()

@@ -67,9 +67,10 @@ func syncHistory() {
 type manager struct {
 	name    string
 	view    *lag.View
-	skew    time.Duration // how far its clock is off
-	ahead   time.Duration // how far simulated time is ahead of real time, for every manager
-	simNow  *time.Time    // when set, the simulation's clock, which replaces real time
+	skew    time.Duration     // how far its clock is off
+	ahead   time.Duration     // how far simulated time is ahead of real time, for every manager
+	simNow  *time.Time        // when set, the simulation's clock, which replaces real time
+	flags   queue.FreezeFlags // its operator flags (--disable-apply, --disable-global-apply-lock)
 	clock   *clocktesting.FakeClock
 	metrics *controller.Metrics
 	locks   *controller.LockReconciler
@@ -88,8 +89,9 @@ func newManager(name string, skew time.Duration, cfg queue.Config) *manager {
 func (m *manager) restart(cfg queue.Config) {
 	m.metrics = controller.NewMetrics(nil)
 	m.locks = controller.NewLockReconciler(m.view, k8s, nopRecorder{},
-		controller.WithClock(m.clock), controller.WithConfig(cfg), controller.WithMetrics(m.metrics))
-	m.cmds = controller.NewCommandLockReconciler(m.view, k8s, nopRecorder{}, controller.WithMetrics(m.metrics), controller.WithClock(m.clock))
+		controller.WithClock(m.clock), controller.WithConfig(cfg), controller.WithMetrics(m.metrics), controller.WithFreezeFlags(m.flags))
+	m.cmds = controller.NewCommandLockReconciler(m.view, k8s, nopRecorder{}, controller.WithMetrics(m.metrics), controller.WithClock(m.clock),
+		controller.WithFreezeFlags(m.flags))
 }
 
 // tick sets the manager's clock to real time (or the simulation's) plus time simulated ahead,

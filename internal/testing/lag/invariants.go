@@ -25,6 +25,10 @@ type Invariants struct {
 	// API server answered as a no-op (History.NoOps): the protocol makes none, since such a
 	// write fences nothing.
 	NoOps *History
+	// Flags are the managers' freeze flags. Under --disable-global-apply-lock no CommandLock
+	// holds apply back, so "all" does not speak for apply -- if its Drained condition says so
+	// (queue.Governs).
+	Flags queue.FreezeFlags
 
 	tokens map[string]tenure               // namespace/projectlock name -> the last holder seen
 	state  map[string]*locksv1.LockRequest // Replay's requests, by name
@@ -50,7 +54,8 @@ func NewInvariants(c client.Reader) *Invariants {
 //   - fencing: a key's token, as a reader of any of its holders sees it (the per-key token in
 //     status.locks[], and the request-level status.fencingToken), never goes down, and a new
 //     holder identity's tokens are above every token a previous holder of the key showed;
-//   - Drained: a CommandLock in force that says Drained has no granted request of its command;
+//   - Drained: a CommandLock in force that says Drained has no granted request of its command
+//     (for "all": of any command, but apply when Flags and its Drained message exempt it);
 //   - with Structural, every request that holds a key is listed by the key's ProjectLock;
 //   - with NoOps, no manager's update came back as a no-op.
 func (inv *Invariants) Check(ctx context.Context, ns string) ([]string, error) {
@@ -126,10 +131,12 @@ func (inv *Invariants) CheckState(st *State) []string {
 			!meta.IsStatusConditionTrue(cl.Status.Conditions, locksv1.ConditionDrained) {
 			continue
 		}
+		drained := meta.FindStatusCondition(cl.Status.Conditions, locksv1.ConditionDrained)
 		for j := range lrs.Items {
 			lr := &lrs.Items[j]
+			exempt := !queue.Governs(cl.Name, lr.Spec.Command, inv.Flags) && strings.Contains(drained.Message, "except "+lr.Spec.Command)
 			if lr.Status.Phase == locksv1.PhaseGranted && lr.Spec.Command != "" &&
-				(cl.Name == locksv1.CommandAll || lr.Spec.Command == cl.Name) {
+				(cl.Name == locksv1.CommandAll || lr.Spec.Command == cl.Name) && !exempt {
 				out = append(out, fmt.Sprintf("drained: commandlock/%s says Drained while %s/%s (%s) is Granted", cl.Name, lr.Namespace, lr.Name, lr.Spec.Command))
 			}
 		}
