@@ -167,6 +167,24 @@ var _ = Describe("Gated workloads", func() {
 		Expect(get(bob).(*locksv1.LockRequest).Status.Phase).To(Equal(locksv1.PhaseGranted))
 	})
 
+	It("keeps the lock of a running Pod that leaves the manager's gated-only cache (it reads the API server before deleting a request)", func() {
+		p := pod(ns, "relabelled", "acme/infra:cache")
+		Expect(alice.Create(ctx, p)).To(Succeed())
+		lr := granted(requestOf("pod", "relabelled"))
+		Eventually(func() bool { return gated(get(p).(*corev1.Pod)) }).WithTimeout(wait).Should(BeFalse())
+
+		By("a cluster admin (who passes the gate policy) removes the gated label: the Pod drops out of the label-selected cache")
+		patch := client.MergeFrom(p.DeepCopy())
+		delete(p.Labels, workload.LabelGated)
+		Expect(admin.Patch(ctx, p, patch)).To(Succeed())
+		By("a second Pod on the key waits, and shows the manager has acted on events since")
+		other := pod(ns, "next", "acme/infra:cache")
+		Expect(alice.Create(ctx, other)).To(Succeed())
+		waiting(requestOf("pod", "next"))
+		Expect(get(lr).(*locksv1.LockRequest).Status.Phase).To(Equal(locksv1.PhaseGranted), "the running Pod still holds its lock")
+		Expect(gated(get(other).(*corev1.Pod))).To(BeTrue())
+	})
+
 	It("refuses a user removing a Pod's gate or unsuspending a gated Job by hand", func() {
 		holdKey("iam")
 		p := pod(ns, "impatient", "acme/infra:iam")
