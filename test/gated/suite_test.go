@@ -37,6 +37,7 @@ import (
 	"github.com/turnstile-dev/turnstile/internal/controller"
 	"github.com/turnstile-dev/turnstile/internal/queue"
 	"github.com/turnstile-dev/turnstile/internal/testing/framework"
+	"github.com/turnstile-dev/turnstile/internal/testing/wrappers"
 	"github.com/turnstile-dev/turnstile/internal/workload"
 )
 
@@ -76,6 +77,9 @@ var _ = BeforeSuite(func() {
 		g.Expect(admin.Create(ctx, j, client.DryRunAll)).To(Succeed())
 		g.Expect(j.Spec.Suspend).To(Equal(ptr.To(true)))
 		g.Expect(admin.Create(ctx, pod(ns, "bad", "acme"), client.DryRunAll)).To(MatchError(ContainSubstring("turnstile-workload-annotations")))
+		// The apply re-applied the CRDs: a client may not map LockRequest for a moment.
+		lr := wrappers.MakeLockRequest("probe", ns).Lock("acme/infra", "probe", "default").Owner("bob", 0).Obj()
+		g.Expect(admin.Create(ctx, lr, client.DryRunAll)).To(Succeed())
 	}).WithTimeout(settle).WithPolling(poll).Should(Succeed())
 
 	By("starting a manager that acts as its ServiceAccount")

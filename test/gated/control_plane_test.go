@@ -1,0 +1,174 @@
+package gated
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
+	"github.com/turnstile-dev/turnstile/internal/testing/framework"
+	"github.com/turnstile-dev/turnstile/internal/testing/wrappers"
+	"github.com/turnstile-dev/turnstile/internal/workload"
+)
+
+// The real kube-scheduler and kube-controller-manager (its Job and garbage collector
+// controllers), built by hack/build-k8s-bins.sh at the API server's version, run against the
+// test control plane with one Node object. No kubelet runs: where a Pod would run and exit,
+// the test writes the Pod's status as the kubelet would (phase Succeeded), and says so.
+var _ = Describe("Gated workloads with the real kube-scheduler and Job controller", Ordered, func() {
+	const node = "node-1"
+	var (
+		ns    string
+		alice client.Client
+	)
+	BeforeAll(func() {
+		dir := GinkgoT().TempDir()
+		kubeconfig := filepath.Join(dir, "admin.kubeconfig")
+		Expect(env.WriteKubeconfig(kubeconfig)).To(Succeed())
+		for _, c := range []struct {
+			bin  string
+			args []string
+		}{
+			{"kube-scheduler", []string{"--kubeconfig=" + kubeconfig, "--leader-elect=false", "--secure-port=0"}},
+			// The controllers act as the admin (no --use-service-account-credentials): the
+			// token controller it would need has no signing key here.
+			{"kube-controller-manager", []string{"--kubeconfig=" + kubeconfig, "--leader-elect=false", "--secure-port=0",
+				"--controllers=job-controller,garbage-collector-controller"}},
+		} {
+			bin := filepath.Join(env.Assets, c.bin)
+			_, err := os.Stat(bin)
+			Expect(err).NotTo(HaveOccurred(), "%s is built by `make k8s-bins` (CONTROL_PLANE=1 hack/build-k8s-bins.sh)", c.bin)
+			p, err := framework.StartProcessLogFile(bin, kubeconfig, filepath.Join(dir, c.bin+".log"), c.args...)
+			Expect(err).NotTo(HaveOccurred())
+			DeferCleanup(func() {
+				_ = p.Stop(10 * time.Second)
+				if CurrentSpecReport().Failed() {
+					AddReportEntry(c.bin+" log", p.Log())
+				}
+			})
+		}
+
+		By("registering one Node, Ready, as a kubelet would")
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node, Labels: map[string]string{"kubernetes.io/hostname": node}}}
+		Expect(admin.Create(ctx, n)).To(Succeed())
+		DeferCleanup(func() { _ = admin.Delete(ctx, n) })
+		capacity := corev1.ResourceList{
+			corev1.ResourceCPU: resource.MustParse("8"), corev1.ResourceMemory: resource.MustParse("16Gi"), corev1.ResourcePods: resource.MustParse("110"),
+		}
+		n.Status = corev1.NodeStatus{
+			Capacity: capacity, Allocatable: capacity,
+			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady",
+				LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}},
+		}
+		Expect(admin.Status().Update(ctx, n)).To(Succeed())
+		// The API server taints a new Node not-ready; the node lifecycle controller lifts the
+		// taint once the Node reports Ready. That controller does not run here: do what it would.
+		Eventually(func() error {
+			if err := admin.Get(ctx, client.ObjectKeyFromObject(n), n); err != nil {
+				return err
+			}
+			n.Spec.Taints = nil
+			return admin.Update(ctx, n)
+		}).WithTimeout(wait).Should(Succeed())
+
+		ns = newNamespace()
+		alice = as("alice")
+	})
+
+	// succeed writes what the kubelet would once the Pod's only container exited 0.
+	succeed := func(p *corev1.Pod) {
+		GinkgoHelper()
+		Expect(admin.Get(ctx, client.ObjectKeyFromObject(p), p)).To(Succeed())
+		now := metav1.Now()
+		p.Status.Phase = corev1.PodSucceeded
+		p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: corev1.PodReady, Status: corev1.ConditionFalse, LastTransitionTime: now, Reason: "PodCompleted"})
+		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: p.Spec.Containers[0].Name, Image: p.Spec.Containers[0].Image,
+			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed", StartedAt: now, FinishedAt: now}}}}
+		Expect(admin.Status().Update(ctx, p)).To(Succeed())
+	}
+	// jobPods are the Pods the Job controller made for job name.
+	jobPods := func(name string) []corev1.Pod {
+		GinkgoHelper()
+		var pods corev1.PodList
+		Expect(admin.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{batchv1.JobNameLabel: name})).To(Succeed())
+		return pods.Items
+	}
+	phase := func(name string) func() locksv1.LockRequestPhase {
+		return framework.PhaseOf(ctx, admin, ns, name)
+	}
+
+	It("shows a gated Pod SchedulingGated until its lock is free, then the scheduler binds it", func() {
+		bob := wrappers.MakeLockRequest("bob-holds", ns).Lock("acme/infra", "db", "default").Owner("bob", 0).Obj()
+		Expect(admin.Create(ctx, bob)).To(Succeed())
+		Eventually(phase(bob.Name)).WithTimeout(wait).Should(Equal(locksv1.PhaseGranted))
+
+		p := pod(ns, "migrate", "acme/infra:db")
+		Expect(alice.Create(ctx, p)).To(Succeed())
+		Eventually(phase(workload.RequestName("pod", "migrate"))).WithTimeout(wait).Should(Equal(locksv1.PhasePending))
+		Eventually(func(g Gomega) {
+			g.Expect(admin.Get(ctx, client.ObjectKeyFromObject(p), p)).To(Succeed())
+			g.Expect(p.Status.Conditions).To(ContainElement(And(
+				HaveField("Type", corev1.PodScheduled), HaveField("Status", corev1.ConditionFalse), HaveField("Reason", corev1.PodReasonSchedulingGated))))
+		}).WithTimeout(wait).Should(Succeed(), "the scheduler reports the Pod SchedulingGated")
+		Expect(p.Spec.NodeName).To(BeEmpty())
+
+		Expect(admin.Patch(ctx, bob, client.RawPatch(client.Merge.Type(), []byte(`{"spec":{"release":true}}`)))).To(Succeed())
+		Eventually(func() string {
+			_ = admin.Get(ctx, client.ObjectKeyFromObject(p), p)
+			return p.Spec.NodeName
+		}).WithTimeout(wait).Should(Equal(node), "the scheduler binds the Pod once the gate is gone")
+		Expect(p.Annotations).To(HaveKey(workload.AnnotationFencingToken))
+
+		By("the container exits 0: the test writes the Pod Succeeded, as the kubelet would")
+		succeed(p)
+		Eventually(phase(workload.RequestName("pod", "migrate"))).WithTimeout(wait).Should(Equal(locksv1.PhaseReleased))
+	})
+
+	It("runs two Jobs on one key through the real Job controller: the second makes no Pod until the first completes", func() {
+		first, second := job(ns, "apply-1", "acme/infra:vpc"), job(ns, "apply-2", "acme/infra:vpc")
+		Expect(alice.Create(ctx, first)).To(Succeed())
+		Eventually(phase(workload.RequestName("job", "apply-1"))).WithTimeout(wait).Should(Equal(locksv1.PhaseGranted))
+		var p1 corev1.Pod
+		Eventually(func(g Gomega) {
+			pods := jobPods("apply-1")
+			g.Expect(pods).To(HaveLen(1))
+			p1 = pods[0]
+			g.Expect(p1.Spec.NodeName).To(Equal(node))
+		}).WithTimeout(wait).Should(Succeed(), "the Job controller makes the first Job's Pod and the scheduler binds it")
+		lr1 := &locksv1.LockRequest{}
+		Expect(admin.Get(ctx, client.ObjectKey{Namespace: ns, Name: workload.RequestName("job", "apply-1")}, lr1)).To(Succeed())
+		Expect(p1.Annotations).To(HaveKeyWithValue(workload.AnnotationFencingToken, strconv.FormatInt(lr1.Status.FencingToken, 10)),
+			"the Job's Pod carries the token for the downward API")
+		Expect(p1.Spec.SchedulingGates).To(BeEmpty(), "a Job's Pods are not gated again")
+
+		Expect(alice.Create(ctx, second)).To(Succeed())
+		Eventually(phase(workload.RequestName("job", "apply-2"))).WithTimeout(wait).Should(Equal(locksv1.PhasePending))
+		Expect(admin.Get(ctx, client.ObjectKeyFromObject(second), second)).To(Succeed())
+		Expect(second.Spec.Suspend).To(Equal(ptr.To(true)))
+		Expect(jobPods("apply-2")).To(BeEmpty(), "a suspended Job has no Pods")
+
+		By("the first Job's container exits 0: the test writes its Pod Succeeded, as the kubelet would")
+		succeed(&p1)
+		Eventually(func(g Gomega) {
+			g.Expect(admin.Get(ctx, client.ObjectKeyFromObject(first), first)).To(Succeed())
+			g.Expect(first.Status.Conditions).To(ContainElement(And(HaveField("Type", batchv1.JobComplete), HaveField("Status", corev1.ConditionTrue))))
+		}).WithTimeout(wait).Should(Succeed(), "the Job controller completes the first Job")
+		Eventually(phase(workload.RequestName("job", "apply-2"))).WithTimeout(wait).Should(Equal(locksv1.PhaseGranted))
+		Eventually(func(g Gomega) {
+			pods := jobPods("apply-2")
+			g.Expect(pods).To(HaveLen(1))
+			g.Expect(pods[0].Spec.NodeName).To(Equal(node))
+		}).WithTimeout(wait).Should(Succeed(), "the second Job runs once the first completed")
+		Expect(phase(workload.RequestName("job", "apply-1"))()).To(Equal(locksv1.PhaseReleased))
+	})
+})
