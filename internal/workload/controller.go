@@ -135,8 +135,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, nil // the Job holds the lock for its Pods
 	}
 	if haveLR && !ownedBy(lr, obj) {
-		// An earlier workload of the same name left its request behind: it goes first.
-		return ctrl.Result{Requeue: true}, client.IgnoreNotFound(r.client.Delete(ctx, lr, client.Preconditions{UID: &lr.UID}))
+		// An earlier workload of the same name left its request behind: it goes first (its
+		// deletion event brings this workload back).
+		return ctrl.Result{}, client.IgnoreNotFound(r.client.Delete(ctx, lr, client.Preconditions{UID: &lr.UID}))
 	}
 
 	done, how := r.kind.finished(obj)

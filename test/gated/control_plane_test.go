@@ -21,7 +21,7 @@ import (
 	"github.com/turnstile-dev/turnstile/internal/workload"
 )
 
-// The real kube-scheduler and kube-controller-manager (its Job and garbage collector
+// The real kube-scheduler and kube-controller-manager (its Job, CronJob and garbage collector
 // controllers), built by hack/build-k8s-bins.sh at the API server's version, run against the
 // test control plane with one Node object. No kubelet runs: where a Pod would run and exit,
 // the test writes the Pod's status as the kubelet would (phase Succeeded), and says so.
@@ -43,7 +43,7 @@ var _ = Describe("Gated workloads with the real kube-scheduler and Job controlle
 			// The controllers act as the admin (no --use-service-account-credentials): the
 			// token controller it would need has no signing key here.
 			{"kube-controller-manager", []string{"--kubeconfig=" + kubeconfig, "--leader-elect=false", "--secure-port=0",
-				"--controllers=job-controller,garbage-collector-controller"}},
+				"--controllers=job-controller,cronjob-controller,garbage-collector-controller"}},
 		} {
 			bin := filepath.Join(env.Assets, c.bin)
 			_, err := os.Stat(bin)
@@ -170,5 +170,71 @@ var _ = Describe("Gated workloads with the real kube-scheduler and Job controlle
 			g.Expect(pods[0].Spec.NodeName).To(Equal(node))
 		}).WithTimeout(wait).Should(Succeed(), "the second Job runs once the first completed")
 		Expect(phase(workload.RequestName("job", "apply-1"))()).To(Equal(locksv1.PhaseReleased))
+	})
+
+	It("serializes a CronJob's Jobs: a Job the CronJob controller starts while the last one runs waits, suspended", func() {
+		// The CronJob controller starts at most one Job a minute (a Job's name is the CronJob's
+		// plus the scheduled minute), so this spec takes one to two minutes.
+		cj := &batchv1.CronJob{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "nightly"},
+			Spec: batchv1.CronJobSpec{
+				Schedule:          "* * * * *",
+				ConcurrencyPolicy: batchv1.AllowConcurrent,
+				JobTemplate: batchv1.JobTemplateSpec{
+					ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{workload.AnnotationLock: "acme/infra:nightly"}},
+					Spec:       job(ns, "unused", "acme/infra:nightly").Spec,
+				},
+			},
+		}
+		Expect(admin.Create(ctx, cj)).To(Succeed())
+		DeferCleanup(func() { _ = admin.Delete(ctx, cj) })
+		cronJobs := func() []batchv1.Job {
+			var jobs batchv1.JobList
+			Expect(admin.List(ctx, &jobs, client.InNamespace(ns))).To(Succeed())
+			var out []batchv1.Job
+			for _, j := range jobs.Items {
+				if c := metav1.GetControllerOf(&j); c != nil && c.Kind == "CronJob" && c.Name == cj.Name {
+					out = append(out, j)
+				}
+			}
+			return out
+		}
+		var first batchv1.Job
+		Eventually(func(g Gomega) {
+			jobs := cronJobs()
+			g.Expect(jobs).To(HaveLen(1))
+			first = jobs[0]
+		}).WithTimeout(90 * time.Second).Should(Succeed(), "the CronJob controller starts a Job within a minute")
+		Expect(first.Annotations).To(HaveKeyWithValue(workload.AnnotationCreatedBy, "turnstile-admin"),
+			"the Job's creator is the CronJob controller's identity (here turnstile-admin, the user the controller manager runs as)")
+		Eventually(phase(workload.RequestName("job", first.Name))).WithTimeout(wait).Should(Equal(locksv1.PhaseGranted))
+		var p1 corev1.Pod
+		Eventually(func(g Gomega) {
+			pods := jobPods(first.Name)
+			g.Expect(pods).To(HaveLen(1))
+			p1 = pods[0]
+			g.Expect(p1.Spec.NodeName).To(Equal(node))
+		}).WithTimeout(wait).Should(Succeed())
+
+		var second batchv1.Job
+		Eventually(func(g Gomega) {
+			jobs := cronJobs()
+			g.Expect(jobs).To(HaveLen(2))
+			for _, j := range jobs {
+				if j.Name != first.Name {
+					second = j
+				}
+			}
+		}).WithTimeout(90*time.Second).Should(Succeed(), "the CronJob controller starts the next minute's Job while the first runs")
+		Eventually(phase(workload.RequestName("job", second.Name))).WithTimeout(wait).Should(Equal(locksv1.PhasePending))
+		Expect(admin.Get(ctx, client.ObjectKeyFromObject(&second), &second)).To(Succeed())
+		Expect(second.Spec.Suspend).To(Equal(ptr.To(true)))
+		Expect(jobPods(second.Name)).To(BeEmpty())
+
+		By("the first Job's container exits 0: the test writes its Pod Succeeded, as the kubelet would")
+		succeed(&p1)
+		Eventually(phase(workload.RequestName("job", second.Name))).WithTimeout(wait).Should(Equal(locksv1.PhaseGranted))
+		Eventually(func() []corev1.Pod { return jobPods(second.Name) }).WithTimeout(wait).Should(HaveLen(1))
+		Expect(phase(workload.RequestName("job", first.Name))()).To(Equal(locksv1.PhaseReleased))
 	})
 })
