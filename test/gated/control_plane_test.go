@@ -204,7 +204,7 @@ var _ = Describe("Gated workloads with the real kube-scheduler and Job controlle
 			jobs := cronJobs()
 			g.Expect(jobs).To(HaveLen(1))
 			first = jobs[0]
-		}).WithTimeout(90 * time.Second).Should(Succeed(), "the CronJob controller starts a Job within a minute")
+		}).WithTimeout(90*time.Second).Should(Succeed(), "the CronJob controller starts a Job within a minute")
 		Expect(first.Annotations).To(HaveKeyWithValue(workload.AnnotationCreatedBy, "turnstile-admin"),
 			"the Job's creator is the CronJob controller's identity (here turnstile-admin, the user the controller manager runs as)")
 		Eventually(phase(workload.RequestName("job", first.Name))).WithTimeout(wait).Should(Equal(locksv1.PhaseGranted))
