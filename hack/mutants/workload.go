@@ -22,7 +22,13 @@ func init() {
 			{workloadController, "	case lr.Status.Phase.IsFinal() && token != \"\":\n", "	case false && lr.Status.Phase.IsFinal() && token != \"\":\n"},
 		}},
 		mutant{name: "workload-released-while-running", pkg: gatedSuite, focus: "holds a Pod|two Jobs", guard: "a workload's lock is released only when it has finished (or is being deleted)", edits: []edit{
-			{workloadController, "	if done || obj.GetDeletionTimestamp() != nil {\n", "	if true || done || obj.GetDeletionTimestamp() != nil {\n"},
+			{workloadController, "	if done, how := r.kind.finished(obj); done {\n", "	if done, how := r.kind.finished(obj); true || done {\n"},
+		}},
+		mutant{name: "workload-job-pods-outlive", pkg: gatedSuite, focus: "last Pod is gone", guard: "a deleted Job's lock is kept until its last Pod is gone", edits: []edit{
+			{workloadController, "if running, err := r.podsLeft(ctx, lr); err != nil || running > 0 {", "if running, err := r.podsLeft(ctx, lr); err != nil || false && running > 0 {"},
+		}},
+		mutant{name: "workload-pods-not-owners", pkg: gatedSuite, focus: "last Pod is gone", guard: "a running Job's Pods own its lock request too, so the garbage collector keeps it until they are gone", edits: []edit{
+			{workloadController, "			return ctrl.Result{}, r.ownPods(ctx, j, lr)\n", "			_ = j\n"},
 		}},
 		mutant{name: "workload-gate-removable", pkg: gatedSuite, focus: "by hand", guard: "only the manager removes a Pod's scheduling gate", edits: []edit{
 			{workloadPolicy, `  - expression: "variables.manager || !variables.oldGate || variables.newGate"`, `  - expression: "true || variables.manager || !variables.oldGate || variables.newGate"`},

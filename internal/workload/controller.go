@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -128,6 +129,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		} else if err != nil && !apierrors.IsNotFound(err) {
 			return ctrl.Result{}, err
 		}
+		// A deleted Job's Pods outlive it (the garbage collector deletes them after, and each
+		// stops within its grace period): the lock is theirs until the last one is gone.
+		if running, err := r.podsLeft(ctx, lr); err != nil || running > 0 {
+			if err == nil {
+				log.Info("workload gone, its pods not yet: keeping its lock request", "request", lr.Name, "pods", running)
+			}
+			return ctrl.Result{RequeueAfter: time.Second}, err
+		}
 		log.Info("workload gone: deleting its lock request", "request", lr.Name)
 		return ctrl.Result{}, client.IgnoreNotFound(r.client.Delete(ctx, lr, client.Preconditions{UID: &lr.UID}))
 	}
@@ -140,11 +149,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, client.IgnoreNotFound(r.client.Delete(ctx, lr, client.Preconditions{UID: &lr.UID}))
 	}
 
-	done, how := r.kind.finished(obj)
-	if done || obj.GetDeletionTimestamp() != nil {
-		if !done {
-			how = "the " + r.kind.name() + " is being deleted"
-		}
+	// A workload being deleted keeps its lock until it is gone: a Pod's containers run until the
+	// kubelet has stopped them, which is when the Pod object goes.
+	if done, how := r.kind.finished(obj); done {
 		if haveLR && !lr.Spec.Release && !lr.Status.Phase.IsFinal() {
 			patch := client.MergeFrom(lr.DeepCopy())
 			lr.Spec.Release = true
@@ -172,6 +179,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			}
 			r.recorder.Eventf(obj, lr, corev1.EventTypeNormal, ReasonGranted, "Grant", "lock granted (lock request %s, fencing token %s): the %s may run", lr.Name, want, r.kind.name())
 		}
+		if j, ok := obj.(*batchv1.Job); ok {
+			return ctrl.Result{}, r.ownPods(ctx, j, lr)
+		}
 	case lr.Status.Phase.IsFinal() && token != "":
 		// It ran under the lock, and the lock is gone while it has not finished: stop it.
 		return ctrl.Result{}, r.stop(ctx, obj, lr)
@@ -181,6 +191,48 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			lr.Name, lr.Status.Phase, conditionMessage(lr), r.kind.name())
 	}
 	return ctrl.Result{}, nil
+}
+
+// ownPods makes each of a running Job's Pods an owner of its lock request too. The garbage
+// collector deletes an object only once all its owners are gone, so a Job deleted while its Pods
+// still stop does not take its request (and so its lock) with it before them.
+func (r *Reconciler) ownPods(ctx context.Context, j *batchv1.Job, lr *locksv1.LockRequest) error {
+	var pods corev1.PodList
+	if err := r.live.List(ctx, &pods, client.InNamespace(j.Namespace), client.MatchingLabels{batchv1.ControllerUidLabel: string(j.UID)}); err != nil {
+		return err
+	}
+	patch := client.MergeFromWithOptions(lr.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	added := false
+	for _, p := range pods.Items {
+		if !ownedBy(lr, &p) && p.DeletionTimestamp == nil {
+			lr.OwnerReferences = append(lr.OwnerReferences, metav1.OwnerReference{APIVersion: "v1", Kind: "Pod", Name: p.Name, UID: p.UID})
+			added = true
+		}
+	}
+	if !added {
+		return nil
+	}
+	return client.IgnoreNotFound(r.client.Patch(ctx, lr, patch))
+}
+
+// podsLeft counts, live, the Pods of the Job lr was made for that have not finished (0 for a
+// Pod's request: a Pod object that is gone has stopped).
+func (r *Reconciler) podsLeft(ctx context.Context, lr *locksv1.LockRequest) (int, error) {
+	c := metav1.GetControllerOf(lr)
+	if c == nil || c.Kind != "Job" {
+		return 0, nil
+	}
+	var pods corev1.PodList
+	if err := r.live.List(ctx, &pods, client.InNamespace(lr.Namespace), client.MatchingLabels{batchv1.ControllerUidLabel: string(c.UID)}); err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, p := range pods.Items {
+		if p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
+			n++
+		}
+	}
+	return n, nil
 }
 
 // create makes the workload's LockRequest: owned by it, for the user that created it.

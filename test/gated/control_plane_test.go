@@ -10,6 +10,7 @@ import (
 	. "github.com/onsi/gomega"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -170,6 +171,40 @@ var _ = Describe("Gated workloads with the real kube-scheduler and Job controlle
 			g.Expect(pods[0].Spec.NodeName).To(Equal(node))
 		}).WithTimeout(wait).Should(Succeed(), "the second Job runs once the first completed")
 		Expect(phase(workload.RequestName("job", "apply-1"))()).To(Equal(locksv1.PhaseReleased))
+	})
+
+	It("keeps a deleted Job's lock until its last Pod is gone, then deletes its request", func() {
+		j := job(ns, "dropped", "acme/infra:dropped")
+		Expect(alice.Create(ctx, j)).To(Succeed())
+		lrName := workload.RequestName("job", "dropped")
+		Eventually(phase(lrName)).WithTimeout(wait).Should(Equal(locksv1.PhaseGranted))
+		var p corev1.Pod
+		Eventually(func(g Gomega) {
+			pods := jobPods("dropped")
+			g.Expect(pods).To(HaveLen(1))
+			p = pods[0]
+			g.Expect(p.Spec.NodeName).To(Equal(node))
+		}).WithTimeout(wait).Should(Succeed())
+		next := job(ns, "next", "acme/infra:dropped")
+		Expect(alice.Create(ctx, next)).To(Succeed())
+		Eventually(phase(workload.RequestName("job", "next"))).WithTimeout(wait).Should(Equal(locksv1.PhasePending))
+
+		By("alice deletes the Job; the garbage collector then deletes its Pod, which goes on running until its kubelet stops it")
+		Expect(alice.Delete(ctx, j, client.PropagationPolicy(metav1.DeletePropagationBackground))).To(Succeed())
+		Eventually(func() bool { return apierrors.IsNotFound(admin.Get(ctx, client.ObjectKeyFromObject(j), j)) }).WithTimeout(wait).Should(BeTrue())
+		Eventually(func() *metav1.Time {
+			_ = admin.Get(ctx, client.ObjectKeyFromObject(&p), &p)
+			return p.DeletionTimestamp
+		}).WithTimeout(wait).ShouldNot(BeNil(), "the garbage collector deletes the Job's Pod")
+		Expect(phase(lrName)()).To(Equal(locksv1.PhaseGranted), "the terminating Pod still holds the lock")
+		Expect(phase(workload.RequestName("job", "next"))()).To(Equal(locksv1.PhasePending))
+
+		By("the container stops: the test removes the Pod as its kubelet would (grace period 0)")
+		Expect(admin.Delete(ctx, &p, client.GracePeriodSeconds(0))).To(Succeed())
+		Eventually(func() bool {
+			return apierrors.IsNotFound(admin.Get(ctx, client.ObjectKey{Namespace: ns, Name: lrName}, &locksv1.LockRequest{}))
+		}).WithTimeout(wait).Should(BeTrue(), "the request goes once the last Pod is gone")
+		Eventually(phase(workload.RequestName("job", "next"))).WithTimeout(wait).Should(Equal(locksv1.PhaseGranted))
 	})
 
 	It("serializes a CronJob's Jobs: a Job the CronJob controller starts while the last one runs waits, suspended", func() {
