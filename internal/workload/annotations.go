@@ -14,6 +14,7 @@ import (
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
 )
 
+// The annotations, label and scheduling gate of gated workloads.
 const (
 	// AnnotationLock names the keys, REPO:PATH[:WORKSPACE[:PROJECT]] as `kubectl turnstile run
 	// -l` takes them, separated by commas or white space.

@@ -104,6 +104,7 @@ func RequestName(kind, name string) string {
 	return n[:240] + "-" + hex.EncodeToString(sum[:])[:12]
 }
 
+// Reconcile takes, lets go, releases or enforces the lock of one workload.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	log := logf.FromContext(ctx)
 	obj := r.kind.newObject()
