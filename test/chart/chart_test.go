@@ -356,8 +356,8 @@ func TestAdmissionMatchesKustomize(t *testing.T) {
 					}
 				}
 			}
-			if len(want) != 15 {
-				t.Fatalf("kustomize build has %d admission objects, want 15 (7 policies, 7 bindings, 1 ConfigMap)", len(want))
+			if len(want) != 23 {
+				t.Fatalf("kustomize build has %d admission objects, want 23 (11 policies, 11 bindings, 1 ConfigMap)", len(want))
 			}
 			got := admissionObjects(render(t, tc.release, tc.namespace), sameName)
 			if diff := cmp.Diff(sameCEL(want), sameCEL(got)); diff != "" {
