@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -216,24 +217,41 @@ func (r *Reconciler) ownPods(ctx context.Context, j *batchv1.Job, lr *locksv1.Lo
 	return client.IgnoreNotFound(r.client.Patch(ctx, lr, patch))
 }
 
-// podsLeft counts, live, the Pods of the Job lr was made for that have not finished (0 for a
-// Pod's request: a Pod object that is gone has stopped).
+// podsLeft counts, live, the Pods of the Job lr was made for that have not finished: those
+// that own lr (the garbage collector drops the gone Job's reference from it) and those the
+// Job's label finds while lr still names the Job. 0 for a Pod's request: a Pod object that is
+// gone has stopped.
 func (r *Reconciler) podsLeft(ctx context.Context, lr *locksv1.LockRequest) (int, error) {
-	c := metav1.GetControllerOf(lr)
-	if c == nil || c.Kind != "Job" {
-		return 0, nil
+	var pods []corev1.Pod
+	if c := metav1.GetControllerOf(lr); c != nil && c.Kind == "Job" {
+		var list corev1.PodList
+		if err := r.live.List(ctx, &list, client.InNamespace(lr.Namespace), client.MatchingLabels{batchv1.ControllerUidLabel: string(c.UID)}); err != nil {
+			return 0, err
+		}
+		pods = list.Items
 	}
-	var pods corev1.PodList
-	if err := r.live.List(ctx, &pods, client.InNamespace(lr.Namespace), client.MatchingLabels{batchv1.ControllerUidLabel: string(c.UID)}); err != nil {
-		return 0, err
-	}
-	n := 0
-	for _, p := range pods.Items {
-		if p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
-			n++
+	for _, o := range lr.OwnerReferences {
+		if o.Kind != "Pod" || o.APIVersion != "v1" {
+			continue
+		}
+		var p corev1.Pod
+		if err := r.live.Get(ctx, client.ObjectKey{Namespace: lr.Namespace, Name: o.Name}, &p); err != nil {
+			if apierrors.IsNotFound(err) {
+				continue
+			}
+			return 0, err
+		}
+		if p.UID == o.UID {
+			pods = append(pods, p)
 		}
 	}
-	return n, nil
+	left := map[types.UID]bool{}
+	for _, p := range pods {
+		if p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
+			left[p.UID] = true
+		}
+	}
+	return len(left), nil
 }
 
 // create makes the workload's LockRequest: owned by it, for the user that created it.

@@ -189,6 +189,14 @@ var _ = Describe("Gated workloads with the real kube-scheduler and Job controlle
 		Expect(alice.Create(ctx, next)).To(Succeed())
 		Eventually(phase(workload.RequestName("job", "next"))).WithTimeout(wait).Should(Equal(locksv1.PhasePending))
 
+		// The Pod is made an owner of the request when the Job's status reports it; a Job deleted
+		// in the moment between its Pod's creation and that write loses the guard (docs).
+		Eventually(func(g Gomega) {
+			lr := &locksv1.LockRequest{}
+			g.Expect(admin.Get(ctx, client.ObjectKey{Namespace: ns, Name: lrName}, lr)).To(Succeed())
+			g.Expect(lr.OwnerReferences).To(ContainElement(HaveField("UID", p.UID)))
+		}).WithTimeout(wait).Should(Succeed(), "the Job's Pod owns the request too")
+
 		By("alice deletes the Job; the garbage collector then deletes its Pod, which goes on running until its kubelet stops it")
 		Expect(alice.Delete(ctx, j, client.PropagationPolicy(metav1.DeletePropagationBackground))).To(Succeed())
 		Eventually(func() bool { return apierrors.IsNotFound(admin.Get(ctx, client.ObjectKeyFromObject(j), j)) }).WithTimeout(wait).Should(BeTrue())
