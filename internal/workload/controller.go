@@ -39,6 +39,8 @@ const (
 	ReasonRequestFailed  = "LockRequestFailed"
 	ReasonInvalid        = "InvalidLockAnnotation"
 	ReasonRequestRefused = "LockRequestRefused"
+	// ReasonPodsLeft is on a LockRequest whose Job is gone while some of its Pods still run.
+	ReasonPodsLeft = "WorkloadPodsLeft"
 )
 
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;update;patch;delete
@@ -135,7 +137,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		// stops within its grace period): the lock is theirs until the last one is gone.
 		if running, err := r.podsLeft(ctx, lr); err != nil || running > 0 {
 			if err == nil {
-				log.Info("workload gone, its pods not yet: keeping its lock request", "request", lr.Name, "pods", running)
+				r.recorder.Eventf(lr, nil, corev1.EventTypeNormal, ReasonPodsLeft, "Keep",
+					"the %s is gone but %d of its Pods still run: the lock is kept until they are gone", r.kind.name(), running)
 			}
 			return ctrl.Result{RequeueAfter: time.Second}, err
 		}

@@ -204,7 +204,16 @@ var _ = Describe("Gated workloads with the real kube-scheduler and Job controlle
 			_ = admin.Get(ctx, client.ObjectKeyFromObject(&p), &p)
 			return p.DeletionTimestamp
 		}).WithTimeout(wait).ShouldNot(BeNil(), "the garbage collector deletes the Job's Pod")
-		Expect(phase(lrName)()).To(Equal(locksv1.PhaseGranted), "the terminating Pod still holds the lock")
+		Eventually(func(g Gomega) {
+			var evs corev1.EventList
+			g.Expect(admin.List(ctx, &evs, client.InNamespace(ns))).To(Succeed())
+			g.Expect(evs.Items).To(ContainElement(And(HaveField("Reason", workload.ReasonPodsLeft), HaveField("InvolvedObject.Name", lrName),
+				HaveField("Message", "the job is gone but 1 of its Pods still run: the lock is kept until they are gone"))))
+		}).WithTimeout(wait).Should(Succeed(), "the manager has seen the Job go and keeps the request for its Pod")
+		lr := &locksv1.LockRequest{}
+		Expect(admin.Get(ctx, client.ObjectKey{Namespace: ns, Name: lrName}, lr)).To(Succeed())
+		Expect(lr.DeletionTimestamp).To(BeNil())
+		Expect(lr.Status.Phase).To(Equal(locksv1.PhaseGranted), "the terminating Pod still holds the lock")
 		Expect(phase(workload.RequestName("job", "next"))()).To(Equal(locksv1.PhasePending))
 
 		By("the container stops: the test removes the Pod as its kubelet would (grace period 0)")
