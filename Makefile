@@ -231,8 +231,8 @@ promtool: ## Install promtool (Debian's prometheus package, as root) when it is 
 	@promtool --version 2>&1 | head -1
 
 .PHONY: k8s-bins
-k8s-bins: ## Build kube-apiserver, etcd and kubectl from the Go module proxy (cached in ./bin/k8s).
-	@KUBE_VERSION=$(KUBE_VERSION) ETCD_VERSION=$(ETCD_VERSION) hack/build-k8s-bins.sh $(K8S_BIN)
+k8s-bins: ## Build kube-apiserver, etcd, kubectl, kube-scheduler and kube-controller-manager from the Go module proxy (cached in ./bin/k8s).
+	@KUBE_VERSION=$(KUBE_VERSION) ETCD_VERSION=$(ETCD_VERSION) CONTROL_PLANE=1 hack/build-k8s-bins.sh $(K8S_BIN)
 
 $(CONTROLLER_GEN):
 	GOBIN=$(BIN) go install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_TOOLS_VERSION)

@@ -25,6 +25,7 @@ import (
 	"github.com/turnstile-dev/turnstile/internal/lockmetrics"
 	"github.com/turnstile-dev/turnstile/internal/queue"
 	"github.com/turnstile-dev/turnstile/internal/sharding"
+	"github.com/turnstile-dev/turnstile/internal/workload"
 	turnstile "github.com/turnstile-dev/turnstile/pkg/client"
 )
 
@@ -49,6 +50,7 @@ type options struct {
 	activeActive                    bool
 	membership                      sharding.Config
 	handover                        time.Duration
+	gateWorkloads                   bool
 }
 
 func parseFlags(args []string) (options, zap.Options, error) {
@@ -85,6 +87,7 @@ func parseFlags(args []string) (options, zap.Options, error) {
 	fs.DurationVar(&o.membership.Lapse, "membership-lapse", 3*time.Second, "How long a membership Lease may go unrenewed before the replica stops counting as a member and its keys move to the others.")
 	fs.DurationVar(&o.membership.Backup, "backup-delay", 300*time.Millisecond, "How long a replica waits before deciding a key another live replica owns: the longest a dead owner delays a hand-off before its membership lapses.")
 	fs.DurationVar(&o.handover, "shutdown-handover", time.Second, "With --active-active, how long a stopping replica keeps working after deleting its membership Lease, while the others take its keys over.")
+	fs.BoolVar(&o.gateWorkloads, "gate-workloads", true, "Take the lock of every Pod and Job annotated locks.turnstile.dev/lock, and let it run once granted (docs/gated-workloads.md).")
 	zopts := zap.Options{Development: false}
 	zopts.BindFlags(fs)
 	if err := fs.Parse(args); err != nil {
@@ -216,6 +219,11 @@ func run(ctx context.Context, o options) error {
 	}
 	if err := controller.Setup(ctx, mgr, setup); err != nil {
 		return err
+	}
+	if o.gateWorkloads {
+		if err := workload.SetupWithManager(mgr); err != nil {
+			return err
+		}
 	}
 	// When each key's holder was granted it, read from the cache at scrape time (the
 	// TurnstileLockHeldTooLong alert).

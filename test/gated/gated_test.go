@@ -1,0 +1,291 @@
+package gated
+
+import (
+	"strconv"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
+	"github.com/turnstile-dev/turnstile/internal/lockkey"
+	"github.com/turnstile-dev/turnstile/internal/testing/wrappers"
+	"github.com/turnstile-dev/turnstile/internal/workload"
+)
+
+const wait = 60 * time.Second
+
+var _ = Describe("Gated workloads", func() {
+	var (
+		ns    string
+		alice client.Client
+	)
+	BeforeEach(func() {
+		ns = newNamespace()
+		alice = as("alice")
+	})
+
+	// holdKey makes bob hold key (repo acme/infra, path) with a LockRequest of his own, and
+	// returns it once granted.
+	holdKey := func(path string) *locksv1.LockRequest {
+		GinkgoHelper()
+		lr := wrappers.MakeLockRequest("bob-holds", ns).Lock("acme/infra", path, "default").Owner("bob", 0).Obj()
+		Expect(admin.Create(ctx, lr)).To(Succeed())
+		Eventually(func() locksv1.LockRequestPhase {
+			_ = admin.Get(ctx, client.ObjectKeyFromObject(lr), lr)
+			return lr.Status.Phase
+		}).WithTimeout(wait).Should(Equal(locksv1.PhaseGranted))
+		return lr
+	}
+	release := func(lr *locksv1.LockRequest) {
+		GinkgoHelper()
+		Expect(admin.Patch(ctx, lr, client.RawPatch(client.Merge.Type(), []byte(`{"spec":{"release":true}}`)))).To(Succeed())
+	}
+	requestOf := func(kind, name string) *locksv1.LockRequest {
+		return &locksv1.LockRequest{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: workload.RequestName(kind, name)}}
+	}
+	// waiting waits until lr exists and waits in its queue, and returns it.
+	waiting := func(lr *locksv1.LockRequest) *locksv1.LockRequest {
+		GinkgoHelper()
+		Eventually(func(g Gomega) {
+			g.Expect(admin.Get(ctx, client.ObjectKeyFromObject(lr), lr)).To(Succeed())
+			g.Expect(lr.Status.Phase).To(Equal(locksv1.PhasePending))
+			g.Expect(lr.Status.BlockedBy).NotTo(BeEmpty())
+		}).WithTimeout(wait).Should(Succeed())
+		return lr
+	}
+	granted := func(lr *locksv1.LockRequest) *locksv1.LockRequest {
+		GinkgoHelper()
+		Eventually(func(g Gomega) {
+			g.Expect(admin.Get(ctx, client.ObjectKeyFromObject(lr), lr)).To(Succeed())
+			g.Expect(lr.Status.Phase).To(Equal(locksv1.PhaseGranted))
+		}).WithTimeout(wait).Should(Succeed())
+		return lr
+	}
+	get := func(obj client.Object) client.Object {
+		GinkgoHelper()
+		Expect(admin.Get(ctx, client.ObjectKeyFromObject(obj), obj)).To(Succeed())
+		return obj
+	}
+	// markSucceeded does what the kubelet would when the Pod's container exits 0.
+	markSucceeded := func(p *corev1.Pod) {
+		GinkgoHelper()
+		get(p)
+		p.Status.Phase = corev1.PodSucceeded
+		Expect(admin.Status().Update(ctx, p)).To(Succeed())
+	}
+	// markComplete does what the Job controller would when the Job's Pod succeeds.
+	markComplete := func(j *batchv1.Job) {
+		GinkgoHelper()
+		get(j)
+		now := metav1.Now()
+		j.Status.StartTime, j.Status.CompletionTime, j.Status.Succeeded = &now, &now, 1
+		j.Status.Conditions = append(j.Status.Conditions,
+			batchv1.JobCondition{Type: batchv1.JobSuccessCriteriaMet, Status: corev1.ConditionTrue, LastTransitionTime: now, LastProbeTime: now},
+			batchv1.JobCondition{Type: batchv1.JobComplete, Status: corev1.ConditionTrue, LastTransitionTime: now, LastProbeTime: now})
+		Expect(admin.Status().Update(ctx, j)).To(Succeed())
+	}
+	gated := func(p *corev1.Pod) bool {
+		for _, g := range p.Spec.SchedulingGates {
+			if g.Name == workload.SchedulingGate {
+				return true
+			}
+		}
+		return false
+	}
+
+	It("holds a Pod at its scheduling gate until the lock is free, then lets it go with the fencing token, and releases the lock when it succeeds", func() {
+		bob := holdKey("db")
+		p := pod(ns, "migrate", "acme/infra:db")
+		Expect(alice.Create(ctx, p)).To(Succeed())
+		Expect(gated(p)).To(BeTrue(), "the mutating policy gates an annotated Pod")
+		Expect(p.Annotations).To(HaveKeyWithValue(workload.AnnotationCreatedBy, "alice"))
+
+		lr := waiting(requestOf("pod", "migrate"))
+		Expect(lr.Spec.Holder.Owner).To(Equal("alice"), "the request is held for the Pod's creator")
+		Expect(lr.Spec.Holder.Session).To(Equal("pod/migrate"))
+		Expect(lr.OwnerReferences).To(ConsistOf(HaveField("UID", p.UID)))
+		Expect(lr.Spec.Locks).To(Equal([]locksv1.LockTarget{{Repo: "acme/infra", Path: "db", Workspace: "default"}}))
+		Expect(gated(get(p).(*corev1.Pod))).To(BeTrue(), "still gated while its request waits behind bob")
+		Expect(p.Annotations).NotTo(HaveKey(workload.AnnotationFencingToken))
+
+		release(bob)
+		lr = granted(lr)
+		Eventually(func(g Gomega) {
+			g.Expect(admin.Get(ctx, client.ObjectKeyFromObject(p), p)).To(Succeed())
+			g.Expect(gated(p)).To(BeFalse())
+		}).WithTimeout(wait).Should(Succeed())
+		Expect(p.Annotations).To(HaveKeyWithValue(workload.AnnotationFencingToken, strconv.FormatInt(lr.Status.FencingToken, 10)),
+			"the token is written in the same write that removes the gate")
+		Expect(lr.Status.FencingToken).To(BeNumerically(">", bob.Status.FencingToken))
+
+		markSucceeded(p)
+		Eventually(func(g Gomega) {
+			g.Expect(admin.Get(ctx, client.ObjectKeyFromObject(lr), lr)).To(Succeed())
+			g.Expect(lr.Spec.Release).To(BeTrue())
+			g.Expect(lr.Status.Phase).To(Equal(locksv1.PhaseReleased))
+		}).WithTimeout(wait).Should(Succeed())
+	})
+
+	It("runs two Jobs on one key one after the other: the second stays suspended until the first completes", func() {
+		first, second := job(ns, "apply-1", "acme/infra:vpc"), job(ns, "apply-2", "acme/infra:vpc")
+		Expect(alice.Create(ctx, first)).To(Succeed())
+		Expect(first.Spec.Suspend).To(Equal(ptr.To(true)), "the mutating policy suspends an annotated Job")
+		lr1 := granted(requestOf("job", "apply-1"))
+		Eventually(func() *bool { return get(first).(*batchv1.Job).Spec.Suspend }).WithTimeout(wait).Should(Equal(ptr.To(false)))
+		token1 := strconv.FormatInt(lr1.Status.FencingToken, 10)
+		Expect(first.Annotations).To(HaveKeyWithValue(workload.AnnotationFencingToken, token1))
+		Expect(first.Spec.Template.Annotations).To(HaveKeyWithValue(workload.AnnotationFencingToken, token1), "the Job's Pods carry the token")
+
+		Expect(alice.Create(ctx, second)).To(Succeed())
+		lr2 := waiting(requestOf("job", "apply-2"))
+		Expect(lr2.Spec.Holder.Session).To(Equal("job/apply-2"), "two Jobs of one user are two holders")
+		Expect(get(second).(*batchv1.Job).Spec.Suspend).To(Equal(ptr.To(true)), "suspended while the first Job holds the key")
+
+		markComplete(first)
+		lr2 = granted(lr2)
+		Eventually(func() *bool { return get(second).(*batchv1.Job).Spec.Suspend }).WithTimeout(wait).Should(Equal(ptr.To(false)))
+		Expect(second.Annotations).To(HaveKeyWithValue(workload.AnnotationFencingToken, strconv.FormatInt(lr2.Status.FencingToken, 10)))
+		Expect(lr2.Status.FencingToken).To(BeNumerically(">", lr1.Status.FencingToken))
+		Expect(get(lr1).(*locksv1.LockRequest).Status.Phase).To(Equal(locksv1.PhaseReleased))
+	})
+
+	It("deletes a waiting Pod's request when the Pod is deleted", func() {
+		bob := holdKey("dns")
+		p := pod(ns, "waiter", "acme/infra:dns")
+		Expect(alice.Create(ctx, p)).To(Succeed())
+		lr := waiting(requestOf("pod", "waiter"))
+		Expect(alice.Delete(ctx, p)).To(Succeed())
+		Eventually(func() bool { return apierrors.IsNotFound(admin.Get(ctx, client.ObjectKeyFromObject(lr), lr)) }).
+			WithTimeout(wait).Should(BeTrue(), "the request goes with its Pod")
+		Expect(get(bob).(*locksv1.LockRequest).Status.Phase).To(Equal(locksv1.PhaseGranted))
+	})
+
+	It("keeps the lock of a running Pod that leaves the manager's gated-only cache (it reads the API server before deleting a request)", func() {
+		p := pod(ns, "relabelled", "acme/infra:cache")
+		Expect(alice.Create(ctx, p)).To(Succeed())
+		lr := granted(requestOf("pod", "relabelled"))
+		Eventually(func() bool { return gated(get(p).(*corev1.Pod)) }).WithTimeout(wait).Should(BeFalse())
+
+		By("a cluster admin (who passes the gate policy) removes the gated label: the Pod drops out of the label-selected cache")
+		patch := client.MergeFrom(p.DeepCopy())
+		delete(p.Labels, workload.LabelGated)
+		Expect(admin.Patch(ctx, p, patch)).To(Succeed())
+		By("a second Pod on the key waits, and shows the manager has acted on events since")
+		other := pod(ns, "next", "acme/infra:cache")
+		Expect(alice.Create(ctx, other)).To(Succeed())
+		waiting(requestOf("pod", "next"))
+		Expect(get(lr).(*locksv1.LockRequest).Status.Phase).To(Equal(locksv1.PhaseGranted), "the running Pod still holds its lock")
+		Expect(gated(get(other).(*corev1.Pod))).To(BeTrue())
+	})
+
+	It("refuses a user removing a Pod's gate or unsuspending a gated Job by hand", func() {
+		holdKey("iam")
+		p := pod(ns, "impatient", "acme/infra:iam")
+		Expect(alice.Create(ctx, p)).To(Succeed())
+		waiting(requestOf("pod", "impatient"))
+		patch := client.MergeFrom(p.DeepCopy())
+		p.Spec.SchedulingGates = nil
+		err := alice.Patch(ctx, p, patch)
+		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "%v", err)
+		Expect(err.Error()).To(ContainSubstring("ValidatingAdmissionPolicy 'turnstile-workload-gate'"))
+		Expect(err.Error()).To(ContainSubstring("only the Turnstile manager removes the scheduling gate locks.turnstile.dev/lock"))
+
+		p = get(p).(*corev1.Pod)
+		patch = client.MergeFrom(p.DeepCopy())
+		p.Annotations[workload.AnnotationFencingToken] = "999999999"
+		err = alice.Patch(ctx, p, patch)
+		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "a user cannot write a token: %v", err)
+
+		j := job(ns, "impatient", "acme/infra:iam")
+		Expect(alice.Create(ctx, j)).To(Succeed())
+		waiting(requestOf("job", "impatient"))
+		jpatch := client.MergeFrom(j.DeepCopy())
+		j.Spec.Suspend = ptr.To(false)
+		err = alice.Patch(ctx, j, jpatch)
+		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "%v", err)
+		Expect(err.Error()).To(ContainSubstring("only the Turnstile manager unsuspends it"))
+		Expect(gated(get(p).(*corev1.Pod))).To(BeTrue())
+		Expect(get(j).(*batchv1.Job).Spec.Suspend).To(Equal(ptr.To(true)))
+	})
+
+	It("refuses a workload whose annotations are not valid, naming the annotation", func() {
+		for value, want := range map[string]string{
+			"acme":                       "annotation locks.turnstile.dev/lock must name one or more locks as REPO:PATH[:WORKSPACE[:PROJECT]]",
+			"acme/infra:../etc":          "annotation locks.turnstile.dev/lock must name one or more locks",
+			"acme/infra:a:b:c:d":         "annotation locks.turnstile.dev/lock must name one or more locks",
+			"acme/infra:ok, acme:broken": "not \"acme/infra:ok, acme:broken\"",
+		} {
+			err := alice.Create(ctx, pod(ns, "bad", value))
+			Expect(apierrors.IsInvalid(err)).To(BeTrue(), "%q: %v", value, err)
+			Expect(err.Error()).To(ContainSubstring("ValidatingAdmissionPolicy 'turnstile-workload-annotations'"))
+			Expect(err.Error()).To(ContainSubstring(want), value)
+		}
+		j := job(ns, "bad-ttl", "acme/infra:ok")
+		j.Annotations = map[string]string{workload.AnnotationTTL: "soon"}
+		err := alice.Create(ctx, j)
+		Expect(apierrors.IsInvalid(err)).To(BeTrue(), "%v", err)
+		Expect(err.Error()).To(ContainSubstring("annotation locks.turnstile.dev/ttl must be a positive duration"))
+		p := pod(ns, "bad-priority", "acme/infra:ok")
+		p.Annotations[workload.AnnotationPriority] = "urgent"
+		Expect(alice.Create(ctx, p)).To(MatchError(ContainSubstring("annotation locks.turnstile.dev/priority must be Low, Normal, High or Critical")))
+
+		ok := pod(ns, "two-keys", "acme/infra:a, acme/infra:b:prod")
+		Expect(alice.Create(ctx, ok)).To(Succeed())
+		lr := granted(requestOf("pod", "two-keys"))
+		Expect(lr.Spec.Locks).To(Equal([]locksv1.LockTarget{
+			{Repo: "acme/infra", Path: "a", Workspace: "default"}, {Repo: "acme/infra", Path: "b", Workspace: "prod"},
+		}))
+	})
+
+	It("stops a workload that loses its lock: the Pod is deleted, the Job suspended again, each with an event saying why", func() {
+		p := pod(ns, "long", "acme/infra:net")
+		Expect(alice.Create(ctx, p)).To(Succeed())
+		granted(requestOf("pod", "long"))
+		Eventually(func() bool { return gated(get(p).(*corev1.Pod)) }).WithTimeout(wait).Should(BeFalse())
+
+		j := job(ns, "long", "acme/infra:fw")
+		Expect(alice.Create(ctx, j)).To(Succeed())
+		granted(requestOf("job", "long"))
+		Eventually(func() *bool { return get(j).(*batchv1.Job).Spec.Suspend }).WithTimeout(wait).Should(Equal(ptr.To(false)))
+
+		By("an admin force-unlocks both keys (deletes their ProjectLocks)")
+		for _, path := range []string{"net", "fw"} {
+			pl := &locksv1.ProjectLock{ObjectMeta: metav1.ObjectMeta{Namespace: ns,
+				Name: lockkey.Name(locksv1.LockTarget{Repo: "acme/infra", Path: path, Workspace: "default"})}}
+			Expect(admin.Delete(ctx, pl)).To(Succeed())
+		}
+		Eventually(func() bool { return apierrors.IsNotFound(admin.Get(ctx, client.ObjectKeyFromObject(p), &corev1.Pod{})) }).
+			WithTimeout(wait).Should(BeTrue(), "the Pod that lost its lock is deleted")
+		Eventually(func(g Gomega) {
+			g.Expect(admin.Get(ctx, client.ObjectKeyFromObject(j), j)).To(Succeed())
+			g.Expect(j.Spec.Suspend).To(Equal(ptr.To(true)))
+			g.Expect(j.Annotations).NotTo(HaveKey(workload.AnnotationFencingToken))
+		}).WithTimeout(wait).Should(Succeed(), "the Job that lost its lock is suspended again")
+		Eventually(func(g Gomega) {
+			var evs corev1.EventList
+			g.Expect(admin.List(ctx, &evs, client.InNamespace(ns))).To(Succeed())
+			var lost []string
+			for _, e := range evs.Items {
+				if e.Reason == workload.ReasonLost {
+					lost = append(lost, e.InvolvedObject.Kind+": "+e.Message)
+				}
+			}
+			g.Expect(lost).To(ContainElements(
+				MatchRegexp(`^Pod: deleted: the Pod lost its lock: lock request pod-long is Released \(.+\)$`),
+				MatchRegexp(`^Job: suspended: the Job lost its lock: lock request job-long is Released \(.+\); delete it and create it again to ask anew$`),
+			))
+		}).WithTimeout(wait).Should(Succeed())
+
+		By("a user cannot unsuspend the stopped Job")
+		patch := client.MergeFrom(j.DeepCopy())
+		j.Spec.Suspend = ptr.To(false)
+		Expect(alice.Patch(ctx, j, patch)).To(MatchError(ContainSubstring("only the Turnstile manager unsuspends it")))
+	})
+})
