@@ -141,7 +141,7 @@ run / not found. See docs/run.md.`,
 	fs.BoolVar(&o.shareWithOwner, "share-with-same-owner", false, "Share the locks with every request of the same owner and pull that names no session (an earlier acquire, e.g. Atlantis's plan before apply), instead of waiting for them.")
 	fs.BoolVar(&o.keeper, keeperFlag, false, "run's own keeper process (internal).")
 	_ = fs.MarkHidden(keeperFlag)
-	cmd.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usageError(c, err) })
+	cmd.SetFlagErrorFunc(usageError)
 	return cmd
 }
 
@@ -470,7 +470,7 @@ func (rn *runner) deadlineCause() error {
 	if lerr == nil {
 		lerr = errors.New("no answer")
 	}
-	return fmt.Errorf("the holder Lease could not be renewed since %s (%v): stopped the command so it is gone before the locks can pass on", last.Format(time.RFC3339Nano), lerr)
+	return fmt.Errorf("the holder Lease could not be renewed since %s (%w): stopped the command so it is gone before the locks can pass on", last.Format(time.RFC3339Nano), lerr)
 }
 
 // shortCommand is args for a message, cut to one short line.
