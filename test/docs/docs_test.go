@@ -184,7 +184,10 @@ func TestRunnableBlocks(t *testing.T) {
 	t.Cleanup(func() {
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGINT)
 		select {
-		case <-exited:
+		case err := <-exited:
+			if t.Failed() {
+				t.Logf("hack/dev ended: %v", err)
+			}
 		case <-time.After(60 * time.Second):
 			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		}
