@@ -10,16 +10,16 @@ import (
 )
 
 // parseRequest parses args as a lock-taking command's flags and builds the request.
-func parseRequest(t *testing.T, args ...string) (locksv1.Priority, string, error) {
+func parseRequest(t *testing.T, args ...string) (locksv1.Priority, error) {
 	t.Helper()
 	var f requestFlags
 	cmd := &cobra.Command{Use: "acquire"}
 	f.bind(cmd.Flags())
 	if err := cmd.Flags().Parse(args); err != nil {
-		return "", "", err
+		return "", err
 	}
 	r, err := f.request(cmd)
-	return r.Priority, f.from, err
+	return r.Priority, err
 }
 
 func TestEnumFlagsAnyCase(t *testing.T) {
@@ -30,7 +30,7 @@ func TestEnumFlagsAnyCase(t *testing.T) {
 		{"high", locksv1.PriorityHigh}, {"HIGH", locksv1.PriorityHigh}, {"High", locksv1.PriorityHigh},
 		{"low", locksv1.PriorityLow}, {"nOrMaL", locksv1.PriorityNormal}, {"critical", locksv1.PriorityCritical},
 	} {
-		got, _, err := parseRequest(t, "-l", "acme/infra:app", "--priority", tc.arg)
+		got, err := parseRequest(t, "-l", "acme/infra:app", "--priority", tc.arg)
 		if err != nil || got != tc.want {
 			t.Errorf("--priority %s = %q, %v; want %s", tc.arg, got, err, tc.want)
 		}
@@ -54,7 +54,7 @@ func TestEnumFlagsRefusalsListValues(t *testing.T) {
 		{[]string{"--from", "jenkins"}, []string{`"--from"`, "valid values are atlantis, github-actions"}},
 		{[]string{"--from", "atlantsi"}, []string{"did you mean atlantis?"}},
 	} {
-		_, _, err := parseRequest(t, append([]string{"-l", "acme/infra:app"}, tc.args...)...)
+		_, err := parseRequest(t, append([]string{"-l", "acme/infra:app"}, tc.args...)...)
 		if err == nil {
 			t.Errorf("%v: accepted", tc.args)
 			continue

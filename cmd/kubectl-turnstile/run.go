@@ -50,6 +50,10 @@ const (
 	// process must have exited: it covers clock differences between this host and the manager
 	// and the moments between the keeper's last reap and run's release.
 	stopMargin = 3 * time.Second
+	// releaseCallTimeout bounds one attempt to release; releaseBackoff is the first pause between
+	// attempts, doubled up to a second.
+	releaseCallTimeout = 5 * time.Second
+	releaseBackoff     = 100 * time.Millisecond
 	// defaultLeaseDuration is how long a crashed run keeps its locks: the Lease lapses, and the
 	// next holder is granted, this long after the last renewal.
 	defaultLeaseDuration = 40 * time.Second
@@ -137,7 +141,7 @@ run / not found. See docs/run.md.`,
 	fs.BoolVar(&o.shareWithOwner, "share-with-same-owner", false, "Share the locks with every request of the same owner and pull that names no session (an earlier acquire, e.g. Atlantis's plan before apply), instead of waiting for them.")
 	fs.BoolVar(&o.keeper, keeperFlag, false, "run's own keeper process (internal).")
 	_ = fs.MarkHidden(keeperFlag)
-	cmd.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usageError(c, err) })
+	cmd.SetFlagErrorFunc(usageError)
 	return cmd
 }
 
@@ -466,7 +470,7 @@ func (rn *runner) deadlineCause() error {
 	if lerr == nil {
 		lerr = errors.New("no answer")
 	}
-	return fmt.Errorf("the holder Lease could not be renewed since %s (%v): stopped the command so it is gone before the locks can pass on", last.Format(time.RFC3339Nano), lerr)
+	return fmt.Errorf("the holder Lease could not be renewed since %s (%w): stopped the command so it is gone before the locks can pass on", last.Format(time.RFC3339Nano), lerr)
 }
 
 // shortCommand is args for a message, cut to one short line.
@@ -640,21 +644,32 @@ func (rn *runner) killOrphans(pgid int) {
 	}
 }
 
-// release gives the locks back, retrying briefly: the next holder should not wait for the ttl
-// because one write was lost.
+// release gives the locks back, retrying until the API server acknowledges it: the next holder
+// should not wait for the holder Lease to lapse because one write, or its answer, was lost to a
+// partition. A release is idempotent. It gives up after --lease-duration: a run cut off from the
+// API server that long cannot renew the Lease either, so the locks pass on by then anyway.
 func (rn *runner) release(lock *client.Lock) {
-	var err error
-	for attempt := range 5 {
-		if attempt > 0 {
-			time.Sleep(time.Duration(attempt) * 200 * time.Millisecond)
-		}
-		rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		err = lock.Release(rctx)
+	deadline := time.Now().Add(rn.o.leaseDuration)
+	backoff := releaseBackoff
+	for attempt := 0; ; attempt++ {
+		rctx, cancel := context.WithTimeout(context.Background(), min(releaseCallTimeout, time.Until(deadline)))
+		err := lock.Release(rctx)
 		cancel()
 		var ng *client.NotGrantedError
 		if err == nil || errors.As(err, &ng) {
+			if attempt > 0 {
+				rn.say("released after %d attempts", attempt+1)
+			}
 			return
 		}
+		if time.Now().Add(backoff).After(deadline) {
+			rn.say("warning: release: %v (the locks pass on when the holder Lease lapses)", err)
+			return
+		}
+		if attempt == 0 {
+			rn.say("warning: release: %v; retrying for up to %s", err, time.Until(deadline).Round(time.Second))
+		}
+		time.Sleep(backoff)
+		backoff = min(2*backoff, time.Second)
 	}
-	rn.say("warning: release: %v (the locks pass on when the holder Lease lapses)", err)
 }

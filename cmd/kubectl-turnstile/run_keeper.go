@@ -78,9 +78,9 @@ func runKeeper(grace time.Duration, args []string) int {
 		Sys:   &syscall.SysProcAttr{Setpgid: true},
 	})
 	if err != nil {
-		code := 126
+		code := exitCannotExecute
 		if errors.Is(err, syscall.ENOENT) {
-			code = 127
+			code = exitNotFound
 		}
 		say("exec %d start %s: %v", code, args[0], err)
 		return 0
@@ -198,9 +198,9 @@ func runKeeper(grace time.Duration, args []string) int {
 // but not executable.
 func lookPathCode(err error) int {
 	if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
-		return 127
+		return exitNotFound
 	}
-	return 126
+	return exitCannotExecute
 }
 
 // keeper is run's side of a started keeper.

@@ -169,9 +169,10 @@ func (kr *keeperRun) file(name string) string {
 	return strings.TrimSpace(string(b))
 }
 
-// waitFile waits until the tree wrote a file.
-func (kr *keeperRun) waitFile(t *testing.T, name string) {
+// waitUp waits until the tree wrote its "up" file (its traps are set).
+func (kr *keeperRun) waitUp(t *testing.T) {
 	t.Helper()
+	const name = "up"
 	for deadline := time.Now().Add(30 * time.Second); kr.file(name) == ""; time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the tree never wrote %s", name)
@@ -200,7 +201,7 @@ func TestKeeperStopsWhatTheCommandLeftBehind(t *testing.T) {
 func TestKeeperForwardsSignalsToProcessesThatLeftTheGroup(t *testing.T) {
 	kr := startTestKeeper(t, 10*time.Second,
 		`setsid sh -c 'trap "echo TERM > $D/leaver; exit 0" TERM; echo up > $D/up; while :; do sleep 0.1; done' & trap 'exit 143' TERM; wait`)
-	kr.waitFile(t, "up")
+	kr.waitUp(t)
 	kr.k.send("signal 15")
 	kr.wait(t)
 	if got := kr.file("leaver"); got != "TERM" {
@@ -210,7 +211,7 @@ func TestKeeperForwardsSignalsToProcessesThatLeftTheGroup(t *testing.T) {
 
 func TestKeeperStopsTheTreeAtTheDeadline(t *testing.T) {
 	kr := startTestKeeper(t, 5*time.Second, `trap "echo TERM > $D/term; exit 0" TERM; echo up > $D/up; while :; do sleep 0.1; done`)
-	kr.waitFile(t, "up")
+	kr.waitUp(t)
 	kr.k.send("deadline %d", time.Now().Add(200*time.Millisecond).UnixNano())
 	if diff := cmp.Diff([]string{"deadline", "exited 0"}, kr.wait(t)); diff != "" {
 		t.Errorf("status (-want +got):\n%s", diff)
@@ -222,7 +223,7 @@ func TestKeeperStopsTheTreeAtTheDeadline(t *testing.T) {
 
 func TestKeeperStopsTheTreeWhenRunDies(t *testing.T) {
 	kr := startTestKeeper(t, 5*time.Second, `trap "echo TERM > $D/term; exit 0" TERM; echo up > $D/up; while :; do sleep 0.1; done`)
-	kr.waitFile(t, "up")
+	kr.waitUp(t)
 	_ = kr.k.ctl.Close() // what run's death looks like to the keeper
 	kr.wait(t)
 	if kr.file("term") != "TERM" {
@@ -232,7 +233,7 @@ func TestKeeperStopsTheTreeWhenRunDies(t *testing.T) {
 
 func TestKeeperKillsAfterGrace(t *testing.T) {
 	kr := startTestKeeper(t, 500*time.Millisecond, `trap "" TERM; echo up > $D/up; sleep 5; echo survived > $D/done`)
-	kr.waitFile(t, "up")
+	kr.waitUp(t)
 	kr.k.send("stop")
 	if diff := cmp.Diff([]string{"signaled 9"}, kr.wait(t)); diff != "" {
 		t.Errorf("status (-want +got):\n%s", diff)

@@ -260,9 +260,9 @@ func isLive(lr *locksv1.LockRequest) bool {
 // Every replica runs a detector, so two may find one cycle from caches a little apart, by
 // clocks a little apart. One request per cycle is failed all the same (docs/protocol.md, "One
 // victim per deadlock"): the cycle is re-read live before the write, and a detector that finds
-// it broken (a member failed, granted or gone) writes nothing; the victim is a function of what
-// the store says of the members (StoredVictim), not of a clock or a cache; and the write is
-// preconditioned on the victim's resourceVersion read live.
+// it broken (a member failed, granted or gone, or a holder let go) writes nothing; the victim
+// is a function of what the store says of the members (StoredVictim), not of a clock or a
+// cache; and the write is preconditioned on the victim's resourceVersion read live.
 func (d *DeadlockDetector) Check(ctx context.Context, namespace string) error {
 	graph, err := d.snapshot(ctx, namespace)
 	if err != nil {
@@ -292,16 +292,21 @@ func (d *DeadlockDetector) Check(ctx context.Context, namespace string) error {
 	return nil
 }
 
-// reread reads every waiting member of cycle c past the cache and reports whether the cycle
-// still stands in the store: each still Pending, live, of the identity and waiting on the key
-// the cycle says. It returns the members as read, by name, or the name of the first member that
-// moved on (the cycle is broken).
+// reread reads cycle c past the cache and reports whether it still stands in the store: every
+// waiting member still Pending, live, of the identity and waiting on the key the cycle says, and
+// on every edge to a holder, that holder's identity still holding the key (its ProjectLock lists
+// it, and one of the requests listed is live). A cache older than a holder's release shows a
+// cycle whose waiters all still wait although it is broken. It returns the members as read, by
+// name, or the name of a request that moved on (the cycle is broken): a waiter, or for a holder
+// that let go, a holding request as the cache lists it, so the recheck waits until the cache
+// shows it.
 func (d *DeadlockDetector) reread(ctx context.Context, namespace string, c deadlock.Cycle) (map[string]*locksv1.LockRequest, string, error) {
 	reader := d.live
 	if reader == nil {
 		reader = d.client
 	}
 	live := make(map[string]*locksv1.LockRequest, len(c.Edges))
+	lockNames := make(map[string]string, len(c.Edges)) // key -> its ProjectLock's name
 	for _, e := range c.Edges {
 		if _, ok := live[e.Waiter.Request]; ok {
 			continue
@@ -318,8 +323,61 @@ func (d *DeadlockDetector) reread(ctx context.Context, namespace string, c deadl
 			return nil, e.Waiter.Request, nil
 		}
 		live[e.Waiter.Request] = &lr
+		lockNames[e.Key] = ref.Name
+	}
+	for _, e := range c.Edges {
+		if !e.Holds {
+			continue // To waits ahead of From on the key: its own edges are checked
+		}
+		held, err := stillHolds(ctx, reader, namespace, lockNames[e.Key], e.To)
+		if err != nil {
+			return nil, "", err
+		}
+		if !held {
+			return nil, d.cachedHolderRequest(ctx, namespace, lockNames[e.Key], e.Waiter.Request), nil
+		}
 	}
 	return live, "", nil
+}
+
+// stillHolds reports whether, read by reader, the ProjectLock name lists id as its holder with
+// at least one listed request still live (the same rule as WaitsFor's holder).
+func stillHolds(ctx context.Context, reader client.Reader, namespace, name string, id deadlock.Identity) (bool, error) {
+	var pl locksv1.ProjectLock
+	switch err := reader.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &pl); {
+	case apierrors.IsNotFound(err):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("re-read deadlock cycle key %s/%s: %w", namespace, name, err)
+	}
+	h := pl.Status.Holder
+	if h == nil || h.ID() != id {
+		return false, nil
+	}
+	for _, r := range h.Requests {
+		var lr locksv1.LockRequest
+		switch err := reader.Get(ctx, client.ObjectKey{Namespace: namespace, Name: r.Name}, &lr); {
+		case apierrors.IsNotFound(err):
+			continue
+		case err != nil:
+			return false, fmt.Errorf("re-read deadlock cycle holder %s/%s: %w", namespace, r.Name, err)
+		}
+		if string(lr.UID) == r.UID && isLive(&lr) {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// cachedHolderRequest is the first request the cache's ProjectLock name lists as holding, or
+// fallback when it lists none.
+func (d *DeadlockDetector) cachedHolderRequest(ctx context.Context, namespace, name, fallback string) string {
+	var pl locksv1.ProjectLock
+	if err := d.client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &pl); err == nil &&
+		pl.Status.Holder != nil && len(pl.Status.Holder.Requests) > 0 {
+		return pl.Status.Holder.Requests[0].Name
+	}
+	return fallback
 }
 
 // StoredVictim is the victim policy p picks in cycle c, ranked by what the store says of the

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
 )
 
@@ -46,17 +48,18 @@ func IsLockInForce(cl *locksv1.CommandLock, now time.Time) bool {
 }
 
 // Thawed reports whether cl's status says its freeze ended by its until: its reconciler, once
-// its clock passed spec.until, wrote Locked=False (reason Thawed) for the current generation.
-// The thaw is a write, so every manager sees it at once and in the same order as the store's
-// other writes; no deciding manager's clock ends a freeze (docs/protocol.md, "Freezes and
-// Drained").
+// its clock passed spec.until, wrote Locked=False for the current generation (with reason
+// Thawed, the only reason it writes Locked=False with; the reason is not checked, since the
+// status and the generation already say it all and nothing else writes that status). The thaw
+// is a write, so every manager sees it at once and in the same order as the store's other
+// writes; no deciding manager's clock ends a freeze (docs/protocol.md, "Freezes and Drained").
 func Thawed(cl *locksv1.CommandLock) bool {
 	if cl.Spec.Until == nil || cl.Status.ObservedGeneration != cl.Generation {
 		return false
 	}
 	for _, c := range cl.Status.Conditions {
 		if c.Type == locksv1.ConditionLocked {
-			return c.Status == "False" && c.Reason == locksv1.ReasonThawed
+			return c.Status == metav1.ConditionFalse
 		}
 	}
 	return false

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
 )
 
 // deepQueue is a key with a holder and n stamped waiters whose statuses are up to date.
@@ -147,5 +149,32 @@ func TestIsPositionText(t *testing.T) {
 				t.Errorf("positionText agrees %t, want %t", built, tc.want)
 			}
 		})
+	}
+}
+
+// A demotion is a fence, never a position refresh. A backup decides with a
+// refresh budget of zero (and an owner whose key's write rate is spent, likewise): if the
+// demotion of an unconfirmed grant counted as a refresh it would be left for later while the
+// ProjectLock write drops the request, and the held write of the decision that listed it, still
+// in flight, would land on a request the ProjectLock no longer lists (J, then ME).
+func TestDemotionIsNeverDeferredAsARefresh(t *testing.T) {
+	applyFrozen, _ := ResolveFreezes([]locksv1.CommandLock{commandLock("apply", true, "maintenance window", nil)}, FreezeFlags{}, now)
+	// bob waited behind alice (position 1, blocked by her); alice left, a manager listed bob and
+	// has not written him as holding yet; apply froze since.
+	bob := bobWaits().Command("apply").Waiting(locksv1.ReasonQueued, "locked by alice; position 1 of 1", 1, "alice")
+	lock := makeLock(tgt1).token(41).holder(now, bob.Obj()).rv("90").Obj()
+	for _, budget := range []RefreshBudget{{}, {Limited: true, N: 0}} {
+		in := Input{Now: now, Name: name1, Lock: lock, Requests: reqs(bob), Freezes: applyFrozen, Config: testConfig(), Refreshes: budget}
+		d := Decide(in)
+		if d.Lock == nil {
+			t.Fatalf("budget %+v: the ProjectLock is not written; want bob dropped from its holders", budget)
+		}
+		if d.Lock.Holder != nil && len(d.Lock.Holder.Requests) > 0 {
+			t.Fatalf("budget %+v: bob still listed: %+v", budget, d.Lock.Holder)
+		}
+		if len(d.Demote) != 1 || d.Demote[0].Request.Name != "w" {
+			t.Errorf("budget %+v: the ProjectLock drops bob but his demotion is not written first: Demote %d, Waiting %d, RefreshDeferred %v",
+				budget, len(d.Demote), len(d.Waiting), d.RefreshDeferred)
+		}
 	}
 }

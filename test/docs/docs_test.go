@@ -86,10 +86,6 @@ func (b block) marked() bool {
 	return ok && strings.TrimSpace(why) != ""
 }
 
-// unowned are docs other pages' authors keep; their shell blocks are run when marked runnable
-// but not yet required to be marked.
-var unowned = map[string]bool{"docs/run.md": true, "docs/faults.md": true, "docs/protocol.md": true}
-
 // markdown is README.md and every docs/*.md, by path relative to root.
 func markdown(t *testing.T, root string) []string {
 	t.Helper()
@@ -121,7 +117,7 @@ func TestShellBlocksAreMarked(t *testing.T) {
 			if b.runnable() {
 				runnable++
 			}
-			if !b.marked() && !unowned[f] {
+			if !b.marked() {
 				t.Errorf("%s:%d: ```%s: mark it ```%s runnable (make test runs it) or ```%s norun: WHY", f, b.line, b.info, b.info, b.info)
 			}
 		}
@@ -150,16 +146,7 @@ func TestRelativeLinksResolve(t *testing.T) {
 			}
 			target, _, _ = strings.Cut(target, "#")
 			p := filepath.Join(root, filepath.Dir(f), target)
-			if unowned[f] {
-				continue
-			}
 			if _, err := os.Stat(p); err != nil {
-				rel, _ := filepath.Rel(root, p)
-				if unowned[filepath.ToSlash(rel)] {
-					// Written by another page's author, on another branch until merged.
-					t.Logf("%s: link to %s, which is not written yet", f, m[1])
-					continue
-				}
 				t.Errorf("%s: link to %s: %v", f, m[1], err)
 			}
 		}
@@ -197,7 +184,10 @@ func TestRunnableBlocks(t *testing.T) {
 	t.Cleanup(func() {
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGINT)
 		select {
-		case <-exited:
+		case err := <-exited:
+			if t.Failed() {
+				t.Logf("hack/dev ended: %v", err)
+			}
 		case <-time.After(60 * time.Second):
 			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		}

@@ -345,6 +345,25 @@ var _ = Describe("kubectl turnstile run as a flock of the whole process tree", f
 		Expect(b.ExitCode()).To(Equal(0))
 		GinkgoWriter.Printf("black hole: the next holder's command started %s after the cut-off tree's last process\n", gaps[0])
 	})
+
+	It("retries its release until the API server answers (a partition as the command exits)", func() {
+		proxy := newBlackHole(env.Config.Host)
+		DeferCleanup(proxy.Close)
+		cut := proxiedKubeconfig(proxy.Addr())
+		exiting := filepath.Join(GinkgoT().TempDir(), "exiting")
+		a := startRun(cut, runArgs("alice", "--pull", "1", "--name", "cut-release", "--lease-duration", "30s", "--grace", "1s"),
+			[]string{"sh", "-c", "touch " + exiting + "; sleep 2"})
+		Eventually(func() error { _, err := os.Stat(exiting); return err }, settle, poll).Should(Succeed())
+		By("the proxy stops forwarding as the command exits: run's first release gets no answer")
+		proxy.Cut()
+		Eventually(a.Err, 30*time.Second).Should(gbytes.Say(`warning: release: .*; retrying for up to`))
+		Expect(jsonpath(ns, "lr/cut-release", "{.status.phase}")).To(Equal("Granted"), "the lost release did not land")
+		By("the network heals: the stalled connections are reset, new ones are forwarded")
+		proxy.Heal()
+		Eventually(a, 30*time.Second).Should(gexec.Exit(0))
+		Expect(a.Err).To(gbytes.Say(`released after \d+ attempts`))
+		Expect(jsonpath(ns, "lr/cut-release", "{.status.phase}")).To(Equal("Released"), "released by run, not passed on by the Lease's lapse")
+	})
 })
 
 // blackHole is a TCP proxy that can stop forwarding without closing any connection, as a
@@ -372,6 +391,19 @@ func (p *blackHole) Addr() string { return p.ln.Addr().String() }
 
 // Cut stops forwarding: bytes read are dropped, nothing is written, nothing is closed.
 func (p *blackHole) Cut() { p.cut.Store(true) }
+
+// Heal ends the partition as networks often do: the connections it stalled are reset, and new
+// ones are forwarded again.
+func (p *blackHole) Heal() {
+	p.mu.Lock()
+	conns := p.conns
+	p.conns = nil
+	p.mu.Unlock()
+	p.cut.Store(false)
+	for _, c := range conns {
+		_ = c.Close()
+	}
+}
 
 func (p *blackHole) Close() {
 	_ = p.ln.Close()

@@ -136,3 +136,78 @@ var _ = Describe("Deadlock victims across detectors", func() {
 		Expect(phase(ns, "b2")).To(Equal(locksv1.PhasePending))
 	})
 })
+
+// A detector's cache may be older than a holder's release: the cycle it finds is broken in the
+// store although every waiter of it still waits. The live re-read must check the holders too.
+var _ = Describe("Deadlock cycles whose holder let go", func() {
+	It("hole D: a detector on a cache from before a holder's release fails no one once the cycle is broken", func() {
+		ns := newNamespace()
+		inv := lag.NewInvariants(k8s)
+		inv.Structural = true
+		inv.NoOps = history
+		cfg := queue.DefaultConfig()
+		t1, t2 := target("one"), target("two")
+		k1, k2 := keyOf(ns, t1), keyOf(ns, t2)
+		m := newManager("M", 0, cfg)
+		create := func(w *LockRequestWrapper) {
+			GinkgoHelper()
+			Expect(k8s.Create(ctx, w.Obj())).To(Succeed())
+			syncHistory()
+		}
+		fresh := func(k types.NamespacedName) {
+			GinkgoHelper()
+			syncHistory()
+			m.view.CatchUp()
+			m.decide(k)
+			expectSafe(inv, ns, "M decided "+k.Name)
+		}
+		victims := func() []string {
+			GinkgoHelper()
+			var list locksv1.LockRequestList
+			Expect(k8s.List(ctx, &list, client.InNamespace(ns))).To(Succeed())
+			var out []string
+			for _, lr := range list.Items {
+				c := meta.FindStatusCondition(lr.Status.Conditions, locksv1.ConditionGranted)
+				if lr.Status.Phase == locksv1.PhaseFailed && c != nil && c.Reason == locksv1.ReasonDeadlock {
+					out = append(out, lr.Name)
+				}
+			}
+			return out
+		}
+
+		By("alice holds one, bob holds two; carol (High) queues for two; then alice (Low) waits for two and bob for one: a cycle")
+		create(MakeLockRequest("a1", ns).Lock(t1.Repo, t1.Path, t1.Workspace).Owner("alice", 1))
+		create(MakeLockRequest("b1", ns).Lock(t2.Repo, t2.Path, t2.Workspace).Owner("bob", 2))
+		fresh(k1)
+		fresh(k2)
+		create(MakeLockRequest("c", ns).Lock(t2.Repo, t2.Path, t2.Workspace).Owner("carol", 3).Priority(locksv1.PriorityHigh))
+		fresh(k2)
+		create(MakeLockRequest("a2", ns).Lock(t2.Repo, t2.Path, t2.Workspace).Owner("alice", 1).Priority(locksv1.PriorityLow))
+		fresh(k2)
+		create(MakeLockRequest("b2", ns).Lock(t1.Repo, t1.Path, t1.Workspace).Owner("bob", 2))
+		fresh(k1)
+		Expect(phase(ns, "a2")).To(Equal(locksv1.PhasePending))
+		Expect(phase(ns, "b2")).To(Equal(locksv1.PhasePending))
+		syncHistory()
+
+		By("a detector's cache is taken now, with the cycle whole")
+		v := lag.NewView(history, k8s)
+		v.CatchUp()
+		d := controller.NewDeadlockDetector(v, nopRecorder{}, controller.WithConfig(cfg),
+			controller.WithDeadlockPolicy(deadlock.PolicyLowestPriority),
+			controller.WithClock(clocktesting.NewFakeClock(time.Now())), controller.WithLiveReader(k8s))
+
+		By("bob releases b1; the manager hands two to carol: alice waits for carol, who waits for no one")
+		b1 := getRequest(ns, "b1")
+		b1.Spec.Release = true
+		Expect(k8s.Update(ctx, b1)).To(Succeed())
+		fresh(k2)
+		Expect(phase(ns, "b1")).To(Equal(locksv1.PhaseReleased))
+		Expect(phase(ns, "c")).To(Equal(locksv1.PhaseGranted))
+		Expect(phase(ns, "a2")).To(Equal(locksv1.PhasePending))
+
+		By("the detector checks from its cache: every waiter of the cycle still waits on its key, but bob no longer holds two")
+		Expect(d.Check(ctx, ns)).To(Succeed())
+		Expect(victims()).To(BeEmpty(), "no cycle stands in the store: bob holds nothing alice waits for")
+	})
+})
