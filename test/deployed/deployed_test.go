@@ -271,7 +271,7 @@ var _ = Describe("Deployed as its ServiceAccount, under the admission policies",
 		ci := serviceAccountKubeconfig(team, "ci")
 		ciUser := "system:serviceaccount:" + team + ":ci"
 		cmd := exec.Command(kubectlBin, "turnstile", "-n", team, "run", "-l", "acme/infra:modules/ci", "--name", "ci-run",
-			"--lease-duration=3s", "--", "sleep", "600")
+			"--lease-duration=8s", "--grace=1s", "--", "sleep", "600")
 		cmd.Env = append(os.Environ(), "KUBECONFIG="+ci, "KUBECACHEDIR="+cacheDir, "TURNSTILE_OWNER=")
 		cmd.Stdout, cmd.Stderr = GinkgoWriter, GinkgoWriter
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -300,8 +300,8 @@ var _ = Describe("Deployed as its ServiceAccount, under the admission policies",
 		take("bob", lockRequest{name: "ci-next", path: "modules/ci", pull: 5})
 		eventually(get("lr/ci-next", condition("Granted", "reason"))).Should(Equal("Queued"))
 
-		By("the job dies (SIGKILL): its Lease lapses, its request is released as HolderLost, bob is granted")
-		Expect(syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)).To(Succeed())
+		By("the job dies (SIGKILL of run: its keeper stops the command's tree and releases nothing): its Lease lapses, its request is released as HolderLost, bob is granted")
+		Expect(cmd.Process.Kill()).To(Succeed())
 		Eventually(exited).WithTimeout(settle).Should(BeClosed())
 		Expect(waitErr).To(MatchError("signal: killed"))
 		eventually(get("lr/ci-run", "{.status.phase} "+condition("Granted", "reason"))).Should(Equal("Released HolderLost"))
