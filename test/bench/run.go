@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -127,14 +126,18 @@ func (b *bench) runHandoff(ctx context.Context, plugin, ns, lock, prefix string)
 		return 0, err
 	}
 	if err := firstDone.wait(ctx); err != nil {
-		return 0, errors.Join(err, firstDone.kill())
+		firstDone.kill()
+		return 0, err
 	}
 	secondDone, err := startSaying(second, "waiting")
 	if err != nil {
-		return 0, errors.Join(err, firstDone.kill())
+		firstDone.kill()
+		return 0, err
 	}
 	if err := secondDone.wait(ctx); err != nil {
-		return 0, errors.Join(err, firstDone.kill(), secondDone.kill())
+		firstDone.kill()
+		secondDone.kill()
+		return 0, err
 	}
 	if err := os.WriteFile(goFile, nil, 0o600); err != nil {
 		return 0, err
@@ -196,7 +199,7 @@ func (s *saying) wait(ctx context.Context) error {
 		return nil
 	case err := <-s.exited:
 		s.exited <- err
-		return fmt.Errorf("exited before saying so (%v): %s", err, s.stderr.String())
+		return fmt.Errorf("exited before saying so (%w): %s", err, s.stderr.String())
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-time.After(time.Minute):
@@ -204,10 +207,11 @@ func (s *saying) wait(ctx context.Context) error {
 	}
 }
 
-func (s *saying) kill() error {
+// kill stops the process and waits until it is reaped.
+func (s *saying) kill() {
 	_ = s.cmd.Process.Kill()
-	<-s.exited
-	return nil
+	err := <-s.exited
+	_ = err // "signal: killed", or the exit it had already made: the caller reports its own error
 }
 
 func readNanos(path string) (time.Time, error) {

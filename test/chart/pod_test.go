@@ -433,7 +433,7 @@ type replica struct {
 func (r *replica) running() error {
 	select {
 	case <-r.done:
-		return fmt.Errorf("pod %s: the manager exited (%v):\n%s", r.name, r.err, r.log.String())
+		return fmt.Errorf("pod %s: the manager exited (%w):\n%s", r.name, r.err, r.log.String())
 	default:
 		return nil
 	}
