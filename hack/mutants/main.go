@@ -144,7 +144,11 @@ func runMutants(only string, dry bool) int {
 	go func() { <-sig; restore(); os.Exit(130) }()
 	defer restore()
 
-	survived, killed := 0, 0
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" && !dry {
+		fmt.Fprintln(os.Stderr, "KUBEBUILDER_ASSETS is not set: run `make mutants` (the envtest suites would fail in setup, which kills no mutant)")
+		return 2
+	}
+	survived, killed, broken := 0, 0, 0
 	for _, m := range mutants {
 		if !strings.Contains(m.name, only) {
 			continue
@@ -164,11 +168,17 @@ func runMutants(only string, dry bool) int {
 		out, err := run(m)
 		restore()
 		clear(originals)
-		verdict := "KILLED by " + firstFailure(out)
-		if err == nil {
+		first := firstFailure(out)
+		verdict := "KILLED by " + first
+		switch {
+		case err == nil:
 			verdict = "SURVIVED: no test noticed"
 			survived++
-		} else {
+		case notAKill(first, out):
+			// A suite that cannot start, or code that does not compile, says nothing of the guard.
+			verdict = "BROKEN (not a kill): " + first
+			broken++
+		default:
 			killed++
 		}
 		fmt.Printf("%-26s %-8s %s (%s)\n  guard: %s\n", m.name, time.Since(start).Round(time.Second), verdict, m.focus, m.guard)
@@ -177,11 +187,22 @@ func runMutants(only string, dry bool) int {
 		fmt.Println("dry run: every mutant selected applies")
 		return 0
 	}
-	fmt.Printf("%d mutants killed, %d survived\n", killed, survived)
-	if survived > 0 {
+	fmt.Printf("%d mutants killed, %d survived, %d broken\n", killed, survived, broken)
+	switch {
+	case survived > 0:
 		return 1
+	case broken > 0:
+		return 2
 	}
 	return 0
+}
+
+// notAKill: the run failed before any spec or test could judge the mutant (a suite's setup or
+// teardown, or the build).
+func notAKill(first, out string) bool {
+	return strings.Contains(first, "[BeforeSuite]") || strings.Contains(first, "[AfterSuite]") ||
+		strings.Contains(first, "[SynchronizedBeforeSuite]") || strings.Contains(out, "[build failed]") ||
+		strings.Contains(first, "build failed")
 }
 
 func apply(m mutant, originals map[string][]byte) error {
