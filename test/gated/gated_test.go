@@ -193,6 +193,29 @@ var _ = Describe("Gated workloads", func() {
 		}).WithTimeout(3 * time.Second).WithPolling(100 * time.Millisecond).Should(Succeed())
 	})
 
+	It("keeps the lock of a running Job that leaves the manager's gated-only cache, though it has no Pods yet (the live read, not the Pod count, keeps it)", func() {
+		j := job(ns, "relabelled", "acme/infra:cache-job")
+		Expect(alice.Create(ctx, j)).To(Succeed())
+		lr := granted(requestOf("job", "relabelled"))
+		Eventually(func() *bool { return get(j).(*batchv1.Job).Spec.Suspend }).WithTimeout(wait).Should(Equal(ptr.To(false)))
+
+		By("a cluster admin removes the gated label: the Job drops out of the label-selected cache (no Job controller here, so it has no Pods)")
+		j = get(j).(*batchv1.Job)
+		patch := client.MergeFrom(j.DeepCopy())
+		delete(j.Labels, workload.LabelGated)
+		Expect(admin.Patch(ctx, j, patch)).To(Succeed())
+		other := job(ns, "next", "acme/infra:cache-job")
+		Expect(alice.Create(ctx, other)).To(Succeed())
+		waiting(requestOf("job", "next"))
+		// As for the Pod above: the right outcome is that nothing happens, so the spec watches.
+		Consistently(func(g Gomega) {
+			got := &locksv1.LockRequest{}
+			g.Expect(admin.Get(ctx, client.ObjectKeyFromObject(lr), got)).To(Succeed(), "the running Job's request is kept")
+			g.Expect(got.Status.Phase).To(Equal(locksv1.PhaseGranted), "the running Job still holds its lock")
+			g.Expect(get(other).(*batchv1.Job).Spec.Suspend).To(Equal(ptr.To(true)), "the next Job waits")
+		}).WithTimeout(3 * time.Second).WithPolling(100 * time.Millisecond).Should(Succeed())
+	})
+
 	It("refuses a user removing a Pod's gate or unsuspending a gated Job by hand", func() {
 		holdKey("iam")
 		p := pod(ns, "impatient", "acme/infra:iam")
