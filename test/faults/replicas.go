@@ -3,7 +3,6 @@ package faults
 import (
 	"bytes"
 	"context"
-	"errors"
 	"io"
 	"math/rand"
 	"net/http"
@@ -124,10 +123,9 @@ func (s *goneScanner) Read(p []byte) (int, error) {
 }
 
 // inProcess is a manager replica running in this process on its own rest.Config.
-type inProcess struct {
-	cancel context.CancelFunc
-	done   chan error
-}
+type inProcess struct{ *framework.Manager }
+
+func (r inProcess) stop() error { return r.Stop() }
 
 type replicaOptions struct {
 	cfg          *rest.Config
@@ -169,25 +167,11 @@ func startInProcess(o replicaOptions) (*inProcess, error) {
 		cancel()
 		return nil, err
 	}
-	r := &inProcess{cancel: cancel, done: make(chan error, 1)}
-	go func() { r.done <- mgr.Start(ctx) }()
-	syncCtx, syncCancel := context.WithTimeout(ctx, 60*time.Second)
-	defer syncCancel()
-	if !mgr.GetCache().WaitForCacheSync(syncCtx) {
-		cancel()
-		return nil, errors.New("manager cache did not sync")
+	m, err := framework.Run(ctx, cancel, mgr)
+	if err != nil {
+		return nil, err
 	}
-	return r, nil
-}
-
-func (r *inProcess) stop() error {
-	r.cancel()
-	select {
-	case err := <-r.done:
-		return err
-	case <-time.After(30 * time.Second):
-		return errors.New("in-process manager did not stop within 30s")
-	}
+	return &inProcess{m}, nil
 }
 
 // binary is the real manager binary on its own proxy, which the test can SIGSTOP.

@@ -31,11 +31,6 @@ var _ = Describe("Deadlock victims across detectors", func() {
 		v1, v2 *lag.View
 		qa     time.Time
 	)
-	create := func(w *LockRequestWrapper) {
-		GinkgoHelper()
-		Expect(k8s.Create(ctx, w.Obj())).To(Succeed())
-		syncHistory()
-	}
 	fresh := func(m *manager, k types.NamespacedName) {
 		GinkgoHelper()
 		syncHistory()
@@ -64,9 +59,7 @@ var _ = Describe("Deadlock victims across detectors", func() {
 
 	BeforeEach(func() {
 		ns = newNamespace()
-		inv = lag.NewInvariants(k8s)
-		inv.Structural = true
-		inv.NoOps = history
+		inv = invariants()
 		cfg = queue.DefaultConfig()
 		cfg.AgingStep = step
 		t1, t2 := target("one"), target("two")
@@ -142,18 +135,11 @@ var _ = Describe("Deadlock victims across detectors", func() {
 var _ = Describe("Deadlock cycles whose holder let go", func() {
 	It("hole D: a detector on a cache from before a holder's release fails no one once the cycle is broken", func() {
 		ns := newNamespace()
-		inv := lag.NewInvariants(k8s)
-		inv.Structural = true
-		inv.NoOps = history
+		inv := invariants()
 		cfg := queue.DefaultConfig()
 		t1, t2 := target("one"), target("two")
 		k1, k2 := keyOf(ns, t1), keyOf(ns, t2)
 		m := newManager("M", 0, cfg)
-		create := func(w *LockRequestWrapper) {
-			GinkgoHelper()
-			Expect(k8s.Create(ctx, w.Obj())).To(Succeed())
-			syncHistory()
-		}
 		fresh := func(k types.NamespacedName) {
 			GinkgoHelper()
 			syncHistory()

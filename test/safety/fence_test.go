@@ -28,9 +28,7 @@ var _ = Describe("Fences against the API server as it behaves", func() {
 	)
 	BeforeEach(func() {
 		ns = newNamespace()
-		inv = lag.NewInvariants(k8s)
-		inv.Structural = true
-		inv.NoOps = history
+		inv = invariants()
 		cfg = queue.DefaultConfig()
 		net = target("net")
 		k = keyOf(ns, net)
@@ -38,11 +36,6 @@ var _ = Describe("Fences against the API server as it behaves", func() {
 	})
 	req := func(name, owner string, pull int64) *LockRequestWrapper {
 		return MakeLockRequest(name, ns).Lock(net.Repo, net.Path, net.Workspace).Owner(owner, pull)
-	}
-	create := func(w *LockRequestWrapper) {
-		GinkgoHelper()
-		Expect(k8s.Create(ctx, w.Obj())).To(Succeed())
-		syncHistory()
 	}
 	fresh := func(m *manager) {
 		GinkgoHelper()

@@ -30,20 +30,13 @@ var _ = Describe("Guards of the grant path", func() {
 	)
 	BeforeEach(func() {
 		ns = newNamespace()
-		inv = lag.NewInvariants(k8s)
-		inv.Structural = true
-		inv.NoOps = history
+		inv = invariants()
 		cfg = queue.DefaultConfig()
 		net = target("net")
 		k = keyOf(ns, net)
 		command = "apply-" + ns
 	})
 
-	create := func(w *LockRequestWrapper) {
-		GinkgoHelper()
-		Expect(k8s.Create(ctx, w.Obj())).To(Succeed())
-		syncHistory()
-	}
 	req := func(name, owner string, pull int64) *LockRequestWrapper {
 		return MakeLockRequest(name, ns).Lock(net.Repo, net.Path, net.Workspace).Owner(owner, pull)
 	}

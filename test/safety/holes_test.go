@@ -26,17 +26,10 @@ var _ = Describe("Holes in the grant protocol", func() {
 	)
 	BeforeEach(func() {
 		ns = newNamespace()
-		inv = lag.NewInvariants(k8s)
-		inv.Structural = true
-		inv.NoOps = history
+		inv = invariants()
 		cfg = queue.DefaultConfig()
 	})
 
-	create := func(w *LockRequestWrapper) {
-		GinkgoHelper()
-		Expect(k8s.Create(ctx, w.Obj())).To(Succeed())
-		syncHistory()
-	}
 	remove := func(o client.Object) {
 		GinkgoHelper()
 		Expect(k8s.Delete(ctx, o)).To(Succeed())

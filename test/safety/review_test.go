@@ -28,18 +28,11 @@ var _ = Describe("Drained against clocks and flags", func() {
 	)
 	BeforeEach(func() {
 		ns = newNamespace()
-		inv = lag.NewInvariants(k8s)
-		inv.Structural = true
-		inv.NoOps = history
+		inv = invariants()
 		cfg = queue.DefaultConfig()
 		net = target("net")
 		k = keyOf(ns, net)
 	})
-	create := func(w *LockRequestWrapper) {
-		GinkgoHelper()
-		Expect(k8s.Create(ctx, w.Obj())).To(Succeed())
-		syncHistory()
-	}
 	fresh := func(m *manager) {
 		GinkgoHelper()
 		syncHistory()

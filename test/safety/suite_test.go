@@ -30,6 +30,7 @@ import (
 	"github.com/turnstile-dev/turnstile/internal/queue"
 	"github.com/turnstile-dev/turnstile/internal/testing/framework"
 	"github.com/turnstile-dev/turnstile/internal/testing/lag"
+	"github.com/turnstile-dev/turnstile/internal/testing/wrappers"
 )
 
 var (
@@ -173,4 +174,20 @@ func settle(inv *lag.Invariants, ns string, keys []types.NamespacedName, ms ...*
 		}
 	}
 	Fail("the managers did not settle within 50 rounds")
+}
+
+// invariants is the store's checker as the safety specs use it: identities compared field by
+// field, and a write the API server answered as a no-op counted as a violation.
+func invariants() *lag.Invariants {
+	inv := lag.NewInvariants(k8s)
+	inv.Structural = true
+	inv.NoOps = history
+	return inv
+}
+
+// create creates a request and records it in the history the lagging views replay.
+func create(w *wrappers.LockRequestWrapper) {
+	GinkgoHelper()
+	Expect(k8s.Create(ctx, w.Obj())).To(Succeed())
+	syncHistory()
 }

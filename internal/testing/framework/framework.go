@@ -185,9 +185,15 @@ func (e *Env) StartManager(o controller.SetupOptions) (*Manager, error) {
 		cancel()
 		return nil, err
 	}
+	return Run(ctx, cancel, mgr)
+}
+
+// Run starts mgr, set up by the caller on ctx, and waits until its caches have synced; cancel
+// (ctx's) stops it, as Stop does.
+func Run(ctx context.Context, cancel context.CancelFunc, mgr ctrl.Manager) (*Manager, error) {
 	m := &Manager{Client: mgr.GetClient(), cancel: cancel, done: make(chan error, 1)}
 	go func() { m.done <- mgr.Start(ctx) }()
-	syncCtx, syncCancel := context.WithTimeout(ctx, 30*time.Second)
+	syncCtx, syncCancel := context.WithTimeout(ctx, 60*time.Second)
 	defer syncCancel()
 	if !mgr.GetCache().WaitForCacheSync(syncCtx) {
 		cancel()
