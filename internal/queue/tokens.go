@@ -66,7 +66,7 @@ func dropFirst(lock *locksv1.ProjectLock, entries []*entry, demote []Update, now
 	d := Decision{Again: true, Demote: demote}
 	for _, e := range entries {
 		if e.heldHere && e.outcome != nil {
-			d.Finish = append(d.Finish, Update{Request: e.req, Status: finishedStatus(e, now), Event: &Event{e.outcome.event, e.outcome.reason, e.outcome.message}})
+			d.Finish = append(d.Finish, finishUpdate(e, now))
 		}
 	}
 	st := lockStatus(lock, nil, nil, lock.Status.FencingToken, false, now, cfg)
