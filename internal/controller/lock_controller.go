@@ -127,6 +127,7 @@ func (r *LockReconciler) read(ctx context.Context, req reconcile.Request, now ti
 		return in, false, fmt.Errorf("get projectlock %s: %w", req, err)
 	default:
 		in.Lock = r.overlay.lock(&lock)
+		// guard:no-finalizer/2
 		if in.Lock.DeletionTimestamp == nil && !slices.Contains(in.Lock.Finalizers, locksv1.ReleaseHoldersFinalizer) {
 			// Made before ProjectLocks carried the finalizer: add it before anyone is granted
 			// on it, or a force-unlock could let a second holder in (docs/protocol.md).
@@ -179,6 +180,8 @@ func (r *LockReconciler) read(ctx context.Context, req reconcile.Request, now ti
 	// ProjectLock really gone (a force-unlock), or is the cache behind our own grant? And a
 	// holder that shows a token above the cached ProjectLock's saw a later write of it (a
 	// re-issued grant): deciding on the cached one would write that holder its older token.
+	// guard:no-live-projectlock-read
+	// guard:stale-projectlock-token
 	if claims && (!listsAllClaimants(in.Lock, in.Requests, req.Name) || tokenAhead(in.Lock, in.Requests, req.Name)) {
 		var live locksv1.ProjectLock
 		switch err := r.apiReader.Get(ctx, req.NamespacedName, &live); {
@@ -195,6 +198,8 @@ func (r *LockReconciler) read(ctx context.Context, req reconcile.Request, now ti
 	if in.Lock != nil && in.Lock.Status.Holder != nil {
 		for _, h := range in.Lock.Status.Holder.Requests {
 			uid := types.UID(h.UID)
+			// guard:no-live-holder-read
+			// guard:no-live-holder-read-controller
 			if byUID[uid] {
 				continue
 			}
@@ -277,6 +282,7 @@ func listsAllClaimants(lock *locksv1.ProjectLock, reqs []*locksv1.LockRequest, n
 func (r *LockReconciler) createLock(ctx context.Context, req reconcile.Request, target locksv1.LockTarget) (*locksv1.ProjectLock, reconcile.Result, error) {
 	lock := &locksv1.ProjectLock{}
 	lock.Namespace, lock.Name = req.Namespace, req.Name
+	// guard:no-finalizer
 	lock.Finalizers = []string{locksv1.ReleaseHoldersFinalizer}
 	lock.Spec.LockTarget = target
 	if err := r.client.Create(ctx, lock); err != nil {
@@ -298,6 +304,7 @@ func (r *LockReconciler) createLock(ctx context.Context, req reconcile.Request, 
 func (r *LockReconciler) apply(ctx context.Context, req reconcile.Request, in queue.Input, d queue.Decision, redecided int) (reconcile.Result, error) {
 	logger := log.FromContext(ctx)
 
+	// guard:finish-after-projectlock
 	for _, u := range d.Finish {
 		if err := r.writeRequest(ctx, req.NamespacedName, u); err != nil {
 			return r.retry(err, "finish lockrequest %s", u.Request.Name)
@@ -334,6 +341,7 @@ func (r *LockReconciler) apply(ctx context.Context, req reconcile.Request, in qu
 		r.overlay.wroteLock(lock, r.clock.Now())
 	}
 
+	// guard:finish-after-projectlock/2
 	if d.Again {
 		// A holder left with a token nobody knows: grant on the revision just written, above it.
 		if redecided > 1 {
@@ -428,6 +436,7 @@ func (r *LockReconciler) frozenSince(ctx context.Context, in *queue.Input, d que
 			commands = append(commands, u.Request.Spec.Command)
 		}
 	}
+	// guard:no-live-freeze-check
 	if len(commands) == 0 {
 		return false, nil
 	}
@@ -437,6 +446,7 @@ func (r *LockReconciler) frozenSince(ctx context.Context, in *queue.Input, d que
 	// which it learns from a progress notification requested every 100 ms: a quiet resource
 	// like CommandLocks made every commanded grant wait for one.) The rest come from the
 	// cache, for the re-decision.
+	// guard:live-freeze-check-without-all
 	live := map[string]bool{locksv1.CommandAll: true}
 	for _, c := range commands {
 		live[c] = true
@@ -574,6 +584,7 @@ func (r *LockReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		if err := progress.watch(context.Background(), mgr.GetCache()); err != nil {
 			return err
 		}
+		// guard:backup-ignores-owner
 		queueOpts = append(queueOpts, sharding.WithProgress(progress), sharding.WithQueueClock(r.clock))
 	}
 	return ctrl.NewControllerManagedBy(mgr).

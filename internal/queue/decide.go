@@ -207,6 +207,7 @@ func Decide(in Input) Decision {
 		}
 		entries = append(entries, e)
 	}
+	// guard:aging-by-own-clock
 	agedAsShown(lock, entries, in.Config, now)
 	if lock != nil && lock.DeletionTimestamp != nil {
 		return forceUnlock(lock, entries, now)
@@ -228,10 +229,12 @@ func Decide(in Input) Decision {
 			continue
 		}
 		if !e.claims {
+			// guard:no-demotion
 			if e.frozen != nil {
 				e.heldHere, e.demoted = false, true
 				continue
 			}
+			// guard:no-reissue
 			reissue = true
 		}
 		holders = append(holders, e)
@@ -344,6 +347,7 @@ func Decide(in Input) Decision {
 		if newHolder || reissue {
 			top, unknown := leavingTokens(lock, entries, in.GoneTokens)
 			// Decided below, once the demotions are: they leave in the same write.
+			// guard:token-below-leaving-holder/2
 			again = unknown && newHolder
 			token = nextToken(token, Revision(lock.ResourceVersion), top)
 		}
@@ -379,6 +383,7 @@ func Decide(in Input) Decision {
 	refreshes := 0
 	told := newBlockers(holders, granted, waiting)
 	for i, e := range waiting {
+		// guard:demotion-deferred-as-refresh
 		refresh := e.stamped && e.req.Status.Phase == locksv1.PhasePending && !e.demoted
 		// Past the budget, a waiter whose position or message visibly changed is left for a
 		// later decision without building its status: in a deep queue every hand-off moves them
@@ -396,6 +401,7 @@ func Decide(in Input) Decision {
 		// raises status.fences: it always changes the stored object (docs/protocol.md, "A fence
 		// must change the stored object").
 		if e.demoted {
+			// guard:demotion-no-fence
 			st.Fences = e.req.Status.Fences + 1
 		}
 		if equalStatus(e.req.Status, st) {
@@ -431,6 +437,7 @@ func leaving(e *entry, in Input) *outcome {
 	case e.final:
 		// Already final: if still listed as holder, it just drops out of the holders.
 		return nil
+	// guard:deleting-holder-unwritten
 	case req.DeletionTimestamp != nil:
 		// Its object is going (a finalizer keeps it a while): its runner may still be
 		// watching it, so it is told before the key moves on.
@@ -447,6 +454,8 @@ func leaving(e *entry, in Input) *outcome {
 		return &outcome{locksv1.PhaseReleased, locksv1.ReasonReleased, msg, "Normal"}
 	case in.LostHolders[req.UID] != "":
 		return &outcome{locksv1.PhaseReleased, locksv1.ReasonHolderLost, in.LostHolders[req.UID], "Warning"}
+	// guard:unprotected-lease-granted
+	// guard:unprotected-lease-granted-admission
 	case in.UnprotectedLeases[req.UID] != "" && !e.heldHere && req.Status.Phase != locksv1.PhaseGranted:
 		// A grant made before (an older manager) stands until it ends; no new one is made.
 		return &outcome{locksv1.PhaseFailed, locksv1.ReasonHolderLeaseUnprotected, in.UnprotectedLeases[req.UID], "Warning"}
@@ -498,6 +507,7 @@ func newEntry(req *locksv1.LockRequest, name string, cfg Config, now time.Time) 
 	if pos < 0 {
 		return nil
 	}
+	// guard:identity-joined-string
 	e := &entry{
 		req:   req,
 		ref:   refs[pos],

@@ -111,6 +111,8 @@ func (q *routedQueue) AddWithOpts(o priorityqueue.AddOpts, items ...reconcile.Re
 		io := o
 		// The delay is read and the item recorded as delayed under one lock, which reroute
 		// also takes: an ownership change that lands after the read finds the item recorded.
+		// guard:delay-read-outside-lock
+		// guard:delay-read-outside-lock/2
 		q.mu.Lock()
 		if d := q.router.Delay(item.String()); d > 0 {
 			due := q.clock.Now().Add(io.After)
@@ -151,6 +153,7 @@ func (q *routedQueue) deferral(item reconcile.Request) (d time.Duration, deferre
 	defer q.mu.Unlock()
 	was, delayed := q.delayed[item]
 	delete(q.delayed, item)
+	// guard:backup-defers-unbounded
 	if !delayed || was.deferred || q.progress == nil {
 		return 0, false
 	}
