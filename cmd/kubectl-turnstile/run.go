@@ -170,6 +170,7 @@ func fitTTL(what string, ttl, grace time.Duration) string {
 }
 
 func fits(what string, d, grace, slack time.Duration) string {
+	// guard:run-grace-unchecked
 	if grace+stopMargin+slack <= d/2 {
 		return ""
 	}
@@ -251,6 +252,7 @@ func holderSession(o runOptions) (string, error) {
 	case o.shareWithOwner:
 		return "", nil
 	}
+	// guard:run-shared-session
 	return "run-" + randomHex(6), nil
 }
 
@@ -452,6 +454,7 @@ func (rn *runner) deadline() time.Time {
 // (last renewal + lease duration) or its grant expiring (expiresAt; zero when unknown).
 func stopAt(lastRenew, expiresAt time.Time, lease, grace time.Duration) time.Time {
 	d := lastRenew.Add(lease - stopMargin)
+	// guard:run-deadline-ignores-expiry
 	if exp := expiresAt.Add(-stopMargin); !expiresAt.IsZero() && exp.Before(d) {
 		d = exp
 	}

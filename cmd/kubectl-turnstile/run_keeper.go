@@ -56,6 +56,7 @@ func runKeeper(grace time.Duration, args []string) int {
 	syscall.CloseOnExec(keeperCtlFD)
 	syscall.CloseOnExec(keeperStatusFD)
 
+	// guard:run-keeper-not-subreaper
 	if err := proctree.BecomeSubreaper(); err != nil {
 		say("exec 125 %v", err)
 		return 0
@@ -132,6 +133,7 @@ func runKeeper(grace time.Duration, args []string) int {
 		signalTree(sig)
 		if !stopping {
 			stopping = true
+			// guard:run-no-sigkill-after-grace
 			kill.Reset(grace)
 		}
 	}
@@ -141,9 +143,11 @@ func runKeeper(grace time.Duration, args []string) int {
 			switch {
 			case ev.eof:
 				events = nil
+				// guard:run-keeper-outlives-run
 				stop(syscall.SIGTERM) // run is gone: nobody renews the lock any more
 			case strings.HasPrefix(ev.line, "deadline "):
 				if ns, err := strconv.ParseInt(strings.TrimPrefix(ev.line, "deadline "), 10, 64); err == nil && !stopping {
+					// guard:run-keeper-ignores-deadline
 					deadline.Reset(time.Until(time.Unix(0, ns)))
 				}
 			case strings.HasPrefix(ev.line, "signal "):
@@ -176,6 +180,7 @@ func runKeeper(grace time.Duration, args []string) int {
 			}
 			// What the command left running is part of its tree: it gets SIGTERM now, and
 			// SIGKILL after the grace, before the locks are released.
+			// guard:run-leftovers-not-stopped
 			stop(syscall.SIGTERM)
 		case <-sigs:
 			// Forwarded by run on the control pipe.

@@ -79,6 +79,7 @@ func (r *CommandLockReconciler) Reconcile(ctx context.Context, req reconcile.Req
 	if inForce && meta.IsStatusConditionTrue(st.Conditions, locksv1.ConditionDrained) && !drainedAlready(&cl) {
 		// The cache says drained. Before saying so, ask the store: a grant decided from a cache
 		// without this freeze may be under way (docs/protocol.md, "Freezes and Drained").
+		// guard:drained-from-cache
 		granting, err := r.granting(ctx, &cl)
 		if err != nil {
 			return reconcile.Result{}, err
@@ -151,6 +152,7 @@ func (r *CommandLockReconciler) granting(ctx context.Context, cl *locksv1.Comman
 		}
 		for _, h := range pl.Status.Holder.Requests {
 			lr := byUID[types.UID(h.UID)]
+			// guard:drained-holder-from-cache
 			if lr == nil {
 				// Newer than the cache: its command (immutable) is in the store.
 				var live locksv1.LockRequest
@@ -168,6 +170,7 @@ func (r *CommandLockReconciler) granting(ctx context.Context, cl *locksv1.Comman
 			if !queue.Governs(cl.Name, lr.Spec.Command, r.flags) || lr.Status.Phase.IsFinal() {
 				continue
 			}
+			// guard:drained-ignores-unconfirmed-grants
 			if lr.Status.Phase == locksv1.PhaseGranted || !holds(lr, pl.Name) {
 				n++
 			}

@@ -233,10 +233,12 @@ func cannotCloseCycle(w *locksv1.LockRequest, last bool, same []locksv1.LockRequ
 	if w.Status.Phase != locksv1.PhasePending || !isLive(w) {
 		return true // waits for nobody: no edge leaves it
 	}
+	// guard:deadlock-skip-with-waiters-behind
 	if !last {
 		return false
 	}
 	for _, l := range w.Status.Locks {
+		// guard:deadlock-skip-while-holding
 		if l.Held {
 			return false
 		}
@@ -301,6 +303,7 @@ func (d *DeadlockDetector) Check(ctx context.Context, namespace string) error {
 // that let go, a holding request as the cache lists it, so the recheck waits until the cache
 // shows it.
 func (d *DeadlockDetector) reread(ctx context.Context, namespace string, c deadlock.Cycle) (map[string]*locksv1.LockRequest, string, error) {
+	// guard:deadlock-no-live-reread
 	reader := d.live
 	if reader == nil {
 		reader = d.client
@@ -319,6 +322,7 @@ func (d *DeadlockDetector) reread(ctx context.Context, namespace string, c deadl
 			return nil, "", fmt.Errorf("re-read deadlock cycle member %s/%s: %w", namespace, e.Waiter.Request, err)
 		}
 		ref, waits := queue.FirstUnheld(&lr)
+		// guard:deadlock-victim-moved-on
 		if lr.Status.Phase != locksv1.PhasePending || !isLive(&lr) || lr.Spec.Holder.ID() != e.From || !waits || ref.Key != e.Key {
 			return nil, e.Waiter.Request, nil
 		}
@@ -333,6 +337,7 @@ func (d *DeadlockDetector) reread(ctx context.Context, namespace string, c deadl
 		if err != nil {
 			return nil, "", err
 		}
+		// guard:deadlock-holder-not-reread
 		if !held {
 			return nil, d.cachedHolderRequest(ctx, namespace, lockNames[e.Key], e.Waiter.Request), nil
 		}
@@ -406,6 +411,7 @@ func StoredVictim(p deadlock.Policy, c deadlock.Cycle, live map[string]*locksv1.
 		}
 		ranked.Edges[i] = e
 	}
+	// guard:deadlock-victim-by-clock
 	return p.Victim(ranked)
 }
 
@@ -468,6 +474,7 @@ func WaitsFor(locks []locksv1.ProjectLock, reqs []locksv1.LockRequest, freezes q
 			continue
 		}
 		for _, r := range h.Requests {
+			// guard:deadlock-edge-to-departed-holder
 			if live[r.UID] {
 				k.holder = &deadlock.Identity{Owner: h.Owner, Pull: h.Pull, Session: h.Session}
 				break

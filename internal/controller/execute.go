@@ -163,6 +163,7 @@ func (x *execution) waiting(ctx context.Context, u queue.Update) error {
 func (x *execution) createLock(ctx context.Context) error {
 	lock := &locksv1.ProjectLock{}
 	lock.Namespace, lock.Name = x.req.Namespace, x.req.Name
+	// guard:no-finalizer
 	lock.Finalizers = []string{locksv1.ReleaseHoldersFinalizer}
 	lock.Spec.LockTarget = x.in.Target
 	x.writes++

@@ -57,6 +57,7 @@ func (r *LockReconciler) holderLeases(ctx context.Context, namespace string, req
 			}
 			state[name] = st
 		}
+		// guard:no-live-protection-read
 		if st.lost == "" && leaseProblem(lr, key, st) != "" && !st.live {
 			// The cache may be behind a re-created Lease: a request is failed for its Lease
 			// only on what the API server says.
@@ -103,12 +104,14 @@ func leaseProblem(lr *locksv1.LockRequest, key types.NamespacedName, st leaseSta
 	fix := fmt.Sprintf("create a holder Lease as %s with the label %s (for example %s=%s, as kubectl turnstile run and pkg/workdir's heartbeat do) and name it in a new request",
 		requester, workdir.LabelRole, workdir.LabelRole, workdir.RoleWorkdirGuard)
 	switch {
+	// guard:holder-lease-label-unchecked
 	case st.role == "":
 		return fmt.Sprintf("holder Lease %s is not protected: it has no label %s, so anyone who may delete Leases in %s could release this request's locks; %s",
 			key, workdir.LabelRole, key.Namespace, fix)
 	case st.creator == "":
 		return fmt.Sprintf("holder Lease %s is not protected: it has the label %s but no annotation %s (it was labelled before the admission policies were installed), so they do not keep it; delete it and %s",
 			key, workdir.LabelRole, createdBy, fix)
+	// guard:holder-lease-creator-unchecked
 	case st.creator != owner && st.creator != requester:
 		who := "owner " + owner
 		if requester != owner {
@@ -130,6 +133,7 @@ func (r *LockReconciler) leaseState(ctx context.Context, key types.NamespacedNam
 		return leaseState{}, fmt.Errorf("get holder lease %s: %w", key, err)
 	}
 	if err == nil {
+		// guard:no-live-lease-read
 		if st := judgeLease(key, &lease, now); st.lost == "" {
 			return st, nil
 		}

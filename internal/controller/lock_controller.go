@@ -134,6 +134,8 @@ func (r *LockReconciler) read(ctx context.Context, req reconcile.Request, now ti
 	// ProjectLock really gone (a force-unlock), or is the cache behind our own grant? And a
 	// holder that shows a token above the cached ProjectLock's saw a later write of it (a
 	// re-issued grant): deciding on the cached one would write that holder its older token.
+	// guard:no-live-projectlock-read
+	// guard:stale-projectlock-token
 	if claims && (!listsAllClaimants(in.Lock, in.Requests, req.Name) || tokenAhead(in.Lock, in.Requests, req.Name)) {
 		if in.Lock, err = r.liveLock(ctx, req); err != nil {
 			return in, false, err
@@ -161,6 +163,7 @@ func (r *LockReconciler) readLock(ctx context.Context, req reconcile.Request, no
 		return nil, fmt.Errorf("get projectlock %s: %w", req, err)
 	}
 	lock := r.overlay.lock(&cached)
+	// guard:no-finalizer/2
 	if lock.DeletionTimestamp != nil || slices.Contains(lock.Finalizers, locksv1.ReleaseHoldersFinalizer) {
 		return lock, nil
 	}
@@ -227,6 +230,8 @@ func (r *LockReconciler) confirmHolders(ctx context.Context, req reconcile.Reque
 	}
 	for _, h := range in.Lock.Status.Holder.Requests {
 		uid := types.UID(h.UID)
+		// guard:no-live-holder-read
+		// guard:no-live-holder-read-controller
 		if byUID[uid] {
 			continue
 		}
@@ -320,6 +325,7 @@ func (r *LockReconciler) frozenSince(ctx context.Context, in *queue.Input, comma
 	// which it learns from a progress notification requested every 100 ms: a quiet resource
 	// like CommandLocks made every commanded grant wait for one.) The rest come from the
 	// cache, for the re-decision.
+	// guard:live-freeze-check-without-all
 	live := map[string]bool{locksv1.CommandAll: true}
 	for _, c := range commands {
 		live[c] = true
@@ -432,6 +438,7 @@ func (r *LockReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		if err := progress.watch(context.Background(), mgr.GetCache()); err != nil {
 			return err
 		}
+		// guard:backup-ignores-owner
 		queueOpts = append(queueOpts, sharding.WithProgress(progress), sharding.WithQueueClock(r.clock))
 	}
 	return ctrl.NewControllerManagedBy(mgr).

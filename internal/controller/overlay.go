@@ -72,6 +72,7 @@ func (o *overlay) wroteLock(obj *locksv1.ProjectLock, now time.Time) {
 // it (the cache moved past the write: the memory has served its purpose).
 func older(cached, wrote string) bool {
 	c, w := queue.Revision(cached), queue.Revision(wrote)
+	// guard:overlay-exact-version
 	return c != 0 && w != 0 && c < w
 }
 

@@ -153,6 +153,7 @@ func Signal(root, pgid int, groupAlive bool, sig syscall.Signal) (int, error) {
 			continue
 		}
 		live++
+		// guard:run-signal-only-the-group
 		if groupAlive && p.PGID == pgid {
 			continue // the group signal reached it
 		}

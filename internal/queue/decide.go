@@ -251,6 +251,7 @@ func collect(in Input) snapshot {
 		}
 		entries = append(entries, e)
 	}
+	// guard:aging-by-own-clock
 	agedAsShown(lock, entries, in.Config, now)
 	return snapshot{lock: lock, token: token, entries: entries}
 }
@@ -288,10 +289,12 @@ func stay(entries []*entry) standing {
 			continue
 		}
 		if !e.claims {
+			// guard:no-demotion
 			if e.frozen != nil {
 				st.entries = append(st.entries, demoted(e))
 				continue
 			}
+			// guard:no-reissue
 			st.reissue = true
 		}
 		st.holders = append(st.holders, e)
@@ -433,6 +436,7 @@ func grantToken(s snapshot, st standing, newHolder bool, gone map[types.UID]int6
 		return s.token, false
 	}
 	top, unknown := leavingTokens(s.lock, st.entries, gone)
+	// guard:token-below-leaving-holder/2
 	return nextToken(s.token, Revision(s.lock.ResourceVersion), top), unknown && newHolder
 }
 
@@ -460,6 +464,7 @@ func leaving(e *entry, in Input) *outcome {
 	case e.final:
 		// Already final: if still listed as holder, it just drops out of the holders.
 		return nil
+	// guard:deleting-holder-unwritten
 	case req.DeletionTimestamp != nil:
 		// Its object is going (a finalizer keeps it a while): its runner may still be
 		// watching it, so it is told before the key moves on.
@@ -476,6 +481,8 @@ func leaving(e *entry, in Input) *outcome {
 		return &outcome{locksv1.PhaseReleased, locksv1.ReasonReleased, msg, "Normal"}
 	case in.LostHolders[req.UID] != "":
 		return &outcome{locksv1.PhaseReleased, locksv1.ReasonHolderLost, in.LostHolders[req.UID], "Warning"}
+	// guard:unprotected-lease-granted
+	// guard:unprotected-lease-granted-admission
 	case in.UnprotectedLeases[req.UID] != "" && !e.heldHere && req.Status.Phase != locksv1.PhaseGranted:
 		// A grant made before (an older manager) stands until it ends; no new one is made.
 		return &outcome{locksv1.PhaseFailed, locksv1.ReasonHolderLeaseUnprotected, in.UnprotectedLeases[req.UID], "Warning"}
@@ -528,6 +535,7 @@ func newEntry(req *locksv1.LockRequest, name string, cfg Config, now time.Time) 
 	if pos < 0 {
 		return nil
 	}
+	// guard:identity-joined-string
 	e := &entry{
 		req:   req,
 		ref:   refs[pos],

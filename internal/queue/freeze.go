@@ -54,6 +54,7 @@ func IsLockInForce(cl *locksv1.CommandLock, now time.Time) bool {
 // is a write, so every manager sees it at once and in the same order as the store's other
 // writes; no deciding manager's clock ends a freeze (docs/protocol.md, "Freezes and Drained").
 func Thawed(cl *locksv1.CommandLock) bool {
+	// guard:thaw-of-old-generation
 	if cl.Spec.Until == nil || cl.Status.ObservedGeneration != cl.Generation {
 		return false
 	}
@@ -78,6 +79,7 @@ func HoldsGrants(cl *locksv1.CommandLock) bool {
 // The thaw's write is what lets the grants go (its event decides the keys again); the caller's
 // requeue then is only a fallback.
 func ResolveFreezes(locks []locksv1.CommandLock, flags FreezeFlags, now time.Time) (Freezes, time.Time) {
+	// guard:thaw-by-own-clock
 	return resolve(locks, flags, now, HoldsGrants)
 }
 
@@ -137,6 +139,7 @@ func Governs(cl, command string, flags FreezeFlags) bool {
 	if cl == command {
 		return true
 	}
+	// guard:all-speaks-for-apply
 	return cl == locksv1.CommandAll && (command != CommandApply || !flags.DisableGlobalApplyLock)
 }
 

@@ -70,6 +70,7 @@ func agedAsShown(lock *locksv1.ProjectLock, entries []*entry, cfg Config, now ti
 			continue
 		}
 		rank := q.Priority.Rank()
+		// guard:aging-ratchet-unbounded
 		if rank > e.priority && rank <= AgedPriority(e.req.Spec.Priority, now.Sub(e.arrival)+cfg.AgingStep, cfg.AgingStep) {
 			e.priority = rank
 		}
@@ -87,6 +88,7 @@ func compareQueued(a, b *entry) int {
 	if a.priority != b.priority {
 		return cmp.Compare(b.priority, a.priority)
 	}
+	// guard:fifo-by-clock
 	if c := a.req.CreationTimestamp.Compare(b.req.CreationTimestamp.Time); c != 0 {
 		return c
 	}

@@ -89,6 +89,7 @@ func plan(d Decision, name string, lock *locksv1.ProjectLock) Decision {
 	if d.ReleaseFinalizer || (lock != nil && lock.DeletionTimestamp != nil) {
 		leaveStep = StepForceUnlock
 	}
+	// guard:finish-after-projectlock
 	for _, u := range d.Finish {
 		w = append(w, requestWrite(WriteFinish, leaveStep, u, fmt.Sprintf("%s (%s) before the ProjectLock moves on", u.Status.Phase, u.Event.Reason)))
 	}
@@ -98,6 +99,7 @@ func plan(d Decision, name string, lock *locksv1.ProjectLock) Decision {
 	if d.ReleaseFinalizer {
 		w = append(w, Write{Kind: WriteReleaseFinalizer, Step: StepForceUnlock, Object: name, RV: rv, Why: "force-unlocked and every holder told"})
 	}
+	// guard:finish-after-projectlock/2
 	if d.Lock != nil {
 		w = append(w, Write{Kind: WriteLockStatus, Step: StepLock, Object: name, RV: rv, Lock: d.Lock, Why: lockWhy(d, lock)})
 	}
@@ -105,6 +107,7 @@ func plan(d Decision, name string, lock *locksv1.ProjectLock) Decision {
 		d.Writes = w
 		return d
 	}
+	// guard:no-live-freeze-check
 	if commands := acquiringCommands(d.Grant); len(commands) > 0 {
 		w = append(w, Write{Kind: WriteCheckFreezes, Step: StepFreezeCheck, Commands: commands, Why: "a commanded request is about to hold the key: its freeze is read live"})
 	}
@@ -202,6 +205,7 @@ func grantUpdates(holders []*entry, token int64, now time.Time) []Update {
 func waitingUpdates(waiting []*entry, told blockers, in Input) (demote, updates []Update, deferred bool) {
 	refreshes := 0
 	for i, e := range waiting {
+		// guard:demotion-deferred-as-refresh
 		refresh := e.stamped && e.req.Status.Phase == locksv1.PhasePending && !e.demoted
 		// Past the budget, a waiter whose position or message visibly changed is left for a
 		// later decision without building its status: in a deep queue every hand-off moves them
@@ -219,6 +223,7 @@ func waitingUpdates(waiting []*entry, told blockers, in Input) (demote, updates 
 		// raises status.fences: it always changes the stored object (docs/protocol.md, "A fence
 		// must change the stored object").
 		if e.demoted {
+			// guard:demotion-no-fence
 			st.Fences = e.req.Status.Fences + 1
 		}
 		if equalStatus(e.req.Status, st) {

@@ -23,6 +23,8 @@ import (
 // (dropFirst when nobody knows). No clock takes part; prev+1 keeps a token written before tokens
 // were revisions from going down within one ProjectLock.
 func nextToken(prev, revision, leaving int64) int64 {
+	// guard:counter-token
+	// guard:token-below-leaving-holder
 	return max(prev+1, revision, leaving+1)
 }
 
@@ -63,6 +65,7 @@ func leavingTokens(lock *locksv1.ProjectLock, entries []*entry, gone map[types.U
 // out of the holders, the demotion comes first: a held write for it still in flight (the
 // decision that listed it) then fails its precondition instead of landing unlisted.
 func dropFirst(lock *locksv1.ProjectLock, entries []*entry, demote []Update, now time.Time, cfg Config) Decision {
+	// guard:again-drops-demotions
 	d := Decision{Again: true, Demote: demote}
 	for _, e := range entries {
 		if e.heldHere && e.outcome != nil {

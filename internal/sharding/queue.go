@@ -111,6 +111,8 @@ func (q *routedQueue) AddWithOpts(o priorityqueue.AddOpts, items ...reconcile.Re
 		io := o
 		// The delay is read and the item recorded as delayed under one lock, which reroute
 		// also takes: an ownership change that lands after the read finds the item recorded.
+		// guard:delay-read-outside-lock
+		// guard:delay-read-outside-lock/2
 		q.mu.Lock()
 		if j := Judge(q.router, item.String()); !j.Owner {
 			due := q.clock.Now().Add(io.After)

@@ -128,6 +128,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		if !haveLR {
 			return ctrl.Result{}, nil
 		}
+		// guard:workload-gone-from-cache
 		if err := r.live.Get(ctx, req.NamespacedName, obj); err == nil && ownedBy(lr, obj) {
 			return ctrl.Result{}, nil
 		} else if err != nil && !apierrors.IsNotFound(err) {
@@ -135,6 +136,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 		// A deleted Job's Pods outlive it (the garbage collector deletes them after, and each
 		// stops within its grace period): the lock is theirs until the last one is gone.
+		// guard:workload-job-pods-outlive
 		if running, err := r.podsLeft(ctx, lr); err != nil || running > 0 {
 			if err == nil {
 				r.recorder.Eventf(lr, nil, corev1.EventTypeNormal, ReasonPodsLeft, "Keep",
@@ -156,6 +158,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 
 	// A workload being deleted keeps its lock until it is gone: a Pod's containers run until the
 	// kubelet has stopped them, which is when the Pod object goes.
+	// guard:workload-released-while-running
 	if done, how := r.kind.finished(obj); done {
 		if haveLR && !lr.Spec.Release && !lr.Status.Phase.IsFinal() {
 			patch := client.MergeFrom(lr.DeepCopy())
@@ -185,8 +188,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			r.recorder.Eventf(obj, lr, corev1.EventTypeNormal, ReasonGranted, "Grant", "lock granted (lock request %s, fencing token %s): the %s may run", lr.Name, want, r.kind.name())
 		}
 		if j, ok := obj.(*batchv1.Job); ok {
+			// guard:workload-pods-not-owners
 			return ctrl.Result{}, r.ownPods(ctx, j, lr)
 		}
+	// guard:workload-not-stopped
 	case lr.Status.Phase.IsFinal() && token != "":
 		// It ran under the lock, and the lock is gone while it has not finished: stop it.
 		return ctrl.Result{}, r.stop(ctx, obj, lr)

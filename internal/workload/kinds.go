@@ -45,6 +45,7 @@ func (podKind) held(obj client.Object) bool {
 
 func (podKind) letGo(obj client.Object, token string) {
 	p := obj.(*corev1.Pod)
+	// guard:workload-no-token
 	setAnnotation(p, AnnotationFencingToken, token)
 	p.Spec.SchedulingGates = slices.DeleteFunc(p.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool { return g.Name == SchedulingGate })
 }
@@ -90,6 +91,7 @@ func (jobKind) held(obj client.Object) bool {
 // Job that never ran may change its template's annotations).
 func (jobKind) letGo(obj client.Object, token string) {
 	j := obj.(*batchv1.Job)
+	// guard:workload-no-token/2
 	setAnnotation(j, AnnotationFencingToken, token)
 	if j.Spec.Template.Annotations == nil {
 		j.Spec.Template.Annotations = map[string]string{}

@@ -324,6 +324,7 @@ func (h *Heartbeat) renew(ctx context.Context, now time.Time, fresh bool) error 
 			h.cached = nil
 			return fmt.Errorf("renew lease %s: %w", h.key, err)
 		}
+		// guard:heartbeat-relabels-lease
 		if lease.Labels[LabelRole] == "" {
 			// A Lease made without the label (by hand, or by an older heartbeat's predecessor)
 			// is not protected by the admission policies, which also forbid adding the label
