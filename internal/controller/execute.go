@@ -43,6 +43,7 @@ func (r *LockReconciler) execute(ctx context.Context, req reconcile.Request, in 
 	x := &execution{r: r, req: req, in: in, d: d, lock: in.Lock, result: reconcile.Result{RequeueAfter: d.RequeueAfter}}
 	defer func() { r.metrics.PlanWrites.Observe(float64(x.writes)) }()
 	for _, w := range d.Writes {
+		// guard:executor-goes-on-after-failure
 		if err := x.do(ctx, w); err != nil {
 			res, err := r.failed(w, err)
 			return nil, res, err
