@@ -161,109 +161,27 @@ func explain(ctx context.Context, c ctrlclient.Client, ns, name string, out io.W
 	if err := c.Get(ctx, ctrlclient.ObjectKey{Namespace: ns, Name: name}, &lr); err != nil {
 		return err
 	}
-	st := lr.Status
-	cond := meta.FindStatusCondition(st.Conditions, locksv1.ConditionGranted)
-	writeHeader := func(listed bool) {
-		h := lr.Spec.Holder
-		fmt.Fprintf(out, "lockrequest/%s for %s", lr.Name, locksv1.Holder{Owner: h.Owner, Pull: h.Pull}.Describe())
-		if lr.Spec.Command != "" {
-			fmt.Fprintf(out, ", command %s", lr.Spec.Command)
-		}
-		switch st.Phase {
-		case "":
-			fmt.Fprint(out, ": not yet seen by the controller")
-		case locksv1.PhaseGranted:
-			fmt.Fprintf(out, ": Granted, fencing token %d", st.FencingToken)
-			if st.ExpiresAt != nil {
-				fmt.Fprintf(out, ", expires %s", st.ExpiresAt.UTC().Format(time.RFC3339))
-			}
-		case locksv1.PhasePending:
-			// Who holds or is ahead is said per lock below; only what no lock says is said here
-			// (its position, when no listed queue shows it).
-			fmt.Fprint(out, ": Pending")
-			if st.QueuePosition > 0 && !listed {
-				fmt.Fprintf(out, ", position %d", st.QueuePosition)
-			}
-			if cond != nil && cond.Reason != locksv1.ReasonQueued {
-				fmt.Fprintf(out, " (%s)", cond.Reason)
-			}
-		default:
-			fmt.Fprintf(out, ": %s", st.Phase)
-			if cond != nil {
-				fmt.Fprintf(out, " (%s): %s", cond.Reason, cond.Message)
-			}
-		}
-		fmt.Fprintln(out)
-		if lr.Spec.Reason != "" {
-			fmt.Fprintf(out, "  reason: %s\n", lr.Spec.Reason)
-		}
-	}
-	if st.Phase.IsFinal() {
-		writeHeader(false)
+	if lr.Status.Phase.IsFinal() {
+		explainHeader(out, &lr, false)
 		return nil // its locks are no longer its business
 	}
 	// The locks are told first into body, so the header knows whether a queue listed below
 	// already shows this request's place.
 	var body bytes.Buffer
 	listed := false
-
 	perKey := map[string]locksv1.LockStatus{}
-	for _, l := range st.Locks {
+	for _, l := range lr.Status.Locks {
 		perKey[l.Name] = l
 	}
 	refs := lockkey.Refs(lr.Spec.Locks)
 	for _, ref := range refs {
-		fmt.Fprintf(&body, "  lock %s: ", ref.Key)
-		var pl locksv1.ProjectLock
-		if err := c.Get(ctx, ctrlclient.ObjectKey{Namespace: ns, Name: ref.Name}, &pl); err != nil {
-			if apierrors.IsNotFound(err) {
-				fmt.Fprintln(&body, "nobody holds it (no ProjectLock yet)")
-				continue
-			}
+		l, err := explainLock(ctx, c, &body, &lr, ref, perKey[ref.Name], len(refs) > 1)
+		if err != nil {
 			return err
 		}
-		hh := pl.Status.Holder
-		switch {
-		case perKey[ref.Name].Held:
-			fmt.Fprint(&body, "held by this request")
-			if others := otherRequests(hh, lr.Name); others != "" {
-				fmt.Fprintf(&body, " and %s", others)
-			}
-			if len(refs) > 1 {
-				// The header's token is the highest of them; each key has its own.
-				fmt.Fprintf(&body, " (token %d)", perKey[ref.Name].FencingToken)
-			}
-			fmt.Fprintln(&body)
-		case hh != nil:
-			names := make([]string, 0, len(hh.Requests))
-			for _, r := range hh.Requests {
-				names = append(names, r.Name)
-			}
-			fmt.Fprintf(&body, "held by %s via %s (token %d", locksv1.Holder{Owner: hh.Owner, Pull: hh.Pull}.Describe(), strings.Join(names, ", "), pl.Status.FencingToken)
-			if hh.ExpiresAt != nil {
-				fmt.Fprintf(&body, ", until %s", hh.ExpiresAt.UTC().Format(time.RFC3339))
-			}
-			fmt.Fprint(&body, ")")
-			if r := requestReason(ctx, c, ns, hh); r != "" {
-				fmt.Fprintf(&body, ": %s", r)
-			}
-			fmt.Fprintln(&body)
-		default:
-			fmt.Fprintln(&body, "free")
-		}
-		for i, q := range pl.Status.Queue {
-			marker := ""
-			if q.Request == lr.Name {
-				marker = "  <- this request"
-				listed = true
-			}
-			fmt.Fprintf(&body, "    %d. %s %s (%s)%s\n", i+1, q.Request, locksv1.Holder{Owner: q.Owner, Pull: q.Pull}.Describe(), q.Priority, marker)
-		}
-		if rest := int(pl.Status.QueueLength) - len(pl.Status.Queue); rest > 0 {
-			fmt.Fprintf(&body, "    ... and %d more waiting\n", rest)
-		}
+		listed = listed || l
 	}
-	writeHeader(listed)
+	explainHeader(out, &lr, listed)
 	if _, err := body.WriteTo(out); err != nil {
 		return err
 	}
@@ -278,6 +196,101 @@ func explain(ctx context.Context, c ctrlclient.Client, ns, name string, out io.W
 		}
 	}
 	return nil
+}
+
+// explainHeader writes the request's own state; listed says a queue below shows its place.
+func explainHeader(out io.Writer, lr *locksv1.LockRequest, listed bool) {
+	st := lr.Status
+	cond := meta.FindStatusCondition(st.Conditions, locksv1.ConditionGranted)
+	h := lr.Spec.Holder
+	fmt.Fprintf(out, "lockrequest/%s for %s", lr.Name, locksv1.Holder{Owner: h.Owner, Pull: h.Pull}.Describe())
+	if lr.Spec.Command != "" {
+		fmt.Fprintf(out, ", command %s", lr.Spec.Command)
+	}
+	switch st.Phase {
+	case "":
+		fmt.Fprint(out, ": not yet seen by the controller")
+	case locksv1.PhaseGranted:
+		fmt.Fprintf(out, ": Granted, fencing token %d", st.FencingToken)
+		if st.ExpiresAt != nil {
+			fmt.Fprintf(out, ", expires %s", st.ExpiresAt.UTC().Format(time.RFC3339))
+		}
+	case locksv1.PhasePending:
+		// Who holds or is ahead is said per lock below; only what no lock says is said here
+		// (its position, when no listed queue shows it).
+		fmt.Fprint(out, ": Pending")
+		if st.QueuePosition > 0 && !listed {
+			fmt.Fprintf(out, ", position %d", st.QueuePosition)
+		}
+		if cond != nil && cond.Reason != locksv1.ReasonQueued {
+			fmt.Fprintf(out, " (%s)", cond.Reason)
+		}
+	default:
+		fmt.Fprintf(out, ": %s", st.Phase)
+		if cond != nil {
+			fmt.Fprintf(out, " (%s): %s", cond.Reason, cond.Message)
+		}
+	}
+	fmt.Fprintln(out)
+	if lr.Spec.Reason != "" {
+		fmt.Fprintf(out, "  reason: %s\n", lr.Spec.Reason)
+	}
+}
+
+// explainLock writes one lock's block: who holds it and its queue. It returns whether the
+// queue lists the request.
+func explainLock(ctx context.Context, c ctrlclient.Client, body io.Writer, lr *locksv1.LockRequest, ref lockkey.Ref, mine locksv1.LockStatus, several bool) (bool, error) {
+	fmt.Fprintf(body, "  lock %s: ", ref.Key)
+	var pl locksv1.ProjectLock
+	if err := c.Get(ctx, ctrlclient.ObjectKey{Namespace: lr.Namespace, Name: ref.Name}, &pl); err != nil {
+		if apierrors.IsNotFound(err) {
+			fmt.Fprintln(body, "nobody holds it (no ProjectLock yet)")
+			return false, nil
+		}
+		return false, err
+	}
+	hh := pl.Status.Holder
+	switch {
+	case mine.Held:
+		fmt.Fprint(body, "held by this request")
+		if others := otherRequests(hh, lr.Name); others != "" {
+			fmt.Fprintf(body, " and %s", others)
+		}
+		if several {
+			// The header's token is the highest of them; each key has its own.
+			fmt.Fprintf(body, " (token %d)", mine.FencingToken)
+		}
+		fmt.Fprintln(body)
+	case hh != nil:
+		names := make([]string, 0, len(hh.Requests))
+		for _, r := range hh.Requests {
+			names = append(names, r.Name)
+		}
+		fmt.Fprintf(body, "held by %s via %s (token %d", locksv1.Holder{Owner: hh.Owner, Pull: hh.Pull}.Describe(), strings.Join(names, ", "), pl.Status.FencingToken)
+		if hh.ExpiresAt != nil {
+			fmt.Fprintf(body, ", until %s", hh.ExpiresAt.UTC().Format(time.RFC3339))
+		}
+		fmt.Fprint(body, ")")
+		if r := requestReason(ctx, c, lr.Namespace, hh); r != "" {
+			fmt.Fprintf(body, ": %s", r)
+		}
+		fmt.Fprintln(body)
+	default:
+		fmt.Fprintln(body, "free")
+	}
+	listed := false
+	for i, q := range pl.Status.Queue {
+		marker := ""
+		if q.Request == lr.Name {
+			marker = "  <- this request"
+			listed = true
+		}
+		fmt.Fprintf(body, "    %d. %s %s (%s)%s\n", i+1, q.Request, locksv1.Holder{Owner: q.Owner, Pull: q.Pull}.Describe(), q.Priority, marker)
+	}
+	if rest := int(pl.Status.QueueLength) - len(pl.Status.Queue); rest > 0 {
+		fmt.Fprintf(body, "    ... and %d more waiting\n", rest)
+	}
+	return listed, nil
 }
 
 // otherRequests names the holder's requests other than self ("b, c"), or "".

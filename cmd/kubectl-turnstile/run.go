@@ -295,59 +295,18 @@ func (rn *runner) say(format string, a ...any) { fmt.Fprintf(rn.stderr, format+"
 // run asks, waits, runs and releases; it returns the exit code.
 func (rn *runner) run(ctx context.Context, r client.Request, askTimeout time.Duration, args []string) int {
 	leaseName := "turnstile-run-" + randomHex(4)
-	host, _ := os.Hostname()
-
-	// The holder Lease: renewed by this process, deleted when it exits cleanly.
-	lost := make(chan error, 1)
-	hb, err := workdir.NewHeartbeat(rn.c, workdir.NewGuards(),
-		workdir.WithNamespace(rn.ns), workdir.WithLeaseName(leaseName),
-		workdir.WithIdentity(fmt.Sprintf("%s/%d", host, os.Getpid())),
-		workdir.WithLeaseDuration(rn.o.leaseDuration),
-		workdir.WithOnLost(func(err error) {
-			select {
-			case lost <- err:
-			default:
-			}
-		}))
+	lost, stopHB, stopLease, err := rn.startHeartbeat(ctx, leaseName)
 	if err != nil {
 		rn.say("error: %v", err)
 		return exitRunFailed
-	}
-	rn.hb = hb
-	hbCtx, stopHB := context.WithCancel(ctx)
-	hbDone := make(chan error, 1)
-	go func() { hbDone <- hb.Run(hbCtx) }()
-	stopLease := func() {
-		stopHB()
-		if err := <-hbDone; err != nil {
-			rn.say("warning: %v", err)
-		}
 	}
 
 	// Asking is bounded: an unreachable API server, a missing namespace or a refusal is said
 	// within askTimeout, not waited out.
 	askCtx, cancelAsk := context.WithTimeout(ctx, askTimeout)
 	defer cancelAsk()
-	for !hb.Healthy() {
-		if _, lerr := hb.LastRenew(); refused(lerr) {
-			stopHB() // never written: nothing to give up, no need to wait for it
-			rn.say("error: could not write the holder Lease %s/%s: %v", rn.ns, leaseName, lerr)
-			return exitRunFailed
-		}
-		select {
-		case <-askCtx.Done():
-			_, lerr := hb.LastRenew()
-			if lerr == nil {
-				lerr = errors.New("no answer from the API server")
-			}
-			stopHB()
-			rn.say("error: could not write the holder Lease %s/%s within %s (--request-timeout): %v", rn.ns, leaseName, askTimeout, lerr)
-			return exitRunFailed
-		case s := <-rn.sigs:
-			stopLease()
-			return 128 + int(s.(syscall.Signal))
-		case <-time.After(20 * time.Millisecond):
-		}
+	if code, ok := rn.leaseWritten(askCtx, leaseName, askTimeout, stopHB, stopLease); !ok {
+		return code
 	}
 	r.Holder.Lease = leaseName
 	tc := client.New(rn.c, rn.ns)
@@ -359,46 +318,9 @@ func (rn *runner) run(ctx context.Context, r client.Request, askTimeout time.Dur
 	}
 	cancelAsk()
 
-	// The wait: as long as the server lets it (spec.waitTimeout), or until a signal. The
-	// client's own bound only matters if the server cannot answer.
-	waitCtx, cancelWait := context.WithCancel(ctx)
-	if r.WaitTimeout != nil {
-		waitCtx, cancelWait = context.WithTimeout(ctx, *r.WaitTimeout+askTimeout)
-	}
-	var gotSig syscall.Signal
-	waited := make(chan struct{})
-	go func() {
-		select {
-		case s := <-rn.sigs:
-			gotSig = s.(syscall.Signal)
-			cancelWait()
-		case <-waited:
-		}
-	}()
-	lock, err := awaitReporting(waitCtx, rn.stderr, tc, lr)
-	close(waited)
-	cancelWait()
-	if err != nil {
-		stopLease()
-		switch {
-		case gotSig != 0:
-			rn.say("lockrequest/%s withdrawn: %v", lr.Name, gotSig)
-			return 128 + int(gotSig)
-		case errors.Is(err, client.ErrInvalid):
-			rn.say("error: %v", err)
-			return exitRunFailed
-		case errors.Is(err, client.ErrBusy), errors.Is(err, client.ErrTimeout), errors.Is(err, client.ErrCommandLocked),
-			errors.Is(err, client.ErrDeadlock), errors.Is(err, client.ErrQueueFull), errors.Is(err, client.ErrReleased),
-			errors.Is(err, context.DeadlineExceeded):
-			rn.say("not granted: %v", err)
-			if self := (locksv1.Holder{Owner: lr.Spec.Holder.Owner, Pull: lr.Spec.Holder.Pull}).Describe(); errors.Is(err, client.ErrBusy) &&
-				r.Holder.Session != "" && strings.Contains(err.Error(), "locked by "+self) {
-				rn.say("hint: each run is a holder of its own (session %s); to share a lock %s already holds, give --share-with-same-owner", r.Holder.Session, self)
-			}
-			return rn.o.conflictCode
-		}
-		rn.say("error: %v", err)
-		return exitRunFailed
+	lock, code := rn.awaitGrant(ctx, tc, lr, r, askTimeout, stopLease)
+	if lock == nil {
+		return code
 	}
 	rn.setExpiry(lock.ExpiresAt)
 	ttl := r.TTL
@@ -421,6 +343,111 @@ func (rn *runner) run(ctx context.Context, r client.Request, askTimeout time.Dur
 	}
 	stopLease()
 	return code
+}
+
+// startHeartbeat starts the holder Lease: renewed by this process, deleted when it exits
+// cleanly. lost says when it is lost; stopHB stops renewing it, stopLease also waits until it
+// is given up.
+func (rn *runner) startHeartbeat(ctx context.Context, leaseName string) (lost <-chan error, stopHB, stopLease func(), err error) {
+	host, _ := os.Hostname()
+	lostCh := make(chan error, 1)
+	hb, err := workdir.NewHeartbeat(rn.c, workdir.NewGuards(),
+		workdir.WithNamespace(rn.ns), workdir.WithLeaseName(leaseName),
+		workdir.WithIdentity(fmt.Sprintf("%s/%d", host, os.Getpid())),
+		workdir.WithLeaseDuration(rn.o.leaseDuration),
+		workdir.WithOnLost(func(err error) {
+			select {
+			case lostCh <- err:
+			default:
+			}
+		}))
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	rn.hb = hb
+	hbCtx, cancel := context.WithCancel(ctx)
+	hbDone := make(chan error, 1)
+	go func() { hbDone <- hb.Run(hbCtx) }()
+	stopLease = func() {
+		cancel()
+		if err := <-hbDone; err != nil {
+			rn.say("warning: %v", err)
+		}
+	}
+	return lostCh, cancel, stopLease, nil
+}
+
+// leaseWritten waits until the holder Lease is written. If it cannot be (refused, no answer
+// within askTimeout, or a signal), it says why and returns the exit code and false.
+func (rn *runner) leaseWritten(askCtx context.Context, leaseName string, askTimeout time.Duration, stopHB, stopLease func()) (int, bool) {
+	for !rn.hb.Healthy() {
+		if _, lerr := rn.hb.LastRenew(); refused(lerr) {
+			stopHB() // never written: nothing to give up, no need to wait for it
+			rn.say("error: could not write the holder Lease %s/%s: %v", rn.ns, leaseName, lerr)
+			return exitRunFailed, false
+		}
+		select {
+		case <-askCtx.Done():
+			_, lerr := rn.hb.LastRenew()
+			if lerr == nil {
+				lerr = errors.New("no answer from the API server")
+			}
+			stopHB()
+			rn.say("error: could not write the holder Lease %s/%s within %s (--request-timeout): %v", rn.ns, leaseName, askTimeout, lerr)
+			return exitRunFailed, false
+		case s := <-rn.sigs:
+			stopLease()
+			return 128 + int(s.(syscall.Signal)), false
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return 0, true
+}
+
+// awaitGrant waits as long as the server lets it (spec.waitTimeout), or until a signal. The
+// client's own bound only matters if the server cannot answer. Without a grant it stops the
+// Lease, says why and returns the exit code.
+func (rn *runner) awaitGrant(ctx context.Context, tc *client.Client, lr *locksv1.LockRequest, r client.Request, askTimeout time.Duration, stopLease func()) (*client.Lock, int) {
+	waitCtx, cancelWait := context.WithCancel(ctx)
+	if r.WaitTimeout != nil {
+		waitCtx, cancelWait = context.WithTimeout(ctx, *r.WaitTimeout+askTimeout)
+	}
+	var gotSig syscall.Signal
+	waited := make(chan struct{})
+	go func() {
+		select {
+		case s := <-rn.sigs:
+			gotSig = s.(syscall.Signal)
+			cancelWait()
+		case <-waited:
+		}
+	}()
+	lock, err := awaitReporting(waitCtx, rn.stderr, tc, lr)
+	close(waited)
+	cancelWait()
+	if err == nil {
+		return lock, 0
+	}
+	stopLease()
+	switch {
+	case gotSig != 0:
+		rn.say("lockrequest/%s withdrawn: %v", lr.Name, gotSig)
+		return nil, 128 + int(gotSig)
+	case errors.Is(err, client.ErrInvalid):
+		rn.say("error: %v", err)
+		return nil, exitRunFailed
+	case errors.Is(err, client.ErrBusy), errors.Is(err, client.ErrTimeout), errors.Is(err, client.ErrCommandLocked),
+		errors.Is(err, client.ErrDeadlock), errors.Is(err, client.ErrQueueFull), errors.Is(err, client.ErrReleased),
+		errors.Is(err, context.DeadlineExceeded):
+		rn.say("not granted: %v", err)
+		if self := (locksv1.Holder{Owner: lr.Spec.Holder.Owner, Pull: lr.Spec.Holder.Pull}).Describe(); errors.Is(err, client.ErrBusy) &&
+			r.Holder.Session != "" && strings.Contains(err.Error(), "locked by "+self) {
+			rn.say("hint: each run is a holder of its own (session %s); to share a lock %s already holds, give --share-with-same-owner", r.Holder.Session, self)
+		}
+		return nil, rn.o.conflictCode
+	}
+	rn.say("error: %v", err)
+	return nil, exitRunFailed
 }
 
 // awaitReporting waits for the grant, saying on stderr why it waits (once per change).
@@ -553,24 +580,8 @@ func (rn *runner) runTree(ctx context.Context, lock *client.Lock, ttl time.Durat
 		close(lines)
 	}()
 
-	var (
-		pgid       int
-		execCode   int
-		status     = -1
-		lostCause  error
-		tick       = time.NewTicker(200 * time.Millisecond)
-		stopped    bool
-		stopKeeper = func(why error) {
-			if lostCause == nil {
-				lostCause = why
-			}
-			if !stopped {
-				stopped = true
-				rn.say("stopping %s: %v", args[0], why)
-				k.send("stop")
-			}
-		}
-	)
+	t := &tree{rn: rn, k: k, command: args[0], status: -1}
+	tick := time.NewTicker(200 * time.Millisecond)
 	defer tick.Stop()
 loop:
 	for {
@@ -579,34 +590,15 @@ loop:
 			if !ok {
 				break loop
 			}
-			verb, rest, _ := strings.Cut(line, " ")
-			switch verb {
-			case "started":
-				pgid, _ = strconv.Atoi(rest)
-			case "exec":
-				c, msg, _ := strings.Cut(rest, " ")
-				execCode, _ = strconv.Atoi(c)
-				rn.say("error: %s", msg)
-			case "exited":
-				status, _ = strconv.Atoi(rest)
-			case "signaled":
-				n, _ := strconv.Atoi(rest)
-				status = 128 + n
-			case "deadline":
-				if lostCause == nil {
-					lostCause = rn.deadlineCause()
-					rn.say("stopping %s: %v", args[0], lostCause)
-				}
-				stopped = true
-			}
+			t.said(line)
 		case s := <-rn.sigs:
 			k.send("signal %d", int(s.(syscall.Signal)))
 		case err := <-grantEnded:
 			if runCtx.Err() == nil {
-				stopKeeper(fmt.Errorf("lock lost while the command ran: %w", err))
+				t.stop(fmt.Errorf("lock lost while the command ran: %w", err))
 			}
 		case err := <-lost:
-			stopKeeper(fmt.Errorf("holder lease lost while the command ran: %w", err))
+			t.stop(fmt.Errorf("holder lease lost while the command ran: %w", err))
 		case <-tick.C:
 			if d := rn.deadline(); !d.Equal(sent) {
 				sent = d
@@ -621,17 +613,70 @@ loop:
 		// The keeper did not finish its job (killed): what it kept is re-parented to run, the
 		// next subreaper up. Kill it all and wait until it is gone before releasing.
 		rn.say("warning: the keeper ended early (%v); killing what is left of the command", werr)
-		rn.killOrphans(pgid)
+		rn.killOrphans(t.pgid)
 	}
+	return t.result()
+}
+
+// tree is what run has heard of the command's tree from its keeper.
+type tree struct {
+	rn        *runner
+	k         *keeper
+	command   string
+	pgid      int
+	execCode  int
+	status    int // -1 until the command has ended
+	lostCause error
+	stopped   bool
+}
+
+// stop tells the keeper to stop the tree (once), for why.
+func (t *tree) stop(why error) {
+	if t.lostCause == nil {
+		t.lostCause = why
+	}
+	if !t.stopped {
+		t.stopped = true
+		t.rn.say("stopping %s: %v", t.command, why)
+		t.k.send("stop")
+	}
+}
+
+// said takes in one line from the keeper.
+func (t *tree) said(line string) {
+	verb, rest, _ := strings.Cut(line, " ")
+	switch verb {
+	case "started":
+		t.pgid, _ = strconv.Atoi(rest)
+	case "exec":
+		c, msg, _ := strings.Cut(rest, " ")
+		t.execCode, _ = strconv.Atoi(c)
+		t.rn.say("error: %s", msg)
+	case "exited":
+		t.status, _ = strconv.Atoi(rest)
+	case "signaled":
+		n, _ := strconv.Atoi(rest)
+		t.status = 128 + n
+	case "deadline":
+		if t.lostCause == nil {
+			t.lostCause = t.rn.deadlineCause()
+			t.rn.say("stopping %s: %v", t.command, t.lostCause)
+		}
+		t.stopped = true
+	}
+}
+
+// result is run's exit code, and whether the locks are to be kept.
+func (t *tree) result() (int, bool) {
 	switch {
-	case execCode != 0:
-		return execCode, false
-	case lostCause != nil:
+	case t.execCode != 0:
+		return t.execCode, false
+	case t.lostCause != nil:
 		return exitLost, false
-	case status < 0:
+	case t.status < 0:
 		return exitRunFailed, false
 	}
-	return status, status != 0 && rn.o.keepOnFailure
+	return t.status, t.status != 0 && t.rn.o.keepOnFailure
 }
 
 // killOrphans SIGKILLs run's descendants (the command's tree, re-parented to run) until none is

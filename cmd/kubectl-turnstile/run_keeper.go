@@ -67,14 +67,27 @@ func runKeeper(grace time.Duration, args []string) int {
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 
+	pid, ok := startCommand(args, say)
+	if !ok {
+		return 0
+	}
+	mainExit, allGone := reap(pid)
+	k := &keeperLoop{pid: pid, grace: grace, say: say, deadline: time.NewTimer(time.Hour), kill: time.NewTimer(time.Hour)}
+	k.deadline.Stop()
+	k.kill.Stop()
+	return k.run(controlEvents(ctl), sigs, mainExit, allGone)
+}
+
+// startCommand starts the command in a process group of its own and tells run its pid, or
+// why it could not start (then ok is false).
+func startCommand(args []string, say func(string, ...any)) (pid int, ok bool) {
 	path, err := exec.LookPath(args[0])
 	if err != nil {
 		say("exec %d %v", lookPathCode(err), err)
-		return 0
+		return 0, false
 	}
-	env := os.Environ()
-	pid, err := syscall.ForkExec(path, args, &syscall.ProcAttr{
-		Env:   env,
+	pid, err = syscall.ForkExec(path, args, &syscall.ProcAttr{
+		Env:   os.Environ(),
 		Files: []uintptr{0, 1, 2},
 		Sys:   &syscall.SysProcAttr{Setpgid: true},
 	})
@@ -84,15 +97,19 @@ func runKeeper(grace time.Duration, args []string) int {
 			code = exitNotFound
 		}
 		say("exec %d start %s: %v", code, args[0], err)
-		return 0
+		return 0, false
 	}
 	say("started %d", pid)
+	return pid, true
+}
 
-	// The reaper: wait4(-1) until no child is left (ECHILD), reporting the command's own status.
-	mainExit := make(chan syscall.WaitStatus, 1)
-	allGone := make(chan struct{})
+// reap is the reaper: wait4(-1) until no child is left (ECHILD, then allGone closes),
+// reporting the command's own status on mainExit.
+func reap(pid int) (mainExit <-chan syscall.WaitStatus, allGone <-chan struct{}) {
+	exit := make(chan syscall.WaitStatus, 1)
+	gone := make(chan struct{})
 	go func() {
-		defer close(allGone)
+		defer close(gone)
 		for {
 			var ws syscall.WaitStatus
 			wpid, err := syscall.Wait4(-1, &ws, 0, nil)
@@ -102,11 +119,15 @@ func runKeeper(grace time.Duration, args []string) int {
 			case err != nil: // ECHILD: the whole tree is gone
 				return
 			case wpid == pid:
-				mainExit <- ws
+				exit <- ws
 			}
 		}
 	}()
+	return exit, gone
+}
 
+// controlEvents reads run's lines from the control pipe, then its EOF.
+func controlEvents(ctl io.Reader) chan keeperEvent {
 	events := make(chan keeperEvent, 8)
 	go func() {
 		sc := bufio.NewScanner(ctl)
@@ -115,87 +136,104 @@ func runKeeper(grace time.Duration, args []string) int {
 		}
 		events <- keeperEvent{eof: true}
 	}()
+	return events
+}
 
-	var (
-		mainReaped bool
-		stopping   bool
-		deadline   = time.NewTimer(time.Hour)
-		kill       = time.NewTimer(time.Hour)
-		killing    <-chan time.Time
-	)
-	deadline.Stop()
-	kill.Stop()
-	signalTree := func(sig syscall.Signal) {
-		_, _ = proctree.Signal(os.Getpid(), pid, !mainReaped, sig)
+// keeperLoop is the keeper's state once the command runs.
+type keeperLoop struct {
+	pid        int
+	grace      time.Duration
+	say        func(string, ...any)
+	mainReaped bool
+	stopping   bool
+	deadline   *time.Timer
+	kill       *time.Timer
+}
+
+func (k *keeperLoop) signalTree(sig syscall.Signal) {
+	_, _ = proctree.Signal(os.Getpid(), k.pid, !k.mainReaped, sig)
+}
+
+// stop sends SIGTERM to the tree and SIGKILL after the grace (once).
+func (k *keeperLoop) stop(sig syscall.Signal) {
+	k.signalTree(sig)
+	if !k.stopping {
+		k.stopping = true
+		// guard:run-no-sigkill-after-grace
+		k.kill.Reset(k.grace)
 	}
-	// stop sends SIGTERM to the tree and SIGKILL after the grace (once).
-	stop := func(sig syscall.Signal) {
-		signalTree(sig)
-		if !stopping {
-			stopping = true
-			// guard:run-no-sigkill-after-grace
-			kill.Reset(grace)
-		}
+}
+
+// sayExit tells run how the command ended.
+func (k *keeperLoop) sayExit(ws syscall.WaitStatus) {
+	if ws.Signaled() {
+		k.say("signaled %d", int(ws.Signal()))
+	} else {
+		k.say("exited %d", ws.ExitStatus())
 	}
+}
+
+// run is the keeper's main loop; it returns once the whole tree is gone.
+func (k *keeperLoop) run(events chan keeperEvent, sigs <-chan os.Signal, mainExit <-chan syscall.WaitStatus, allGone <-chan struct{}) int {
+	var killing <-chan time.Time
 	for {
 		select {
 		case ev := <-events:
-			switch {
-			case ev.eof:
+			if ev.eof {
 				events = nil
-				// guard:run-keeper-outlives-run
-				stop(syscall.SIGTERM) // run is gone: nobody renews the lock any more
-			case strings.HasPrefix(ev.line, "deadline "):
-				if ns, err := strconv.ParseInt(strings.TrimPrefix(ev.line, "deadline "), 10, 64); err == nil && !stopping {
-					// guard:run-keeper-ignores-deadline
-					deadline.Reset(time.Until(time.Unix(0, ns)))
-				}
-			case strings.HasPrefix(ev.line, "signal "):
-				if n, err := strconv.Atoi(strings.TrimPrefix(ev.line, "signal ")); err == nil {
-					stop(syscall.Signal(n))
-				}
-			case strings.HasPrefix(ev.line, "stop"):
-				stop(syscall.SIGTERM)
 			}
-		case <-deadline.C:
-			if !stopping {
-				say("deadline")
-				stop(syscall.SIGTERM)
+			k.control(ev)
+		case <-k.deadline.C:
+			if !k.stopping {
+				k.say("deadline")
+				k.stop(syscall.SIGTERM)
 			}
-		case <-kill.C:
+		case <-k.kill.C:
 			// Past the grace: SIGKILL whatever is left, again until the reaper sees no child
 			// (a process may fork between the scan and the kill).
-			signalTree(syscall.SIGKILL)
+			k.signalTree(syscall.SIGKILL)
 			t := time.NewTicker(100 * time.Millisecond)
 			defer t.Stop()
 			killing = t.C
 		case <-killing:
-			signalTree(syscall.SIGKILL)
+			k.signalTree(syscall.SIGKILL)
 		case ws := <-mainExit:
-			mainReaped = true
-			if ws.Signaled() {
-				say("signaled %d", int(ws.Signal()))
-			} else {
-				say("exited %d", ws.ExitStatus())
-			}
+			k.mainReaped = true
+			k.sayExit(ws)
 			// What the command left running is part of its tree: it gets SIGTERM now, and
 			// SIGKILL after the grace, before the locks are released.
 			// guard:run-leftovers-not-stopped
-			stop(syscall.SIGTERM)
+			k.stop(syscall.SIGTERM)
 		case <-sigs:
 			// Forwarded by run on the control pipe.
 		case <-allGone:
 			select {
 			case ws := <-mainExit: // reaped just before the last child
-				if ws.Signaled() {
-					say("signaled %d", int(ws.Signal()))
-				} else {
-					say("exited %d", ws.ExitStatus())
-				}
+				k.sayExit(ws)
 			default:
 			}
 			return 0
 		}
+	}
+}
+
+// control acts on one line from run (or its EOF).
+func (k *keeperLoop) control(ev keeperEvent) {
+	switch {
+	case ev.eof:
+		// guard:run-keeper-outlives-run
+		k.stop(syscall.SIGTERM) // run is gone: nobody renews the lock any more
+	case strings.HasPrefix(ev.line, "deadline "):
+		if ns, err := strconv.ParseInt(strings.TrimPrefix(ev.line, "deadline "), 10, 64); err == nil && !k.stopping {
+			// guard:run-keeper-ignores-deadline
+			k.deadline.Reset(time.Until(time.Unix(0, ns)))
+		}
+	case strings.HasPrefix(ev.line, "signal "):
+		if n, err := strconv.Atoi(strings.TrimPrefix(ev.line, "signal ")); err == nil {
+			k.stop(syscall.Signal(n))
+		}
+	case strings.HasPrefix(ev.line, "stop"):
+		k.stop(syscall.SIGTERM)
 	}
 }
 

@@ -465,88 +465,105 @@ func admissionTemplate(src string, data []byte) ([]byte, error) {
 	b.WriteString("{{- if .Values.admissionPolicies.enabled }}\n")
 	n := 0
 	for _, doc := range documents(data) {
-		if strings.Contains(string(doc), fullnamePlaceholder) || strings.Contains(string(doc), namespacePlaceholder) || strings.Contains(string(doc), serviceAccountPlaceholder) {
-			return nil, fmt.Errorf("the source contains a chartgen placeholder")
-		}
-		var o map[string]any
-		if err := yaml.Unmarshal(doc, &o); err != nil {
+		if err := admissionObject(&b, doc, n == 0); err != nil {
 			return nil, err
-		}
-		apiVersion, _ := o["apiVersion"].(string)
-		kind, _ := o["kind"].(string)
-		if !slices.Contains(admissionKinds, kind) {
-			return nil, fmt.Errorf("%s: chartgen templates only %v here", kind, admissionKinds)
-		}
-		md, _ := o["metadata"].(map[string]any)
-		objName, _ := md["name"].(string)
-		for k := range md {
-			if k != "name" && k != "namespace" && k != "labels" {
-				return nil, fmt.Errorf("%s %s: metadata.%s is not carried into the chart", kind, objName, k)
-			}
-		}
-		name, err := ChartName(objName)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", kind, err)
-		}
-		if n > 0 {
-			b.WriteString("---\n")
 		}
 		n++
-		b.WriteString(leadingComments(doc))
-		fmt.Fprintf(&b, "apiVersion: %s\nkind: %s\nmetadata:\n  name: %s\n", apiVersion, kind, name)
-		if ns, _ := md["namespace"].(string); ns != "" {
-			b.WriteString("  namespace: " + releaseNamespace + "\n")
-		}
-		b.WriteString("  labels:\n    " + chartLabels + "\n")
-		labels, _ := md["labels"].(map[string]any)
-		for _, k := range slices.Sorted(maps.Keys(stringMap(labels))) {
-			if !labelsFromChart[k] {
-				fmt.Fprintf(&b, "    %s: %s\n", k, quote(fmt.Sprint(labels[k])))
-			}
-		}
-		if kind == "ConfigMap" {
-			if md["namespace"] == nil {
-				return nil, fmt.Errorf("ConfigMap %s: no namespace; a params object is read from the namespace its binding names", objName)
-			}
-			if err := paramsData(&b, objName, o); err != nil {
-				return nil, err
-			}
-			continue
-		}
-		spec, ok := o["spec"].(map[string]any)
-		if !ok {
-			return nil, fmt.Errorf("%s %s: no spec", kind, objName)
-		}
-		for k := range o {
-			if k != "apiVersion" && k != "kind" && k != "metadata" && k != "spec" {
-				return nil, fmt.Errorf("%s %s: top-level field %s is not carried into the chart", kind, objName, k)
-			}
-		}
-		if strings.HasSuffix(kind, "Binding") {
-			if err := renameBinding(kind, objName, spec); err != nil {
-				return nil, err
-			}
-		}
-		text, err := yaml.Marshal(map[string]any{"spec": spec})
-		if err != nil {
-			return nil, err
-		}
-		for _, fixed := range []string{namespaceFromConfig, managerServiceAccount} {
-			if strings.Contains(string(text), fixed) {
-				return nil, fmt.Errorf("%s %s: its spec names %s, which the chart cannot carry: it differs per release", kind, objName, fixed)
-			}
-		}
-		s := escape(string(text))
-		s = strings.ReplaceAll(s, fullnamePlaceholder, fullname)
-		s = strings.ReplaceAll(s, namespacePlaceholder, releaseNamespace)
-		s = strings.ReplaceAll(s, serviceAccountPlaceholder, serviceAccountName)
-		b.WriteString(s)
 	}
 	if n == 0 {
 		return nil, fmt.Errorf("no objects")
 	}
 	b.WriteString("{{- end }}\n")
 	return []byte(b.String()), nil
+}
+
+// admissionObject writes one object of an admission source into the template (after a "---"
+// unless it is the first).
+func admissionObject(b *strings.Builder, doc []byte, first bool) error {
+	if strings.Contains(string(doc), fullnamePlaceholder) || strings.Contains(string(doc), namespacePlaceholder) || strings.Contains(string(doc), serviceAccountPlaceholder) {
+		return fmt.Errorf("the source contains a chartgen placeholder")
+	}
+	var o map[string]any
+	if err := yaml.Unmarshal(doc, &o); err != nil {
+		return err
+	}
+	kind, _ := o["kind"].(string)
+	if !slices.Contains(admissionKinds, kind) {
+		return fmt.Errorf("%s: chartgen templates only %v here", kind, admissionKinds)
+	}
+	md, _ := o["metadata"].(map[string]any)
+	objName, _ := md["name"].(string)
+	for k := range md {
+		if k != "name" && k != "namespace" && k != "labels" {
+			return fmt.Errorf("%s %s: metadata.%s is not carried into the chart", kind, objName, k)
+		}
+	}
+	name, err := ChartName(objName)
+	if err != nil {
+		return fmt.Errorf("%s: %w", kind, err)
+	}
+	if !first {
+		b.WriteString("---\n")
+	}
+	b.WriteString(leadingComments(doc))
+	apiVersion, _ := o["apiVersion"].(string)
+	admissionMetadata(b, apiVersion, kind, name, md)
+	if kind == "ConfigMap" {
+		if md["namespace"] == nil {
+			return fmt.Errorf("ConfigMap %s: no namespace; a params object is read from the namespace its binding names", objName)
+		}
+		return paramsData(b, objName, o)
+	}
+	return admissionSpec(b, kind, objName, o)
+}
+
+// admissionMetadata writes an object's head: its kind, its chart name, the release's
+// namespace if it had one, and the chart's labels with its own.
+func admissionMetadata(b *strings.Builder, apiVersion, kind, name string, md map[string]any) {
+	fmt.Fprintf(b, "apiVersion: %s\nkind: %s\nmetadata:\n  name: %s\n", apiVersion, kind, name)
+	if ns, _ := md["namespace"].(string); ns != "" {
+		b.WriteString("  namespace: " + releaseNamespace + "\n")
+	}
+	b.WriteString("  labels:\n    " + chartLabels + "\n")
+	labels, _ := md["labels"].(map[string]any)
+	for _, k := range slices.Sorted(maps.Keys(stringMap(labels))) {
+		if !labelsFromChart[k] {
+			fmt.Fprintf(b, "    %s: %s\n", k, quote(fmt.Sprint(labels[k])))
+		}
+	}
+}
+
+// admissionSpec writes a policy's or binding's spec, with the release's names put in.
+func admissionSpec(b *strings.Builder, kind, objName string, o map[string]any) error {
+	spec, ok := o["spec"].(map[string]any)
+	if !ok {
+		return fmt.Errorf("%s %s: no spec", kind, objName)
+	}
+	for k := range o {
+		if k != "apiVersion" && k != "kind" && k != "metadata" && k != "spec" {
+			return fmt.Errorf("%s %s: top-level field %s is not carried into the chart", kind, objName, k)
+		}
+	}
+	if strings.HasSuffix(kind, "Binding") {
+		if err := renameBinding(kind, objName, spec); err != nil {
+			return err
+		}
+	}
+	text, err := yaml.Marshal(map[string]any{"spec": spec})
+	if err != nil {
+		return err
+	}
+	for _, fixed := range []string{namespaceFromConfig, managerServiceAccount} {
+		if strings.Contains(string(text), fixed) {
+			return fmt.Errorf("%s %s: its spec names %s, which the chart cannot carry: it differs per release", kind, objName, fixed)
+		}
+	}
+	s := escape(string(text))
+	s = strings.ReplaceAll(s, fullnamePlaceholder, fullname)
+	s = strings.ReplaceAll(s, namespacePlaceholder, releaseNamespace)
+	s = strings.ReplaceAll(s, serviceAccountPlaceholder, serviceAccountName)
+	b.WriteString(s)
+	return nil
 }
 
 // namespaceFromConfig is the namespace config/default installs into; in the chart it is the

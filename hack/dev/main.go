@@ -106,9 +106,39 @@ func run(assets, manager, state, metrics, probes string, extra []string) error {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	managerConfig, err := managerKubeconfig(ctx, env, state)
+	if err != nil {
+		return err
+	}
+
+	// The manager's namespace and name, as the Deployment's downward API gives them.
+	os.Setenv("POD_NAMESPACE", namespace)
+	os.Setenv("POD_NAME", "turnstile-dev")
+	args := append([]string{"--metrics-bind-address=" + metrics, "--health-probe-bind-address=" + probes}, extra...)
+	proc, err := framework.StartProcess(manager, managerConfig, os.Stdout, args...)
+	if err != nil {
+		return err
+	}
+	howTo(proc.Pid(), metrics, probes, kubeconfig, filepath.Join(root, "bin"), filepath.Dir(kubectl))
+
+	select {
+	case s := <-sig:
+		fmt.Printf("\nReceived %s; stopping the manager ...\n", s)
+		if err := proc.Stop(15 * time.Second); err != nil {
+			fmt.Fprintln(os.Stderr, "dev: manager:", err)
+		}
+		return nil
+	case <-proc.Done():
+		return fmt.Errorf("manager exited: %w", proc.Err())
+	}
+}
+
+// managerKubeconfig writes the kubeconfig the manager runs with, as its ServiceAccount, into
+// state, and keeps the ServiceAccount's token in it fresh until ctx is done.
+func managerKubeconfig(ctx context.Context, env *framework.Env, state string) (string, error) {
 	tokenFile := filepath.Join(state, "manager.token")
 	if err := writeToken(ctx, env, tokenFile); err != nil {
-		return err
+		return "", err
 	}
 	go func() {
 		for {
@@ -123,19 +153,11 @@ func run(assets, manager, state, metrics, probes string, extra []string) error {
 		}
 	}()
 	managerConfig := filepath.Join(state, "manager.kubeconfig")
-	if err := writeServiceAccountKubeconfig(env, managerConfig, tokenFile); err != nil {
-		return err
-	}
+	return managerConfig, writeServiceAccountKubeconfig(env, managerConfig, tokenFile)
+}
 
-	// The manager's namespace and name, as the Deployment's downward API gives them.
-	os.Setenv("POD_NAMESPACE", namespace)
-	os.Setenv("POD_NAME", "turnstile-dev")
-	args := append([]string{"--metrics-bind-address=" + metrics, "--health-probe-bind-address=" + probes}, extra...)
-	proc, err := framework.StartProcess(manager, managerConfig, os.Stdout, args...)
-	if err != nil {
-		return err
-	}
-	bin := filepath.Join(root, "bin")
+// howTo tells the user how to reach the running control plane and manager.
+func howTo(pid int, metrics, probes, kubeconfig, bin, kubectlDir string) {
 	fmt.Printf(`
 Turnstile is running (manager pid %d, as system:serviceaccount:%s:%s%s).
 
@@ -151,18 +173,7 @@ In another shell (kubectl and the kubectl-turnstile plugin are in these director
 
 Press Ctrl-C to stop the manager, kube-apiserver and etcd.
 
-`, proc.Pid(), namespace, serviceAccount, endpoints(metrics, probes), kubeconfig, bin, filepath.Dir(kubectl))
-
-	select {
-	case s := <-sig:
-		fmt.Printf("\nReceived %s; stopping the manager ...\n", s)
-		if err := proc.Stop(15 * time.Second); err != nil {
-			fmt.Fprintln(os.Stderr, "dev: manager:", err)
-		}
-		return nil
-	case <-proc.Done():
-		return fmt.Errorf("manager exited: %w", proc.Err())
-	}
+`, pid, namespace, serviceAccount, endpoints(metrics, probes), kubeconfig, bin, kubectlDir)
 }
 
 // install applies `kubectl kustomize config/default` without its Deployment (this process runs

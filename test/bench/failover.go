@@ -195,34 +195,13 @@ func (b *bench) activeActive(ctx context.Context, res *FailoverResult) error {
 			"--backup-delay=" + fc.BackupDelay.D().String(), "--membership-lapse=" + fc.Lapse.D().String()}
 	}}
 	defer f.stopAll()
-	start := f.start
-	ids := func() []string {
-		out := make([]string, len(f.live))
-		for i, r := range f.live {
-			out[i] = r.id
-		}
-		return out
-	}
-	// settled: every replica counts exactly the running ones (a killed one has lapsed).
-	settled := func(since time.Time) error {
-		return poll(ctx, "the replicas to agree on the membership", func() bool {
-			if time.Since(since) < fc.Lapse.D()+time.Second {
-				return false
-			}
-			for _, r := range f.live {
-				if n, ok := r.gauge(ctx, "turnstile_membership_live_members", nil); !ok || int(n) != len(f.live) {
-					return false
-				}
-			}
-			return true
-		})
-	}
+	a := &activeActiveRun{b: b, ns: ns, f: f, lapse: fc.Lapse.D()}
 	for range fc.Replicas {
-		if err := start(); err != nil {
+		if err := f.start(); err != nil {
 			return err
 		}
 	}
-	if err := settled(time.Now()); err != nil {
+	if err := a.settled(ctx, time.Now()); err != nil {
 		return err
 	}
 	// A hand-off with no one dying first: it must be granted, and shows the steady state.
@@ -232,30 +211,10 @@ func (b *bench) activeActive(ctx context.Context, res *FailoverResult) error {
 		return err
 	}
 
-	// busyOn makes a key victim owns busy (a holder and a waiter) and opens a window on it.
-	busyOn := func(victim *replica) (holder, waiter string, w *window, err error) {
-		if holder, waiter, err = b.busyKey(ctx, ns, victim.id, ids()); err != nil {
-			return "", "", nil, err
-		}
-		w, err = b.open(ctx, ns)
-		return holder, waiter, w, err
-	}
 	var kills, rolls []time.Duration
 	var killConflicts, killWrites, rollConflicts float64
 	for i := range fc.Kills {
-		victim := f.live[i%len(f.live)]
-		holder, waiter, w, err := busyOn(victim)
-		if err != nil {
-			return err
-		}
-		_ = victim.p.Kill()
-		killed := time.Now()
-		f.remove(victim)
-		lat, err := b.handOff(ctx, ns, holder, waiter, waitLimit)
-		if err != nil {
-			return fmt.Errorf("kill %d of %s: %w", i+1, victim.id, err)
-		}
-		writes, err := w.close(ctx)
+		lat, writes, err := a.kill(ctx, i)
 		if err != nil {
 			return err
 		}
@@ -263,48 +222,113 @@ func (b *bench) activeActive(ctx context.Context, res *FailoverResult) error {
 		killConflicts += writes.Conflicts
 		// The harness's release and delete of the waiter are subtracted already.
 		killWrites += writes.Controller
-		if err := start(); err != nil {
-			return err
-		}
-		if err := settled(killed); err != nil {
-			return err
-		}
 	}
-
 	for range fc.Replicas {
-		victim := f.live[0]
-		holder, waiter, w, err := busyOn(victim)
-		if err != nil {
-			return err
-		}
-		stopped := make(chan error, 1)
-		go func() { stopped <- victim.p.Stop(30 * time.Second) }()
-		lat, err := b.handOff(ctx, ns, holder, waiter, waitLimit)
-		if err != nil {
-			return fmt.Errorf("rolling restart of %s: %w", victim.id, err)
-		}
-		f.remove(victim)
-		if err := <-stopped; err != nil {
-			return fmt.Errorf("rolling restart: %s did not stop cleanly: %w", victim.id, err)
-		}
-		writes, err := w.close(ctx)
+		lat, writes, err := a.roll(ctx)
 		if err != nil {
 			return err
 		}
 		rolls = append(rolls, lat)
 		rollConflicts += writes.Conflicts
-		if err := start(); err != nil {
-			return err
-		}
-		if err := settled(time.Time{}); err != nil {
-			return err
-		}
 	}
 	res.Kill, res.Rolling = summarize(kills), summarize(rolls)
 	res.KillConflicts = ratio(killConflicts, float64(len(kills)))
 	res.KillWrites = ratio(killWrites, float64(len(kills)))
 	res.RollingConflicts = ratio(rollConflicts, float64(len(rolls)))
 	return nil
+}
+
+// activeActiveRun is the active-active phase's fleet and what its steps share.
+type activeActiveRun struct {
+	b     *bench
+	ns    string
+	f     *fleet
+	lapse time.Duration
+}
+
+func (a *activeActiveRun) ids() []string {
+	out := make([]string, len(a.f.live))
+	for i, r := range a.f.live {
+		out[i] = r.id
+	}
+	return out
+}
+
+// settled: every replica counts exactly the running ones (a killed one has lapsed).
+func (a *activeActiveRun) settled(ctx context.Context, since time.Time) error {
+	return poll(ctx, "the replicas to agree on the membership", func() bool {
+		if time.Since(since) < a.lapse+time.Second {
+			return false
+		}
+		for _, r := range a.f.live {
+			if n, ok := r.gauge(ctx, "turnstile_membership_live_members", nil); !ok || int(n) != len(a.f.live) {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// busyOn makes a key victim owns busy (a holder and a waiter) and opens a window on it.
+func (a *activeActiveRun) busyOn(ctx context.Context, victim *replica) (holder, waiter string, w *window, err error) {
+	if holder, waiter, err = a.b.busyKey(ctx, a.ns, victim.id, a.ids()); err != nil {
+		return "", "", nil, err
+	}
+	w, err = a.b.open(ctx, a.ns)
+	return holder, waiter, w, err
+}
+
+// kill SIGKILLs the i-th victim while a key it owns is busy, measures the hand-off on that
+// key, and starts a replacement once the victim has lapsed.
+func (a *activeActiveRun) kill(ctx context.Context, i int) (time.Duration, Writes, error) {
+	victim := a.f.live[i%len(a.f.live)]
+	holder, waiter, w, err := a.busyOn(ctx, victim)
+	if err != nil {
+		return 0, Writes{}, err
+	}
+	_ = victim.p.Kill()
+	killed := time.Now()
+	a.f.remove(victim)
+	lat, err := a.b.handOff(ctx, a.ns, holder, waiter, waitLimit)
+	if err != nil {
+		return 0, Writes{}, fmt.Errorf("kill %d of %s: %w", i+1, victim.id, err)
+	}
+	writes, err := w.close(ctx)
+	if err != nil {
+		return 0, Writes{}, err
+	}
+	if err := a.f.start(); err != nil {
+		return 0, Writes{}, err
+	}
+	return lat, writes, a.settled(ctx, killed)
+}
+
+// roll stops the oldest replica gracefully while a key it owns is busy, measures the hand-off
+// on that key, and starts a replacement.
+func (a *activeActiveRun) roll(ctx context.Context) (time.Duration, Writes, error) {
+	victim := a.f.live[0]
+	holder, waiter, w, err := a.busyOn(ctx, victim)
+	if err != nil {
+		return 0, Writes{}, err
+	}
+	stopped := make(chan error, 1)
+	go func() { stopped <- victim.p.Stop(30 * time.Second) }()
+	lat, err := a.b.handOff(ctx, a.ns, holder, waiter, waitLimit)
+	if err != nil {
+		return 0, Writes{}, fmt.Errorf("rolling restart of %s: %w", victim.id, err)
+	}
+	a.f.remove(victim)
+	if err := <-stopped; err != nil {
+		return 0, Writes{}, fmt.Errorf("rolling restart: %s did not stop cleanly: %w", victim.id, err)
+	}
+	writes, err := w.close(ctx)
+	if err != nil {
+		return 0, Writes{}, err
+	}
+	if err := a.f.start(); err != nil {
+		return 0, Writes{}, err
+	}
+	return lat, writes, a.settled(ctx, time.Time{})
 }
 
 // leaderFailover is the baseline: two replicas with leader election, the leader SIGKILLed

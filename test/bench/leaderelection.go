@@ -58,63 +58,14 @@ func (b *bench) leaderElection(ctx context.Context, le LEConfig) (LeaderElection
 	}
 	// The electors log every attempt through klog; keep that out of the report.
 	ctx = klog.NewContext(ctx, logr.Discard())
-	started := make(chan leaderStart, le.Contenders*2)
-	electors := make([]*elector, le.Contenders)
-	run := func(id int) error {
-		ectx, cancel := context.WithCancel(ctx)
-		lock := &resourcelock.LeaseLock{
-			LeaseMeta:  metav1.ObjectMeta{Namespace: ns, Name: "mutex"},
-			Client:     cs.CoordinationV1(),
-			LockConfig: resourcelock.ResourceLockConfig{Identity: fmt.Sprintf("contender-%d", id)},
-		}
-		el, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-			Lock:            lock,
-			Name:            "bench-mutex",
-			LeaseDuration:   leLeaseDuration,
-			RenewDeadline:   leRenewDeadline,
-			RetryPeriod:     leRetryPeriod,
-			ReleaseOnCancel: true,
-			Callbacks: leaderelection.LeaderCallbacks{
-				OnStartedLeading: func(context.Context) { started <- leaderStart{id: id, at: time.Now()} },
-				OnStoppedLeading: func() {},
-			},
-		})
-		if err != nil {
-			cancel()
-			return err
-		}
-		e := &elector{cancel: cancel, done: make(chan struct{})}
-		electors[id] = e
-		go func() {
-			defer close(e.done)
-			el.Run(ectx)
-		}()
-		return nil
-	}
-	defer func() {
-		for _, e := range electors {
-			if e != nil {
-				e.cancel()
-				<-e.done
-			}
-		}
-	}()
+	c := &contest{ns: ns, cs: cs, started: make(chan leaderStart, le.Contenders*2), electors: make([]*elector, le.Contenders)}
+	defer c.stopAll()
 	for id := range le.Contenders {
-		if err := run(id); err != nil {
+		if err := c.join(ctx, id); err != nil {
 			return res, err
 		}
 	}
-	next := func() (leaderStart, error) {
-		select {
-		case s := <-started:
-			return s, nil
-		case <-time.After(2 * leLeaseDuration):
-			return leaderStart{}, fmt.Errorf("no elector led within %s", 2*leLeaseDuration)
-		case <-ctx.Done():
-			return leaderStart{}, ctx.Err()
-		}
-	}
-	holder, err := next()
+	holder, err := c.next(ctx)
 	if err != nil {
 		return res, err
 	}
@@ -125,15 +76,15 @@ func (b *bench) leaderElection(ctx context.Context, le LEConfig) (LeaderElection
 	var lat []time.Duration
 	for range le.Samples {
 		t0 := time.Now()
-		electors[holder.id].cancel()
-		s, err := next()
+		c.electors[holder.id].cancel()
+		s, err := c.next(ctx)
 		if err != nil {
 			return res, err
 		}
 		lat = append(lat, s.at.Sub(t0))
 		// The released elector has given the Lease up and returned; it queues again.
-		<-electors[holder.id].done
-		if err := run(holder.id); err != nil {
+		<-c.electors[holder.id].done
+		if err := c.join(ctx, holder.id); err != nil {
 			return res, err
 		}
 		holder = s
@@ -144,4 +95,67 @@ func (b *bench) leaderElection(ctx context.Context, le LEConfig) (LeaderElection
 	res.Latency = summarize(lat)
 	res.WritesPerHandoff = res.Writes.Leases / float64(le.Samples)
 	return res, nil
+}
+
+// contest is the electors contending for one Lease, and the channel on which each says it
+// leads.
+type contest struct {
+	ns       string
+	cs       *kubernetes.Clientset
+	started  chan leaderStart
+	electors []*elector
+}
+
+// join starts elector id (again).
+func (c *contest) join(ctx context.Context, id int) error {
+	ectx, cancel := context.WithCancel(ctx)
+	lock := &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Namespace: c.ns, Name: "mutex"},
+		Client:     c.cs.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: fmt.Sprintf("contender-%d", id)},
+	}
+	el, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+		Lock:            lock,
+		Name:            "bench-mutex",
+		LeaseDuration:   leLeaseDuration,
+		RenewDeadline:   leRenewDeadline,
+		RetryPeriod:     leRetryPeriod,
+		ReleaseOnCancel: true,
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: func(context.Context) { c.started <- leaderStart{id: id, at: time.Now()} },
+			OnStoppedLeading: func() {},
+		},
+	})
+	if err != nil {
+		cancel()
+		return err
+	}
+	e := &elector{cancel: cancel, done: make(chan struct{})}
+	c.electors[id] = e
+	go func() {
+		defer close(e.done)
+		el.Run(ectx)
+	}()
+	return nil
+}
+
+// next waits for the next elector to lead.
+func (c *contest) next(ctx context.Context) (leaderStart, error) {
+	select {
+	case s := <-c.started:
+		return s, nil
+	case <-time.After(2 * leLeaseDuration):
+		return leaderStart{}, fmt.Errorf("no elector led within %s", 2*leLeaseDuration)
+	case <-ctx.Done():
+		return leaderStart{}, ctx.Err()
+	}
+}
+
+func (c *contest) stopAll() {
+	for _, e := range c.electors {
+		if e != nil {
+			e.cancel()
+			<-e.done
+		}
+	}
 }
