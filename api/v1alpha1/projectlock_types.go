@@ -105,7 +105,9 @@ type SharedHolder struct {
 }
 
 // ID is the identity of a shared holder.
-func (h SharedHolder) ID() HolderID { return HolderID{Owner: h.Owner, Pull: h.Pull, Session: h.Session} }
+func (h SharedHolder) ID() HolderID {
+	return HolderID{Owner: h.Owner, Pull: h.Pull, Session: h.Session}
+}
 
 // MaxSharedHolders is the most requests that hold one key in Shared mode at once (the bound of
 // ProjectLock.status.sharedHolders); the next Shared request waits until one leaves.

@@ -192,8 +192,8 @@ func (r *LockReconciler) read(ctx context.Context, req reconcile.Request, now ti
 	}
 	// A holder missing from the cache: deleted, or created after the cache's last event? A
 	// deleted one's last token is what its delete event said, if the watch saw it.
-	if in.Lock != nil && in.Lock.Status.Holder != nil {
-		for _, h := range in.Lock.Status.Holder.Requests {
+	if in.Lock != nil {
+		for _, h := range in.Lock.Status.HolderRequests() {
 			uid := types.UID(h.UID)
 			if byUID[uid] {
 				continue
@@ -257,11 +257,11 @@ func tokenAhead(lock *locksv1.ProjectLock, reqs []*locksv1.LockRequest, name str
 }
 
 func listsAllClaimants(lock *locksv1.ProjectLock, reqs []*locksv1.LockRequest, name string) bool {
-	if lock == nil || lock.Status.Holder == nil {
+	if lock == nil || !lock.Status.Held() {
 		return false
 	}
 	listed := map[string]bool{}
-	for _, h := range lock.Status.Holder.Requests {
+	for _, h := range lock.Status.HolderRequests() {
 		listed[h.UID] = true
 	}
 	for _, lr := range reqs {

@@ -159,6 +159,9 @@ type entry struct {
 	outcome  *outcome // set when it leaves the queue or the holder set now
 	demoted  bool     // an unconfirmed grant taken back: it waits again
 	ticket   int64    // the arrival order the API server gave it (Revision)
+	shared   bool     // it asks for this key in Shared mode
+	tok      int64    // its token for the key once the decision is made (holderTokens)
+	behind   *entry   // the exclusive waiter it may not pass (writer preference), if any
 }
 
 type outcome struct {
@@ -183,15 +186,11 @@ func Decide(in Input) Decision {
 	lock := in.Lock
 
 	holderUIDs := map[types.UID]bool{}
-	var holder *locksv1.LockHolder
 	token := int64(0)
 	if lock != nil {
 		token = lock.Status.FencingToken
-		if lock.Status.Holder != nil {
-			holder = lock.Status.Holder
-			for _, r := range holder.Requests {
-				holderUIDs[types.UID(r.UID)] = true
-			}
+		for _, r := range lock.Status.HolderRequests() {
+			holderUIDs[types.UID(r.UID)] = true
 		}
 	}
 
@@ -261,31 +260,15 @@ func Decide(in Input) Decision {
 	}
 
 	// 4. Grants: the holder's own identity re-enters at once; a free key goes to the first
-	// grantable request, together with its identity's other grantable requests.
+	// grantable request, together with its identity's other grantable requests; shared requests
+	// hold together, and none passes an exclusive waiter (admit, shared.go).
 	grantable := func(e *entry) bool {
 		return e.frozen == nil && reached(e)
 	}
-	var granted []*entry
-	newHolder := false
-	if !hasHolder {
-		for _, e := range waiting {
-			if grantable(e) {
-				holderID, hasHolder = e.id, true
-				newHolder = true
-				break
-			}
-		}
-	}
-	if hasHolder {
-		rest := waiting[:0]
-		for _, e := range waiting {
-			if e.id == holderID && grantable(e) {
-				granted = append(granted, e)
-				continue
-			}
-			rest = append(rest, e)
-		}
-		waiting = rest
+	granted, waiting := admit(holders, waiting, grantable)
+	newHolder := !hasHolder && len(granted) > 0
+	if newHolder {
+		holderID, hasHolder = granted[0].id, true
 	}
 
 	// 5. waitTimeout 0s: try once, fail at once. A request that does not hold its earlier keys
@@ -332,6 +315,8 @@ func Decide(in Input) Decision {
 
 	// 7. The ProjectLock status.
 	allHolders := append(append([]*entry{}, holders...), granted...)
+	markBehindWriter(allHolders, waiting, grantable)
+	joins := sharedJoin(newHolder, holders, granted)
 	again := false
 	if lock == nil {
 		// Only a key somebody holds or waits for needs its ProjectLock: after a force-unlock
@@ -341,12 +326,13 @@ func Decide(in Input) Decision {
 			return Decision{CreateLock: true}
 		}
 	} else {
-		if newHolder || reissue {
+		if newHolder || reissue || joins {
 			top, unknown := leavingTokens(lock, entries, in.GoneTokens)
 			// Decided below, once the demotions are: they leave in the same write.
-			again = unknown && newHolder
+			again = unknown && (newHolder || joins)
 			token = nextToken(token, Revision(lock.ResourceVersion), top)
 		}
+		holderTokens(allHolders, token)
 		status := lockStatus(lock, allHolders, waiting, token, newHolder, now, in.Config)
 		if !statusEqual(lock.Status, status) {
 			d.Lock = &status
@@ -364,7 +350,7 @@ func Decide(in Input) Decision {
 		}
 	}
 	for _, e := range allHolders {
-		st, changed := heldStatus(e, token, now)
+		st, changed := heldStatus(e, e.tok, now)
 		if !changed {
 			continue
 		}
@@ -415,7 +401,8 @@ func Decide(in Input) Decision {
 		d.Waiting = append(d.Waiting, u)
 	}
 	if again {
-		return dropFirst(lock, entries, d.Demote, now, in.Config)
+		holderTokens(holders, lock.Status.FencingToken)
+		return dropFirst(lock, entries, holders, d.Demote, now, in.Config)
 	}
 
 	d.RequeueAfter = nextDeadline(in, allHolders, waiting)
@@ -508,6 +495,7 @@ func newEntry(req *locksv1.LockRequest, name string, cfg Config, now time.Time) 
 		final: req.Status.Phase.IsFinal(),
 	}
 	e.claims = !e.final && HoldsKey(req, e.ref)
+	e.shared = e.ref.Shared()
 	e.term = grantTerm(req, e.ttl, cfg, now)
 	if req.Status.QueuedAt != nil {
 		e.arrival, e.stamped = req.Status.QueuedAt.Time, true
