@@ -507,7 +507,7 @@ func WaitsFor(locks []locksv1.ProjectLock, reqs []locksv1.LockRequest, freezes q
 			st.Queue = append(st.Queue, deadlock.Waiter{
 				Identity: w.Request.Spec.Holder.ID(),
 				Request:  w.Request.Name, Priority: w.Priority, Arrival: w.Arrival,
-				Shared: sharedOn(w.Request, name),
+				Shared: queue.SharedOn(w.Request, name),
 			})
 		}
 		states = append(states, st)
@@ -566,14 +566,4 @@ func sharedIdentities(pl *locksv1.ProjectLock, live map[string]bool) []deadlock.
 		}
 	}
 	return out
-}
-
-// sharedOn reports whether lr asks for the key of ProjectLock name in Shared mode.
-func sharedOn(lr *locksv1.LockRequest, name string) bool {
-	for _, ref := range lockkey.Refs(lr.Spec.Locks) {
-		if ref.Name == name {
-			return ref.Shared()
-		}
-	}
-	return false
 }

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
+	"github.com/turnstile-dev/turnstile/internal/lockkey"
 )
 
 // allShared reports whether every request of set holds in Shared mode (true for an empty set).
@@ -185,4 +186,14 @@ func markBehindWriter(set, waiting []*entry, grantable func(*entry) bool) {
 // writerText is what a waiter kept behind an exclusive waiter is told.
 func writerText(w *entry) string {
 	return fmt.Sprintf("waiting behind exclusive request %s of %s (writer preference)", w.req.Name, w.req.Spec.Holder.Describe())
+}
+
+// SharedOn reports whether lr asks for the key of ProjectLock name in Shared mode.
+func SharedOn(lr *locksv1.LockRequest, name string) bool {
+	for _, t := range lr.Spec.Locks {
+		if t.Mode.IsShared() && lockkey.Name(t) == name {
+			return true
+		}
+	}
+	return false
 }
