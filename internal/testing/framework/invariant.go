@@ -96,7 +96,7 @@ func (ic *InvariantChecker) observe(ev watch.Event) {
 	}
 	// Who holds each key now, by the requests' own word.
 	holders := map[string]map[locksv1.HolderID][]string{} // ns/lockName -> identity (field by field) -> request names
-	exclusive := map[string]bool{}                         // ns/lockName -> held by an exclusive request
+	exclusive := map[string]bool{}                        // ns/lockName -> held by an exclusive request
 	for k, r := range ic.requests {
 		for _, l := range queue.HeldLocks(r) {
 			lk := r.Namespace + "/" + l.Name

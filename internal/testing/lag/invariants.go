@@ -30,10 +30,10 @@ type Invariants struct {
 	// (queue.Governs).
 	Flags queue.FreezeFlags
 
-	tokens map[string]tenure               // namespace/projectlock name -> the last holder seen
+	tokens map[string]tenure // namespace/projectlock name -> the last holder seen
 	// sharedSeen are the shared holdings seen: key + NUL + request UID.
 	sharedSeen map[string]bool
-	state  map[string]*locksv1.LockRequest // Replay's requests, by name
+	state      map[string]*locksv1.LockRequest // Replay's requests, by name
 }
 
 // tenure is what was seen of one key's current holder identity.
