@@ -35,6 +35,7 @@ type mutant struct {
 
 const (
 	decide     = "internal/queue/decide.go"
+	sharedGo   = "internal/queue/shared.go"
 	tokens     = "internal/queue/tokens.go"
 	order      = "internal/queue/order.go"
 	controller = "internal/controller/lock_controller.go"
@@ -68,7 +69,7 @@ var mutants = []mutant{
 	{name: "counter-token", pkg: safety, focus: "hole 3|hole 4", guard: "a grant's token is the ProjectLock's resourceVersion", edits: []edit{{tokens, "return max(prev+1, revision, leaving+1)", "return prev + 1 + 0*revision + 0*leaving"}}},
 	{name: "token-below-leaving-holder", pkg: safety, focus: "hole 3", guard: "a new holder's token is above the tokens of the holders leaving in the same write", edits: []edit{
 		{tokens, "return max(prev+1, revision, leaving+1)", "return max(prev+1, revision, 0*leaving)"},
-		{decide, "again = unknown && newHolder\n", "again = false && unknown && newHolder\n"},
+		{decide, "again = unknown && (newHolder || joins)\n", "again = false && unknown && (newHolder || joins)\n"},
 	}},
 	{name: "overlay-exact-version", pkg: safety, focus: "hole 2", guard: "the overlay serves our write over any older cached version", edits: []edit{{overlay, "return c != 0 && w != 0 && c < w", "return c != 0 && w != 0 && c == w-1"}}},
 	{name: "deleting-holder-unwritten", pkg: safety, focus: "hole 5", guard: "a holder whose object is being deleted is written Released first", edits: []edit{{decide, "	case req.DeletionTimestamp != nil:\n", "	case req.DeletionTimestamp != nil && false:\n"}}},
@@ -119,6 +120,11 @@ var mutants = []mutant{
 	{name: "thaw-by-own-clock", pkg: safety, focus: "R1:", guard: "a freeze past its until holds grants until its reconciler writes the thaw (no deciding manager's clock ends it)", edits: []edit{{"internal/queue/freeze.go", "	return resolve(locks, flags, now, HoldsGrants)\n", "	return resolve(locks, flags, now, func(cl *locksv1.CommandLock) bool { return cl.Spec.Locked && (cl.Spec.Until == nil || now.Before(cl.Spec.Until.Time)) })\n"}}},
 	{name: "thaw-of-old-generation", pkg: "./internal/queue/", focus: "run:TestResolveFreezes", guard: "a written thaw counts only for the CommandLock generation it was written for", edits: []edit{{"internal/queue/freeze.go", "	if cl.Spec.Until == nil || cl.Status.ObservedGeneration != cl.Generation {\n", "	if cl.Spec.Until == nil {\n"}}},
 	{name: "all-speaks-for-apply", pkg: safety, focus: "R2:", guard: "under --disable-global-apply-lock, all's Drained does not speak for apply, which it cannot hold back", edits: []edit{{"internal/queue/freeze.go", "	return cl == locksv1.CommandAll && (command != CommandApply || !flags.DisableGlobalApplyLock)\n", "	return cl == locksv1.CommandAll\n"}}},
+	// Shared locks (issue #31): who may hold beside whom, writer preference, a token per grant.
+	{name: "shared-beside-exclusive", pkg: "./internal/queue/", focus: "run:TestShared", guard: "an exclusive request holds alone, and a shared one joins only shared holders", edits: []edit{{sharedGo, "	return e.shared && allShared(set)\n", "	return true\n"}}},
+	{name: "shared-writer-preference", pkg: "./internal/queue/", focus: "run:TestSharedWriterPreference|TestSharedDecisionTable", guard: "no shared request passes a grantable exclusive waiter ahead of it (writer preference)", edits: []edit{{sharedGo, "		case writer != nil:\n", "		case writer != nil && !e.shared:\n"}}},
+	{name: "shared-token-per-grant", pkg: "./internal/queue/", focus: "run:TestSharedReadersHoldTogether|TestDecideRandomizedShared", guard: "a request that joins shared holders gets a token above every token granted before it", edits: []edit{{sharedGo, "	return allShared(staying)\n", "	return false && allShared(staying)\n"}}},
+	{name: "shared-deadlock-one-holder", pkg: "./internal/deadlock/", focus: "run:TestSharedHolders", guard: "a waiter waits for every holder of the key, shared holders included", edits: []edit{{"internal/deadlock/deadlock.go", "		for _, h := range ks.holders() {\n\t\t\tholders = append(holders, g.index[h])\n\t\t}\n", "		for _, h := range ks.holders()[:min(1, len(ks.holders()))] {\n\t\t\tholders = append(holders, g.index[h])\n\t\t}\n"}}},
 }
 
 func main() {

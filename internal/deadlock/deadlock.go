@@ -169,6 +169,7 @@ func Build(keys []KeyState) *Graph {
 			continue
 		}
 		holders := make([]int, 0, 1)
+		// guard:shared-deadlock-one-holder
 		for _, h := range ks.holders() {
 			holders = append(holders, g.index[h])
 		}
