@@ -226,7 +226,7 @@ func explain(ctx context.Context, c ctrlclient.Client, ns, name string, out io.W
 		switch {
 		case perKey[ref.Name].Held:
 			fmt.Fprint(&body, "held by this request")
-			if others := otherRequests(hh, lr.Name); others != "" {
+			if others := otherRequests(hh, lr.Name) + otherShared(pl.Status.SharedHolders, lr.Name); others != "" {
 				fmt.Fprintf(&body, " and %s", others)
 			}
 			if len(refs) > 1 {
@@ -246,6 +246,20 @@ func explain(ctx context.Context, c ctrlclient.Client, ns, name string, out io.W
 			fmt.Fprint(&body, ")")
 			if r := requestReason(ctx, c, ns, hh); r != "" {
 				fmt.Fprintf(&body, ": %s", r)
+			}
+			fmt.Fprintln(&body)
+		case len(pl.Status.SharedHolders) > 0:
+			fmt.Fprintf(&body, "held shared by %d:", len(pl.Status.SharedHolders))
+			for i, h := range pl.Status.SharedHolders {
+				sep := ","
+				if i == 0 {
+					sep = ""
+				}
+				fmt.Fprintf(&body, "%s %s via %s (token %d", sep, locksv1.Holder{Owner: h.Owner, Pull: h.Pull}.Describe(), h.Request.Name, h.FencingToken)
+				if h.ExpiresAt != nil {
+					fmt.Fprintf(&body, ", until %s", h.ExpiresAt.UTC().Format(time.RFC3339))
+				}
+				fmt.Fprint(&body, ")")
 			}
 			fmt.Fprintln(&body)
 		default:
@@ -281,6 +295,20 @@ func explain(ctx context.Context, c ctrlclient.Client, ns, name string, out io.W
 }
 
 // otherRequests names the holder's requests other than self ("b, c"), or "".
+// otherShared names the shared holders other than self, "" when none: "alice via r1, bob via r2".
+func otherShared(hs []locksv1.SharedHolder, self string) string {
+	var names []string
+	for _, h := range hs {
+		if h.Request.Name != self {
+			names = append(names, locksv1.Holder{Owner: h.Owner, Pull: h.Pull}.Describe()+" via "+h.Request.Name)
+		}
+	}
+	if len(names) == 0 {
+		return ""
+	}
+	return "shared with " + strings.Join(names, ", ")
+}
+
 func otherRequests(h *locksv1.LockHolder, self string) string {
 	if h == nil {
 		return ""
