@@ -45,6 +45,16 @@ var _ = Describe("Grant engine", func() {
 		Expect(meta.IsStatusConditionTrue(pl.Status.Conditions, locksv1.ConditionLocked)).To(BeTrue())
 	})
 
+	It("counts the writes of each plan: the create, then the ProjectLock and the grant", func() {
+		reg := withMetrics()
+		writes := metric(reg, "turnstile_plan_writes")
+		create(req("a", ns).Owner("alice", 100).Obj())
+		expectPhase(ns, "a", locksv1.PhaseGranted)
+		// One plan creates the ProjectLock, the next writes it and the grant; waiters' first
+		// statuses, if a reconcile saw the request before, add to that.
+		Eventually(writes, timeout, interval).Should(BeNumerically(">=", 3))
+	})
+
 	It("caches requests without managedFields, and its status writes keep the stored ones", func() {
 		create(req("a", ns).Owner("alice", 100).Obj())
 		expectPhase(ns, "a", locksv1.PhaseGranted)

@@ -84,7 +84,8 @@ func NewLockReconciler(c client.Client, apiReader client.Reader, recorder events
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 
-// Reconcile decides one key and writes the decision in the safe order.
+// Reconcile decides one key and executes the plan (execute.go): decide, write one step at a
+// time, and decide again only where the plan says so, at most maxDecisions times.
 func (r *LockReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	now := r.clock.Now()
 	in, ok, err := r.read(ctx, req, now)
@@ -102,63 +103,95 @@ func (r *LockReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 	if !r.backup(req) {
 		in.Refreshes.N = int(r.limiter(req.NamespacedName).TokensAt(now))
 	}
-	d := queue.Decide(in)
-	if d.CreateLock {
-		// The grant is decided on the created object: its token is that object's revision.
-		lock, res, err := r.createLock(ctx, req, in.Target)
-		if lock == nil {
+	for n := 1; ; n++ {
+		d := queue.Decide(in)
+		next, res, err := r.execute(ctx, req, in, d)
+		if next == nil {
 			return res, err
 		}
-		in.Lock = lock
-		if d = queue.Decide(in); d.CreateLock {
-			return reconcile.Result{}, fmt.Errorf("decide %s: asked to create the ProjectLock it was given", req)
+		if n == maxDecisions {
+			// The plans keep ending in "decide again" (freezes changing under them): let the
+			// cache catch up, and decide from a fresh read.
+			return reconcile.Result{RequeueAfter: conflictRetry}, nil
 		}
+		in = *next
 	}
-	return r.apply(ctx, req, in, d, 0)
 }
 
 // read gathers the decision's inputs. ok is false when there is nothing to decide.
 func (r *LockReconciler) read(ctx context.Context, req reconcile.Request, now time.Time) (queue.Input, bool, error) {
 	in := queue.Input{Now: now, Name: req.Name, Config: r.cfg}
-	var lock locksv1.ProjectLock
-	switch err := r.client.Get(ctx, req.NamespacedName, &lock); {
-	case apierrors.IsNotFound(err):
-	case err != nil:
-		return in, false, fmt.Errorf("get projectlock %s: %w", req, err)
-	default:
-		in.Lock = r.overlay.lock(&lock)
-		if in.Lock.DeletionTimestamp == nil && !slices.Contains(in.Lock.Finalizers, locksv1.ReleaseHoldersFinalizer) {
-			// Made before ProjectLocks carried the finalizer: add it before anyone is granted
-			// on it, or a force-unlock could let a second holder in (docs/protocol.md).
-			withFinalizer := in.Lock.DeepCopy()
-			withFinalizer.Finalizers = append(withFinalizer.Finalizers, locksv1.ReleaseHoldersFinalizer)
-			if err := r.client.Update(ctx, withFinalizer); err != nil {
-				return in, false, fmt.Errorf("add finalizer to projectlock %s: %w", req, err)
-			}
-			r.overlay.wroteLock(withFinalizer, now)
-			in.Lock = withFinalizer
+	var err error
+	if in.Lock, err = r.readLock(ctx, req, now); err != nil {
+		return in, false, err
+	}
+	byUID, active, claims, err := r.readRequests(ctx, req, &in)
+	if err != nil || (in.Lock == nil && !active) {
+		return in, false, err
+	}
+	// The cache may lag. Where acting on it could hand a lock on too early, read the truth.
+	// A request that claims this key while the cached ProjectLock does not list it: is the
+	// ProjectLock really gone (a force-unlock), or is the cache behind our own grant? And a
+	// holder that shows a token above the cached ProjectLock's saw a later write of it (a
+	// re-issued grant): deciding on the cached one would write that holder its older token.
+	if claims && (!listsAllClaimants(in.Lock, in.Requests, req.Name) || tokenAhead(in.Lock, in.Requests, req.Name)) {
+		if in.Lock, err = r.liveLock(ctx, req); err != nil {
+			return in, false, err
 		}
 	}
+	if err := r.confirmHolders(ctx, req, &in, byUID); err != nil {
+		return in, false, err
+	}
+	var cls locksv1.CommandLockList
+	if err := r.client.List(ctx, &cls); err != nil {
+		return in, false, fmt.Errorf("list commandlocks: %w", err)
+	}
+	in.Freezes, in.NextThaw = queue.ResolveFreezes(cls.Items, r.flags, now)
+	return in, true, nil
+}
 
+// readLock reads the key's ProjectLock from the cache, overlaid with this reconciler's writes;
+// nil when it does not exist.
+func (r *LockReconciler) readLock(ctx context.Context, req reconcile.Request, now time.Time) (*locksv1.ProjectLock, error) {
+	var cached locksv1.ProjectLock
+	switch err := r.client.Get(ctx, req.NamespacedName, &cached); {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("get projectlock %s: %w", req, err)
+	}
+	lock := r.overlay.lock(&cached)
+	if lock.DeletionTimestamp != nil || slices.Contains(lock.Finalizers, locksv1.ReleaseHoldersFinalizer) {
+		return lock, nil
+	}
+	// Made before ProjectLocks carried the finalizer: add it before anyone is granted on it,
+	// or a force-unlock could let a second holder in (docs/protocol.md).
+	withFinalizer := lock.DeepCopy()
+	withFinalizer.Finalizers = append(withFinalizer.Finalizers, locksv1.ReleaseHoldersFinalizer)
+	if err := r.client.Update(ctx, withFinalizer); err != nil {
+		return nil, fmt.Errorf("add finalizer to projectlock %s: %w", req, err)
+	}
+	r.overlay.wroteLock(withFinalizer, now)
+	return withFinalizer, nil
+}
+
+// readRequests lists the requests that name the key into in, and the key's target. It reports
+// which requests it saw, whether one is not final (active), and whether one not final claims the
+// key in its status.
+func (r *LockReconciler) readRequests(ctx context.Context, req reconcile.Request, in *queue.Input) (byUID map[types.UID]bool, active, claims bool, err error) {
 	var list locksv1.LockRequestList
 	// The cache's own objects, not copies: a deep queue is listed on every reconcile, and
 	// queue.Decide only reads its input (its property test checks that); writes deep-copy.
 	if err := r.client.List(ctx, &list, client.InNamespace(req.Namespace), client.MatchingFields{IndexLockName: req.Name}, client.UnsafeDisableDeepCopy); err != nil {
-		return in, false, fmt.Errorf("list lockrequests for %s: %w", req, err)
+		return nil, false, false, fmt.Errorf("list lockrequests for %s: %w", req, err)
 	}
-	byUID := make(map[types.UID]bool, len(list.Items))
-	active := false
-	claims := false
+	byUID = make(map[types.UID]bool, len(list.Items))
 	for i := range list.Items {
 		lr := r.overlay.request(&list.Items[i])
 		byUID[lr.UID] = true
 		in.Requests = append(in.Requests, lr)
-		if !lr.Status.Phase.IsFinal() {
-			active = true
-		}
-		if !lr.Status.Phase.IsFinal() && claimsKey(lr, req.Name) {
-			claims = true
-		}
+		active = active || !lr.Status.Phase.IsFinal()
+		claims = claims || (!lr.Status.Phase.IsFinal() && claimsKey(lr, req.Name))
 		if in.Target.Repo == "" {
 			for _, ref := range lockkey.Refs(lr.Spec.Locks) {
 				if ref.Name == req.Name {
@@ -170,61 +203,53 @@ func (r *LockReconciler) read(ctx context.Context, req reconcile.Request, now ti
 	if in.Lock != nil {
 		in.Target = lockkey.Normalize(in.Lock.Spec.LockTarget)
 	}
-	if in.Lock == nil && !active {
-		return in, false, nil
-	}
+	return byUID, active, claims, nil
+}
 
-	// The cache may lag. Where acting on it could hand a lock on too early, read the truth.
-	// A request that claims this key while the cached ProjectLock does not list it: is the
-	// ProjectLock really gone (a force-unlock), or is the cache behind our own grant? And a
-	// holder that shows a token above the cached ProjectLock's saw a later write of it (a
-	// re-issued grant): deciding on the cached one would write that holder its older token.
-	if claims && (!listsAllClaimants(in.Lock, in.Requests, req.Name) || tokenAhead(in.Lock, in.Requests, req.Name)) {
-		var live locksv1.ProjectLock
-		switch err := r.apiReader.Get(ctx, req.NamespacedName, &live); {
-		case apierrors.IsNotFound(err):
-			in.Lock = nil
-		case err != nil:
-			return in, false, fmt.Errorf("confirm projectlock %s: %w", req, err)
-		default:
-			in.Lock = &live
-		}
+// liveLock reads the key's ProjectLock past the cache; nil when it does not exist.
+func (r *LockReconciler) liveLock(ctx context.Context, req reconcile.Request) (*locksv1.ProjectLock, error) {
+	var live locksv1.ProjectLock
+	switch err := r.apiReader.Get(ctx, req.NamespacedName, &live); {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("confirm projectlock %s: %w", req, err)
 	}
-	// A holder missing from the cache: deleted, or created after the cache's last event? A
-	// deleted one's last token is what its delete event said, if the watch saw it.
-	if in.Lock != nil {
-		for _, h := range in.Lock.Status.HolderRequests() {
-			uid := types.UID(h.UID)
-			if byUID[uid] {
-				continue
-			}
-			if deleted, token, known := r.overlay.isDeleted(uid); deleted {
-				if known {
-					if in.GoneTokens == nil {
-						in.GoneTokens = map[types.UID]int64{}
-					}
-					in.GoneTokens[uid] = token
+	return &live, nil
+}
+
+// confirmHolders looks up a holder missing from the cache: deleted, or created after the
+// cache's last event? A deleted one's last token is what its delete event said, if the watch
+// saw it; one that is not known deleted is read live, and added to in if it is there.
+func (r *LockReconciler) confirmHolders(ctx context.Context, req reconcile.Request, in *queue.Input, byUID map[types.UID]bool) error {
+	if in.Lock == nil {
+		return nil
+	}
+	for _, h := range in.Lock.Status.HolderRequests() {
+		uid := types.UID(h.UID)
+		if byUID[uid] {
+			continue
+		}
+		if deleted, token, known := r.overlay.isDeleted(uid); deleted {
+			if known {
+				if in.GoneTokens == nil {
+					in.GoneTokens = map[types.UID]int64{}
 				}
-				continue
+				in.GoneTokens[uid] = token
 			}
-			var live locksv1.LockRequest
-			err := r.apiReader.Get(ctx, types.NamespacedName{Namespace: req.Namespace, Name: h.Name}, &live)
-			switch {
-			case apierrors.IsNotFound(err):
-			case err != nil:
-				return in, false, fmt.Errorf("confirm holder %s/%s: %w", req.Namespace, h.Name, err)
-			case string(live.UID) == h.UID:
-				in.Requests = append(in.Requests, &live)
-			}
+			continue
+		}
+		var live locksv1.LockRequest
+		err := r.apiReader.Get(ctx, types.NamespacedName{Namespace: req.Namespace, Name: h.Name}, &live)
+		switch {
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			return fmt.Errorf("confirm holder %s/%s: %w", req.Namespace, h.Name, err)
+		case string(live.UID) == h.UID:
+			in.Requests = append(in.Requests, &live)
 		}
 	}
-
-	var cls locksv1.CommandLockList
-	if err := r.client.List(ctx, &cls); err != nil {
-		return in, false, fmt.Errorf("list commandlocks: %w", err)
-	}
-	in.Freezes, in.NextThaw = queue.ResolveFreezes(cls.Items, r.flags, now)
-	return in, true, nil
+	return nil
 }
 
 func claimsKey(lr *locksv1.LockRequest, name string) bool {
@@ -272,139 +297,6 @@ func listsAllClaimants(lock *locksv1.ProjectLock, reqs []*locksv1.LockRequest, n
 	return true
 }
 
-// createLock creates the key's ProjectLock, with the finalizer that makes a force-unlock tell
-// the holders first. A nil lock means the caller returns res, err: someone created it first.
-func (r *LockReconciler) createLock(ctx context.Context, req reconcile.Request, target locksv1.LockTarget) (*locksv1.ProjectLock, reconcile.Result, error) {
-	lock := &locksv1.ProjectLock{}
-	lock.Namespace, lock.Name = req.Namespace, req.Name
-	lock.Finalizers = []string{locksv1.ReleaseHoldersFinalizer}
-	lock.Spec.LockTarget = target
-	if err := r.client.Create(ctx, lock); err != nil {
-		if apierrors.IsAlreadyExists(err) {
-			// Created by someone else, or a deleted one still going: decide again on it.
-			return nil, reconcile.Result{RequeueAfter: conflictRetry}, nil
-		}
-		return nil, reconcile.Result{}, fmt.Errorf("create projectlock %s: %w", req, err)
-	}
-	r.overlay.wroteLock(lock, r.clock.Now())
-	return lock, reconcile.Result{}, nil
-}
-
-// apply writes a decision in the order docs/protocol.md proves safe: every request that leaves
-// the holders (finished or demoted) first, so nobody still sees a grant that is moving on; then
-// the ProjectLock, whose resourceVersion precondition makes this the single point where a key
-// changes hands; then — once the API server says their commands are not frozen — the requests
-// it lists as holders; then the waiters. redecided counts re-decisions after a freeze check.
-func (r *LockReconciler) apply(ctx context.Context, req reconcile.Request, in queue.Input, d queue.Decision, redecided int) (reconcile.Result, error) {
-	logger := log.FromContext(ctx)
-
-	for _, u := range d.Finish {
-		if err := r.writeRequest(ctx, req.NamespacedName, u); err != nil {
-			return r.retry(err, "finish lockrequest %s", u.Request.Name)
-		}
-		r.metrics.finished(u, r.clock.Now())
-	}
-	for _, u := range d.Demote {
-		if err := r.writeRequest(ctx, req.NamespacedName, u); err != nil {
-			return r.retry(err, "demote lockrequest %s", u.Request.Name)
-		}
-		r.metrics.Demoted.Inc()
-	}
-
-	lock := in.Lock
-	if d.ReleaseFinalizer {
-		// Every holder of the force-unlocked ProjectLock has been told: let it go. The
-		// resourceVersion read makes sure nobody was listed since.
-		lock = lock.DeepCopy()
-		lock.Finalizers = slices.DeleteFunc(lock.Finalizers, func(f string) bool { return f == locksv1.ReleaseHoldersFinalizer })
-		if err := r.client.Update(ctx, lock); err != nil {
-			r.overlay.forgetLock(req.NamespacedName)
-			return r.retry(err, "release projectlock %s", req)
-		}
-		r.overlay.forgetLock(req.NamespacedName)
-		return reconcile.Result{}, nil
-	}
-	if d.Lock != nil {
-		lock = lock.DeepCopy()
-		lock.Status = *d.Lock
-		if err := r.client.Status().Update(ctx, lock); err != nil {
-			r.overlay.forgetLock(req.NamespacedName)
-			return r.retry(err, "update projectlock %s status", req)
-		}
-		r.overlay.wroteLock(lock, r.clock.Now())
-	}
-
-	if d.Again {
-		// A holder left with a token nobody knows: grant on the revision just written, above it.
-		if redecided > 1 {
-			return reconcile.Result{RequeueAfter: conflictRetry}, nil
-		}
-		return r.redecide(ctx, req, in, lock, redecided)
-	}
-	if refreeze, err := r.frozenSince(ctx, &in, d); err != nil {
-		return reconcile.Result{}, err
-	} else if refreeze {
-		if redecided > 0 {
-			// The freezes changed under two decisions in a row: let the cache catch up.
-			return reconcile.Result{RequeueAfter: conflictRetry}, nil
-		}
-		// A command froze after the cache last said so: decide again on what was just written
-		// and the freezes the API server reports, which takes the grant back (demotes it).
-		return r.redecide(ctx, req, in, lock, redecided)
-	}
-	r.metrics.queueDepth(req.Namespace, req.Name, len(d.Queue))
-
-	for _, u := range d.Grant {
-		if err := r.writeRequest(ctx, req.NamespacedName, u); err != nil {
-			return r.retry(err, "grant lockrequest %s", u.Request.Name)
-		}
-		if u.Event != nil {
-			r.metrics.granted(u, r.clock.Now())
-		}
-	}
-
-	// Time-driven work is the decision's (queue.Decide's nextDeadline); the write rate is ours.
-	result := reconcile.Result{RequeueAfter: d.RequeueAfter}
-	var newlyWaiting []NewWait
-	limiter := r.limiter(req.NamespacedName)
-	for _, u := range d.Waiting {
-		if u.Refresh {
-			if res := limiter.ReserveN(r.clock.Now(), 1); res.Delay() > 0 {
-				res.Cancel()
-				result.RequeueAfter = minPositive(result.RequeueAfter, r.refreshRetry())
-				continue
-			}
-		}
-		if err := r.writeRequest(ctx, req.NamespacedName, u); err != nil {
-			return r.retry(err, "update waiting lockrequest %s", u.Request.Name)
-		}
-		if !u.Refresh {
-			newlyWaiting = append(newlyWaiting, NewWait{Request: u.Request, Last: waitsLast(req.Name, u, d.Queue)})
-		}
-	}
-	if d.RefreshDeferred && !r.backup(req) {
-		result.RequeueAfter = minPositive(result.RequeueAfter, r.refreshRetry())
-	}
-	if len(d.Waiting) == 0 && len(d.Queue) == 0 {
-		r.forgetLimiter(req.NamespacedName)
-	}
-	if r.deadlocks != nil && len(newlyWaiting) > 0 {
-		r.deadlocks.Waiting(ctx, req.Namespace, newlyWaiting)
-	}
-	logger.V(1).Info("decided", "holder", d.Holder, "queue", len(d.Queue), "finished", len(d.Finish), "granted", len(d.Grant))
-	return result, nil
-}
-
-// redecide decides the key again on the ProjectLock just written and the requests as this
-// reconciler last wrote them, and applies that decision.
-func (r *LockReconciler) redecide(ctx context.Context, req reconcile.Request, in queue.Input, lock *locksv1.ProjectLock, redecided int) (reconcile.Result, error) {
-	in.Lock = lock
-	for i, lr := range in.Requests {
-		in.Requests[i] = r.overlay.request(lr)
-	}
-	return r.apply(ctx, req, in, queue.Decide(in), redecided+1)
-}
-
 // waitsLast reports whether the waiting update u leaves its request last in the queue of key
 // name, and that queue is the one it waits in (its first key not held yet).
 func waitsLast(name string, u queue.Update, q []*locksv1.LockRequest) bool {
@@ -417,20 +309,11 @@ func waitsLast(name string, u queue.Update, q []*locksv1.LockRequest) bool {
 	return ok && ref.Name == name
 }
 
-// frozenSince reads the CommandLocks from the API server when d makes a request that names a
-// command hold the key: a freeze that the cache does not show yet must stop it, or Drained could
-// be True while it starts (docs/protocol.md, "Freezes and Drained"). It reports whether such a
+// frozenSince reads the CommandLocks from the API server before a request that names one of
+// commands is written as holding the key (protocol step 5): a freeze that the cache does not
+// show yet must stop it, or Drained could be True while it starts (docs/protocol.md, "Freezes and Drained"). It reports whether such a
 // request is frozen, and then puts the live freezes into in.
-func (r *LockReconciler) frozenSince(ctx context.Context, in *queue.Input, d queue.Decision) (bool, error) {
-	var commands []string
-	for _, u := range d.Grant {
-		if u.Acquires && u.Request.Spec.Command != "" {
-			commands = append(commands, u.Request.Spec.Command)
-		}
-	}
-	if len(commands) == 0 {
-		return false, nil
-	}
+func (r *LockReconciler) frozenSince(ctx context.Context, in *queue.Input, commands []string) (bool, error) {
 	// The CommandLocks that can freeze these commands are the ones named after them and "all":
 	// each is read with a GET, which the API server answers from etcd. (A LIST with no
 	// resourceVersion is served from the watch cache once that cache has caught up with etcd,
@@ -487,31 +370,6 @@ func (r *LockReconciler) frozenSince(ctx context.Context, in *queue.Input, d que
 	return false, nil
 }
 
-// writeRequest writes one request's status, as key's decision, with the resourceVersion it was
-// read at, then emits its event.
-func (r *LockReconciler) writeRequest(ctx context.Context, key types.NamespacedName, u queue.Update) error {
-	obj := u.Request.DeepCopy()
-	obj.Status = u.Status
-	if err := r.client.Status().Update(ctx, obj); err != nil {
-		r.overlay.forgetRequest(obj.UID)
-		return err
-	}
-	r.overlay.wroteRequest(obj, key, r.clock.Now())
-	if u.Event != nil {
-		r.recorder.Eventf(obj, nil, u.Event.Type, u.Event.Reason, "Reconcile", "%s", u.Event.Message)
-	}
-	return nil
-}
-
-// retry turns a lost optimistic race into a quick re-decision, and anything else into an error.
-func (r *LockReconciler) retry(err error, format string, args ...any) (reconcile.Result, error) {
-	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
-		r.metrics.Conflicts.Inc()
-		return reconcile.Result{RequeueAfter: conflictRetry}, nil
-	}
-	return reconcile.Result{}, fmt.Errorf(format+": %w", append(args, err)...)
-}
-
 func (r *LockReconciler) limiter(key types.NamespacedName) *rate.Limiter {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -534,7 +392,7 @@ func (r *LockReconciler) forgetLimiter(key types.NamespacedName) {
 // to the owner. Grants, hand-offs, expiries and first statuses it still writes, so a dead
 // owner delays them by the backup delay only.
 func (r *LockReconciler) backup(req reconcile.Request) bool {
-	return r.router != nil && r.router.Delay(req.String()) > 0
+	return !sharding.Judge(r.router, req.String()).Owner
 }
 
 // refreshRetry is when the key's write rate allows the next position refresh.
@@ -578,9 +436,9 @@ func (r *LockReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("lock").
-		For(&locksv1.ProjectLock{}, builder.WithPredicates(r.notOwnEcho())).
+		For(&locksv1.ProjectLock{}, builder.WithPredicates(relevantUpdates(), r.notOwnEcho())).
 		Watches(&locksv1.LockRequest{}, r.requestEvents()).
-		Watches(&locksv1.CommandLock{}, handler.EnqueueRequestsFromMapFunc(r.commandKeys)).
+		Watches(&locksv1.CommandLock{}, handler.EnqueueRequestsFromMapFunc(r.commandKeys), builder.WithPredicates(relevantUpdates())).
 		Watches(&coordinationv1.Lease{}, handler.EnqueueRequestsFromMapFunc(r.leaseKeys), builder.WithPredicates(leaseShortened())).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.workers, RateLimiter: retryLimiter(), NewQueue: sharding.NewQueueFunc(r.router, queueOpts...)}).
 		Complete(r)

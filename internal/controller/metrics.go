@@ -20,6 +20,10 @@ type Metrics struct {
 	Grants       prometheus.Counter
 	Finished     *prometheus.CounterVec
 	Conflicts    prometheus.Counter
+	// PlanWrites is how many writes each decision's plan made before it ended or stopped.
+	PlanWrites prometheus.Histogram
+	// StepConflicts counts the plan writes that lost a race, by protocol step.
+	StepConflicts *prometheus.CounterVec
 	// Demoted counts grants a ProjectLock listed that were taken back before their request was
 	// told, because its command froze meanwhile (docs/protocol.md).
 	Demoted   prometheus.Counter
@@ -58,6 +62,12 @@ func NewMetrics(reg prometheus.Registerer, requests ...client.Reader) *Metrics {
 		Conflicts: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "turnstile_write_conflicts_total", Help: "Optimistic writes that lost a race and were decided again.",
 		}),
+		PlanWrites: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "turnstile_plan_writes", Help: "Writes each decision's plan made before it ended or stopped at a conflict.", Buckets: []float64{0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64},
+		}),
+		StepConflicts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "turnstile_plan_conflicts_total", Help: "Plan writes that lost an optimistic race, by protocol step (the key is decided again from a fresh read).",
+		}, []string{"step"}),
 		Demoted: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "turnstile_grants_demoted_total", Help: "Grants taken back before their request was told, because its command froze meanwhile.",
 		}),
@@ -76,7 +86,7 @@ func NewMetrics(reg prometheus.Registerer, requests ...client.Reader) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.QueueDepth, m.GrantLatency, m.WaitDuration, m.HoldDuration, m.Grants, m.Finished,
-			m.Conflicts, m.Demoted, m.Deadlocks, m.DeadlockChecks, m.FrozenCommand, m.Blocked)
+			m.Conflicts, m.PlanWrites, m.StepConflicts, m.Demoted, m.Deadlocks, m.DeadlockChecks, m.FrozenCommand, m.Blocked)
 		if len(requests) > 0 {
 			reg.MustRegister(&phaseCollector{reader: requests[0]})
 		}

@@ -91,7 +91,7 @@ func withMetrics(edit ...func(*controller.SetupOptions)) *prometheus.Registry {
 }
 
 // metric polls one sample of a metric family: the one whose labels include labels (name,
-// value pairs). It returns -1 while there is no such sample, so "gone" and "0" differ.
+// value pairs); a histogram's sample is the sum of its observations. It returns -1 while there is no such sample, so "gone" and "0" differ.
 func metric(reg prometheus.Gatherer, name string, labels ...string) func() float64 {
 	return func() float64 {
 		families, err := reg.Gather()
@@ -118,6 +118,8 @@ func metric(reg prometheus.Gatherer, name string, labels ...string) func() float
 					return m.GetCounter().GetValue()
 				case m.GetGauge() != nil:
 					return m.GetGauge().GetValue()
+				case m.GetHistogram() != nil:
+					return m.GetHistogram().GetSampleSum()
 				}
 			}
 		}

@@ -2,12 +2,14 @@ package controller
 
 import (
 	"context"
+	"reflect"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
@@ -15,8 +17,9 @@ import (
 
 type requestQueue = workqueue.TypedRateLimitingInterface[reconcile.Request]
 
-// requestEvents enqueues the keys a LockRequest names. Updates that change nothing a decision
-// reads — a refreshed queue position or message, written by this controller — are dropped, so
+// requestEvents enqueues the keys a LockRequest names. Updates that change only ignored fields
+// (ignoredStatusFields) — a refreshed queue position or message, written by this controller —
+// are dropped, so
 // deep queues do not reconcile once per refresh, and so is the echo of a status a key just
 // wrote, for that key (the others it names still hear of it). Deletions are remembered, so the
 // reconcile that hands the lock on need not ask the API server whether the holder is really
@@ -57,20 +60,44 @@ func (r *LockReconciler) requestEvents() handler.Funcs {
 	}
 }
 
-// decisionInputChanged says whether an update touches what queue.Decide reads: the spec
-// (generation), labels and annotations, deletion, or the status fields that carry the grant
-// and the queue order. Queue position, blockedBy and condition messages are its output only.
-func decisionInputChanged(a, b *locksv1.LockRequest) bool {
-	if a.Generation != b.Generation || (a.DeletionTimestamp == nil) != (b.DeletionTimestamp == nil) ||
-		!equality.Semantic.DeepEqual(a.Labels, b.Labels) || !equality.Semantic.DeepEqual(a.Annotations, b.Annotations) {
-		return true
+// ignoredStatusFields are, per kind, the only status fields whose change alone does not make an
+// update worth a decision: what queue.Decide writes and never reads (a waiter's queue position,
+// its blocker, its conditions' messages). Every other change is relevant — a field added to a
+// status tomorrow included: the filter fails closed. TestUpdateFilterFailsClosed changes every
+// status field of every kind, by reflection, and checks both halves.
+var ignoredStatusFields = map[reflect.Type][]string{
+	// guard:update-filter-ignores-fences
+	reflect.TypeFor[locksv1.LockRequest](): {"QueuePosition", "BlockedBy", "Conditions"},
+}
+
+// ignoredMetaFields change with every write and say nothing a decision reads.
+var ignoredMetaFields = []string{"ResourceVersion", "ManagedFields"}
+
+// relevantUpdates passes the updates that change anything but the ignored fields.
+func relevantUpdates() predicate.Funcs {
+	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+		return decisionInputChanged(e.ObjectOld, e.ObjectNew)
+	}}
+}
+
+// decisionInputChanged says whether an update changes anything but the ignored fields.
+func decisionInputChanged(a, b client.Object) bool {
+	return !equality.Semantic.DeepEqual(withoutIgnored(a), withoutIgnored(b))
+}
+
+// withoutIgnored is a shallow copy of o with its ignored fields zeroed; o is not changed.
+func withoutIgnored(o client.Object) any {
+	v := reflect.ValueOf(o).Elem()
+	c := reflect.New(v.Type()).Elem()
+	c.Set(v)
+	meta := c.FieldByName("ObjectMeta")
+	for _, f := range ignoredMetaFields {
+		meta.FieldByName(f).SetZero()
 	}
-	sa, sb := &a.Status, &b.Status
-	return sa.Phase != sb.Phase || sa.FencingToken != sb.FencingToken || sa.ObservedGeneration != sb.ObservedGeneration ||
-		!equality.Semantic.DeepEqual(sa.Locks, sb.Locks) ||
-		!equality.Semantic.DeepEqual(sa.QueuedAt, sb.QueuedAt) ||
-		!equality.Semantic.DeepEqual(sa.GrantedAt, sb.GrantedAt) ||
-		!equality.Semantic.DeepEqual(sa.RenewedAt, sb.RenewedAt) ||
-		!equality.Semantic.DeepEqual(sa.ExpiresAt, sb.ExpiresAt) ||
-		!equality.Semantic.DeepEqual(sa.FinishedAt, sb.FinishedAt)
+	if st := c.FieldByName("Status"); st.IsValid() {
+		for _, f := range ignoredStatusFields[v.Type()] {
+			st.FieldByName(f).SetZero()
+		}
+	}
+	return c.Addr().Interface()
 }

@@ -138,6 +138,10 @@ type Decision struct {
 	// RefreshDeferred is true when waiters whose position moved were left for later because
 	// the refresh budget ran out: decide again once the caller can write more.
 	RefreshDeferred bool
+	// Writes is the plan: every write above in the order docs/protocol.md proves safe, each with
+	// its object, its precondition and why it is made (plan.go). The caller applies them one at
+	// a time, and stops at the first that fails.
+	Writes []Write
 }
 
 // entry is one request as seen from this key.
@@ -159,6 +163,7 @@ type entry struct {
 	outcome  *outcome // set when it leaves the queue or the holder set now
 	demoted  bool     // an unconfirmed grant taken back: it waits again
 	ticket   int64    // the arrival order the API server gave it (Revision)
+	idx      int      // its place among the key's requests as read: the order of their writes
 	shared   bool     // it asks for this key in Shared mode
 	tok      int64    // its token for the key once the decision is made (holderTokens)
 	behind   *entry   // the exclusive waiter it may not pass (writer preference), if any
@@ -179,12 +184,56 @@ func TTL(req *locksv1.LockRequest, cfg Config) time.Duration {
 	return cfg.DefaultTTL
 }
 
-// Decide computes the next state of one key. See the package comment.
+// Decide computes the next state of one key as a plan: the writes of docs/protocol.md's steps
+// 1-6, in order (Decision.Writes). It is a pipeline of named steps, each taking values and
+// returning new ones — collect, leave, stay, order, admit, reject, grantToken, then the plan —
+// and none changes what an earlier step returned.
 func Decide(in Input) Decision {
-	var d Decision
+	s := collect(in)
+	if s.lock != nil && s.lock.DeletionTimestamp != nil {
+		return plan(forceUnlock(s.lock, s.entries, in.Now), in.Name, s.lock)
+	}
+	st := stay(leave(s.entries, in))
+	a := admit(st.holders, order(st.entries, in.Now))
+	waiting, rejected := reject(st.holders, a, in.Config)
+	allHolders := append(append([]*entry{}, st.holders...), a.granted...)
+	waiting = markBehindWriter(allHolders, waiting)
+	if s.lock == nil {
+		// Only a key somebody holds or waits for needs its ProjectLock: after a force-unlock
+		// with nobody waiting, the deleted ProjectLock stays deleted. A grant is decided on the
+		// created object: its token is that object's resourceVersion.
+		if len(allHolders) > 0 || len(waiting) > 0 {
+			return plan(Decision{CreateLock: true}, in.Name, nil)
+		}
+		return plan(statuses(in, st, a, waiting, rejected, allHolders, s.token), in.Name, nil)
+	}
+	// A shared request joining shared holders is a new grant too: a new token.
+	token, again := grantToken(s, st, a.newHolder || a.joins, in.GoneTokens)
+	allHolders = holderTokens(allHolders, token)
+	d := statuses(in, st, a, waiting, rejected, allHolders, token)
+	if again {
+		d = dropFirst(s.lock, st.entries, holderTokens(st.holders, s.token), d.Demote, in.Now, in.Config)
+		return plan(d, in.Name, s.lock)
+	}
+	status := lockStatus(s.lock, allHolders, waiting, token, a.newHolder, in.Now, in.Config)
+	if !statusEqual(s.lock.Status, status) {
+		d.Lock = &status
+	}
+	return plan(d, in.Name, s.lock)
+}
+
+// snapshot is the key as read: its ProjectLock (nil when there is none), its fencing token, and
+// one entry per request that names the key, aged as the ProjectLock's queue shows it.
+type snapshot struct {
+	lock    *locksv1.ProjectLock
+	token   int64
+	entries []*entry
+}
+
+// collect builds the snapshot Decide works from.
+func collect(in Input) snapshot {
 	now := in.Now
 	lock := in.Lock
-
 	holderUIDs := map[types.UID]bool{}
 	token := int64(0)
 	if lock != nil {
@@ -193,7 +242,6 @@ func Decide(in Input) Decision {
 			holderUIDs[types.UID(r.UID)] = true
 		}
 	}
-
 	entries := make([]*entry, 0, len(in.Requests))
 	for _, req := range in.Requests {
 		e := newEntry(req, in.Name, in.Config, now)
@@ -201,47 +249,72 @@ func Decide(in Input) Decision {
 			continue
 		}
 		e.heldHere = holderUIDs[req.UID]
+		e.idx = len(entries)
 		if fr, ok := in.Freezes.For(req.Spec.Command); ok {
 			e.frozen = &fr
 		}
 		entries = append(entries, e)
 	}
 	agedAsShown(lock, entries, in.Config, now)
-	if lock != nil && lock.DeletionTimestamp != nil {
-		return forceUnlock(lock, entries, now)
-	}
+	return snapshot{lock: lock, token: token, entries: entries}
+}
 
-	// 1. Who leaves the holder set or the queue now.
-	for _, e := range entries {
-		e.outcome = leaving(e, in)
+// leave is why each request leaves the key's holders or its queue now (protocol step 3): new
+// entries, each with its outcome, or none when it stays.
+func leave(entries []*entry, in Input) []*entry {
+	out := make([]*entry, len(entries))
+	for i, e := range entries {
+		c := *e
+		c.outcome = leaving(e, in)
+		out[i] = &c
 	}
+	return out
+}
 
-	// 2. The holders that stay. One listed but never written as holding (a crash, or a lost
-	// race, between the ProjectLock write and its own) is an unconfirmed grant: only a decision
-	// that writes the ProjectLock itself may write a holder, so it is re-issued, with a new
-	// token; or, if its command froze since, taken back (demoted) before anyone is told of it.
-	var holders []*entry
-	reissue := false
+// standing is who holds the key once the leavers are out: the holders that stay, whether one of
+// them is an unconfirmed grant to re-issue, and every entry, the demoted ones waiting again.
+type standing struct {
+	entries []*entry
+	holders []*entry
+	reissue bool
+}
+
+// stay judges the listed holders that do not leave. One listed but never written as holding (a
+// crash, or a lost race, between the ProjectLock write and its own) is an unconfirmed grant:
+// only a decision that writes the ProjectLock itself may write a holder, so it is re-issued,
+// with a new token; or, if its command froze since, taken back (demoted) before anyone is told
+// of it (protocol step 3).
+func stay(entries []*entry) standing {
+	st := standing{entries: make([]*entry, 0, len(entries))}
 	for _, e := range entries {
 		if !e.heldHere || e.final || e.outcome != nil {
+			st.entries = append(st.entries, e)
 			continue
 		}
 		if !e.claims {
 			if e.frozen != nil {
-				e.heldHere, e.demoted = false, true
+				st.entries = append(st.entries, demoted(e))
 				continue
 			}
-			reissue = true
+			st.reissue = true
 		}
-		holders = append(holders, e)
+		st.holders = append(st.holders, e)
+		st.entries = append(st.entries, e)
 	}
-	var holderID locksv1.HolderID
-	hasHolder := len(holders) > 0
-	if hasHolder {
-		holderID = holders[0].id
-	}
+	return st
+}
 
-	// 3. The queue, in grant order.
+// demoted is e taken out of the holders, waiting again.
+func demoted(e *entry) *entry {
+	c := *e
+	c.heldHere, c.demoted = false, true
+	return &c
+}
+
+// order is the queue in grant order: every entry that neither holds nor leaves. Requests seen
+// for the first time get distinct arrivals in their sorted order, so FIFO holds even among
+// requests created within the same second.
+func order(entries []*entry, now time.Time) []*entry {
 	var waiting []*entry
 	for _, e := range entries {
 		if !e.heldHere && !e.final && e.outcome == nil {
@@ -249,162 +322,132 @@ func Decide(in Input) Decision {
 		}
 	}
 	sortQueue(waiting)
-	// Requests seen for the first time get distinct arrivals in their sorted order, so FIFO holds
-	// even among requests created within the same second.
 	stamp := now.Truncate(time.Microsecond)
-	for _, e := range waiting {
+	for i, e := range waiting {
 		if !e.stamped {
-			e.arrival = stamp
+			c := *e
+			c.arrival = stamp
+			waiting[i] = &c
 			stamp = stamp.Add(time.Microsecond)
 		}
 	}
+	return waiting
+}
 
-	// 4. Grants: the holder's own identity re-enters at once; a free key goes to the first
-	// grantable request, together with its identity's other grantable requests; shared requests
-	// hold together, and none passes an exclusive waiter (admit, shared.go).
-	grantable := func(e *entry) bool {
-		return e.frozen == nil && reached(e)
-	}
-	granted, waiting := admit(holders, waiting, grantable)
-	newHolder := !hasHolder && len(granted) > 0
-	if newHolder {
-		holderID, hasHolder = granted[0].id, true
-	}
+// admission is who holds the key after the decision and who waits on.
+type admission struct {
+	holderID  locksv1.HolderID
+	hasHolder bool
+	newHolder bool // the key changes hands: a new token
+	joins     bool // shared requests join shared holders that stay: a new token too
+	granted   []*entry
+	waiting   []*entry
+}
 
-	// 5. waitTimeout 0s: try once, fail at once. A request that does not hold its earlier keys
-	// yet is not trying this key: the key it has reached decides whether it is busy.
-	rest := waiting[:0]
-	for _, e := range waiting {
-		if e.req.Spec.WaitTimeout != nil && e.req.Spec.WaitTimeout.Duration == 0 && (e.frozen != nil || reached(e)) {
-			if e.frozen != nil {
-				e.outcome = &outcome{locksv1.PhaseFailed, locksv1.ReasonCommandLocked, e.frozen.Message, "Warning"}
-			} else {
-				e.outcome = &outcome{locksv1.PhaseFailed, locksv1.ReasonBusy,
-					fmt.Sprintf("%s is busy and waitTimeout is 0s: %s", e.ref.Key, blockerText(holders, granted, waiting, e)), "Warning"}
-			}
+// grantable reports whether a waiter could hold the key now, holders aside: its command is not
+// frozen and it holds its earlier keys.
+func grantable(e *entry) bool {
+	return e.frozen == nil && reached(e)
+}
+
+// admit picks the new holders (protocol step 6): the holder's own identity re-enters at once; a
+// free key goes to the first grantable request, together with its identity's other grantable
+// requests; shared requests hold together, and none passes an exclusive waiter ahead of it
+// (admitModes, shared.go).
+func admit(holders, waiting []*entry) admission {
+	granted, rest := admitModes(holders, waiting)
+	a := admission{granted: granted, waiting: rest, hasHolder: len(holders) > 0 || len(granted) > 0}
+	a.newHolder = len(holders) == 0 && len(granted) > 0
+	switch {
+	case len(holders) > 0:
+		a.holderID = holders[0].id
+	case a.newHolder:
+		a.holderID = granted[0].id
+	}
+	a.joins = sharedJoin(a.newHolder, holders, granted)
+	return a
+}
+
+// reject fails the waiters that may not wait on: waitTimeout 0s (try once, fail at once), and
+// newcomers past the queue cap. It returns who still waits and the rejected, with outcomes.
+func reject(holders []*entry, a admission, cfg Config) (waiting, rejected []*entry) {
+	waiting, rejected = tryOnce(holders, a)
+	waiting, full := queueCap(waiting, cfg.QueueCap)
+	return waiting, append(rejected, full...)
+}
+
+// tryOnce fails the waiters with waitTimeout 0s. A request that does not hold its earlier keys
+// yet is not trying this key: the key it has reached decides whether it is busy.
+func tryOnce(holders []*entry, a admission) (waiting, rejected []*entry) {
+	for _, e := range a.waiting {
+		if e.req.Spec.WaitTimeout == nil || e.req.Spec.WaitTimeout.Duration != 0 || (e.frozen == nil && !reached(e)) {
+			waiting = append(waiting, e)
 			continue
 		}
-		rest = append(rest, e)
+		c := *e
+		if e.frozen != nil {
+			c.outcome = &outcome{locksv1.PhaseFailed, locksv1.ReasonCommandLocked, e.frozen.Message, "Warning"}
+		} else {
+			c.outcome = &outcome{locksv1.PhaseFailed, locksv1.ReasonBusy,
+				fmt.Sprintf("%s is busy and waitTimeout is 0s: %s", e.ref.Key, blockerText(holders, a.granted, a.waiting, e)), "Warning"}
+		}
+		rejected = append(rejected, &c)
 	}
-	waiting = rest
+	return waiting, rejected
+}
 
-	// 6. The cap. It counts who still waits after this decision's grants (the holder's own
-	// identity re-enters however long the queue). Requests already queued keep their place
-	// whatever their number; newcomers, in grant order, take what room is left.
-	if capN := in.Config.QueueCap; capN > 0 {
-		n := 0
-		for _, e := range waiting {
-			if e.stamped {
-				n++
-			}
-		}
-		kept := waiting[:0]
-		for _, e := range waiting {
-			if !e.stamped {
-				if n >= capN {
-					e.outcome = &outcome{locksv1.PhaseFailed, locksv1.ReasonQueueFull,
-						fmt.Sprintf("the queue for %s is full (%d waiting, the operator's cap); try again later", e.ref.Key, n), "Warning"}
-					continue
-				}
-				n++
-			}
-			kept = append(kept, e)
-		}
-		waiting = kept
+// queueCap fails the newcomers past the cap. It counts who still waits after this decision's
+// grants (the holder's own identity re-enters however long the queue). Requests already queued
+// keep their place whatever their number; newcomers, in grant order, take what room is left.
+func queueCap(waiting []*entry, capN int) (kept, rejected []*entry) {
+	if capN <= 0 {
+		return waiting, nil
 	}
+	n := 0
+	for _, e := range waiting {
+		if e.stamped {
+			n++
+		}
+	}
+	for _, e := range waiting {
+		if !e.stamped {
+			if n >= capN {
+				c := *e
+				c.outcome = &outcome{locksv1.PhaseFailed, locksv1.ReasonQueueFull,
+					fmt.Sprintf("the queue for %s is full (%d waiting, the operator's cap); try again later", e.ref.Key, n), "Warning"}
+				rejected = append(rejected, &c)
+				continue
+			}
+			n++
+		}
+		kept = append(kept, e)
+	}
+	return kept, rejected
+}
 
-	// 7. The ProjectLock status.
-	allHolders := append(append([]*entry{}, holders...), granted...)
-	markBehindWriter(allHolders, waiting, grantable)
-	joins := sharedJoin(newHolder, holders, granted)
-	again := false
-	if lock == nil {
-		// Only a key somebody holds or waits for needs its ProjectLock: after a force-unlock
-		// with nobody waiting, the deleted ProjectLock stays deleted. A grant is decided on the
-		// created object: its token is that object's resourceVersion.
-		if len(allHolders) > 0 || len(waiting) > 0 {
-			return Decision{CreateLock: true}
-		}
-	} else {
-		if newHolder || reissue || joins {
-			top, unknown := leavingTokens(lock, entries, in.GoneTokens)
-			// Decided below, once the demotions are: they leave in the same write.
-			again = unknown && (newHolder || joins)
-			token = nextToken(token, Revision(lock.ResourceVersion), top)
-		}
-		holderTokens(allHolders, token)
-		status := lockStatus(lock, allHolders, waiting, token, newHolder, now, in.Config)
-		if !statusEqual(lock.Status, status) {
-			d.Lock = &status
-		}
+// grantToken is the token the ProjectLock write of step 4 carries: a new one when the key
+// changes hands or an unconfirmed grant is re-issued, else the one read. again is true when a
+// leaving holder is gone with a token nobody knows: the write then only takes the leavers out
+// (dropFirst), and the grant is decided on the written ProjectLock.
+func grantToken(s snapshot, st standing, newHolder bool, gone map[types.UID]int64) (token int64, again bool) {
+	if !newHolder && !st.reissue {
+		return s.token, false
 	}
-	d.Holder, d.HasHolder = holderID, hasHolder
+	top, unknown := leavingTokens(s.lock, st.entries, gone)
+	return nextToken(s.token, Revision(s.lock.ResourceVersion), top), unknown && newHolder
+}
+
+// statuses is the request statuses of the decision (steps 3 and 6, and the waiters): the
+// leavers and rejected written final, the holders' grants, the demotions and the waiters.
+func statuses(in Input, st standing, a admission, waiting, rejected, allHolders []*entry, token int64) Decision {
+	d := Decision{Holder: a.holderID, HasHolder: a.hasHolder}
 	for _, e := range waiting {
 		d.Queue = append(d.Queue, e.req)
 	}
-
-	// 8. Request statuses.
-	for _, e := range entries {
-		if e.outcome != nil {
-			d.Finish = append(d.Finish, Update{Request: e.req, Status: finishedStatus(e, now), Event: &Event{e.outcome.event, e.outcome.reason, e.outcome.message}})
-		}
-	}
-	for _, e := range allHolders {
-		st, changed := heldStatus(e, e.tok, now)
-		if !changed {
-			continue
-		}
-		u := Update{Request: e.req, Status: st, Acquires: !e.claims}
-		if st.Phase == locksv1.PhaseGranted && e.req.Status.Phase != locksv1.PhaseGranted {
-			u.Event = &Event{"Normal", locksv1.ReasonGranted, grantedMessage(e, st)}
-		} else if ev := renewalEvent(e, st); ev != nil {
-			u.Event = ev
-		}
-		d.Grant = append(d.Grant, u)
-	}
-	refreshes := 0
-	told := newBlockers(holders, granted, waiting)
-	for i, e := range waiting {
-		refresh := e.stamped && e.req.Status.Phase == locksv1.PhasePending && !e.demoted
-		// Past the budget, a waiter whose position or message visibly changed is left for a
-		// later decision without building its status: in a deep queue every hand-off moves them
-		// all and every arrival changes the length their messages quote, and only the budget's
-		// worth can be written anyway. One that may not have changed is still checked exactly,
-		// so nothing is deferred that would not be written.
-		if refresh && in.Refreshes.Limited && refreshes >= in.Refreshes.N && visiblyChanged(e, i, len(waiting), told) {
-			d.RefreshDeferred = true
-			continue
-		}
-		st := waitingStatus(e, i, len(waiting), told, now)
-		// A demotion is a fence: its write must make the held write still in flight for the
-		// request fail (its precondition) before the ProjectLock stops listing it. An update
-		// equal to the stored object is a no-op that keeps the resourceVersion, so the demotion
-		// raises status.fences: it always changes the stored object (docs/protocol.md, "A fence
-		// must change the stored object").
-		if e.demoted {
-			st.Fences = e.req.Status.Fences + 1
-		}
-		if equalStatus(e.req.Status, st) {
-			continue
-		}
-		if refresh {
-			refreshes++
-		}
-		u := Update{Request: e.req, Status: st, Refresh: refresh}
-		if !e.stamped || e.demoted {
-			u.Event = &Event{"Normal", condReason(st), condMessage(st)}
-		}
-		if e.demoted {
-			d.Demote = append(d.Demote, u)
-			continue
-		}
-		d.Waiting = append(d.Waiting, u)
-	}
-	if again {
-		holderTokens(holders, lock.Status.FencingToken)
-		return dropFirst(lock, entries, holders, d.Demote, now, in.Config)
-	}
-
+	d.Finish = finishUpdates(st.entries, rejected, in.Now)
+	d.Grant = grantUpdates(allHolders, token, in.Now)
+	told := newBlockers(st.holders, a.granted, waiting)
+	d.Demote, d.Waiting, d.RefreshDeferred = waitingUpdates(waiting, told, in)
 	d.RequeueAfter = nextDeadline(in, allHolders, waiting)
 	return d
 }
@@ -465,9 +508,10 @@ func forceUnlock(lock *locksv1.ProjectLock, entries []*entry, now time.Time) Dec
 		if !e.heldHere || e.final {
 			continue
 		}
-		e.outcome = &outcome{locksv1.PhaseReleased, locksv1.ReasonForceUnlocked,
+		c := *e
+		c.outcome = &outcome{locksv1.PhaseReleased, locksv1.ReasonForceUnlocked,
 			fmt.Sprintf("ProjectLock %s was deleted: the lock on %s was force-unlocked", lock.Name, e.ref.Key), "Warning"}
-		d.Finish = append(d.Finish, Update{Request: e.req, Status: finishedStatus(e, now), Event: &Event{e.outcome.event, e.outcome.reason, e.outcome.message}})
+		d.Finish = append(d.Finish, finishUpdate(&c, now))
 	}
 	d.ReleaseFinalizer = slices.Contains(lock.Finalizers, locksv1.ReleaseHoldersFinalizer)
 	return d

@@ -146,7 +146,9 @@ func untilFromNow(t time.Time) time.Duration { return t.Sub(now) }
 // the resourceVersion of the object it is written to.
 func TestDecideCreatesProjectLockFirst(t *testing.T) {
 	in := Input{Now: now, Name: name1, Requests: reqs(makeReq("a").Owner("alice", 100)), Config: testConfig()}
-	if diff := cmp.Diff(Decision{CreateLock: true}, Decide(in)); diff != "" {
+	want := Decision{CreateLock: true, Writes: []Write{{Kind: WriteCreate, Step: StepCreate, Object: name1,
+		Why: "someone needs the key; a grant is decided on the created ProjectLock"}}}
+	if diff := cmp.Diff(want, Decide(in)); diff != "" {
 		t.Errorf("Decision (-want +got):\n%s", diff)
 	}
 	// Nobody needs it: a claimant of a ProjectLock that is gone is only told so.

@@ -52,7 +52,7 @@ func compatible(set []*entry, e *entry) bool {
 	return e.shared && allShared(set)
 }
 
-// admit is step 4 of Decide: who comes to hold the key now, from the holders that stay and the
+// admitModes is who comes to hold the key now (admit), from the holders that stay and the
 // queue in grant order. A grantable waiter of the identity that holds the whole key joins at
 // once (re-entrant, as always). Every other grantable waiter, in queue order, holds if it is
 // compatible with the holders (compatible) — until the first grantable exclusive waiter that
@@ -60,7 +60,7 @@ func compatible(set []*entry, e *entry) bool {
 // readers never starves a writer. A waiter that is not grantable (its command frozen, or an
 // earlier key of its own not held yet) stops nobody. At most MaxSharedHolders hold in Shared
 // mode; the next shared waiter waits for one of them to leave.
-func admit(holders, waiting []*entry, grantable func(*entry) bool) (granted, rest []*entry) {
+func admitModes(holders, waiting []*entry) (granted, rest []*entry) {
 	set := append([]*entry{}, holders...)
 	var writer *entry // the first exclusive waiter that cannot hold yet
 	for _, e := range waiting {
@@ -82,20 +82,24 @@ func admit(holders, waiting []*entry, grantable func(*entry) bool) (granted, res
 	return granted, rest
 }
 
-// holderTokens gives every holder after the decision its token for the key. Holders of one
-// identity (an exclusive holding) share the key's token, as always. Shared holders each keep
-// their own: a confirmed one the token its status shows; a new or re-issued grant the
-// decision's token, above every token granted on the key before.
-func holderTokens(set []*entry, token int64) {
+// holderTokens is the holders after the decision, each with its token for the key (new
+// entries). Holders of one identity (an exclusive holding) share the key's token, as always.
+// Shared holders each keep their own: a confirmed one the token its status shows; a new or
+// re-issued grant the decision's token, above every token granted on the key before.
+func holderTokens(set []*entry, token int64) []*entry {
 	shared := len(set) > 0 && allShared(set)
-	for _, e := range set {
-		e.tok = token
+	out := make([]*entry, len(set))
+	for i, e := range set {
+		c := *e
+		c.tok = token
 		if shared && e.claims {
 			if t := e.req.Status.Locks[e.ref.Index].FencingToken; t > 0 {
-				e.tok = t
+				c.tok = t
 			}
 		}
+		out[i] = &c
 	}
+	return out
 }
 
 // sharedJoin reports whether requests join shared holders that stay (not a new holding): every
@@ -164,23 +168,29 @@ func sharedText(set []*entry) string {
 	}
 }
 
-// markBehindWriter tells the shared waiters that shared holders would take, were it not for an
-// exclusive waiter ahead of them, who they wait behind. It runs on the queue left after the
-// decision's failures (a waitTimeout 0s, the cap), so it never names a waiter that leaves now.
-func markBehindWriter(set, waiting []*entry, grantable func(*entry) bool) {
+// markBehindWriter is the queue with the shared waiters that shared holders would take, were it
+// not for an exclusive waiter ahead of them, told who they wait behind (new entries). It runs on
+// the queue left after the decision's failures (a waitTimeout 0s, the cap), so it never names a
+// waiter that leaves now.
+func markBehindWriter(set, waiting []*entry) []*entry {
 	if len(set) == 0 || !allShared(set) {
-		return
+		return waiting
 	}
+	out := make([]*entry, len(waiting))
 	var writer *entry
-	for _, e := range waiting {
+	for i, e := range waiting {
+		out[i] = e
 		switch {
 		case !grantable(e):
 		case !e.shared && writer == nil:
 			writer = e
 		case e.shared && writer != nil:
-			e.behind = writer
+			c := *e
+			c.behind = writer
+			out[i] = &c
 		}
 	}
+	return out
 }
 
 // writerText is what a waiter kept behind an exclusive waiter is told.

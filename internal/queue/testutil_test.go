@@ -3,6 +3,7 @@ package queue
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -324,42 +325,86 @@ const (
 // to a request that is gone are dropped (the API server would answer NotFound).
 func (w *world) apply(name string, in Input, d Decision, stage int) {
 	w.t.Helper()
-	write := func(us []Update) {
-		for _, u := range us {
-			r := w.reqs[u.Request.UID]
+	checkPlan(w.t, in, d)
+	for _, wr := range d.Writes {
+		if crashedBefore(wr, stage) {
+			return
+		}
+		switch wr.Kind {
+		case WriteCreate:
+			w.create(name, in)
+		case WriteReleaseFinalizer:
+			delete(w.locks, name)
+		case WriteLockStatus:
+			w.locks[name].Status = roundTrip(w.t, *wr.Lock)
+			w.rv++
+			w.locks[name].ResourceVersion = fmt.Sprint(w.rv)
+		case WriteCheckFreezes:
+			// The world's freezes are the decision's: nothing froze since.
+		default:
+			r := w.reqs[wr.Update.Request.UID]
 			if r == nil {
 				continue
 			}
-			r.Status = roundTrip(w.t, u.Status)
+			r.Status = roundTrip(w.t, wr.Update.Status)
 			w.rv++
 			r.ResourceVersion = fmt.Sprint(w.rv)
 		}
 	}
-	write(d.Finish)
-	write(d.Demote)
-	if stage < stageLock {
-		return
+}
+
+// crashedBefore says whether a crash at stage stops the plan before write wr: stageFinish after
+// the leavers (before the create or the ProjectLock), stageLock after the ProjectLock,
+// stageGrant after the grants.
+func crashedBefore(wr Write, stage int) bool {
+	switch {
+	case stage < stageLock:
+		return wr.Step >= StepLock || wr.Kind == WriteCreate
+	case stage < stageGrant:
+		return wr.Step >= StepFreezeCheck
+	case stage < stageAll:
+		return wr.Step >= StepWaiters
 	}
-	if d.CreateLock {
-		w.create(name, in)
+	return false
+}
+
+// checkPlan checks that d's writes are the decision's, each once, in protocol order, each
+// preconditioned on the resourceVersion read, and that nothing follows a plan that decides again
+// but its own writes.
+func checkPlan(t testing.TB, in Input, d Decision) {
+	t.Helper()
+	var want []Update
+	for _, us := range [][]Update{d.Finish, d.Demote, d.Grant, d.Waiting} {
+		want = append(want, us...)
 	}
-	if d.ReleaseFinalizer {
-		delete(w.locks, name)
-		return
+	var got []Update
+	last := Step(0)
+	for _, wr := range d.Writes {
+		if wr.Step < last {
+			t.Fatalf("plan out of protocol order: %s after step %s\n%s", wr.Step, last, describeDecision(d))
+		}
+		last = wr.Step
+		if wr.Update != nil {
+			got = append(got, *wr.Update)
+			if wr.RV != wr.Update.Request.ResourceVersion {
+				t.Fatalf("write of %s preconditioned on rv %q, read at %q", wr.Object, wr.RV, wr.Update.Request.ResourceVersion)
+			}
+		}
+		if (wr.Kind == WriteLockStatus || wr.Kind == WriteReleaseFinalizer) && wr.RV != in.Lock.ResourceVersion {
+			t.Fatalf("%s preconditioned on rv %q, read at %q", wr.Kind, wr.RV, in.Lock.ResourceVersion)
+		}
+		if wr.Kind == WriteGrant && wr.Update.Acquires && wr.Update.Request.Spec.Command != "" &&
+			!slices.ContainsFunc(d.Writes, func(c Write) bool { return c.Kind == WriteCheckFreezes }) {
+			t.Fatalf("a commanded request is written as holding without a freeze check:\n%s", describeDecision(d))
+		}
 	}
-	if d.Lock != nil {
-		w.locks[name].Status = roundTrip(w.t, *d.Lock)
-		w.rv++
-		w.locks[name].ResourceVersion = fmt.Sprint(w.rv)
+	if len(got) != len(want) {
+		t.Fatalf("plan writes %d request statuses, the decision has %d:\n%s", len(got), len(want), describeDecision(d))
 	}
-	if stage < stageGrant {
-		return
+	if (d.Lock != nil) != slices.ContainsFunc(d.Writes, func(c Write) bool { return c.Kind == WriteLockStatus }) ||
+		d.CreateLock != slices.ContainsFunc(d.Writes, func(c Write) bool { return c.Kind == WriteCreate }) {
+		t.Fatalf("plan and decision disagree on the ProjectLock:\n%s", describeDecision(d))
 	}
-	write(d.Grant)
-	if stage < stageAll {
-		return
-	}
-	write(d.Waiting)
 }
 
 // create creates the ProjectLock of the key named name, for the requests in `in`, with the

@@ -69,7 +69,7 @@ func dropFirst(lock *locksv1.ProjectLock, entries, stay []*entry, demote []Updat
 	d := Decision{Again: true, Demote: demote}
 	for _, e := range entries {
 		if e.heldHere && e.outcome != nil {
-			d.Finish = append(d.Finish, Update{Request: e.req, Status: finishedStatus(e, now), Event: &Event{e.outcome.event, e.outcome.reason, e.outcome.message}})
+			d.Finish = append(d.Finish, finishUpdate(e, now))
 		}
 	}
 	st := lockStatus(lock, stay, nil, lock.Status.FencingToken, false, now, cfg)

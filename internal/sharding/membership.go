@@ -302,12 +302,14 @@ func (m *Membership) recompute() {
 // deletes it, with its resourceVersion as precondition, so a member that comes back and renews
 // keeps its Lease.
 func (m *Membership) collect(ctx context.Context) {
-	live := m.Live()
+	if len(m.Live()) == 0 {
+		return // no member owns anything: nobody collects
+	}
 	now := m.clock.Now()
 	m.mu.Lock()
 	var dead []*coordinationv1.Lease
 	for name, o := range m.seen {
-		if now.Sub(o.changed) >= gcAfter && Owner(live, name) == m.cfg.Identity {
+		if now.Sub(o.changed) >= gcAfter && Judge(m, name).Owner {
 			l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: m.cfg.Namespace, Name: name}}
 			l.ResourceVersion = o.resourceVersion
 			dead = append(dead, l)

@@ -70,3 +70,29 @@ type Router interface {
 	// key: the backups of a key wait in their rendezvous order.
 	Delay(key string) time.Duration
 }
+
+// Judgment is this replica's part in deciding a key: the owner decides it at once; a backup
+// decides it Delay later (its rendezvous rank times the backup delay), and leaves it alone one
+// more delay when the owner was seen deciding it (Defers).
+type Judgment struct {
+	Owner bool
+	Delay time.Duration
+}
+
+// Judge is the one judgment of ownership: the routed queue asks it when to hand a key out and
+// whether to defer it, the key reconciler whether it refreshes waiters' positions, membership
+// which replica collects a lapsed Lease. A nil router (one replica) owns every key.
+func Judge(r Router, key string) Judgment {
+	if r == nil {
+		return Judgment{Owner: true}
+	}
+	d := r.Delay(key)
+	return Judgment{Owner: d <= 0, Delay: max(d, 0)}
+}
+
+// Defers says whether a backup's item, come due, waits one more backup delay: it was not
+// deferred before (a hung owner's key is decided within two delays), and the key was decided
+// since the item was due for its owner, so the owner is alive and at work on it.
+func (j Judgment) Defers(deferredBefore bool, lastDecided, due time.Time) bool {
+	return !j.Owner && !deferredBefore && lastDecided.After(due)
+}

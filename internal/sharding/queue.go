@@ -112,9 +112,9 @@ func (q *routedQueue) AddWithOpts(o priorityqueue.AddOpts, items ...reconcile.Re
 		// The delay is read and the item recorded as delayed under one lock, which reroute
 		// also takes: an ownership change that lands after the read finds the item recorded.
 		q.mu.Lock()
-		if d := q.router.Delay(item.String()); d > 0 {
+		if j := Judge(q.router, item.String()); !j.Owner {
 			due := q.clock.Now().Add(io.After)
-			io.After += d
+			io.After += j.Delay
 			if was, ok := q.delayed[item]; !ok {
 				q.delayed[item] = delayedItem{due: due}
 			} else if due.Before(was.due) {
@@ -151,16 +151,17 @@ func (q *routedQueue) deferral(item reconcile.Request) (d time.Duration, deferre
 	defer q.mu.Unlock()
 	was, delayed := q.delayed[item]
 	delete(q.delayed, item)
-	if !delayed || was.deferred || q.progress == nil {
+	if !delayed || q.progress == nil {
 		return 0, false
 	}
 	key := item.String()
-	if d = q.router.Delay(key); d == 0 || !q.progress.LastDecided(key).After(was.due) {
+	j := Judge(q.router, key)
+	if !j.Defers(was.deferred, q.progress.LastDecided(key), was.due) {
 		return 0, false
 	}
 	q.delayed[item] = delayedItem{due: q.clock.Now(), deferred: true}
 	BackupDeferrals.Inc()
-	return d, true
+	return j.Delay, true
 }
 
 func (q *routedQueue) Get() (reconcile.Request, bool) {
@@ -174,7 +175,7 @@ func (q *routedQueue) reroute() {
 	q.mu.Lock()
 	var now []reconcile.Request
 	for item := range q.delayed {
-		if q.router.Delay(item.String()) == 0 {
+		if Judge(q.router, item.String()).Owner {
 			now = append(now, item)
 			delete(q.delayed, item)
 		}
