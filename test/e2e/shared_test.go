@@ -110,7 +110,9 @@ var _ = Describe("Shared locks, driven with kubectl", func() {
 		Expect(applyStep[0]).NotTo(ContainSubstring("--shared"))
 
 		r := newRecipeRunner(ns, "sh", "-c")
-		dir := func(pull int) string { return filepath.Join("repos/acme/infra", fmt.Sprint(pull), "default/modules/vpc") }
+		dir := func(pull int) string {
+			return filepath.Join("repos/acme/infra", fmt.Sprint(pull), "default/modules/vpc")
+		}
 		atlantis := func(pull int, author, command string) map[string]string {
 			return map[string]string{
 				"BASE_REPO_OWNER": "acme", "BASE_REPO_NAME": "infra", "REPO_REL_DIR": "modules/vpc", "WORKSPACE": "default",
