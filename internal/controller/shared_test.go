@@ -7,6 +7,7 @@ import (
 	. "github.com/onsi/gomega"
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
+	. "github.com/turnstile-dev/turnstile/internal/testing/wrappers"
 )
 
 var _ = Describe("Shared locks", func() {
@@ -68,6 +69,25 @@ var _ = Describe("Shared locks", func() {
 		release(ns, "w")
 		expectPhase(ns, "r3", locksv1.PhaseGranted)
 		Expect(keyToken("r3")).To(BeNumerically(">", tw))
+	})
+
+	It("finds and names a deadlock through a shared holder", func() {
+		on := func(name, path, owner string, pull int64) *LockRequestWrapper {
+			return MakeLockRequest(name, ns).Lock("acme/infra", path, "default").Owner(owner, pull)
+		}
+		// alice#1 and carol#3 read k1; bob#2 holds k2; alice waits for k2 behind bob; then bob
+		// asks for k1 exclusively: he waits for both readers, and alice waits for him.
+		create(on("a1", "k1", "alice", 1).Shared().Obj(), on("c1", "k1", "carol", 3).Shared().Obj(), on("b1", "k2", "bob", 2).Obj())
+		for _, n := range []string{"a1", "c1", "b1"} {
+			expectPhase(ns, n, locksv1.PhaseGranted)
+		}
+		create(on("a2", "k2", "alice", 1).Obj())
+		Eventually(condOf(ns, "a2"), timeout, interval).Should(Equal("False/Queued: locked by pull #2 (bob); position 1 of 1"))
+		create(on("b2", "k1", "bob", 2).Obj())
+		const cycle = "deadlock: alice#1 waits for bob#2 on acme/infra/k2/default; bob#2 waits for alice#1 on acme/infra/k1/default"
+		Eventually(condOf(ns, "b2"), timeout, interval).Should(Equal("False/Deadlock: " + cycle))
+		expectPhase(ns, "b2", locksv1.PhaseFailed)
+		Expect(get(ns, "a2").Status.Phase).To(Equal(locksv1.PhasePending))
 	})
 
 	It("force-unlocks every shared holder", func() {
