@@ -71,6 +71,7 @@ func admitModes(holders, waiting []*entry) (granted, rest []*entry) {
 			continue
 		// guard:shared-writer-preference
 		case writer != nil:
+		// guard:shared-holders-uncapped
 		case compatible(set, e) && (!e.shared || len(set) < locksv1.MaxSharedHolders):
 			granted, set = append(granted, e), append(set, e)
 			continue

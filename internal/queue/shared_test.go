@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"fmt"
 	"strconv"
 	"testing"
 	"time"
@@ -235,5 +236,22 @@ func TestSharedDecisionTable(t *testing.T) {
 				t.Errorf("finished (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestSharedHoldersCapped: at most MaxSharedHolders requests hold a key shared (the bound of
+// ProjectLock.status.sharedHolders, which the API server enforces); the next waits (mutant
+// shared-holders-uncapped).
+func TestSharedHoldersCapped(t *testing.T) {
+	w := newWorld(t)
+	for i := range locksv1.MaxSharedHolders + 1 {
+		w.add(reader(fmt.Sprintf("r%03d", i), fmt.Sprintf("user%03d", i)))
+	}
+	d := w.decide(name1, now, testConfig())
+	if got := len(w.locks[name1].Status.SharedHolders); got != locksv1.MaxSharedHolders {
+		t.Errorf("%d shared holders, want %d", got, locksv1.MaxSharedHolders)
+	}
+	if diff := cmp.Diff([]string{fmt.Sprintf("r%03d", locksv1.MaxSharedHolders)}, names(d.Queue)); diff != "" {
+		t.Errorf("waiting (-want +got):\n%s", diff)
 	}
 }
