@@ -46,6 +46,9 @@ type tenure struct {
 	// exclusive is the highest token, per key or request-level, an exclusive holder of the key
 	// was seen with; shared the highest per-key token a shared holder was seen with.
 	exclusive, shared int64
+	// exclusiveID is the identity of the exclusive holder seen last: a shared request of its
+	// own identity joins its holding re-entrant, with its token.
+	exclusiveID locksv1.HolderID
 }
 
 // NewInvariants checks states read through c (a live client).
@@ -266,6 +269,7 @@ func (inv *Invariants) observeToken(key string, lr *locksv1.LockRequest, keyTok 
 	t.request = lr.Name
 	t.ceiling = max(t.ceiling, keyTok, reqTok)
 	t.exclusive = max(t.exclusive, keyTok, reqTok)
+	t.exclusiveID = id
 	inv.tokens[key] = t
 	return out
 }
@@ -275,7 +279,7 @@ func (inv *Invariants) observeToken(key string, lr *locksv1.LockRequest, keyTok 
 // token an exclusive holder of the key showed before it (readers after a writer), and not below
 // the per-key token of a shared holder seen before it (shared grants of one write share a
 // token). The next exclusive holder is then a new tenure, above every token seen (a writer after
-// readers: observeToken).
+// readers of another identity: observeToken).
 func (inv *Invariants) observeShared(key string, lr *locksv1.LockRequest, keyTok int64, t tenure) []string {
 	var out []string
 	if inv.sharedSeen == nil {
@@ -283,7 +287,7 @@ func (inv *Invariants) observeShared(key string, lr *locksv1.LockRequest, keyTok
 	}
 	seenKey := key + "\x00" + string(lr.UID)
 	if !inv.sharedSeen[seenKey] {
-		if keyTok <= t.exclusive {
+		if keyTok < t.exclusive || keyTok == t.exclusive && lr.Spec.Holder.ID() != t.exclusiveID {
 			out = append(out, fmt.Sprintf("fencing: %s holds %s shared with token %d, not above %d that an exclusive holder showed before", lr.Name, key, keyTok, t.exclusive))
 		}
 		if keyTok < t.shared {
@@ -291,7 +295,10 @@ func (inv *Invariants) observeShared(key string, lr *locksv1.LockRequest, keyTok
 		}
 		inv.sharedSeen[seenKey] = true
 	}
-	t.identity, t.request = locksv1.HolderID{}, lr.Name
+	// The next holder of another identity is a new tenure (observeToken checks it above every
+	// token seen); one of this identity re-enters: an exclusive request of a reader's own
+	// identity joins it, the whole holding then taking one new token.
+	t.identity, t.request = lr.Spec.Holder.ID(), lr.Name
 	t.shared = max(t.shared, keyTok)
 	t.ceiling = max(t.ceiling, keyTok, lr.Status.FencingToken)
 	inv.tokens[key] = t
