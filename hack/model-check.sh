@@ -39,6 +39,10 @@ configs=(
 	"progress-forceunlock|-DPROGRESS=1 $two -DOVERLAY=1 -DMIDREFRESH=0 -DKA=1 -DKB=1 -DINIT_REQS=3 -DREL_REQS=1 -DFU_BUDGET=1 -DCMD_REQS=0|progress: 2 managers (crashes), A released, a force-unlock"
 	"freeze-gone|$two $calm -DKA=1 -DKB=1 -DKC=1 -DINIT_REQS=7 -DREL_REQS=0 -DDEL_REQS=4 -DCMD_REQS=1 -DFREEZE=1 -DTHAW=0|2 managers and the CommandLock reconciler: A (commanded) joins C's hold of k1 as B waits; a freeze; C deleted, its token known or not (demotion inside the Again split)"
 	# a manager dies for good mid-decision (issue #18: membership changes)
+	# shared mode (issue #31): A and C read k1 (identities a and c), B writes it
+	"shared|-DNMGR=1 -DSHR_REQS=5 -DIDC=2 -DKA=1 -DKB=1 -DKC=1 -DINIT_REQS=3 -DCREATE_REQS=4 -DREL_REQS=7 -DCMD_REQS=0|1 manager (crashes, stale views), shared mode: A reads k1, B waits to write it, C arrives to read it; any of them released: no exclusive holder beside another holder, tokens increase from readers to the writer and back (issue #31)"
+	"shared-2|$two -DSYMM=1 $calm -DSHR_REQS=5 -DIDC=2 -DKA=1 -DKB=1 -DKC=1 -DINIT_REQS=3 -DCREATE_REQS=4 -DREL_REQS=7 -DCMD_REQS=0|2 managers racing (no crashes, overlay always on), shared mode as in shared"
+	"shared-starve|-DPROGRESS=1 -DSTARVE=1 -DNMGR=1 -DCRASH=0 -DOVERLAY=1 -DMIDREFRESH=0 -DSHR_REQS=5 -DIDC=2 -DKA=1 -DKB=1 -DKC=1 -DINIT_REQS=7 -DREL_REQS=0 -DCMD_REQS=0|writer preference (LTL, weak fairness): readers A and C release and ask again forever; the writer B waiting behind A is granted (no starvation)"
 	"progress-membership|-DPROGRESS=1 $two -DDIE=1 -DOVERLAY=1 -DMIDREFRESH=0 -DKA=1 -DKB=1 -DINIT_REQS=3 -DREL_REQS=1 -DFU_BUDGET=1 -DCMD_REQS=0|progress: 2 managers (crashes), one may die for good mid-decision: the survivor alone still hands A's release to B"
 )
 full_configs=(
@@ -59,6 +63,8 @@ mutations=(
 	"7|tokens"
 	"8|freeze-gone"
 	"9|freeze"
+	"10|shared"
+	"11|shared-starve"
 )
 
 # Other models, each checked exhaustively like the configurations above:
@@ -102,6 +108,9 @@ verify() {
 	local cflags="-DSAFETY" panargs=""
 	if [[ $flags == *-DPROGRESS=1* ]]; then
 		cflags="-DNFAIR=4" panargs="-a -f"
+		if [[ $flags == *-DSTARVE=1* ]]; then
+			cflags="-DNFAIR=6" # init, a manager, the environment and two readers
+		fi
 	fi
 	# shellcheck disable=SC2086 # the flags are words
 	if ! $SPIN -a $flags "$model" >spin.log 2>&1 || ! $CC $CFLAGS_PAN -w $cflags -DCOLLAPSE -DMEMLIM=4096 -o pan pan.c >cc.log 2>&1; then
@@ -124,7 +133,7 @@ verify() {
 		echo "ok    $name: no violation in $line — $what" >result
 	elif [[ $mode == refuted && -f $model.trail ]]; then
 		local why
-		why=$(grep -m1 "assertion violated" pan.log | sed 's/^pan:[0-9]*: *//')
+		why=$(grep -m1 "assertion violated\|acceptance cycle" pan.log | sed 's/^pan:[0-9]*: *//')
 		local last
 		last=$($SPIN -t -k "$model.trail" $flags "$model" 2>/dev/null | grep -a '@@' | tail -1 | sed 's/^ *@@ //')
 		echo "ok    $name refuted after $line: $why; the trail ends: $last" >result

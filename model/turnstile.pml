@@ -28,6 +28,19 @@
  *      (what internal/queue/decide.go's dropFirst does today; see model/README.md)
  *   9  a demotion writes the status it read (no status.fences raised): the API server keeps
  *      the rv of an update equal to the stored object, so it fences nothing (hole A, #26)
+ *  10  shared beside exclusive: an exclusive request joins shared holders, and a shared one an
+ *      exclusive holder (the compatibility check taken out; issue #31)
+ *  11  no writer preference: a shared request passes the exclusive waiter ahead of it
+ *
+ * Shared mode (issue #31, -DSHR_REQS=mask): the requests in the mask ask for their keys in
+ * Shared mode. ME then reads: no exclusive holder beside a holder of another identity (shared
+ * holders of any identities hold together); TM reads: a request first seen holding k shows
+ * tokens above every token an exclusive holder of k showed before, an exclusive one above every
+ * token any holder showed before, and a shared one a per-key token not below an earlier shared
+ * holder's (shared grants of one write share its token). Queue order is the order of arrival
+ * (arr[], renamed 1..NR), which writer preference reads. -DSTARVE=1 (with PROGRESS=1) runs the
+ * shared readers as processes that release what they hold and ask again, forever, under weak
+ * fairness, and checks that the waiting writer B is granted (ltl starve).
  *
  * Modelling conventions
  *  - Every action is one d_step: one API call (a write, or a refresh of one view), or the
@@ -132,6 +145,17 @@
 #ifndef SYMM
 #define SYMM 0
 #endif
+/* shared mode (issue #31): which requests are Shared; C's identity (0: a, as A; 2: its own) */
+#ifndef SHR_REQS
+#define SHR_REQS 0
+#endif
+#ifndef IDC
+#define IDC 0
+#endif
+/* 1: readers loop (release, ask again) forever; the writer B must be granted (ltl starve) */
+#ifndef STARVE
+#define STARVE 0
+#endif
 /* 1: membership changes (issue #18): the last manager may also die for good, in the middle of a
    decision or between two, while the environment runs; a crash without DIE is a restart with
    the view it had (stale) and no memory of gone holders. Active-active routing only decides
@@ -183,7 +207,8 @@
 /* Requests (spec, immutable): A identity a, B identity b, C identity a (re-entrant with A);
    the keys each locks are KA, KB, KC. A multi-lock request tries its keys in canonical
    order (k1 first). */
-#define ID(r)       ((r) == 1 -> 1 : 0)
+#define ID(r)       ((r) == 1 -> 1 : ((r) == 2 -> IDC : 0))
+#define SHR(r)      HAS(SHR_REQS, r)
 #define KEYS(r)     ((r) == 0 -> KA : ((r) == 1 -> KB : KC))
 #define BIT(x)      (1 << (x))
 #define HAS(m, x)   (((m) >> (x)) & 1)
@@ -274,10 +299,20 @@ byte clst, clc;
    earlier identities showed, and the highest the current one showed */
 byte curId[NK], prevMax[NK], tenMax[NK];
 bool fw0, fw1;           /* PROGRESS: key k1 / k2 is free and has a live waiter */
+#if SHR_REQS
+/* shared mode: the arrival order (1 = first; 0: not live), and per key the requests seen
+   holding (bit r), the highest token an exclusive holder showed and the highest per-key token
+   a shared holder showed (TM in shared mode) */
+byte arr[NR];
+byte obs[NK];
+byte exMax[NK], shMax[NK], anyMax[NK];
+bool wB;                 /* STARVE: the writer B waits for k1 */
+#endif
 
 /* temporaries (not part of the state) */
 hidden byte i, j, sk, kk, sel, w, what, H, stays, unconf, fin, dem, cand, hid, joiners, newH, tk, mx;
 hidden byte frz, tl, unk, newid, again, ci, cj, cn, clast, ot, oT, sw, cmpc, tmp;
+hidden byte blk, sjoin, rk, nid, exm;
 hidden byte cu[MAXV + 1];
 hidden byte rn[5];
 hidden PLock tpl;        /* the decision's inputs: the view (or a live read) of PL(k) ... */
@@ -360,6 +395,9 @@ inline canon() {
 	for (ci : 0 .. NR - 1) { MARK(rq[ci].tok[0]); MARK(rq[ci].tok[1]) }
 	for (ci : 0 .. NM * NR - 1) { MARK(vrq[ci].tok[0]); MARK(vrq[ci].tok[1]) }
 	for (ci : 0 .. NM - 1) { MARK(ptok[ci]); MARK(pplrv[ci]) }
+#if SHR_REQS
+	for (ci : 0 .. NK - 1) { MARK(exMax[ci]); MARK(shMax[ci]); MARK(anyMax[ci]) }
+#endif
 	cu[0] = 0;
 	cn = 0; clast = 0;
 	for (ci : 1 .. MAXV) {
@@ -381,7 +419,31 @@ inline canon() {
 	for (ci : 0 .. NR - 1) { MAP(rq[ci].tok[0]); MAP(rq[ci].tok[1]) }
 	for (ci : 0 .. NM * NR - 1) { MAP(vrq[ci].tok[0]); MAP(vrq[ci].tok[1]) }
 	for (ci : 0 .. NM - 1) { MAP(ptok[ci]); MAP(pplrv[ci]) }
+#if SHR_REQS
+	for (ci : 0 .. NK - 1) { MAP(exMax[ci]); MAP(shMax[ci]); MAP(anyMax[ci]) }
+#endif
 	ci = 0
+}
+
+/* shared mode: rename the arrival stamps of live requests to 1, 2, ... keeping their order */
+inline canonA() {
+#if SHR_REQS
+	cn = 0;
+	for (rk : 1 .. NR + 1) {
+		for (ci : 0 .. NR - 1) {
+			if
+			:: arr[ci] == rk && rq[ci].ex == LIVE -> cn++; arr[ci] = 100 + cn
+			:: else
+			fi
+		}
+	}
+	for (ci : 0 .. NR - 1) {
+		arr[ci] = (arr[ci] > 100 -> arr[ci] - 100 : 0)
+	}
+	ci = 0; rk = 0
+#else
+	skip
+#endif
 }
 
 /* Request rvs are only compared for equality with the store's, and a request's rv never
@@ -541,6 +603,36 @@ inline observe(k, idn, t, T) {
 #endif
 }
 
+/* TM in shared mode: checked when request r is first seen holding k (obs) */
+inline observeS(k, r, t, T) {
+#if SHR_REQS && CHECK_TM
+	if
+	:: !HAS(obs[k], r) ->
+		if
+		:: SHR(r) && !(t > exMax[k] && t >= shMax[k]) ->
+			printf("@@ VIOLATION TM on k%d: shared %c shows token %d, not above %d an exclusive holder showed or below %d a shared one did\n",
+				k + 1, RN(r), RT(t), RT(exMax[k]), RT(shMax[k]));
+			assert(false)
+		:: !SHR(r) && !(t > anyMax[k] && T > anyMax[k]) ->
+			printf("@@ VIOLATION TM on k%d: exclusive %c shows token %d (request-level %d), an earlier holder showed %d\n",
+				k + 1, RN(r), RT(t), RT(T), RT(anyMax[k]));
+			assert(false)
+		:: else
+		fi;
+		obs[k] = obs[k] | BIT(r)
+	:: else
+	fi;
+	anyMax[k] = MAX(anyMax[k], t);
+	anyMax[k] = MAX(anyMax[k], T);
+	if
+	:: SHR(r) -> shMax[k] = MAX(shMax[k], t)
+	:: else -> exMax[k] = MAX(exMax[k], t); exMax[k] = MAX(exMax[k], T)
+	fi
+#else
+	skip
+#endif
+}
+
 inline monitor() {
 	for (kk : 0 .. NK - 1) {
 		/* what PL(k) itself reports */
@@ -550,7 +642,7 @@ inline monitor() {
 			for (i : 0 .. NR - 1) {
 				if
 				:: HAS(pl[kk].H, i) && sel == NONE -> sel = i
-				:: HAS(pl[kk].H, i) && sel != NONE && ID(i) != ID(sel) ->
+				:: HAS(pl[kk].H, i) && sel != NONE && ID(i) != ID(sel) && (!SHR(i) || !SHR(sel) || (pl[kk].H & SHR_REQS) != pl[kk].H) ->
 #if CHECK_ME
 					printf("@@ VIOLATION ME: H(k%d) lists %c and %c of two identities\n", kk + 1, RN(sel), RN(i));
 					assert(false)
@@ -561,7 +653,9 @@ inline monitor() {
 				fi
 			}
 			ot = pl[kk].tok;
+#if !SHR_REQS
 			observe(kk, ID(sel), ot, ot)
+#endif
 		:: else
 		fi;
 		/* who holds k in the store */
@@ -571,8 +665,8 @@ inline monitor() {
 			:: ACTIVE(rq[i]) && HELD(rq[i], kk) ->
 #if CHECK_ME
 				if
-				:: sel != NONE && ID(i) != ID(sel) ->
-					printf("@@ VIOLATION ME: %c and %c (two identities) both hold k%d\n", RN(sel), RN(i), kk + 1);
+				:: sel != NONE && ID(i) != ID(sel) && (!SHR(i) || !SHR(sel)) ->
+					printf("@@ VIOLATION ME: %c and %c (two identities, one exclusive) both hold k%d\n", RN(sel), RN(i), kk + 1);
 					assert(false)
 				:: else
 				fi;
@@ -588,8 +682,17 @@ inline monitor() {
 #endif
 				ot = rq[i].tok[kk];
 				oT = RTOK(rq[i]);
+#if SHR_REQS
+				observeS(kk, i, ot, oT)
+#else
 				observe(kk, ID(i), ot, oT)
+#endif
 			:: else
+#if SHR_REQS
+				obs[kk] = obs[kk] & NOT(i)
+#else
+				skip
+#endif
 			fi
 		}
 	}
@@ -606,6 +709,9 @@ inline monitor() {
 		}
 	:: else
 	fi;
+#endif
+#if STARVE
+	wB = (ACTIVE(rq[1]) && !HELD(rq[1], 0));
 #endif
 #if PROGRESS
 	/* free: no non-final request holds k; live waiter: a non-final request that names k, has
@@ -630,8 +736,8 @@ inline monitor() {
 }
 
 /* after every step: rename values, forget dead tokens, canonical manager order, check */
-inline settle() { dead(); stale(); canon(); canonR(); symm(); monitor() }
-inline tidy()   { dead(); stale(); canon(); canonR(); symm() }
+inline settle() { dead(); stale(); canon(); canonR(); canonA(); symm(); monitor() }
+inline tidy()   { dead(); stale(); canon(); canonR(); canonA(); symm() }
 
 /* ------------------------------------------------------------------ a decision ----------- */
 inline clearplan(m) {
@@ -745,6 +851,50 @@ inline plan(m, k, pref, kn) {
 			:: else
 			fi
 		}
+#if SHR_REQS
+		/* Shared mode (internal/queue admit): in arrival order, a candidate of the one identity
+		   that holds the whole set joins at once (re-entrant); any other joins if compatible (a
+		   free key; a shared request beside shared holders), until the first exclusive
+		   candidate that cannot: nobody behind it passes (writer preference). */
+		newH = stays; blk = 0;
+		for (rk : 1 .. NR) {
+			for (i : 0 .. NR - 1) {
+				if
+				:: HAS(cand, i) && arr[i] == rk ->
+					nid = (newH != 0); exm = 0;
+					for (j : 0 .. NR - 1) {
+						if
+						:: HAS(newH, j) && ID(j) != ID(i) -> nid = 0
+						:: else
+						fi;
+						if
+						:: HAS(newH, j) && !SHR(j) -> exm = 1
+						:: else
+						fi
+					}
+					if
+					:: nid -> newH = newH | BIT(i)
+					:: !nid && blk -> skip
+#if MUTATION == 10
+					:: !nid && !blk -> newH = newH | BIT(i)
+#else
+					:: !nid && !blk && (newH == 0 || (SHR(i) && !exm)) -> newH = newH | BIT(i)
+#if MUTATION == 11
+					:: !nid && !blk && !(newH == 0 || (SHR(i) && !exm)) -> skip
+#else
+					:: !nid && !blk && !(newH == 0 || (SHR(i) && !exm)) -> blk = !SHR(i)
+#endif
+#endif
+					fi
+				:: else
+				fi
+			}
+		}
+		joiners = newH & (255 - stays);
+		/* requests joining shared holders that stay get a new token too */
+		sjoin = (stays != 0 && joiners != 0 && (stays & SHR_REQS) == stays);
+		j = 0; rk = 0; nid = 0; exm = 0; blk = 0;
+#else
 		/* The holder identity: the staying members', else a grantable waiter's. Re-entrancy:
 		   every grantable waiter of that identity joins H(k) at once. */
 		hid = NONE;
@@ -785,6 +935,8 @@ inline plan(m, k, pref, kn) {
 		:: else
 		fi;
 		newH = stays | joiners;
+		sjoin = 0;
+#endif
 		/* 4. The token, when a new identity gets k or an unconfirmed grant is re-issued:
 		   t = max(token + 1, rv(PL(k)) read, 1 + T_leave), T_leave the highest token (per key
 		   or request-level) the holders leaving H(k) in this write showed: from their
@@ -795,7 +947,7 @@ inline plan(m, k, pref, kn) {
 #if MUTATION == 3
 		w = newid;
 #else
-		w = (newid || unconf != 0);
+		w = (newid || unconf != 0 || sjoin);
 #endif
 		again = 0;
 		tk = tpl.tok;
@@ -826,7 +978,7 @@ inline plan(m, k, pref, kn) {
 			plus1(tk, mx)
 #elif MUTATION == 6
 			/* the Again split kept, T_leave left out of the token */
-			again = (unk && (newid || AGAIN_REISSUE));
+			again = (unk && (newid || sjoin || AGAIN_REISSUE));
 			if
 			:: again -> skip
 			:: else ->
@@ -835,7 +987,7 @@ inline plan(m, k, pref, kn) {
 			fi
 #else
 #if MUTATION != 7
-			again = (unk && (newid || AGAIN_REISSUE));
+			again = (unk && (newid || sjoin || AGAIN_REISSUE));
 #endif
 			if
 			:: again -> skip
@@ -1069,6 +1221,11 @@ inline refreshP(m) {
 
 proctype Manager(byte m) {
 	do
+#if STARVE
+	/* calm, forever: refresh every view, decide k1, write the decision */
+	:: d_step { !pb[m] -> refreshR(m); refreshP(m); cpCL(vcl[m], cl); plive[m] = 0; plan(m, 0, 0, 0); tidy() }
+	:: d_step { pb[m] -> step(m, 1) }
+#else
 	/* chaos: the view of each kind moves to the store's present state whenever the manager
 	   likes (or not at all); it decides either key; it may crash between any two writes */
 	:: d_step { IDLE(m) && CHAOS -> refreshR(m); tidy() }
@@ -1095,8 +1252,22 @@ proctype Manager(byte m) {
 	/* calm (after the environment is done): refresh every view, decide the next key, repeat */
 	:: d_step { !pb[m] && !CHAOS -> refreshR(m); refreshP(m); cpCL(vcl[m], cl); plive[m] = 0; plan(m, nk[m], 0, 0); nk[m] = 1 - nk[m]; tidy() }
 #endif
+#endif
 	od
 }
+
+#if STARVE
+/* A reader that releases what it holds and asks again, as a new request arriving last, forever
+   (weak fairness: it does not hold forever). */
+proctype Reader(byte r) {
+	do
+	:: d_step { ACTIVE(rq[r]) && HELD(rq[r], 0) && !rq[r].rel -> rq[r].rel = 1; rq[r].rv = NEWR; printf("@@ reader %c releases\n", RN(r)); settle() }
+	:: d_step { rq[r].ex == LIVE && rq[r].ph == FINAL ->
+		rq[r].ph = PENDING; rq[r].held = 0; rq[r].tok[0] = 0; rq[r].tok[1] = 0; rq[r].rel = 0; rq[r].rv = NEWR;
+		arr[r] = NR + 1; printf("@@ reader %c asks again (a new request, last in the queue)\n", RN(r)); settle() }
+	od
+}
+#endif
 
 /* The CommandLock reconciler (in manager M0, so its LockRequest view is M0's): after it sees
    the freeze, a live list of ProjectLocks; if no request of the command in any H(k) is Granted
@@ -1143,8 +1314,13 @@ proctype CLR() {
 	od
 }
 
+#if SHR_REQS
+#define ARRIVE(r) arr[r] = NR + 1
+#else
+#define ARRIVE(r) skip
+#endif
 #define ENV_REQ(r) \
-	:: d_step { HAS(ecr, r) -> ecr = ecr & NOT(r); rq[r].ex = LIVE; rq[r].rv = NEWR; printf("@@ client creates %c\n", RN(r)); settle() } \
+	:: d_step { HAS(ecr, r) -> ecr = ecr & NOT(r); rq[r].ex = LIVE; rq[r].rv = NEWR; ARRIVE(r); printf("@@ client creates %c\n", RN(r)); settle() } \
 	:: d_step { HAS(erel, r) && ACTIVE(rq[r]) -> erel = erel & NOT(r); rq[r].rel = 1; rq[r].rv = NEWR; printf("@@ client releases %c (spec.release)\n", RN(r)); settle() } \
 	:: d_step { HAS(edel, r) && rq[r].ex == LIVE -> edel = edel & NOT(r); rq[r].ex = GONE; rq[r].rv = 0; rq[r].ph = 0; rq[r].held = 0; \
 	            rq[r].rel = 0; expired[r] = 0; lost[r] = 0; \
@@ -1158,6 +1334,11 @@ proctype CLR() {
 #define FORCE_UNLOCK(k) pl[k].del = 1; newrv(pl[k].rv); printf("@@ admin deletes PL(k%d): deletionTimestamp set, rv=%d\n", k + 1, RT(pl[k].rv))
 #endif
 
+#if SHR_REQS
+#define ARRIVE2(r) arr[r] = r + 1
+#else
+#define ARRIVE2(r) skip
+#endif
 #define ENV_KEY(k) \
 	:: d_step { efu > 0 && pl[k].ex == 1 && !pl[k].del -> efu--; FORCE_UNLOCK(k); settle() }
 
@@ -1183,7 +1364,7 @@ init {
 	d_step {
 		for (j : 0 .. NR - 1) {
 			if
-			:: HAS(INIT_REQS, j) -> rq[j].ex = LIVE; rq[j].rv = NEWR
+			:: HAS(INIT_REQS, j) -> rq[j].ex = LIVE; rq[j].rv = NEWR; ARRIVE2(j)
 			:: else
 			fi
 		}
@@ -1207,12 +1388,19 @@ init {
 		run Manager(1);
 #endif
 		run Env();
+#if STARVE
+		run Reader(0);
+		run Reader(2);
+#endif
 #if FREEZE
 		run CLR()
 #endif
 	}
 }
 
-#if PROGRESS
+#if STARVE
+/* a waiting writer is granted: readers that keep coming do not starve it */
+ltl starve { [] (wB -> <> !wB) }
+#elif PROGRESS
 ltl progress { [] ((fw0 -> <> !fw0) && (fw1 -> <> !fw1)) }
 #endif

@@ -62,3 +62,19 @@ func (h Holder) Describe() string {
 	}
 	return fmt.Sprintf("pull #%d (%s)", h.Pull, h.Owner)
 }
+
+// HolderRequests are the requests that hold the key, H(k) of docs/protocol.md: the exclusive
+// holder's requests, or the shared holders' (one of the two is empty).
+func (s ProjectLockStatus) HolderRequests() []HolderRequest {
+	var out []HolderRequest
+	if s.Holder != nil {
+		out = append(out, s.Holder.Requests...)
+	}
+	for _, h := range s.SharedHolders {
+		out = append(out, h.Request)
+	}
+	return out
+}
+
+// Held reports whether anyone holds the key, in either mode.
+func (s ProjectLockStatus) Held() bool { return s.Holder != nil || len(s.SharedHolders) > 0 }

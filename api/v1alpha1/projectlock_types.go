@@ -5,8 +5,9 @@ import (
 )
 
 // ProjectLockSpec is the key this lock serializes. The controller creates ProjectLocks; their
-// spec never changes.
+// spec never changes. A key has no mode: the holders' modes are in the status.
 // +kubebuilder:validation:XValidation:rule="self == oldSelf",message="a ProjectLock's key is immutable"
+// +kubebuilder:validation:XValidation:rule="!has(self.mode)",message="a ProjectLock's key has no mode; a LockRequest's spec.locks[].mode says how it holds the key, and the ProjectLock's status.mode how it is held"
 type ProjectLockSpec struct {
 	LockTarget `json:",inline"`
 }
@@ -62,6 +63,56 @@ type HolderRequest struct {
 	UID string `json:"uid"`
 }
 
+// SharedHolder is one LockRequest that holds a key in Shared mode, with its own identity and
+// token: shared holders of one key may be of many identities.
+type SharedHolder struct {
+	// request is the LockRequest (same namespace) that holds the key.
+	// +required
+	Request HolderRequest `json:"request"`
+
+	// owner of the request (spec.holder.owner, at most 253 characters).
+	// +required
+	// +kubebuilder:validation:MaxLength=253
+	Owner string `json:"owner"`
+
+	// pull of the request; 0 when none.
+	// +optional
+	Pull int64 `json:"pull,omitempty"`
+
+	// session of the request (spec.holder.session); empty when none.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	Session string `json:"session,omitempty"`
+
+	// url of the holder's pull request or pipeline run.
+	// +optional
+	// +kubebuilder:validation:MaxLength=2048
+	URL string `json:"url,omitempty"`
+
+	// fencingToken is the token of this holder's grant: above every token granted on the key
+	// before it, so concurrent shared holders have distinct tokens in grant order, all above the
+	// exclusive holder's before them and below the exclusive holder's after them.
+	// +optional
+	FencingToken int64 `json:"fencingToken,omitempty"`
+
+	// grantedAt is when this request came to hold the key.
+	// +required
+	GrantedAt metav1.Time `json:"grantedAt"`
+
+	// expiresAt is when the request's grant expires unless renewed.
+	// +optional
+	ExpiresAt *metav1.Time `json:"expiresAt,omitempty"`
+}
+
+// ID is the identity of a shared holder.
+func (h SharedHolder) ID() HolderID {
+	return HolderID{Owner: h.Owner, Pull: h.Pull, Session: h.Session}
+}
+
+// MaxSharedHolders is the most requests that hold one key in Shared mode at once (the bound of
+// ProjectLock.status.sharedHolders); the next Shared request waits until one leaves.
+const MaxSharedHolders = 100
+
 // QueueEntry is one waiting request, as shown in ProjectLock.status.queue.
 type QueueEntry struct {
 	// request is the waiting LockRequest's name.
@@ -85,9 +136,26 @@ type QueueEntry struct {
 
 // ProjectLockStatus is who holds the key and who waits for it.
 type ProjectLockStatus struct {
-	// holder is who holds the key; unset when free.
+	// mode is how the key is held: Exclusive (status.holder) or Shared (status.sharedHolders);
+	// unset when free.
+	// +optional
+	Mode LockMode `json:"mode,omitempty"`
+
+	// holder is the identity that holds the key exclusively; unset when free or held Shared.
 	// +optional
 	Holder *LockHolder `json:"holder,omitempty"`
+
+	// sharedHolders are the requests that hold the key in Shared mode, in grant order; empty
+	// when free or held Exclusive.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=100
+	SharedHolders []SharedHolder `json:"sharedHolders,omitempty"`
+
+	// holderCount is the number of requests that hold the key (an exclusive holder's requests,
+	// or the shared holders).
+	// +optional
+	HolderCount int32 `json:"holderCount,omitempty"`
 
 	// fencingToken is the token of the latest grant: the resourceVersion of this ProjectLock
 	// that the grant's write replaced. It strictly increases from one holder to the next, also
@@ -131,6 +199,8 @@ type ProjectLockStatus struct {
 // +kubebuilder:printcolumn:name="Path",type=string,JSONPath=`.spec.path`
 // +kubebuilder:printcolumn:name="Workspace",type=string,JSONPath=`.spec.workspace`
 // +kubebuilder:printcolumn:name="Project",type=string,JSONPath=`.spec.project`
+// +kubebuilder:printcolumn:name="Mode",type=string,JSONPath=`.status.mode`
+// +kubebuilder:printcolumn:name="Holders",type=integer,JSONPath=`.status.holderCount`
 // +kubebuilder:printcolumn:name="Holder",type=string,JSONPath=`.status.holder.owner`
 // +kubebuilder:printcolumn:name="Pull",type=integer,JSONPath=`.status.holder.pull`
 // +kubebuilder:printcolumn:name="Queue",type=integer,JSONPath=`.status.queueLength`

@@ -40,7 +40,30 @@ type LockTarget struct {
 	// +kubebuilder:validation:MaxLength=63
 	// +kubebuilder:validation:XValidation:rule="self.matches('^[A-Za-z0-9_][A-Za-z0-9_.-]*$')",message="project must be letters, digits, '_', '.', '-' and start with a letter, digit or '_'"
 	Project string `json:"project,omitempty"`
+
+	// mode is how the request holds this target: Exclusive (unset means Exclusive) holds it
+	// alone; Shared holds it together with every other Shared request, whatever their
+	// identities, and waits while an Exclusive request holds it or waits ahead in the queue
+	// (writer preference). Part of a LockRequest's spec only: the key has no mode, and a
+	// ProjectLock shows its holders' modes in its status.
+	// +optional
+	Mode LockMode `json:"mode,omitempty"`
 }
+
+// LockMode is how a request holds a lock target.
+// +kubebuilder:validation:Enum=Exclusive;Shared
+type LockMode string
+
+// Lock modes.
+const (
+	// ModeExclusive holds a key alone (or with requests of the same identity, re-entrant).
+	ModeExclusive LockMode = "Exclusive"
+	// ModeShared holds a key together with every other Shared holder.
+	ModeShared LockMode = "Shared"
+)
+
+// IsShared reports whether the mode is Shared; unset is Exclusive.
+func (m LockMode) IsShared() bool { return m == ModeShared }
 
 // Holder identifies who holds (or wants) a lock. Identity is owner, pull and session, compared
 // field by field (HolderID): a request from an identity that already holds a key shares that key

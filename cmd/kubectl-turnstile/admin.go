@@ -253,7 +253,7 @@ func explainLock(ctx context.Context, c ctrlclient.Client, body io.Writer, lr *l
 	switch {
 	case mine.Held:
 		fmt.Fprint(body, "held by this request")
-		if others := otherRequests(hh, lr.Name); others != "" {
+		if others := otherRequests(hh, lr.Name) + otherShared(pl.Status.SharedHolders, lr.Name); others != "" {
 			fmt.Fprintf(body, " and %s", others)
 		}
 		if several {
@@ -275,6 +275,8 @@ func explainLock(ctx context.Context, c ctrlclient.Client, body io.Writer, lr *l
 			fmt.Fprintf(body, ": %s", r)
 		}
 		fmt.Fprintln(body)
+	case len(pl.Status.SharedHolders) > 0:
+		explainShared(body, pl.Status.SharedHolders)
 	default:
 		fmt.Fprintln(body, "free")
 	}
@@ -291,6 +293,37 @@ func explainLock(ctx context.Context, c ctrlclient.Client, body io.Writer, lr *l
 		fmt.Fprintf(body, "    ... and %d more waiting\n", rest)
 	}
 	return listed, nil
+}
+
+// explainShared writes a key's shared holders, each with its own token.
+func explainShared(body io.Writer, hs []locksv1.SharedHolder) {
+	fmt.Fprintf(body, "held shared by %d:", len(hs))
+	for i, h := range hs {
+		sep := ","
+		if i == 0 {
+			sep = ""
+		}
+		fmt.Fprintf(body, "%s %s via %s (token %d", sep, locksv1.Holder{Owner: h.Owner, Pull: h.Pull}.Describe(), h.Request.Name, h.FencingToken)
+		if h.ExpiresAt != nil {
+			fmt.Fprintf(body, ", until %s", h.ExpiresAt.UTC().Format(time.RFC3339))
+		}
+		fmt.Fprint(body, ")")
+	}
+	fmt.Fprintln(body)
+}
+
+// otherShared names the shared holders other than self, "" when none: "alice via r1, bob via r2".
+func otherShared(hs []locksv1.SharedHolder, self string) string {
+	var names []string
+	for _, h := range hs {
+		if h.Request.Name != self {
+			names = append(names, locksv1.Holder{Owner: h.Owner, Pull: h.Pull}.Describe()+" via "+h.Request.Name)
+		}
+	}
+	if len(names) == 0 {
+		return ""
+	}
+	return "shared with " + strings.Join(names, ", ")
 }
 
 // otherRequests names the holder's requests other than self ("b, c"), or "".

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/pflag"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
@@ -32,6 +33,7 @@ type requestFlags struct {
 	waitTimeout time.Duration
 	reason      string
 	from        string
+	shared      bool
 }
 
 func (f *requestFlags) bind(fs *pflag.FlagSet) {
@@ -46,6 +48,7 @@ func (f *requestFlags) bind(fs *pflag.FlagSet) {
 	fs.DurationVar(&f.ttl, "ttl", 0, "How long the grant lasts (default: the operator's --default-ttl).")
 	fs.DurationVar(&f.waitTimeout, "wait-timeout", 0, "Give up after waiting this long; 0s fails at once if the lock is busy (default: wait until interrupted).")
 	fs.StringVar(&f.reason, "reason", "", "Why the lock is taken, told to everyone waiting: \"locked by pull #100 (alice): migrating state\".")
+	fs.BoolVar(&f.shared, "shared", false, "Take every lock in Shared mode: held together with other shared requests (e.g. plans), while an exclusive one (an apply) waits for them and then holds alone; a shared request never passes an exclusive one waiting ahead of it.")
 	bindFrom(fs, &f.from)
 }
 
@@ -115,6 +118,11 @@ func (f *requestFlags) request(cmd *cobra.Command) (client.Request, error) {
 	default:
 		return r, errors.New("name at least one lock with --lock REPO:PATH[:WORKSPACE[:PROJECT]] (or take it from a pipeline with --from)")
 	}
+	if f.shared {
+		for i := range r.Locks {
+			r.Locks[i].Mode = locksv1.ModeShared
+		}
+	}
 	if cmd.Flags().Changed("wait-timeout") {
 		d := f.waitTimeout
 		r.WaitTimeout = &d
@@ -183,6 +191,9 @@ func newLocksCmd(g *globals) *cobra.Command {
 					}
 					reason = holderReason(h, pl.Namespace, reasons)
 				}
+				if len(pl.Status.SharedHolders) > 0 {
+					holder, expires, reason = sharedHoldersText(pl.Status.SharedHolders, pl.Namespace, reasons)
+				}
 				if all {
 					fmt.Fprintf(w, "%s\t", pl.Namespace)
 				}
@@ -203,6 +214,27 @@ func holderReason(h *locksv1.LockHolder, ns string, reasons map[ctrlclient.Objec
 		}
 	}
 	return ""
+}
+
+// sharedHoldersText is what `locks` shows of a key held in Shared mode: every holder, the
+// latest expiry and the first reason given.
+func sharedHoldersText(hs []locksv1.SharedHolder, ns string, reasons map[ctrlclient.ObjectKey]string) (holder, expires, reason string) {
+	names := make([]string, 0, len(hs))
+	var latest *metav1.Time
+	for _, h := range hs {
+		names = append(names, locksv1.Holder{Owner: h.Owner, Pull: h.Pull}.Describe())
+		if h.ExpiresAt != nil && (latest == nil || h.ExpiresAt.After(latest.Time)) {
+			latest = h.ExpiresAt
+		}
+		if reason == "" {
+			reason = reasons[ctrlclient.ObjectKey{Namespace: ns, Name: h.Request.Name}]
+		}
+	}
+	holder = fmt.Sprintf("shared by %d: %s", len(hs), strings.Join(names, ", "))
+	if latest != nil {
+		expires = latest.UTC().Format(time.RFC3339)
+	}
+	return holder, expires, reason
 }
 
 func newAcquireCmd(g *globals) *cobra.Command {

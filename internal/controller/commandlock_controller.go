@@ -147,10 +147,7 @@ func (r *CommandLockReconciler) granting(ctx context.Context, cl *locksv1.Comman
 	}
 	n := 0
 	for _, pl := range pls.Items {
-		if pl.Status.Holder == nil {
-			continue
-		}
-		for _, h := range pl.Status.Holder.Requests {
+		for _, h := range pl.Status.HolderRequests() {
 			lr := byUID[types.UID(h.UID)]
 			// guard:drained-holder-from-cache
 			if lr == nil {

@@ -355,11 +355,16 @@ func stillHolds(ctx context.Context, reader client.Reader, namespace, name strin
 	case err != nil:
 		return false, fmt.Errorf("re-read deadlock cycle key %s/%s: %w", namespace, name, err)
 	}
-	h := pl.Status.Holder
-	if h == nil || h.ID() != id {
-		return false, nil
+	var held []locksv1.HolderRequest // id's requests among the holders, in either mode
+	if h := pl.Status.Holder; h != nil && h.ID() == id {
+		held = h.Requests
 	}
-	for _, r := range h.Requests {
+	for _, sh := range pl.Status.SharedHolders {
+		if sh.ID() == id {
+			held = append(held, sh.Request)
+		}
+	}
+	for _, r := range held {
 		var lr locksv1.LockRequest
 		switch err := reader.Get(ctx, client.ObjectKey{Namespace: namespace, Name: r.Name}, &lr); {
 		case apierrors.IsNotFound(err):
@@ -378,9 +383,10 @@ func stillHolds(ctx context.Context, reader client.Reader, namespace, name strin
 // fallback when it lists none.
 func (d *DeadlockDetector) cachedHolderRequest(ctx context.Context, namespace, name, fallback string) string {
 	var pl locksv1.ProjectLock
-	if err := d.client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &pl); err == nil &&
-		pl.Status.Holder != nil && len(pl.Status.Holder.Requests) > 0 {
-		return pl.Status.Holder.Requests[0].Name
+	if err := d.client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &pl); err == nil {
+		if hs := pl.Status.HolderRequests(); len(hs) > 0 {
+			return hs[0].Name
+		}
 	}
 	return fallback
 }
@@ -454,6 +460,7 @@ func WaitsFor(locks []locksv1.ProjectLock, reqs []locksv1.LockRequest, freezes q
 	type keyInfo struct {
 		key     string
 		holder  *deadlock.Identity
+		shared  []deadlock.Identity
 		waiting []*locksv1.LockRequest
 	}
 	keys := map[string]*keyInfo{}
@@ -469,6 +476,7 @@ func WaitsFor(locks []locksv1.ProjectLock, reqs []locksv1.LockRequest, freezes q
 		pl := &locks[i]
 		k := get(pl.Name)
 		k.key = lockkey.String(pl.Spec.LockTarget)
+		k.shared = sharedIdentities(pl, live)
 		h := pl.Status.Holder
 		if h == nil {
 			continue
@@ -501,11 +509,12 @@ func WaitsFor(locks []locksv1.ProjectLock, reqs []locksv1.LockRequest, freezes q
 	}
 	states := make([]deadlock.KeyState, 0, len(keys))
 	for name, k := range keys {
-		st := deadlock.KeyState{Key: k.key, Holder: k.holder}
+		st := deadlock.KeyState{Key: k.key, Holder: k.holder, Shared: k.shared}
 		for _, w := range queue.Order(name, k.waiting, now, cfg) {
 			st.Queue = append(st.Queue, deadlock.Waiter{
 				Identity: w.Request.Spec.Holder.ID(),
 				Request:  w.Request.Name, Priority: w.Priority, Arrival: w.Arrival,
+				Shared: queue.SharedOn(w.Request, name),
 			})
 		}
 		states = append(states, st)
@@ -550,4 +559,18 @@ func (d *DeadlockDetector) fail(ctx context.Context, namespace string, victim de
 		}
 	}
 	return nil
+}
+
+// sharedIdentities are the identities of a ProjectLock's live shared holders, each once, in the
+// order listed.
+func sharedIdentities(pl *locksv1.ProjectLock, live map[string]bool) []deadlock.Identity {
+	var out []deadlock.Identity
+	seen := map[deadlock.Identity]bool{}
+	for _, h := range pl.Status.SharedHolders {
+		if id := h.ID(); live[h.Request.UID] && !seen[id] {
+			seen[id] = true
+			out = append(out, id)
+		}
+	}
+	return out
 }

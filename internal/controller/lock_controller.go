@@ -225,10 +225,10 @@ func (r *LockReconciler) liveLock(ctx context.Context, req reconcile.Request) (*
 // cache's last event? A deleted one's last token is what its delete event said, if the watch
 // saw it; one that is not known deleted is read live, and added to in if it is there.
 func (r *LockReconciler) confirmHolders(ctx context.Context, req reconcile.Request, in *queue.Input, byUID map[types.UID]bool) error {
-	if in.Lock == nil || in.Lock.Status.Holder == nil {
+	if in.Lock == nil {
 		return nil
 	}
-	for _, h := range in.Lock.Status.Holder.Requests {
+	for _, h := range in.Lock.Status.HolderRequests() {
 		uid := types.UID(h.UID)
 		// guard:no-live-holder-read
 		// guard:no-live-holder-read-controller
@@ -287,11 +287,11 @@ func tokenAhead(lock *locksv1.ProjectLock, reqs []*locksv1.LockRequest, name str
 }
 
 func listsAllClaimants(lock *locksv1.ProjectLock, reqs []*locksv1.LockRequest, name string) bool {
-	if lock == nil || lock.Status.Holder == nil {
+	if lock == nil || !lock.Status.Held() {
 		return false
 	}
 	listed := map[string]bool{}
-	for _, h := range lock.Status.Holder.Requests {
+	for _, h := range lock.Status.HolderRequests() {
 		listed[h.UID] = true
 	}
 	for _, lr := range reqs {

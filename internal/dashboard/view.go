@@ -63,6 +63,11 @@ type Key struct {
 	// deletionTimestamp and the controller is releasing its holder).
 	Deleting *time.Time `json:"deleting,omitempty"`
 	Holder   *Holder    `json:"holder,omitempty"`
+	// Mode is how the key is held, Exclusive or Shared; empty when free.
+	Mode string `json:"mode,omitempty"`
+	// Shared are the key's shared holders, in grant order, each with its own token (Holder is
+	// nil then).
+	Shared []*Holder `json:"shared,omitempty"`
 	// Token is the fencing token of the latest grant, as a decimal string: tokens may be larger
 	// than a JavaScript number holds exactly.
 	Token       string   `json:"token,omitempty"`
@@ -83,6 +88,8 @@ type Holder struct {
 	// Reason says why the grant is ending, when it is: "Releasing" (spec.release is set),
 	// "Deleting" (the holding request is being deleted).
 	Reason string `json:"reason,omitempty"`
+	// Token is a shared holder's own fencing token, as a decimal string.
+	Token string `json:"token,omitempty"`
 }
 
 // HolderRequest is one request through which the holder holds a key.
@@ -193,6 +200,13 @@ func buildKeys(in Input) []Key {
 		}
 		if h := pl.Status.Holder; h != nil {
 			row.Holder = holderRow(h, pl.Namespace, byName)
+		}
+		row.Mode = string(pl.Status.Mode)
+		for _, sh := range pl.Status.SharedHolders {
+			h := holderRow(&locksv1.LockHolder{Owner: sh.Owner, Pull: sh.Pull, URL: sh.URL, Requests: []locksv1.HolderRequest{sh.Request},
+				Since: sh.GrantedAt, ExpiresAt: sh.ExpiresAt}, pl.Namespace, byName)
+			h.Token = strconv.FormatInt(sh.FencingToken, 10)
+			row.Shared = append(row.Shared, h)
 		}
 		row.Queue = queueRows(pl, waiting[k], byName, in.Now, in.AgingStep)
 		row.QueueLength = max(int(pl.Status.QueueLength), len(row.Queue))

@@ -87,6 +87,26 @@ func TestBuildKeys(t *testing.T) {
 					Requests: []HolderRequest{{Name: "pr-100", UID: "uid-pr-100"}}, Command: "apply", Since: now.Add(-time.Minute), Expires: at(29 * time.Minute)},
 			}},
 		},
+		"a key held shared: every shared holder, each with its own token": {
+			locks: []*locksv1.ProjectLock{func() *locksv1.ProjectLock {
+				pl := w.MakeProjectLock(ns, vpc, vpcName).UID("pl-1").Token(43).Obj()
+				pl.Status.Mode, pl.Status.HolderCount = locksv1.ModeShared, 2
+				pl.Status.SharedHolders = []locksv1.SharedHolder{
+					{Request: locksv1.HolderRequest{Name: "plan-1", UID: "uid-plan-1"}, Owner: "alice", Pull: 100, FencingToken: 41, GrantedAt: metav1.NewTime(now.Add(-time.Minute))},
+					{Request: locksv1.HolderRequest{Name: "plan-2", UID: "uid-plan-2"}, Owner: "bob", FencingToken: 43, GrantedAt: metav1.NewTime(now)},
+				}
+				return pl
+			}()},
+			requests: []*locksv1.LockRequest{req("plan-1", vpc, "alice", 100).Command("plan").Status(holding(41, vpc)).Obj()},
+			wantKeys: []Key{{
+				ID: ns + "/" + vpcName, Namespace: ns, Name: vpcName, UID: "pl-1", Key: "acme/infra/modules/vpc/default", Token: "43", Queue: []Waiter{},
+				Mode: "Shared",
+				Shared: []*Holder{
+					{Who: "pull #100 (alice)", Owner: "alice", Pull: 100, Requests: []HolderRequest{{Name: "plan-1", UID: "uid-plan-1"}}, Command: "plan", Since: now.Add(-time.Minute), Token: "41"},
+					{Who: "bob", Owner: "bob", Requests: []HolderRequest{{Name: "plan-2", UID: "uid-plan-2"}}, Since: now, Token: "43"},
+				},
+			}},
+		},
 		"a holder releasing, and one being deleted, say so": {
 			locks: []*locksv1.ProjectLock{
 				w.MakeProjectLock(ns, vpc, vpcName).UID("pl-1").Token(41).Holder(holderOf("alice", 100, "", 0, 0, "pr-100")).Obj(),

@@ -38,13 +38,28 @@ type Waiter struct {
 	Priority int
 	// Arrival is when the request started waiting.
 	Arrival time.Time
+	// Shared is true when the request asks for the key in Shared mode: it waits for an
+	// exclusive holder, or for the exclusive waiter ahead of it (writer preference), never for
+	// shared holders or shared waiters ahead of it.
+	Shared bool
 }
 
 // KeyState is one lock key as the controller sees it.
 type KeyState struct {
 	Key    string
-	Holder *Identity // nil when the key is free
-	Queue  []Waiter  // in grant order: Queue[0] is granted next
+	Holder *Identity // the exclusive holder; nil when the key is free or held Shared
+	// Shared are the identities that hold the key in Shared mode (each once); an exclusive
+	// waiter waits for every one of them.
+	Shared []Identity
+	Queue  []Waiter // in grant order: Queue[0] is granted next
+}
+
+// holders are the identities that hold the key, in either mode.
+func (ks KeyState) holders() []Identity {
+	if ks.Holder != nil {
+		return []Identity{*ks.Holder}
+	}
+	return ks.Shared
 }
 
 // Edge says From waits for To on Key: To holds Key (Holds), or To is ahead of From in Key's
@@ -133,8 +148,8 @@ func Build(keys []KeyState) *Graph {
 	waiting := 0
 	for _, ks := range sorted {
 		waiting += len(ks.Queue)
-		if ks.Holder != nil {
-			add(*ks.Holder)
+		for _, h := range ks.holders() {
+			add(h)
 		}
 		for _, w := range ks.Queue {
 			add(w.Identity)
@@ -145,7 +160,7 @@ func Build(keys []KeyState) *Graph {
 		g.index[id] = n
 	}
 
-	arcs := make([]arc, 0, waiting) // in key order; a waiter makes at most one
+	arcs := make([]arc, 0, waiting) // in key order; a waiter makes one, or one per shared holder
 	// placed[n] == i+1 once identity n has its position in sorted[i]'s queue; a per-key stamp
 	// saves clearing a set for every key.
 	placed := make([]int, len(g.ids))
@@ -153,21 +168,42 @@ func Build(keys []KeyState) *Graph {
 		if i > 0 && ks.Key == sorted[i-1].Key {
 			continue
 		}
-		holder := -1
-		if ks.Holder != nil {
-			holder = g.index[*ks.Holder]
+		holders := make([]int, 0, 1)
+		// guard:shared-deadlock-one-holder
+		for _, h := range ks.holders() {
+			holders = append(holders, g.index[h])
 		}
-		ahead := holder // whom the next new identity in the queue waits for; -1: nobody
+		sole := -1 // the one identity that holds the key, whose requests re-enter at once
+		if len(holders) == 1 {
+			sole = holders[0]
+		}
+		ahead, writer := -1, -1 // the nearest other identity ahead; the nearest exclusive one
 		for pos, w := range ks.Queue {
 			n := g.index[w.Identity]
-			if n == holder || placed[n] == i+1 {
+			if n == sole || placed[n] == i+1 {
 				continue
 			}
 			placed[n] = i + 1
-			if ahead >= 0 {
-				arcs = append(arcs, arc{from: n, to: ahead, key: i, pos: pos, holds: ahead == holder})
+			switch {
+			case !w.Shared && ahead >= 0:
+				arcs = append(arcs, arc{from: n, to: ahead, key: i, pos: pos})
+			case w.Shared && writer >= 0:
+				// Writer preference: it waits for the exclusive waiter ahead of it.
+				arcs = append(arcs, arc{from: n, to: writer, key: i, pos: pos})
+			case w.Shared && ks.Holder == nil:
+				// Shared holders (or none) and no writer ahead: it waits for nobody here.
+			default:
+				// A waiter waits for every holder of the key.
+				for _, h := range holders {
+					if h != n {
+						arcs = append(arcs, arc{from: n, to: h, key: i, pos: pos, holds: true})
+					}
+				}
 			}
 			ahead = n
+			if !w.Shared {
+				writer = n
+			}
 		}
 	}
 

@@ -28,7 +28,11 @@ const hashLen = 10
 // directory always has one key. The API admits only clean paths, so for a stored target this
 // changes nothing; a target built from user input (a CLI flag, a runner's config) gets the key
 // the API would store for it.
+//
+// The key has no mode: Normalize clears spec.locks[].mode (Refs keeps it in Ref.Mode), so a
+// ProjectLock created from a normalized target has none and both modes of one key share a name.
 func Normalize(t locksv1.LockTarget) locksv1.LockTarget {
+	t.Mode = ""
 	t.Path = path.Clean(t.Path) // "" is "."
 	if t.Workspace == "" {
 		t.Workspace = DefaultWorkspace
@@ -135,15 +139,21 @@ type Ref struct {
 	Target locksv1.LockTarget
 	Key    string
 	Name   string
+	// Mode is how the request holds the target (spec.locks[].mode; unset is Exclusive).
+	Mode locksv1.LockMode
 }
+
+// Shared reports whether the request holds this target in Shared mode.
+func (r Ref) Shared() bool { return r.Mode.IsShared() }
 
 // Refs returns the request's targets in canonical acquisition order. Every decision of a key
 // asks it of every request in the key's queue, so the usual single target takes no sort.
 func Refs(targets []locksv1.LockTarget) []Ref {
 	refs := make([]Ref, len(targets))
 	for i, t := range targets {
+		mode := t.Mode
 		t = Normalize(t)
-		refs[i] = Ref{Index: i, Target: t, Key: key(t), Name: Name(t)}
+		refs[i] = Ref{Index: i, Target: t, Key: key(t), Name: Name(t), Mode: mode}
 	}
 	if len(refs) < 2 {
 		return refs

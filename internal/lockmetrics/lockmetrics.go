@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
@@ -55,10 +56,16 @@ func (c *HolderCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for i := range locks.Items {
 		pl := &locks.Items[i]
-		if pl.Status.Holder == nil {
+		var at metav1.Time
+		switch {
+		case pl.Status.Holder != nil:
+			at = pl.Status.Holder.Since
+		case len(pl.Status.SharedHolders) > 0:
+			at = pl.Status.SharedHolders[0].GrantedAt // the oldest shared holder's grant
+		default:
 			continue
 		}
-		since := float64(pl.Status.Holder.Since.UnixNano()) / float64(time.Second)
+		since := float64(at.UnixNano()) / float64(time.Second)
 		ch <- prometheus.MustNewConstMetric(heldSinceDesc, prometheus.GaugeValue, since, pl.Namespace, pl.Name)
 	}
 }

@@ -164,6 +164,9 @@ type entry struct {
 	demoted  bool     // an unconfirmed grant taken back: it waits again
 	ticket   int64    // the arrival order the API server gave it (Revision)
 	idx      int      // its place among the key's requests as read: the order of their writes
+	shared   bool     // it asks for this key in Shared mode
+	tok      int64    // its token for the key once the decision is made (holderTokens)
+	behind   *entry   // the exclusive waiter it may not pass (writer preference), if any
 }
 
 type outcome struct {
@@ -194,6 +197,7 @@ func Decide(in Input) Decision {
 	a := admit(st.holders, order(st.entries, in.Now))
 	waiting, rejected := reject(st.holders, a, in.Config)
 	allHolders := append(append([]*entry{}, st.holders...), a.granted...)
+	waiting = markBehindWriter(allHolders, waiting)
 	if s.lock == nil {
 		// Only a key somebody holds or waits for needs its ProjectLock: after a force-unlock
 		// with nobody waiting, the deleted ProjectLock stays deleted. A grant is decided on the
@@ -203,10 +207,12 @@ func Decide(in Input) Decision {
 		}
 		return plan(statuses(in, st, a, waiting, rejected, allHolders, s.token), in.Name, nil)
 	}
-	token, again := grantToken(s, st, a.newHolder, in.GoneTokens)
+	// A shared request joining shared holders is a new grant too: a new token.
+	token, again := grantToken(s, st, a.newHolder || a.joins, in.GoneTokens)
+	allHolders = holderTokens(allHolders, token)
 	d := statuses(in, st, a, waiting, rejected, allHolders, token)
 	if again {
-		d = dropFirst(s.lock, st.entries, d.Demote, in.Now, in.Config)
+		d = dropFirst(s.lock, st.entries, holderTokens(st.holders, s.token), d.Demote, in.Now, in.Config)
 		return plan(d, in.Name, s.lock)
 	}
 	status := lockStatus(s.lock, allHolders, waiting, token, a.newHolder, in.Now, in.Config)
@@ -232,10 +238,8 @@ func collect(in Input) snapshot {
 	token := int64(0)
 	if lock != nil {
 		token = lock.Status.FencingToken
-		if lock.Status.Holder != nil {
-			for _, r := range lock.Status.Holder.Requests {
-				holderUIDs[types.UID(r.UID)] = true
-			}
+		for _, r := range lock.Status.HolderRequests() {
+			holderUIDs[types.UID(r.UID)] = true
 		}
 	}
 	entries := make([]*entry, 0, len(in.Requests))
@@ -338,35 +342,32 @@ type admission struct {
 	holderID  locksv1.HolderID
 	hasHolder bool
 	newHolder bool // the key changes hands: a new token
+	joins     bool // shared requests join shared holders that stay: a new token too
 	granted   []*entry
 	waiting   []*entry
 }
 
+// grantable reports whether a waiter could hold the key now, holders aside: its command is not
+// frozen and it holds its earlier keys.
+func grantable(e *entry) bool {
+	return e.frozen == nil && reached(e)
+}
+
 // admit picks the new holders (protocol step 6): the holder's own identity re-enters at once; a
 // free key goes to the first grantable request, together with its identity's other grantable
-// requests.
+// requests; shared requests hold together, and none passes an exclusive waiter ahead of it
+// (admitModes, shared.go).
 func admit(holders, waiting []*entry) admission {
-	a := admission{hasHolder: len(holders) > 0}
-	grantable := func(e *entry) bool {
-		return e.frozen == nil && reached(e)
-	}
-	if a.hasHolder {
+	granted, rest := admitModes(holders, waiting)
+	a := admission{granted: granted, waiting: rest, hasHolder: len(holders) > 0 || len(granted) > 0}
+	a.newHolder = len(holders) == 0 && len(granted) > 0
+	switch {
+	case len(holders) > 0:
 		a.holderID = holders[0].id
-	} else {
-		for _, e := range waiting {
-			if grantable(e) {
-				a.holderID, a.hasHolder, a.newHolder = e.id, true, true
-				break
-			}
-		}
+	case a.newHolder:
+		a.holderID = granted[0].id
 	}
-	for _, e := range waiting {
-		if a.hasHolder && e.id == a.holderID && grantable(e) {
-			a.granted = append(a.granted, e)
-			continue
-		}
-		a.waiting = append(a.waiting, e)
-	}
+	a.joins = sharedJoin(a.newHolder, holders, granted)
 	return a
 }
 
@@ -546,6 +547,7 @@ func newEntry(req *locksv1.LockRequest, name string, cfg Config, now time.Time) 
 		final: req.Status.Phase.IsFinal(),
 	}
 	e.claims = !e.final && HoldsKey(req, e.ref)
+	e.shared = e.ref.Shared()
 	e.term = grantTerm(req, e.ttl, cfg, now)
 	if req.Status.QueuedAt != nil {
 		e.arrival, e.stamped = req.Status.QueuedAt.Time, true

@@ -206,6 +206,8 @@ func TestDecideGrantsFreeKey(t *testing.T) {
 			expires := metav1.NewTime(tc.wantExpires)
 			since := metav1.NewTime(t0)
 			wantLock := locksv1.ProjectLockStatus{
+				Mode:        locksv1.ModeExclusive,
+				HolderCount: 1,
 				Holder: &locksv1.LockHolder{
 					Owner: "alice", Pull: 100,
 					Requests:  []locksv1.HolderRequest{{Name: "a", UID: "uid-a"}},

@@ -63,6 +63,9 @@ type blockers struct {
 }
 
 func newBlockers(holders, granted, waiting []*entry) blockers {
+	if set := append(append([]*entry{}, holders...), granted...); len(set) > 0 && allShared(set) {
+		return blockers{ahead: "locked by " + sharedText(set)}
+	}
 	for _, set := range [][]*entry{holders, granted} {
 		if len(set) > 0 {
 			h := set[0].req.Spec.Holder
@@ -84,6 +87,9 @@ func newBlockers(holders, granted, waiting []*entry) blockers {
 func (b blockers) of(e *entry) string {
 	if b.ahead == "" || e == b.head {
 		return "waiting for " + e.ref.Key
+	}
+	if e.behind != nil {
+		return b.ahead + "; " + writerText(e.behind)
 	}
 	return b.ahead
 }

@@ -185,7 +185,11 @@ func finishUpdates(entries, rejected []*entry, now time.Time) []Update {
 func grantUpdates(holders []*entry, token int64, now time.Time) []Update {
 	var out []Update
 	for _, e := range holders {
-		st, changed := heldStatus(e, token, now)
+		tok := token
+		if e.tok != 0 {
+			tok = e.tok // a shared holder's own token (holderTokens)
+		}
+		st, changed := heldStatus(e, tok, now)
 		if !changed {
 			continue
 		}

@@ -2,7 +2,9 @@ package queue
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -19,6 +21,12 @@ import (
 // It returns how often each outcome happened (finish reasons, "Granted", "handoff").
 func simulate(t testing.TB, seed uint64, rounds int) map[string]int {
 	t.Helper()
+	return simulateModes(t, seed, rounds, false)
+}
+
+// simulateModes is simulate, with a third of the requests Shared when shared is set.
+func simulateModes(t testing.TB, seed uint64, rounds int, shared bool) map[string]int {
+	t.Helper()
 	rng := rand.New(rand.NewPCG(seed, 0x7475726e7374696c))
 	cfg := Config{DefaultTTL: 20 * time.Second, MaxTTL: time.Minute, AgingStep: 15 * time.Second, QueueCap: 5, HeadSize: 3}
 	// "alice#1" without a pull and bob's second session are identities of their own: a joined
@@ -32,6 +40,7 @@ func simulate(t testing.TB, seed uint64, rounds int) map[string]int {
 	clock := t0
 	applyLocked := false
 	var highest int64 // the highest token the ProjectLock ever showed
+	tm := grantTokens{}
 	seq := 0
 	pick := func(keep func(*locksv1.LockRequest) bool) *locksv1.LockRequest {
 		var c []*locksv1.LockRequest
@@ -76,6 +85,9 @@ func simulate(t testing.TB, seed uint64, rounds int) map[string]int {
 				b.WaitTimeout(10 * time.Second)
 			case 3:
 				b.WaitTimeout(40 * time.Second)
+			}
+			if shared && rng.IntN(3) == 0 {
+				b.Shared()
 			}
 			w.add(b.Obj())
 			did = "arrive " + b.Name
@@ -183,10 +195,17 @@ func simulate(t testing.TB, seed uint64, rounds int) map[string]int {
 			if u.Status.Phase == locksv1.PhasePending && u.Status.QueuePosition > 1 {
 				seen["deep queue"]++
 			}
+			if strings.Contains(u.Status.BlockedBy, "writer preference") {
+				seen["writer preference"]++
+			}
+		}
+		if l := w.locks[name1]; l != nil && len(l.Status.SharedHolders) > 1 {
+			seen["shared together"]++
 		}
 
 		where := fmt.Sprintf("seed %d round %d (%s, stage %d)", seed, round, did, stage)
 		checkInvariants(t, where, w, prev, d, stage, &highest)
+		tm.check(t, where, w)
 		// MaxTTL bounds every grant, renewed or not, from the moment its ttl counts from.
 		for _, r := range w.reqs {
 			if st := r.Status; st.Phase == locksv1.PhaseGranted && st.GrantedAt != nil && st.ExpiresAt != nil {
@@ -229,6 +248,7 @@ func checkInvariants(t testing.TB, where string, w *world, prev *locksv1.Project
 	listed := map[types.UID]bool{}
 	var lockID locksv1.HolderID
 	locked := false
+	sharedTok := map[types.UID]int64{}
 	if lock != nil && lock.Status.Holder != nil {
 		h := lock.Status.Holder
 		lockID, locked = h.ID(), true
@@ -238,6 +258,25 @@ func checkInvariants(t testing.TB, where string, w *world, prev *locksv1.Project
 				t.Fatalf("%s: ProjectLock holder %#v lists %s of %#v", where, lockID, r.Name, r.Spec.Holder.ID())
 			}
 		}
+		if len(lock.Status.SharedHolders) > 0 {
+			t.Fatalf("%s: ProjectLock lists an exclusive holder and shared holders: %+v", where, lock.Status)
+		}
+	}
+	// Shared holders: every one asked for Shared mode, whatever their identities, and none
+	// shows a token above the ProjectLock's.
+	if lock != nil && len(lock.Status.SharedHolders) > 0 {
+		locked = true
+		for _, sh := range lock.Status.SharedHolders {
+			uid := types.UID(sh.Request.UID)
+			listed[uid], sharedTok[uid] = true, sh.FencingToken
+			if r := w.reqs[uid]; r != nil && !r.Spec.Locks[0].Mode.IsShared() {
+				t.Fatalf("%s: %s (Exclusive) is listed as a shared holder beside %d others", where, r.Name, len(lock.Status.SharedHolders)-1)
+			}
+			if sh.FencingToken > lock.Status.FencingToken {
+				t.Fatalf("%s: shared holder %s has token %d above the ProjectLock's %d", where, sh.Request.Name, sh.FencingToken, lock.Status.FencingToken)
+			}
+		}
+		lockID = lock.Status.SharedHolders[0].ID()
 	}
 	for _, r := range w.reqs {
 		if r.Status.Phase.IsFinal() {
@@ -250,8 +289,19 @@ func checkInvariants(t testing.TB, where string, w *world, prev *locksv1.Project
 		if !listed[r.UID] {
 			t.Fatalf("%s: %s is %s (held=%v) but the ProjectLock lists %v", where, r.Name, r.Status.Phase, claims, lock)
 		}
-		if tok := r.Status.Locks[0].FencingToken; tok != lock.Status.FencingToken || r.Status.FencingToken < tok {
-			t.Fatalf("%s: %s holds with token %d (request %d), the ProjectLock says %d", where, r.Name, tok, r.Status.FencingToken, lock.Status.FencingToken)
+		want, shared := sharedTok[r.UID]
+		if !shared {
+			want = lock.Status.FencingToken
+		}
+		// A decision cut short after its ProjectLock write (a crash) may leave a confirmed holder
+		// of an exclusive holding below the token just written, which its grant write raises:
+		// a shared holder's own request joining it took a new token.
+		tok := r.Status.Locks[0].FencingToken
+		if stage < stageAll && !shared && tok < want && tok > 0 {
+			want = tok
+		}
+		if tok != want || r.Status.FencingToken < tok {
+			t.Fatalf("%s: %s holds with token %d (request %d), the ProjectLock says %d", where, r.Name, tok, r.Status.FencingToken, want)
 		}
 	}
 	if lock == nil {
@@ -265,20 +315,78 @@ func checkInvariants(t testing.TB, where string, w *world, prev *locksv1.Project
 		if h := prev.Status.Holder; h != nil {
 			prevID, prevLocked = h.ID(), true
 		}
+		if hs := prev.Status.SharedHolders; len(hs) > 0 {
+			prevID, prevLocked = hs[0].ID(), true
+		}
 		// A re-created ProjectLock shows no token until its first grant.
 		if tok != 0 && tok < prevTok {
 			t.Fatalf("%s: token went down from %d to %d", where, prevTok, tok)
 		}
 	}
-	if locked && (!prevLocked || lockID != prevID) && tok <= *highest {
+	if locked && lock.Status.Holder != nil && (!prevLocked || lockID != prevID) && tok <= *highest {
 		t.Fatalf("%s: key passed from %#v to %#v with token %d, not above %d", where, prevID, lockID, tok, *highest)
 	}
 	if tok > *highest {
 		*highest = tok
 	}
-	if stage >= stageLock && d.Lock != nil && (d.HasHolder != locked || d.Holder != lockID) {
+	if stage >= stageLock && d.Lock != nil && (d.HasHolder != locked || d.Holder != lockID && lock.Status.Holder != nil) {
 		t.Fatalf("%s: Decision.Holder %#v (%v), the ProjectLock written says %#v (%v)", where, d.Holder, d.HasHolder, lockID, locked)
 	}
+}
+
+// grantTokens checks TM with shared holders: when a request first shows holding the key, its
+// token is above every token any request of another identity showed holding it before — a
+// writer after readers, readers after a writer, and a reader after another reader alike.
+// Requests granted by one ProjectLock write share its token.
+type grantTokens struct {
+	byID  map[locksv1.HolderID]int64 // the highest token each identity showed holding
+	holds map[types.UID]bool         // requests seen holding at the last check
+}
+
+func (g *grantTokens) check(t testing.TB, where string, w *world) {
+	t.Helper()
+	if g.byID == nil {
+		g.byID, g.holds = map[locksv1.HolderID]int64{}, map[types.UID]bool{}
+	}
+	now := map[types.UID]bool{}
+	before := maps.Clone(g.byID) // requests granted by one write share its token
+	for _, uid := range w.order {
+		r := w.reqs[uid]
+		if r == nil || r.Status.Phase.IsFinal() || len(r.Status.Locks) == 0 || !r.Status.Locks[0].Held {
+			continue
+		}
+		now[uid] = true
+		tok, id := r.Status.Locks[0].FencingToken, r.Spec.Holder.ID()
+		if !g.holds[uid] {
+			for other, top := range before {
+				if other != id && tok <= top {
+					t.Fatalf("%s: %s (%v) holds with token %d, not above %d that %v showed before", where, r.Name, id, tok, top, other)
+				}
+			}
+		}
+		g.byID[id] = max(g.byID[id], tok)
+	}
+	g.holds = now
+}
+
+// TestDecideRandomizedShared is TestDecideRandomized with a third of the requests Shared: the
+// invariants (no exclusive holder beside a holder of another identity; tokens never go down, and
+// every grant's is above the tokens granted before it) and the fixed point hold.
+func TestDecideRandomizedShared(t *testing.T) {
+	total := map[string]int{}
+	for seed := uint64(1); seed <= 10; seed++ {
+		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
+			for k, n := range simulateModes(t, seed, 300, true) {
+				total[k] += n
+			}
+		})
+	}
+	for _, want := range []string{locksv1.ReasonGranted, "shared together", "writer preference"} {
+		if total[want] == 0 {
+			t.Errorf("no %s in any run: %v", want, total)
+		}
+	}
+	t.Logf("outcomes: %v", total)
 }
 
 func TestDecideRandomized(t *testing.T) {

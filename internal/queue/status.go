@@ -78,8 +78,14 @@ func lockStatus(lock *locksv1.ProjectLock, holders, waiting []*entry, token int6
 		st.ObservedGeneration = lock.Generation
 	}
 	st.FencingToken = token
-	st.Holder = nil
-	if len(holders) > 0 {
+	st.Holder, st.SharedHolders, st.Mode = nil, nil, ""
+	st.HolderCount = int32(len(holders))
+	switch {
+	case len(holders) > 0 && allShared(holders):
+		st.Mode = locksv1.ModeShared
+		st.SharedHolders = sharedHolders(lock, holders, now)
+	case len(holders) > 0:
+		st.Mode = locksv1.ModeExclusive
 		first := holders[0].req
 		h := &locksv1.LockHolder{Owner: first.Spec.Holder.Owner, Pull: first.Spec.Holder.Pull, Session: first.Spec.Holder.Session, URL: first.Spec.Holder.URL}
 		h.Since = newTime(now)
@@ -110,10 +116,14 @@ func lockStatus(lock *locksv1.ProjectLock, holders, waiting []*entry, token int6
 		})
 	}
 	st.QueueLength = int32(len(waiting))
-	if st.Holder != nil {
+	switch {
+	case st.Holder != nil:
 		SetCondition(&st.Conditions, locksv1.ConditionLocked, metav1.ConditionTrue, locksv1.ReasonHeld,
 			fmt.Sprintf("locked by %s", locksv1.Holder{Owner: st.Holder.Owner, Pull: st.Holder.Pull}.Describe()), st.ObservedGeneration, now)
-	} else {
+	case len(st.SharedHolders) > 0:
+		SetCondition(&st.Conditions, locksv1.ConditionLocked, metav1.ConditionTrue, locksv1.ReasonHeld,
+			"locked by "+sharedText(holders), st.ObservedGeneration, now)
+	default:
 		SetCondition(&st.Conditions, locksv1.ConditionLocked, metav1.ConditionFalse, locksv1.ReasonFree, "not locked", st.ObservedGeneration, now)
 	}
 	return st

@@ -118,6 +118,7 @@ func (w *lockWrapper) Obj() *locksv1.ProjectLock {
 		}
 	}
 	st.Holder = h
+	st.Mode, st.HolderCount = locksv1.ModeExclusive, int32(len(w.holders))
 	st.Conditions = []metav1.Condition{cond(locksv1.ConditionLocked, metav1.ConditionTrue, locksv1.ReasonHeld,
 		"locked by "+locksv1.Holder{Owner: h.Owner, Pull: h.Pull}.Describe(), pl.Generation, h.Since.Time)}
 	return pl

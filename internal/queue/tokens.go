@@ -32,14 +32,14 @@ func nextToken(prev, revision, leaving int64) int64 {
 // ProjectLock lists that leave it in this decision; unknown is true when one of them is gone
 // and its token is not in gone.
 func leavingTokens(lock *locksv1.ProjectLock, entries []*entry, gone map[types.UID]int64) (top int64, unknown bool) {
-	if lock == nil || lock.Status.Holder == nil {
+	if lock == nil {
 		return 0, false
 	}
 	byUID := make(map[types.UID]*entry, len(entries))
 	for _, e := range entries {
 		byUID[e.req.UID] = e
 	}
-	for _, h := range lock.Status.Holder.Requests {
+	for _, h := range lock.Status.HolderRequests() {
 		e, present := byUID[types.UID(h.UID)]
 		switch {
 		case !present:
@@ -64,7 +64,10 @@ func leavingTokens(lock *locksv1.ProjectLock, entries []*entry, gone map[types.U
 // whose revision is above anything that holder showed. Like every write that takes a request
 // out of the holders, the demotion comes first: a held write for it still in flight (the
 // decision that listed it) then fails its precondition instead of landing unlisted.
-func dropFirst(lock *locksv1.ProjectLock, entries []*entry, demote []Update, now time.Time, cfg Config) Decision {
+//
+// stay are the holders that stay (shared holders, when shared requests were to join them): they
+// stay listed with their tokens; only the grant waits for the next decision.
+func dropFirst(lock *locksv1.ProjectLock, entries, stay []*entry, demote []Update, now time.Time, cfg Config) Decision {
 	// guard:again-drops-demotions
 	d := Decision{Again: true, Demote: demote}
 	for _, e := range entries {
@@ -72,7 +75,7 @@ func dropFirst(lock *locksv1.ProjectLock, entries []*entry, demote []Update, now
 			d.Finish = append(d.Finish, finishUpdate(e, now))
 		}
 	}
-	st := lockStatus(lock, nil, nil, lock.Status.FencingToken, false, now, cfg)
+	st := lockStatus(lock, stay, nil, lock.Status.FencingToken, false, now, cfg)
 	d.Lock = &st
 	return d
 }

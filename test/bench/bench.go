@@ -163,7 +163,7 @@ func Smoke() Config {
 }
 
 // phases are the phases Config.Phases may name.
-var phases = []string{"steady", "scale", "run", "replicas", "failover"}
+var phases = []string{"steady", "scale", "run", "shared", "replicas", "failover"}
 
 // runs says whether phase is to run.
 func (c Config) runs(phase string) bool {
@@ -327,6 +327,20 @@ func (b *bench) runPhases(ctx context.Context, res *Result) error {
 			return fmt.Errorf("run: %w", err)
 		}
 		res.Run = &r
+	}
+	if b.cfg.runs("shared") {
+		if b.mgr == nil {
+			b.step("starting the manager")
+			if err := b.startManager(ctx, true); err != nil {
+				return err
+			}
+		}
+		b.step(fmt.Sprintf("shared: %d readers and a writer on one key, beside %d exclusive waiters", sharedReaders, sharedReaders))
+		r, err := b.sharedPhase(ctx)
+		if err != nil {
+			return fmt.Errorf("shared: %w", err)
+		}
+		res.Shared = &r
 	}
 	if b.cfg.runs("replicas") || b.cfg.runs("failover") {
 		// These phases run their own managers; the steady-state one would act on every key.

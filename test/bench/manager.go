@@ -264,7 +264,7 @@ func (b *bench) waitReleased(ctx context.Context, ns string) error {
 		}
 		held := 0
 		for i := range list.Items {
-			if list.Items[i].Status.Holder != nil {
+			if list.Items[i].Status.Held() {
 				held++
 			}
 		}

@@ -28,6 +28,7 @@ type Result struct {
 	Scale          ScaleResult            `json:"scale"`
 	IdleRSSBytes   int64                  `json:"idleRSSBytes"`
 	Run            *RunResult             `json:"run,omitempty"`
+	Shared         *SharedResult          `json:"shared,omitempty"`
 	Replicas       *ReplicasResult        `json:"replicas,omitempty"`
 	Failover       *FailoverResult        `json:"failover,omitempty"`
 
@@ -174,6 +175,11 @@ func (r *Result) WriteTable(out io.Writer) {
 			add(fmt.Sprintf("`%s run -l KEY -- true`, free key: wall time p50 / p99", p.Plugin), lat(p.Overhead))
 			add(fmt.Sprintf("`%s run`, hand-off: first command's end → next command's start, p50 / p99", p.Plugin), lat(p.Handoff))
 		}
+	}
+	if sr := r.Shared; sr != nil {
+		add(fmt.Sprintf("Shared (%d readers, one writer, %d samples): last reader's release → writer Granted, p50 / p99", sr.Readers, sr.Samples), lat(sr.ReadersToWriter))
+		add(fmt.Sprintf("Shared: writer's release → all %d readers Granted, p50 / p99", sr.Readers), lat(sr.WriterToReaders))
+		add(fmt.Sprintf("Exclusive, same run (%d waiters): release → next Granted, p50 / p99", sr.Readers), lat(sr.Exclusive))
 	}
 	if rp := r.Replicas; rp != nil {
 		for _, m := range rp.Modes {

@@ -210,12 +210,14 @@ type lockRequest struct {
 	Priority    string
 	TTL         string
 	WaitTimeout string
+	Mode        string // spec.locks[0].mode: Shared or Exclusive; "" leaves it out
 }
 
 func (r lockRequest) YAML() string {
 	lock := map[string]any{"repo": r.Repo}
 	setUnlessZero(lock, "path", r.Path)
 	setUnlessZero(lock, "workspace", r.Workspace)
+	setUnlessZero(lock, "mode", r.Mode)
 	holder := map[string]any{"owner": r.Owner}
 	setUnlessZero(holder, "pull", r.Pull)
 	spec := map[string]any{"locks": []any{lock}, "holder": holder}

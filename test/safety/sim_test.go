@@ -72,7 +72,7 @@ func simBudget() (seeds []uint64, steps int, fixed bool) {
 // outcome a request can come to.
 var simWant = []string{"decide", "create", "release", "delete", "force-unlock", "crash", "die", "rejoin", "lapse", "freeze", "thaw",
 	"time", "lose-lease", "drained", locksv1.ReasonGranted, locksv1.ReasonForceUnlocked, locksv1.ReasonExpired,
-	locksv1.ReasonHolderLost, locksv1.ReasonReleased, "demoted", "reissued", "conflict"}
+	locksv1.ReasonHolderLost, locksv1.ReasonReleased, "demoted", "reissued", "conflict", "shared together"}
 
 func simMissing(total map[string]int) []string {
 	var out []string
@@ -133,6 +133,10 @@ type sim struct {
 	dead    []bool
 	members [][]string
 
+	// Shared locks (issue #31), on their own random stream so the walk's other choices stay
+	// those of its seed: a third of the requests ask for their keys in Shared mode.
+	srng *rand.Rand
+
 	eventsChecked int
 	trace         bool             // TURNSTILE_SIM_TRACE=1 prints every step
 	tokens        map[string]int64 // request/key -> the last per-key token seen, for re-issues
@@ -144,6 +148,7 @@ func newSim(seed uint64) *sim {
 		cfg: queue.Config{DefaultTTL: 40 * time.Second, MaxTTL: 2 * time.Minute, AgingStep: 30 * time.Second, QueueCap: 8, HeadSize: 5},
 		did: map[string]int{}, tokens: map[string]int64{}, trace: os.Getenv("TURNSTILE_SIM_TRACE") != "",
 		mrng: rand.New(rand.NewPCG(seed, 0x6d656d62)),
+		srng: rand.New(rand.NewPCG(seed, 0x73686172)),
 	}
 	s.command = fmt.Sprintf("apply-%s", s.ns)
 	// Ahead of the API server's clock, so that no creationTimestamp is in the simulation's
@@ -205,6 +210,9 @@ func (s *sim) run(steps int) {
 		}
 		s.did[strings.Fields(what)[0]]++
 		s.check(step, what, before)
+		if strings.HasPrefix(what, "decide") {
+			s.countShared()
+		}
 	}
 	s.settle(steps)
 	s.tally()
@@ -421,6 +429,11 @@ func (s *sim) create() string {
 	if s.rng.IntN(5) == 0 {
 		lr.Finalizers = []string{simFinalizer}
 	}
+	if s.srng.IntN(3) == 0 {
+		for i := range lr.Spec.Locks {
+			lr.Spec.Locks[i].Mode = locksv1.ModeShared
+		}
+	}
 	Expect(k8s.Create(ctx, lr)).To(Succeed())
 	return "create " + lr.Name
 }
@@ -609,6 +622,17 @@ func (s *sim) count(reqs []locksv1.LockRequest) {
 	}
 }
 
+// countShared counts the keys held shared by more than one request now ("shared together").
+func (s *sim) countShared() {
+	var pls locksv1.ProjectLockList
+	Expect(k8s.List(ctx, &pls, client.InNamespace(s.ns))).To(Succeed())
+	for _, pl := range pls.Items {
+		if len(pl.Status.SharedHolders) > 1 {
+			s.did["shared together"]++
+		}
+	}
+}
+
 // tally adds what the managers' metrics counted: lost races, and grants taken back.
 func (s *sim) tally() {
 	for i, m := range s.ms {
@@ -666,7 +690,7 @@ func (s *sim) settle(steps int) {
 	for _, k := range s.keys {
 		var pl locksv1.ProjectLock
 		err := k8s.Get(ctx, k, &pl)
-		held := err == nil && pl.Status.Holder != nil
+		held := err == nil && pl.Status.Held()
 		for _, lr := range reqs {
 			ref, ok := queue.FirstUnheld(&lr)
 			if !ok || ref.Name != k.Name || held {

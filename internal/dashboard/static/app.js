@@ -129,6 +129,15 @@
       if (h.reason) holderCell.append(' ', el('span', {class: 'badge warn reason'}, h.reason));
       const via = h.requests.map((r) => r.name).join(', ');
       holderCell.append(el('div', {class: 'sub'}, `via ${via}, since `, clock(h.since, 'ago')));
+    } else if (k.shared && k.shared.length) {
+      holderCell.append(el('span', {class: 'badge shared'}, `shared by ${k.shared.length}`));
+      for (const h of k.shared) {
+        const line = el('div', {class: 'shared-holder'}, who(h.who, h.url));
+        if (h.command) line.append(' ', el('span', {class: 'badge cmd'}, h.command));
+        if (h.reason) line.append(' ', el('span', {class: 'badge warn reason'}, h.reason));
+        line.append(el('div', {class: 'sub'}, `via ${h.requests.map((r) => r.name).join(', ')}, token ${h.token}, since `, clock(h.since, 'ago')));
+        holderCell.append(line);
+      }
     } else {
       holderCell.append(el('span', {class: 'free'}, 'free'));
     }
@@ -150,6 +159,11 @@
     if (k.holder) {
       for (const r of k.holder.requests) {
         if (isMine(k.holder.owner)) actions.append(button(`Release ${r.name}`, 'release-holder', `release-${r.name}`, {'data-request': r.name}));
+      }
+    }
+    for (const h of k.shared || []) {
+      for (const r of h.requests) {
+        if (isMine(h.owner)) actions.append(button(`Release ${r.name}`, 'release-holder', `release-${r.name}`, {'data-request': r.name}));
       }
     }
 
@@ -198,6 +212,7 @@
     const f = state.filter;
     if (!f) return true;
     const hay = [k.key, k.namespace, k.name, k.holder && k.holder.who, k.holder && k.holder.requests.map((r) => r.name).join(' '),
+      ...(k.shared || []).map((h) => `${h.who} ${h.requests.map((r) => r.name).join(' ')}`),
       ...k.queue.map((w) => `${w.request} ${w.who}`)].join(' ').toLowerCase();
     return hay.includes(f);
   }
@@ -483,6 +498,10 @@
         changes.push(`${k.holder.who} loses the lock${k.token ? ` (fencing token ${k.token})` : ''}: ` +
           `${k.holder.requests.map((r) => r.name).join(', ')} become Released with reason ForceUnlocked.`);
       }
+      for (const h of k.shared || []) {
+        changes.push(`${h.who} loses its shared lock (fencing token ${h.token}): ` +
+          `${h.requests.map((r) => r.name).join(', ')} become Released with reason ForceUnlocked.`);
+      }
       changes.push(nextAfter(k));
       if (await confirmAction(`Force-unlock ${keyLabel(k)}?`, changes, 'Force-unlock')) {
         await act('/api/force-unlock', {namespace: k.namespace, name: k.name, uid: k.uid});
@@ -499,10 +518,12 @@
         uid = w.uid;
         changes.push(`It leaves the queue of ${keyLabel(k)} (position ${w.position || 'new'}) and of every other key it waits for.`);
       } else {
-        const r = k.holder.requests.find((x) => x.name === name);
-        if (!r) return;
+        const h = [k.holder, ...(k.shared || [])].find((x) => x && x.requests.some((y) => y.name === name));
+        if (!h) return;
+        const r = h.requests.find((x) => x.name === name);
         uid = r.uid;
-        changes.push(`${k.holder.who} gives up ${keyLabel(k)} and every other key ${name} holds. ${nextAfter(k)}`);
+        const others = (k.shared || []).length > 1 ? ' The other shared holders keep it.' : ` ${nextAfter(k)}`;
+        changes.push(`${h.who} gives up ${keyLabel(k)} and every other key ${name} holds.${others}`);
       }
       if (await confirmAction(`Release ${name}?`, changes, 'Release')) {
         await act('/api/release', {namespace: k.namespace, name, uid});

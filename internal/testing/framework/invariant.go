@@ -96,6 +96,7 @@ func (ic *InvariantChecker) observe(ev watch.Event) {
 	}
 	// Who holds each key now, by the requests' own word.
 	holders := map[string]map[locksv1.HolderID][]string{} // ns/lockName -> identity (field by field) -> request names
+	exclusive := map[string]bool{}                        // ns/lockName -> held by an exclusive request
 	for k, r := range ic.requests {
 		for _, l := range queue.HeldLocks(r) {
 			lk := r.Namespace + "/" + l.Name
@@ -104,10 +105,12 @@ func (ic *InvariantChecker) observe(ev watch.Event) {
 			}
 			id := r.Spec.Holder.ID()
 			holders[lk][id] = append(holders[lk][id], k)
+			exclusive[lk] = exclusive[lk] || !queue.SharedOn(r, l.Name)
 		}
 	}
+	// No exclusive holder beside a holder of another identity; shared holders hold together.
 	for lk, ids := range holders {
-		if len(ids) < 2 {
+		if len(ids) < 2 || !exclusive[lk] {
 			continue
 		}
 		var parts []string

@@ -400,13 +400,11 @@ func Summary(o client.Object) string {
 		}
 	case *locksv1.ProjectLock:
 		out += fmt.Sprintf(" token=%d holders=[", o.Status.FencingToken)
-		if h := o.Status.Holder; h != nil {
-			for i, r := range h.Requests {
-				if i > 0 {
-					out += " "
-				}
-				out += r.Name
+		for i, r := range o.Status.HolderRequests() {
+			if i > 0 {
+				out += " "
 			}
+			out += r.Name
 		}
 		out += "] queue=["
 		for i, q := range o.Status.Queue {

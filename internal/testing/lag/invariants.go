@@ -30,8 +30,10 @@ type Invariants struct {
 	// (queue.Governs).
 	Flags queue.FreezeFlags
 
-	tokens map[string]tenure               // namespace/projectlock name -> the last holder seen
-	state  map[string]*locksv1.LockRequest // Replay's requests, by name
+	tokens map[string]tenure // namespace/projectlock name -> the last holder seen
+	// sharedSeen are the shared holdings seen: key + NUL + request UID.
+	sharedSeen map[string]bool
+	state      map[string]*locksv1.LockRequest // Replay's requests, by name
 }
 
 // tenure is what was seen of one key's current holder identity.
@@ -41,6 +43,12 @@ type tenure struct {
 	start    int64 // the lowest per-key token the identity was seen with on the key
 	ceiling  int64 // the highest token, per key or request-level, it was seen with
 	before   int64 // the highest token any earlier holder of the key was seen with
+	// exclusive is the highest token, per key or request-level, an exclusive holder of the key
+	// was seen with; shared the highest per-key token a shared holder was seen with.
+	exclusive, shared int64
+	// exclusiveID is the identity of the exclusive holder seen last: a shared request of its
+	// own identity joins its holding re-entrant, with its token.
+	exclusiveID locksv1.HolderID
 }
 
 // NewInvariants checks states read through c (a live client).
@@ -106,10 +114,8 @@ func (inv *Invariants) CheckState(st *State) []string {
 	for i := range pls.Items {
 		pl := &pls.Items[i]
 		set := map[string]bool{}
-		if h := pl.Status.Holder; h != nil {
-			for _, r := range h.Requests {
-				set[r.UID] = true
-			}
+		for _, r := range pl.Status.HolderRequests() {
+			set[r.UID] = true
 		}
 		listed[pl.Namespace+"/"+pl.Name] = set
 	}
@@ -163,11 +169,14 @@ func (inv *Invariants) checkRequests(reqs []*locksv1.LockRequest) ([]string, map
 	for _, key := range sortedKeys(holders) {
 		hs := holders[key]
 		ids := map[locksv1.HolderID][]string{}
+		exclusive := false
 		for _, h := range hs {
 			id := h.lr.Spec.Holder.ID()
 			ids[id] = append(ids[id], h.lr.Name)
+			exclusive = exclusive || !queue.SharedOn(h.lr, keyName(key))
 		}
-		if len(ids) > 1 {
+		// No exclusive holder beside a holder of another identity; shared holders hold together.
+		if len(ids) > 1 && exclusive {
 			var parts []string
 			for id, names := range ids {
 				parts = append(parts, fmt.Sprintf("%s via %v", id, names))
@@ -243,6 +252,9 @@ func (inv *Invariants) observeToken(key string, lr *locksv1.LockRequest, keyTok 
 		out = append(out, fmt.Sprintf("fencing: %s reports token %d for the request, below its token %d for %s", lr.Name, reqTok, keyTok, key))
 	}
 	t, seen := inv.tokens[key]
+	if queue.SharedOn(lr, keyName(key)) {
+		return append(out, inv.observeShared(key, lr, keyTok, t)...)
+	}
 	switch {
 	case !seen || t.identity != id:
 		before := max(t.before, t.ceiling)
@@ -256,9 +268,45 @@ func (inv *Invariants) observeToken(key string, lr *locksv1.LockRequest, keyTok 
 	}
 	t.request = lr.Name
 	t.ceiling = max(t.ceiling, keyTok, reqTok)
+	t.exclusive = max(t.exclusive, keyTok, reqTok)
+	t.exclusiveID = id
 	inv.tokens[key] = t
 	return out
 }
+
+// observeShared checks a shared holder of key. Shared holders of many identities hold together,
+// each with its own token: one seen holding for the first time must show a token above every
+// token an exclusive holder of the key showed before it (readers after a writer), and not below
+// the per-key token of a shared holder seen before it (shared grants of one write share a
+// token). The next exclusive holder is then a new tenure, above every token seen (a writer after
+// readers of another identity: observeToken).
+func (inv *Invariants) observeShared(key string, lr *locksv1.LockRequest, keyTok int64, t tenure) []string {
+	var out []string
+	if inv.sharedSeen == nil {
+		inv.sharedSeen = map[string]bool{}
+	}
+	seenKey := key + "\x00" + string(lr.UID)
+	if !inv.sharedSeen[seenKey] {
+		if keyTok < t.exclusive || keyTok == t.exclusive && lr.Spec.Holder.ID() != t.exclusiveID {
+			out = append(out, fmt.Sprintf("fencing: %s holds %s shared with token %d, not above %d that an exclusive holder showed before", lr.Name, key, keyTok, t.exclusive))
+		}
+		if keyTok < t.shared {
+			out = append(out, fmt.Sprintf("fencing: %s holds %s shared with token %d, below %d that a shared holder showed before", lr.Name, key, keyTok, t.shared))
+		}
+		inv.sharedSeen[seenKey] = true
+	}
+	// The next holder of another identity is a new tenure (observeToken checks it above every
+	// token seen); one of this identity re-enters: an exclusive request of a reader's own
+	// identity joins it, the whole holding then taking one new token.
+	t.identity, t.request = lr.Spec.Holder.ID(), lr.Name
+	t.shared = max(t.shared, keyTok)
+	t.ceiling = max(t.ceiling, keyTok, lr.Status.FencingToken)
+	inv.tokens[key] = t
+	return out
+}
+
+// keyName is the ProjectLock name of a "namespace/name" key.
+func keyName(key string) string { return key[strings.LastIndexByte(key, '/')+1:] }
 
 // perKeyToken is the token status.locks[] reports for one key.
 func perKeyToken(l locksv1.LockStatus) int64 { return l.FencingToken }

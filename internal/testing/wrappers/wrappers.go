@@ -69,6 +69,17 @@ func (w *LockRequestWrapper) Targets(ts ...locksv1.LockTarget) *LockRequestWrapp
 	return w
 }
 
+// Shared asks for every target added so far in Shared mode.
+func (w *LockRequestWrapper) Shared() *LockRequestWrapper {
+	locks := make([]locksv1.LockTarget, len(w.Spec.Locks))
+	for i, t := range w.Spec.Locks {
+		t.Mode = locksv1.ModeShared
+		locks[i] = t
+	}
+	w.Spec.Locks = locks
+	return w
+}
+
 // Owner sets the holder identity.
 func (w *LockRequestWrapper) Owner(owner string, pull int64) *LockRequestWrapper {
 	w.Spec.Holder.Owner, w.Spec.Holder.Pull = owner, pull

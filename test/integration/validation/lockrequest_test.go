@@ -69,6 +69,22 @@ func TestLockRequestCreateRejected(t *testing.T) {
 			)}),
 			wantErr: []string{"spec.locks", msgDuplicate},
 		},
+		// mode: the enum names the valid values (issue #31)
+		"mode Sharde (a typo)": {
+			spec:    lockRequestSpec(map[string]any{"locks": locks(target(map[string]any{"mode": "Sharde"}))}),
+			wantErr: []string{"spec.locks[0].mode", `Unsupported value: "Sharde"`, `supported values: "Exclusive", "Shared"`},
+		},
+		"mode lowercase": {
+			spec:    lockRequestSpec(map[string]any{"locks": locks(target(map[string]any{"mode": "shared"}))}),
+			wantErr: []string{"spec.locks[0].mode", `Unsupported value: "shared"`, `supported values: "Exclusive", "Shared"`},
+		},
+		"duplicate targets differing only by mode": {
+			spec: lockRequestSpec(map[string]any{"locks": locks(
+				target(map[string]any{"mode": "Shared"}),
+				target(map[string]any{"mode": "Exclusive"}),
+			)}),
+			wantErr: []string{"spec.locks", msgDuplicate},
+		},
 		// priority
 		"priority Urgent": {
 			spec:    lockRequestSpec(map[string]any{"priority": "Urgent"}),
@@ -345,6 +361,16 @@ func TestLockRequestCreateAccepted(t *testing.T) {
 				Holder:   locksv1.Holder{Owner: "alice"},
 				Priority: locksv1.PriorityNormal,
 			},
+		},
+		"a shared and an exclusive target": {
+			spec: lockRequestSpec(map[string]any{"locks": locks(
+				target(map[string]any{"mode": "Shared"}),
+				target(map[string]any{"path": "dns", "mode": "Exclusive"}),
+			)}),
+			wantSpec: locksv1.LockRequestSpec{Locks: []locksv1.LockTarget{
+				{Repo: "acme/infra", Path: "modules/vpc", Workspace: "default", Mode: locksv1.ModeShared},
+				{Repo: "acme/infra", Path: "dns", Workspace: "default", Mode: locksv1.ModeExclusive},
+			}, Holder: alice, Priority: locksv1.PriorityNormal},
 		},
 		"ttl 90s": {
 			spec:     lockRequestSpec(map[string]any{"ttl": "90s"}),

@@ -32,6 +32,10 @@ func TestProjectLockCreate(t *testing.T) {
 			wantSpec: locksv1.ProjectLockSpec{LockTarget: locksv1.LockTarget{Repo: "group/sub/name", Path: "modules/vpc", Workspace: "prod", Project: "edge"}},
 		},
 	}
+	cases["a key with a mode"] = createCase{
+		spec:    map[string]any{"repo": "acme/infra", "mode": "Shared"},
+		wantErr: []string{"spec", "a ProjectLock's key has no mode"},
+	}
 	for name, tc := range targetRejections() {
 		cases["key: "+name] = createCase{spec: target(tc.over), wantErr: tc.errorsAt("spec")}
 	}
