@@ -224,6 +224,9 @@ func (r *LockReconciler) read(ctx context.Context, req reconcile.Request, now ti
 		return in, false, fmt.Errorf("list commandlocks: %w", err)
 	}
 	in.Freezes, in.NextThaw = queue.ResolveFreezes(cls.Items, r.flags, now)
+	if err := r.inNamespace(ctx, req.Namespace, &in.Freezes); err != nil {
+		return in, false, err
+	}
 	return in, true, nil
 }
 
@@ -361,6 +364,9 @@ func (r *LockReconciler) apply(ctx context.Context, req reconcile.Request, in qu
 		if u.Event != nil {
 			r.metrics.granted(u, r.clock.Now())
 		}
+		if u.Acquires {
+			r.recordBypass(u, in.Freezes)
+		}
 	}
 
 	// Time-driven work is the decision's (queue.Decide's nextDeadline); the write rate is ours.
@@ -478,8 +484,11 @@ func (r *LockReconciler) frozenSince(ctx context.Context, in *queue.Input, d que
 		}
 	}
 	freezes, thaw := queue.ResolveFreezes(read, r.flags, in.Now)
-	for _, c := range commands {
-		if _, frozen := freezes.For(c); frozen {
+	if err := r.inNamespace(ctx, d.Grant[0].Request.Namespace, &freezes); err != nil {
+		return false, err
+	}
+	for _, u := range d.Grant {
+		if _, frozen := freezes.ForRequest(u.Request); frozen && u.Acquires {
 			in.Freezes, in.NextThaw = freezes, thaw
 			return true, nil
 		}

@@ -202,7 +202,7 @@ func Decide(in Input) Decision {
 			continue
 		}
 		e.heldHere = holderUIDs[req.UID]
-		if fr, ok := in.Freezes.For(req.Spec.Command); ok {
+		if fr, ok := in.Freezes.ForRequest(req); ok {
 			e.frozen = &fr
 		}
 		entries = append(entries, e)
