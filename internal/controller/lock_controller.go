@@ -375,8 +375,10 @@ func (r *LockReconciler) apply(ctx context.Context, req reconcile.Request, in qu
 	limiter := r.limiter(req.NamespacedName)
 	for _, u := range d.Waiting {
 		if u.Refresh {
-			if res := limiter.ReserveN(r.clock.Now(), 1); res.Delay() > 0 {
-				res.Cancel()
+			// Delay and Cancel would read the wall clock: the reservation is on the injected one.
+			now := r.clock.Now()
+			if res := limiter.ReserveN(now, 1); res.DelayFrom(now) > 0 {
+				res.CancelAt(now)
 				result.RequeueAfter = minPositive(result.RequeueAfter, r.refreshRetry())
 				continue
 			}
