@@ -11,6 +11,8 @@ import (
 	"os"
 	"strings"
 	"time"
+	// The IANA zone database, for freeze windows' timeZone: the distroless image has none.
+	_ "time/tzdata"
 
 	"github.com/prometheus/client_golang/prometheus"
 	ctrl "sigs.k8s.io/controller-runtime"
