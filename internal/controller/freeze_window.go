@@ -38,6 +38,7 @@ func (r *LockReconciler) recordBypass(u queue.Update, freezes queue.Freezes) {
 	if !ok {
 		return
 	}
+	// guard:window-bypass-recorded
 	r.metrics.Bypasses.WithLabelValues(u.Request.Spec.Command).Inc()
 	r.recorder.Eventf(u.Request, nil, "Warning", locksv1.ReasonFreezeBypassed, "Grant",
 		"granted past a freeze (%s: %s) by spec.bypassFreeze: %s", fr.Source, fr.Message, u.Request.Spec.BypassFreeze.Reason)

@@ -92,11 +92,16 @@ var _ = Describe("CommandLock freeze windows", func() {
 		Eventually(clWindows("apply"), timeout, interval).Should(Equal("friday inactive 2027-03-26T15:00:00Z"))
 		Expect(clCond("apply", locksv1.ConditionLocked)()).To(Equal("False/Thawed: not frozen"))
 
-		// Nothing but the requeue at 16:00 wakes the CommandLock.
-		Eventually(clWindows("apply"), timeout, interval).Should(Equal("friday active 2027-03-29T06:00:00Z"), "08:00 CEST")
-		Expect(clCond("apply", locksv1.ConditionLocked)()).To(Equal(
-			"True/Window: Apply commands are frozen by window friday of commandlock apply: Deny window in force until 2027-03-29T06:00:00Z"))
-		Eventually(clCond("apply", locksv1.ConditionDrained), timeout, interval).Should(HavePrefix("True/NoActiveHolders"))
+		// Nothing but the requeue at 16:00 wakes the CommandLock. Drained is confirmed only once
+		// the window freeze is written, where grants read it: the opening write says
+		// FreezeStarting, the next one drained.
+		drained := drainedWritten("apply", func() {
+			Eventually(clWindows("apply"), timeout, interval).Should(Equal("friday active 2027-03-29T06:00:00Z"), "08:00 CEST")
+			Expect(clCond("apply", locksv1.ConditionLocked)()).To(Equal(
+				"True/Window: Apply commands are frozen by window friday of commandlock apply: Deny window in force until 2027-03-29T06:00:00Z"))
+			Eventually(clCond("apply", locksv1.ConditionDrained), timeout, interval).Should(HavePrefix("True/NoActiveHolders"))
+		})
+		Expect(drained).To(ContainElement("False/FreezeStarting: a window freeze starts: drained is confirmed once it is written"))
 
 		create(apply("a", ns).Obj(), MakeLockRequest("p", ns).Lock("acme/infra", "p", "default").Command("plan").Obj())
 		Eventually(condOf(ns, "a"), timeout, interval).Should(Equal(

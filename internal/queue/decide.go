@@ -202,6 +202,7 @@ func Decide(in Input) Decision {
 			continue
 		}
 		e.heldHere = holderUIDs[req.UID]
+		// guard:window-judged-per-request
 		if fr, ok := in.Freezes.ForRequest(req); ok {
 			e.frozen = &fr
 		}
