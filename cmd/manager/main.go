@@ -11,8 +11,7 @@ import (
 	"os"
 	"strings"
 	"time"
-	// The IANA zone database, for freeze windows' timeZone: the distroless image has none.
-	_ "time/tzdata"
+	_ "time/tzdata" // the IANA zone database, for freeze windows' timeZone: the distroless image has none
 
 	"github.com/prometheus/client_golang/prometheus"
 	ctrl "sigs.k8s.io/controller-runtime"

@@ -80,7 +80,7 @@ func (r *CommandLockReconciler) Reconcile(ctx context.Context, req reconcile.Req
 	inForce := meta.IsStatusConditionTrue(st.Conditions, locksv1.ConditionLocked)
 	byWindow := inForce && meta.FindStatusCondition(st.Conditions, locksv1.ConditionLocked).Reason == locksv1.ReasonWindow
 	stored := windowsStored(&cl, &st)
-	if inForce && meta.IsStatusConditionTrue(st.Conditions, locksv1.ConditionDrained) && !(drainedAlready(&cl) && stored) {
+	if inForce && meta.IsStatusConditionTrue(st.Conditions, locksv1.ConditionDrained) && (!drainedAlready(&cl) || !stored) {
 		// guard:window-drained-after-written-freeze
 		if byWindow && !stored {
 			// A window freeze is in the store only once this status is: grants read it there.

@@ -39,21 +39,22 @@ func friday() locksv1.FreezeWindow {
 		TimeZone: "Europe/Berlin", Action: locksv1.WindowDeny}
 }
 
-// windowLock creates the CommandLock name with windows (not locked by hand) and deletes it after
+// windowLock creates the CommandLock apply with windows (not locked by hand) and deletes it after
 // the spec.
-func windowLock(name string, windows ...locksv1.FreezeWindow) {
+func windowLock(windows ...locksv1.FreezeWindow) {
 	GinkgoHelper()
+	const name = "apply"
 	cl := &locksv1.CommandLock{ObjectMeta: metav1.ObjectMeta{Name: name}}
 	cl.Spec.Windows = windows
 	Expect(k8s.Create(ctx, cl)).To(Succeed())
 	DeferCleanup(deleteCommandLock, name)
 }
 
-// clWindows polls a CommandLock's judged windows as "name active next" lines.
-func clWindows(name string) func() string {
+// clWindows polls the apply CommandLock's judged windows as "name active next" lines.
+func clWindows() func() string {
 	return func() string {
 		var cl locksv1.CommandLock
-		if err := k8s.Get(ctx, client.ObjectKey{Name: name}, &cl); err != nil {
+		if err := k8s.Get(ctx, client.ObjectKey{Name: "apply"}, &cl); err != nil {
 			return "error: " + err.Error()
 		}
 		var out []string
@@ -88,15 +89,15 @@ var _ = Describe("CommandLock freeze windows", func() {
 	It("freezes at the window's opening by its requeue alone, until Monday 08:00 across the DST change", func() {
 		// Friday 2027-03-26; the clocks go forward on Sunday the 28th.
 		withClockAt(time.Date(2027, time.March, 26, 15, 59, 57, 0, berlin))
-		windowLock("apply", friday())
-		Eventually(clWindows("apply"), timeout, interval).Should(Equal("friday inactive 2027-03-26T15:00:00Z"))
+		windowLock(friday())
+		Eventually(clWindows(), timeout, interval).Should(Equal("friday inactive 2027-03-26T15:00:00Z"))
 		Expect(clCond("apply", locksv1.ConditionLocked)()).To(Equal("False/Thawed: not frozen"))
 
 		// Nothing but the requeue at 16:00 wakes the CommandLock. Drained is confirmed only once
 		// the window freeze is written, where grants read it: the opening write says
 		// FreezeStarting, the next one drained.
 		drained := drainedWritten("apply", func() {
-			Eventually(clWindows("apply"), timeout, interval).Should(Equal("friday active 2027-03-29T06:00:00Z"), "08:00 CEST")
+			Eventually(clWindows(), timeout, interval).Should(Equal("friday active 2027-03-29T06:00:00Z"), "08:00 CEST")
 			Expect(clCond("apply", locksv1.ConditionLocked)()).To(Equal(
 				"True/Window: Apply commands are frozen by window friday of commandlock apply: Deny window in force until 2027-03-29T06:00:00Z"))
 			Eventually(clCond("apply", locksv1.ConditionDrained), timeout, interval).Should(HavePrefix("True/NoActiveHolders"))
@@ -114,7 +115,7 @@ var _ = Describe("CommandLock freeze windows", func() {
 	It("thaws at the window's close by its requeue alone, and the waiting apply is granted then", func() {
 		// Monday 2027-03-29 07:59:57 CEST, after the DST change.
 		withClockAt(time.Date(2027, time.March, 29, 7, 59, 57, 0, berlin))
-		windowLock("apply", friday())
+		windowLock(friday())
 		Eventually(clCond("apply", locksv1.ConditionLocked), timeout, interval).Should(HavePrefix("True/Window: "))
 		create(apply("a", ns).Obj())
 		Eventually(condOf(ns, "a"), timeout, interval).Should(HavePrefix("False/CommandLocked: Apply commands are frozen by window friday"))
@@ -123,7 +124,7 @@ var _ = Describe("CommandLock freeze windows", func() {
 		granted := get(ns, "a").Status.GrantedAt.Time
 		Expect(granted).NotTo(BeTemporally("<", time.Date(2027, time.March, 29, 6, 0, 0, 0, time.UTC)), "granted before 08:00 CEST")
 		Expect(clCond("apply", locksv1.ConditionLocked)()).To(Equal("False/Thawed: not frozen"))
-		Expect(clWindows("apply")()).To(Equal("friday inactive 2027-04-02T14:00:00Z"), "next Friday 16:00 CEST")
+		Expect(clWindows()()).To(Equal("friday inactive 2027-04-02T14:00:00Z"), "next Friday 16:00 CEST")
 	})
 
 	It("freezes the namespaces a window's selector matches, and no other", func() {
@@ -138,7 +139,7 @@ var _ = Describe("CommandLock freeze windows", func() {
 		Expect(k8s.Update(ctx, &n)).To(Succeed())
 		w := friday()
 		w.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"team": "a"}}
-		windowLock("apply", w)
+		windowLock(w)
 		Eventually(clCond("apply", locksv1.ConditionLocked), timeout, interval).Should(
 			Equal("True/Window: Apply commands are frozen by window friday of commandlock apply: Deny window in force (for namespaces team=a) until 2027-03-29T06:00:00Z"))
 
@@ -154,8 +155,8 @@ var _ = Describe("CommandLock freeze windows", func() {
 			TimeZone: "Europe/Berlin", Action: locksv1.WindowAllow, WindowScope: locksv1.WindowScope{Paths: []string{"in-*"}}}
 		night := locksv1.FreezeWindow{Name: "night", Schedule: "0 22 * * *", Duration: metav1.Duration{Duration: 10 * time.Hour},
 			TimeZone: "Europe/Berlin", Action: locksv1.WindowAllow, WindowScope: locksv1.WindowScope{Paths: []string{"out-*"}}}
-		windowLock("apply", maint, night, friday())
-		Eventually(clWindows("apply"), timeout, interval).Should(Equal(strings.Join([]string{
+		windowLock(maint, night, friday())
+		Eventually(clWindows(), timeout, interval).Should(Equal(strings.Join([]string{
 			"maint active 2027-03-27T13:00:00Z", "night inactive 2027-03-27T21:00:00Z", "friday active 2027-03-29T06:00:00Z"}, "\n")))
 		create(apply("in-a", ns).Obj(), apply("out-a", ns).Obj())
 		Eventually(condOf(ns, "in-a"), timeout, interval).Should(HavePrefix("False/CommandLocked: Apply commands are frozen by window friday"), "Deny beats Allow")
@@ -174,7 +175,7 @@ var _ = Describe("CommandLock freeze windows", func() {
 	It("reports a window it cannot evaluate as Stalled/Invalid and freezes its scope", func() {
 		bad := friday()
 		bad.Name, bad.TimeZone = "mars", "Mars/Olympus_Mons"
-		windowLock("apply", bad)
+		windowLock(bad)
 		Eventually(clCond("apply", locksv1.ConditionStalled), timeout, interval).Should(Equal(
 			`True/Invalid: invalid windows freeze their scope until fixed: window mars: unknown time zone "Mars/Olympus_Mons"`))
 		Expect(clCond("apply", locksv1.ConditionLocked)()).To(HavePrefix("True/Window: "))
@@ -187,7 +188,7 @@ var _ = Describe("CommandLock freeze windows", func() {
 			o.Clock = offsetClock{offset: time.Until(time.Date(2027, time.March, 27, 12, 0, 0, 0, berlin))}
 		})
 		bypasses := metric(reg, "turnstile_freeze_bypasses_total", "command", "apply")
-		windowLock("apply", friday())
+		windowLock(friday())
 		Eventually(clCond("apply", locksv1.ConditionLocked), timeout, interval).Should(HavePrefix("True/Window: "))
 		create(apply("a", ns).Obj())
 		Eventually(condOf(ns, "a"), timeout, interval).Should(HavePrefix("False/CommandLocked: "))
