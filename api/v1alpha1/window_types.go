@@ -16,6 +16,18 @@ const (
 	WindowAllow WindowAction = "Allow"
 )
 
+// WindowState says whether a window is in force.
+// +kubebuilder:validation:Enum=Open;Closed
+type WindowState string
+
+const (
+	// WindowOpen: the window is in force (a Deny window freezes its scope, an Allow window lets
+	// its scope run).
+	WindowOpen WindowState = "Open"
+	// WindowClosed: the window is not in force.
+	WindowClosed WindowState = "Closed"
+)
+
 // WindowScope narrows a window to some requests. Every field that is set must match; an empty
 // scope matches every request of the command. A request with several lock targets is frozen
 // when any of its targets is.
@@ -104,10 +116,10 @@ type FreezeWindowStatus struct {
 	// +required
 	Action WindowAction `json:"action"`
 
-	// active is true while the window is in force: a Deny window freezes its scope, an Allow
-	// window lets its scope run.
+	// state is Open while the window is in force (a Deny window freezes its scope, an Allow
+	// window lets its scope run) and Closed otherwise; unset for an invalid window.
 	// +optional
-	Active bool `json:"active,omitempty"`
+	State WindowState `json:"state,omitempty"`
 
 	// invalid says why the window cannot be evaluated; such a window freezes its scope.
 	// +optional

@@ -63,7 +63,7 @@ func clWindows() func() string {
 			if w.NextTransition != nil {
 				next = w.NextTransition.UTC().Format(time.RFC3339)
 			}
-			line := w.Name + " " + map[bool]string{true: "active", false: "inactive"}[w.Active] + " " + next
+			line := w.Name + " " + map[locksv1.WindowState]string{locksv1.WindowOpen: "active", locksv1.WindowClosed: "inactive"}[w.State] + " " + next
 			if w.Invalid != "" {
 				line += " invalid: " + w.Invalid
 			}

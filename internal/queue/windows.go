@@ -137,13 +137,13 @@ func targetWindowFreeze(command string, owners []windowsOf, ns labels.Set, t loc
 			case w.Invalid != "":
 				return windowMessage(command, o.name, w, "it cannot be evaluated, so it freezes its scope: "+w.Invalid), true
 			// guard:window-deny-beats-allow
-			case w.Action == locksv1.WindowDeny && w.Active:
+			case w.Action == locksv1.WindowDeny && w.State == locksv1.WindowOpen:
 				return windowMessage(command, o.name, w, "Deny window in force"+until(w.NextTransition, " until ")), true
 			case w.Action == locksv1.WindowAllow:
 				if allow == nil {
 					allow, allowOwner = w, o.name
 				}
-				allowOpen = allowOpen || w.Active
+				allowOpen = allowOpen || w.State == locksv1.WindowOpen
 			}
 		}
 	}
@@ -224,13 +224,13 @@ func WindowsLockFreeze(name string, windows []locksv1.FreezeWindowStatus, flags 
 		switch {
 		case w.Invalid != "":
 			return windowMessage(command, name, w, "it cannot be evaluated, so it freezes its scope"+scopeText(&w.WindowScope)+": "+w.Invalid), true
-		case w.Action == locksv1.WindowDeny && w.Active:
+		case w.Action == locksv1.WindowDeny && w.State == locksv1.WindowOpen:
 			return windowMessage(command, name, w, "Deny window in force"+scopeText(&w.WindowScope)+until(w.NextTransition, " until ")), true
 		case w.Action == locksv1.WindowAllow:
 			if allow == nil {
 				allow = w
 			}
-			allowOpen = allowOpen || w.Active
+			allowOpen = allowOpen || w.State == locksv1.WindowOpen
 		}
 	}
 	if allow != nil && !allowOpen {

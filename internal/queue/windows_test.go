@@ -12,7 +12,11 @@ import (
 
 // judged is a window as the CommandLock reconciler writes it in status.
 func judged(name string, action locksv1.WindowAction, active bool, scope locksv1.WindowScope) locksv1.FreezeWindowStatus {
-	return locksv1.FreezeWindowStatus{Name: name, Action: action, Active: active, WindowScope: scope}
+	state := locksv1.WindowClosed
+	if active {
+		state = locksv1.WindowOpen
+	}
+	return locksv1.FreezeWindowStatus{Name: name, Action: action, State: state, WindowScope: scope}
 }
 
 func withWindows(cl locksv1.CommandLock, ws ...locksv1.FreezeWindowStatus) locksv1.CommandLock {

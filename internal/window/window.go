@@ -129,7 +129,10 @@ func Judge(windows []locksv1.FreezeWindow, now time.Time) ([]locksv1.FreezeWindo
 			continue
 		}
 		state := s.At(now)
-		st.Active = state.Active
+		st.State = locksv1.WindowClosed
+		if state.Active {
+			st.State = locksv1.WindowOpen
+		}
 		if !state.Next.IsZero() {
 			// The status keeps whole seconds (as the API server stores it), so a rewrite of the
 			// same judgement is no change; the returned next is exact.

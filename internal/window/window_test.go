@@ -159,8 +159,8 @@ func TestJudge(t *testing.T) {
 		return &t
 	}
 	want := []locksv1.FreezeWindowStatus{
-		{Name: "morning", Action: locksv1.WindowDeny, Active: true, NextTransition: ts(10)},
-		{Name: "noon", Action: locksv1.WindowAllow, NextTransition: ts(12), WindowScope: locksv1.WindowScope{Repos: []string{"acme/*"}}},
+		{Name: "morning", Action: locksv1.WindowDeny, State: locksv1.WindowOpen, NextTransition: ts(10)},
+		{Name: "noon", Action: locksv1.WindowAllow, State: locksv1.WindowClosed, NextTransition: ts(12), WindowScope: locksv1.WindowScope{Repos: []string{"acme/*"}}},
 		{Name: "bad", Action: locksv1.WindowDeny, Invalid: `window bad: unknown time zone "Nowhere/City"`},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {

@@ -19,12 +19,12 @@ var _ = Describe("Freeze windows, with the real kubectl and the real manager's c
 		By("waiting until the window is open with at least 8 s to go, so the request surely arrives inside it")
 		var closes time.Time
 		Eventually(func() error {
-			active, err := jsonpath("", "commandlock/"+command, "{.status.windows[0].active}/{.status.windows[0].nextTransition}")
+			active, err := jsonpath("", "commandlock/"+command, "{.status.windows[0].state}/{.status.windows[0].nextTransition}")
 			if err != nil {
 				return err
 			}
 			var next string
-			if _, err := fmt.Sscanf(active, "true/%s", &next); err != nil {
+			if _, err := fmt.Sscanf(active, "Open/%s", &next); err != nil {
 				return fmt.Errorf("window not open: %q", active)
 			}
 			if closes, err = time.Parse(time.RFC3339, next); err != nil {
