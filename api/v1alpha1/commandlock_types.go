@@ -22,6 +22,18 @@ type CommandLockSpec struct {
 	// until thaws the command automatically at this time. Unset: frozen until unlocked.
 	// +optional
 	Until *metav1.Time `json:"until,omitempty"`
+
+	// windows are recurring freezes (action Deny) and maintenance windows (action Allow), each
+	// with a cron schedule, a duration, a time zone and a scope. spec.locked beats every window,
+	// Deny beats Allow, and when Allow windows match a request, it is frozen outside all of
+	// them. The controller judges them by its clock and writes the result in status.windows at
+	// every transition; grants follow what that status says (docs/operations.md, "Freeze
+	// windows").
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=16
+	Windows []FreezeWindow `json:"windows,omitempty"`
 }
 
 // CommandLockStatus reports the freeze and how many holders still run the command.
@@ -39,6 +51,18 @@ type CommandLockStatus struct {
 	// +optional
 	// +kubebuilder:default=0
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// windows are the spec's windows as the controller judged them last: whether each is in
+	// force, when it next changes, and its scope. Grants follow them, not any other clock.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=16
+	Windows []FreezeWindowStatus `json:"windows,omitempty"`
+
+	// nextTransition is the earliest time a window opens or closes; the controller wakes up then.
+	// +optional
+	NextTransition *metav1.Time `json:"nextTransition,omitempty"`
 
 	// conditions are Locked (the freeze is in force), Drained (no granted holder of the command
 	// is left: maintenance may start), and for kstatus and Argo CD Reconciling (True while a
@@ -61,6 +85,7 @@ type CommandLockStatus struct {
 // +kubebuilder:printcolumn:name="Locked",type=boolean,JSONPath=`.spec.locked`
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.spec.reason`
 // +kubebuilder:printcolumn:name="Until",type=string,JSONPath=`.spec.until`
+// +kubebuilder:printcolumn:name="Next",type=date,JSONPath=`.status.nextTransition`,priority=1
 // +kubebuilder:printcolumn:name="Active",type=integer,JSONPath=`.status.activeHolders`
 // +kubebuilder:printcolumn:name="Blocked",type=integer,JSONPath=`.status.blockedRequests`
 // +kubebuilder:printcolumn:name="Drained",type=string,JSONPath=`.status.conditions[?(@.type=="Drained")].status`

@@ -72,6 +72,15 @@ const (
 	ReasonActiveHolders = "ActiveHolders"
 	// ReasonNoActiveHolders: a frozen command has no granted holder left.
 	ReasonNoActiveHolders = "NoActiveHolders"
+	// ReasonWindow: a CommandLock whose freeze windows freeze the command now, for their scope
+	// (a Deny window in force, no Allow window in force, or a window that cannot be evaluated).
+	ReasonWindow = "Window"
+	// ReasonFreezeStarting: a window freeze that the controller has judged in force but not yet
+	// written; Drained is confirmed once the written freeze is what grants read.
+	ReasonFreezeStarting = "FreezeStarting"
+	// ReasonFreezeBypassed (event): a request with spec.bypassFreeze was granted while its
+	// command was frozen for it.
+	ReasonFreezeBypassed = "FreezeBypassed"
 )
 
 // ReleaseHoldersFinalizer is on every ProjectLock from its creation. A ProjectLock that is

@@ -131,6 +131,25 @@ type LockRequestSpec struct {
 	// request releases too. Cannot be undone.
 	// +optional
 	Release bool `json:"release,omitempty"`
+
+	// bypassFreeze is an emergency bypass: the request is granted even while a CommandLock
+	// (spec.locked or a window) freezes its command. Only admins may set it (the "bypassfreeze"
+	// permission on lockrequests, checked by an admission policy); every grant it lets through
+	// is recorded in an event (reason FreezeBypassed) and the metric
+	// turnstile_freeze_bypasses_total. It does not bypass the operator's --disable-apply.
+	// +optional
+	BypassFreeze *FreezeBypass `json:"bypassFreeze,omitempty"`
+}
+
+// FreezeBypass says why a request may ignore freezes.
+type FreezeBypass struct {
+	// reason says why, e.g. "incident 4711: hotfix"; shown in the bypass event.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=256
+	// +kubebuilder:validation:XValidation:rule="self.trim().size() > 0",message="bypassFreeze.reason must say why the freeze is bypassed"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('\\\\p{Cc}')",message="bypassFreeze.reason must be one line: no control characters"
+	Reason string `json:"reason"`
 }
 
 // LockStatus is the state of one of the request's lock targets, in spec order.

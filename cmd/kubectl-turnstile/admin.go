@@ -28,76 +28,56 @@ func newFreezeCmd(g *globals) *cobra.Command {
 		drain  bool
 		wait   time.Duration
 		newCmd bool
+		win    windowFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "freeze COMMAND",
-		Short: "Freeze a command (e.g. apply, or all) cluster-wide; optionally wait until its holders drain",
+		Short: "Freeze a command (e.g. apply, or all) cluster-wide, now or in recurring windows; optionally wait until its holders drain",
 		Long: `Creates or updates the CommandLock named COMMAND with locked: true. Requests for the command
 wait (reason CommandLocked) until it is thawed or --until passes; holders already granted keep
 their grant. With --wait-drained, returns once none of them is left: maintenance may start.
 COMMAND is a command Turnstile knows (` + "all, apply, plan, import, state, ..." + `) or one an existing
-CommandLock names; any other name is refused (a typo would freeze nothing) unless --new-command.`,
-		Example: `  kubectl turnstile freeze apply --reason "maintenance window" --until 2h --wait-drained`,
-		Args:    cobra.ExactArgs(1),
+CommandLock names; any other name is refused (a typo would freeze nothing) unless --new-command.
+
+With --window (or --schedule and --duration) it adds or replaces one recurring window in
+spec.windows instead, and leaves spec.locked alone: ` + windowHelp,
+		Example: `  kubectl turnstile freeze apply --reason "maintenance window" --until 2h --wait-drained
+  kubectl turnstile freeze apply --window 'Fri 16:00 -> Mon 08:00 Europe/Berlin' --window-name friday
+  kubectl turnstile freeze apply --window-name maint --schedule '0 22 * * *' --duration 4h --action Allow --repo 'acme/*'`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, _, err := g.client()
 			if err != nil {
 				return err
 			}
-			spec := locksv1.CommandLockSpec{Locked: true, Reason: reason}
-			if until != "" {
-				t, err := dashboard.ParseUntil(until, time.Now())
-				if err != nil {
+			ctx := cmd.Context()
+			if !newCmd {
+				if err := checkCommandName(ctx, c, args[0]); err != nil {
 					return err
 				}
-				spec.Until = &metav1.Time{Time: t}
 			}
-			ctx := cmd.Context()
-			if !newCmd && !slices.Contains(knownCommands, args[0]) {
-				var existing locksv1.CommandLockList
-				if err := c.List(ctx, &existing); err != nil {
-					return fmt.Errorf("freeze %s: list CommandLocks to check the name: %w", args[0], err)
+			if win.set() {
+				if err := addWindow(ctx, c, args[0], win, cmd.OutOrStdout()); err != nil {
+					return err
 				}
-				var names []string
-				for _, cl := range existing.Items {
-					names = append(names, cl.Name)
+			} else {
+				spec := locksv1.CommandLockSpec{Locked: true, Reason: reason}
+				if until != "" {
+					t, err := dashboard.ParseUntil(until, time.Now())
+					if err != nil {
+						return err
+					}
+					spec.Until = &metav1.Time{Time: t}
 				}
-				if !slices.Contains(names, args[0]) {
-					return unknownCommand(args[0], names)
+				if err := dashboard.FreezeCommand(ctx, c, args[0], spec); err != nil {
+					return fmt.Errorf("freeze %s: %w", args[0], err)
 				}
+				fmt.Fprintf(cmd.OutOrStdout(), "commandlock/%s frozen\n", args[0])
 			}
-			if err := dashboard.FreezeCommand(ctx, c, args[0], spec); err != nil {
-				return fmt.Errorf("freeze %s: %w", args[0], err)
-			}
-			var cl locksv1.CommandLock
-			fmt.Fprintf(cmd.OutOrStdout(), "commandlock/%s frozen\n", args[0])
 			if !drain {
 				return nil
 			}
-			deadline := time.Now().Add(wait)
-			last := int32(-1)
-			for {
-				if err := c.Get(ctx, ctrlclient.ObjectKey{Name: args[0]}, &cl); err != nil {
-					return err
-				}
-				if cond := meta.FindStatusCondition(cl.Status.Conditions, locksv1.ConditionDrained); cond != nil &&
-					cond.Status == metav1.ConditionTrue && cond.ObservedGeneration >= cl.Generation {
-					fmt.Fprintf(cmd.OutOrStdout(), "commandlock/%s drained: no holder of %s is left\n", args[0], args[0])
-					return nil
-				}
-				if cl.Status.ActiveHolders != last {
-					last = cl.Status.ActiveHolders
-					fmt.Fprintf(cmd.ErrOrStderr(), "waiting for %d active holder(s) to release\n", last)
-				}
-				if wait > 0 && time.Now().After(deadline) {
-					return fmt.Errorf("commandlock/%s: still %d active holder(s) after %s", args[0], cl.Status.ActiveHolders, wait)
-				}
-				select {
-				case <-ctx.Done():
-					return ctx.Err()
-				case <-time.After(200 * time.Millisecond):
-				}
-			}
+			return waitDrained(ctx, c, args[0], wait, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 	cmd.Flags().StringVar(&reason, "reason", "", "Shown to everyone who waits, e.g. \"maintenance window\".")
@@ -105,11 +85,63 @@ CommandLock names; any other name is refused (a typo would freeze nothing) unles
 	cmd.Flags().BoolVar(&drain, "wait-drained", false, "Wait until no granted holder of the command is left.")
 	cmd.Flags().BoolVar(&newCmd, "new-command", false, "Freeze COMMAND although it is neither a known command nor an existing CommandLock (a command of your own pipelines).")
 	cmd.Flags().DurationVar(&wait, "timeout", 0, "With --wait-drained: give up after this long (default: wait until interrupted).")
+	win.register(cmd)
 	return cmd
 }
 
+// checkCommandName refuses a name that is neither a known command nor an existing CommandLock:
+// a typo would freeze nothing.
+func checkCommandName(ctx context.Context, c ctrlclient.Client, name string) error {
+	if slices.Contains(knownCommands, name) {
+		return nil
+	}
+	var existing locksv1.CommandLockList
+	if err := c.List(ctx, &existing); err != nil {
+		return fmt.Errorf("freeze %s: list CommandLocks to check the name: %w", name, err)
+	}
+	var names []string
+	for _, cl := range existing.Items {
+		names = append(names, cl.Name)
+	}
+	if !slices.Contains(names, name) {
+		return unknownCommand(name, names)
+	}
+	return nil
+}
+
+// waitDrained polls the CommandLock name until its Drained condition is True for its current
+// generation, or wait (when positive) runs out.
+func waitDrained(ctx context.Context, c ctrlclient.Client, name string, wait time.Duration, out, errOut io.Writer) error {
+	deadline := time.Now().Add(wait)
+	last := int32(-1)
+	for {
+		var cl locksv1.CommandLock
+		if err := c.Get(ctx, ctrlclient.ObjectKey{Name: name}, &cl); err != nil {
+			return err
+		}
+		if cond := meta.FindStatusCondition(cl.Status.Conditions, locksv1.ConditionDrained); cond != nil &&
+			cond.Status == metav1.ConditionTrue && cond.ObservedGeneration >= cl.Generation {
+			fmt.Fprintf(out, "commandlock/%s drained: no holder of %s is left\n", name, name)
+			return nil
+		}
+		if cl.Status.ActiveHolders != last {
+			last = cl.Status.ActiveHolders
+			fmt.Fprintf(errOut, "waiting for %d active holder(s) to release\n", last)
+		}
+		if wait > 0 && time.Now().After(deadline) {
+			return fmt.Errorf("commandlock/%s: still %d active holder(s) after %s", name, cl.Status.ActiveHolders, wait)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
 func newThawCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
+	var win string
+	cmd := &cobra.Command{
 		Use:   "thaw COMMAND",
 		Short: "Thaw a frozen command: its waiting requests are granted in queue order",
 		Args:  cobra.ExactArgs(1),
@@ -117,6 +149,9 @@ func newThawCmd(g *globals) *cobra.Command {
 			c, _, err := g.client()
 			if err != nil {
 				return err
+			}
+			if win != "" {
+				return removeWindow(cmd.Context(), c, args[0], win, cmd.OutOrStdout())
 			}
 			var cl locksv1.CommandLock
 			if err := c.Get(cmd.Context(), ctrlclient.ObjectKey{Name: args[0]}, &cl); err != nil {
@@ -135,6 +170,8 @@ func newThawCmd(g *globals) *cobra.Command {
 			return nil
 		},
 	}
+	cmd.Flags().StringVar(&win, "window", "", "Remove this window (by name) from spec.windows instead; spec.locked stays as it is.")
+	return cmd
 }
 
 func newWhyCmd(g *globals) *cobra.Command {

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -21,6 +22,7 @@ import (
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
 	"github.com/turnstile-dev/turnstile/internal/queue"
 	"github.com/turnstile-dev/turnstile/internal/sharding"
+	"github.com/turnstile-dev/turnstile/internal/window"
 )
 
 // CommandLockReconciler reports a freeze's effect: how many granted holders of the command are
@@ -76,15 +78,24 @@ func (r *CommandLockReconciler) Reconcile(ctx context.Context, req reconcile.Req
 	}
 	st := CommandLockStatus(&cl, list.Items, r.flags, now, 0)
 	inForce := meta.IsStatusConditionTrue(st.Conditions, locksv1.ConditionLocked)
-	if inForce && meta.IsStatusConditionTrue(st.Conditions, locksv1.ConditionDrained) && !drainedAlready(&cl) {
-		// The cache says drained. Before saying so, ask the store: a grant decided from a cache
-		// without this freeze may be under way (docs/protocol.md, "Freezes and Drained").
-		// guard:drained-from-cache
-		granting, err := r.granting(ctx, &cl)
-		if err != nil {
-			return reconcile.Result{}, err
+	byWindow := inForce && meta.FindStatusCondition(st.Conditions, locksv1.ConditionLocked).Reason == locksv1.ReasonWindow
+	stored := windowsStored(&cl, &st)
+	if inForce && meta.IsStatusConditionTrue(st.Conditions, locksv1.ConditionDrained) && (!drainedAlready(&cl) || !stored) {
+		// guard:window-drained-after-written-freeze
+		if byWindow && !stored {
+			// A window freeze is in the store only once this status is: grants read it there.
+			// Drained is confirmed by the reconcile its own write triggers.
+			setFreezeStarting(&st, now)
+		} else {
+			// The cache says drained. Before saying so, ask the store: a grant decided from a
+			// cache without this freeze may be under way (docs/protocol.md, "Freezes and Drained").
+			// guard:drained-from-cache
+			granting, err := r.granting(ctx, &cl)
+			if err != nil {
+				return reconcile.Result{}, err
+			}
+			st = CommandLockStatus(&cl, list.Items, r.flags, now, granting)
 		}
-		st = CommandLockStatus(&cl, list.Items, r.flags, now, granting)
 	}
 	wasInForce := meta.IsStatusConditionTrue(cl.Status.Conditions, locksv1.ConditionLocked)
 
@@ -112,11 +123,38 @@ func (r *CommandLockReconciler) Reconcile(ctx context.Context, req reconcile.Req
 	r.metrics.Blocked.WithLabelValues(cl.Name).Set(float64(st.BlockedRequests))
 	r.remember(cl.Name, cl.UID, inForce)
 
-	// An until still ahead: wake up then, thaw, and let the keys grant.
-	if queue.IsLockInForce(&cl, now) && cl.Spec.Until != nil {
-		return reconcile.Result{RequeueAfter: cl.Spec.Until.Sub(now) + time.Millisecond}, nil
+	// An until still ahead, or a window's next transition: wake up then and write it, so the
+	// keys grant or hold back by what the store says.
+	return reconcile.Result{RequeueAfter: nextWakeUp(&cl, now)}, nil
+}
+
+// nextWakeUp is how long until cl's status next changes by the clock alone: its until (while
+// the manual freeze is in force) or its windows' next transition; zero when nothing is due.
+func nextWakeUp(cl *locksv1.CommandLock, now time.Time) time.Duration {
+	var next time.Time
+	if queue.IsLockInForce(cl, now) && cl.Spec.Until != nil {
+		next = cl.Spec.Until.Time
 	}
-	return reconcile.Result{}, nil
+	if _, t := window.Judge(cl.Spec.Windows, now); !t.IsZero() && (next.IsZero() || t.Before(next)) {
+		next = t
+	}
+	if next.IsZero() {
+		return 0
+	}
+	return next.Sub(now) + time.Millisecond
+}
+
+// windowsStored reports whether cl's stored status already shows the windows as st judges them,
+// for the current generation: only then do grants read this judgement.
+func windowsStored(cl *locksv1.CommandLock, st *locksv1.CommandLockStatus) bool {
+	return cl.Status.ObservedGeneration == cl.Generation && equality.Semantic.DeepEqual(cl.Status.Windows, st.Windows)
+}
+
+// setFreezeStarting reports Drained False while a window freeze is being written.
+func setFreezeStarting(st *locksv1.CommandLockStatus, now time.Time) {
+	queue.SetCondition(&st.Conditions, locksv1.ConditionDrained, metav1.ConditionFalse, locksv1.ReasonFreezeStarting,
+		"a window freeze starts: drained is confirmed once it is written", st.ObservedGeneration, now)
+	commandLockKstatus(st, true, now)
 }
 
 // drainedAlready reports whether cl's status says Drained for its current freeze: confirmed
@@ -213,7 +251,21 @@ func (r *CommandLockReconciler) remember(name string, uid types.UID, inForce boo
 func CommandLockStatus(cl *locksv1.CommandLock, requests []locksv1.LockRequest, flags queue.FreezeFlags, now time.Time, granting int) locksv1.CommandLockStatus {
 	st := *cl.Status.DeepCopy()
 	st.ObservedGeneration = cl.Generation
+	var next time.Time
+	st.Windows, next = window.Judge(cl.Spec.Windows, now)
+	st.NextTransition = nil
+	if !next.IsZero() {
+		st.NextTransition = &metav1.Time{Time: next.Truncate(time.Second)}
+	}
 	freeze, inForce := queue.CommandLockFreeze(cl, flags, now)
+	lockedReason := locksv1.ReasonFrozen
+	if !inForce {
+		// Manual freezes beat windows: the windows speak only when no manual freeze does.
+		if freeze, inForce = queue.WindowsLockFreeze(cl.Name, st.Windows, flags); inForce {
+			lockedReason = locksv1.ReasonWindow
+		}
+	}
+	setInvalidWindows(&st, now)
 	st.ActiveHolders, st.BlockedRequests = 0, 0
 	for i := range requests {
 		lr := &requests[i]
@@ -234,7 +286,7 @@ func CommandLockStatus(cl *locksv1.CommandLock, requests []locksv1.LockRequest, 
 		queue.SetCondition(&st.Conditions, typ, s, reason, msg, st.ObservedGeneration, now)
 	}
 	if inForce {
-		set(locksv1.ConditionLocked, metav1.ConditionTrue, locksv1.ReasonFrozen, freeze.Message)
+		set(locksv1.ConditionLocked, metav1.ConditionTrue, lockedReason, freeze.Message)
 	} else {
 		set(locksv1.ConditionLocked, metav1.ConditionFalse, locksv1.ReasonThawed, "not frozen")
 	}
@@ -310,4 +362,22 @@ func (r *CommandLockReconciler) requestCommands(ctx context.Context, o client.Ob
 		out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Name: name}})
 	}
 	return out
+}
+
+// setInvalidWindows sets Stalled (reason Invalid) naming every window that cannot be evaluated
+// (an unknown zone, an unparsable schedule): such a window freezes its scope until it is fixed.
+// With none, there is no Stalled condition.
+func setInvalidWindows(st *locksv1.CommandLockStatus, now time.Time) {
+	var bad []string
+	for _, w := range st.Windows {
+		if w.Invalid != "" {
+			bad = append(bad, w.Invalid)
+		}
+	}
+	if len(bad) == 0 {
+		meta.RemoveStatusCondition(&st.Conditions, locksv1.ConditionStalled)
+		return
+	}
+	queue.SetCondition(&st.Conditions, locksv1.ConditionStalled, metav1.ConditionTrue, locksv1.ReasonInvalid,
+		"invalid windows freeze their scope until fixed: "+strings.Join(bad, "; "), st.ObservedGeneration, now)
 }

@@ -112,7 +112,7 @@ func (x *execution) do(ctx context.Context, w queue.Write) error {
 	case queue.WriteCheckFreezes:
 		// A command froze after the cache last said so: decide again on what was just written
 		// and the freezes the API server reports, which takes the grant back (demotes it).
-		frozen, err := r.frozenSince(ctx, &x.in, w.Commands)
+		frozen, err := r.frozenSince(ctx, &x.in, w.Commands, x.d.Grant)
 		x.again = frozen
 		return err
 	case queue.WriteWaiting:
@@ -136,6 +136,9 @@ func (x *execution) request(ctx context.Context, w queue.Write) error {
 		if w.Update.Event != nil {
 			r.metrics.granted(*w.Update, r.clock.Now())
 		}
+		if w.Update.Acquires {
+			r.recordBypass(*w.Update, x.in.Freezes)
+		}
 	}
 	return nil
 }
@@ -144,8 +147,10 @@ func (x *execution) request(ctx context.Context, w queue.Write) error {
 func (x *execution) waiting(ctx context.Context, u queue.Update) error {
 	r := x.r
 	if u.Refresh {
-		if res := r.limiter(x.req.NamespacedName).ReserveN(r.clock.Now(), 1); res.Delay() > 0 {
-			res.Cancel()
+		// Delay and Cancel would read the wall clock: the reservation is on the injected one.
+		now := r.clock.Now()
+		if res := r.limiter(x.req.NamespacedName).ReserveN(now, 1); res.DelayFrom(now) > 0 {
+			res.CancelAt(now)
 			x.result.RequeueAfter = minPositive(x.result.RequeueAfter, r.refreshRetry())
 			return nil
 		}

@@ -149,6 +149,9 @@ func (r *LockReconciler) read(ctx context.Context, req reconcile.Request, now ti
 		return in, false, fmt.Errorf("list commandlocks: %w", err)
 	}
 	in.Freezes, in.NextThaw = queue.ResolveFreezes(cls.Items, r.flags, now)
+	if err := r.inNamespace(ctx, req.Namespace, &in.Freezes); err != nil {
+		return in, false, err
+	}
 	return in, true, nil
 }
 
@@ -318,7 +321,7 @@ func waitsLast(name string, u queue.Update, q []*locksv1.LockRequest) bool {
 // commands is written as holding the key (protocol step 5): a freeze that the cache does not
 // show yet must stop it, or Drained could be True while it starts (docs/protocol.md, "Freezes and Drained"). It reports whether such a
 // request is frozen, and then puts the live freezes into in.
-func (r *LockReconciler) frozenSince(ctx context.Context, in *queue.Input, commands []string) (bool, error) {
+func (r *LockReconciler) frozenSince(ctx context.Context, in *queue.Input, commands []string, grants []queue.Update) (bool, error) {
 	// The CommandLocks that can freeze these commands are the ones named after them and "all":
 	// each is read with a GET, which the API server answers from etcd. (A LIST with no
 	// resourceVersion is served from the watch cache once that cache has caught up with etcd,
@@ -367,8 +370,13 @@ func (r *LockReconciler) frozenSince(ctx context.Context, in *queue.Input, comma
 		}
 	}
 	freezes, thaw := queue.ResolveFreezes(read, r.flags, in.Now)
-	for _, c := range commands {
-		if _, frozen := freezes.For(c); frozen {
+	if len(grants) > 0 {
+		if err := r.inNamespace(ctx, grants[0].Request.Namespace, &freezes); err != nil {
+			return false, err
+		}
+	}
+	for _, u := range grants {
+		if _, frozen := freezes.ForRequest(u.Request); frozen && u.Acquires {
 			in.Freezes, in.NextThaw = freezes, thaw
 			return true, nil
 		}

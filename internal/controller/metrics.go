@@ -33,6 +33,8 @@ type Metrics struct {
 	DeadlockChecks *prometheus.CounterVec
 	FrozenCommand  *prometheus.GaugeVec
 	Blocked        *prometheus.GaugeVec
+	// Bypasses counts grants that spec.bypassFreeze let past a freeze, by command.
+	Bypasses *prometheus.CounterVec
 }
 
 var latencyBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600}
@@ -83,10 +85,13 @@ func NewMetrics(reg prometheus.Registerer, requests ...client.Reader) *Metrics {
 		Blocked: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "turnstile_command_blocked_requests", Help: "Requests waiting because their command is frozen.",
 		}, []string{"command"}),
+		Bypasses: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "turnstile_freeze_bypasses_total", Help: "Grants that an admin's spec.bypassFreeze let past a freeze, by command.",
+		}, []string{"command"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.QueueDepth, m.GrantLatency, m.WaitDuration, m.HoldDuration, m.Grants, m.Finished,
-			m.Conflicts, m.PlanWrites, m.StepConflicts, m.Demoted, m.Deadlocks, m.DeadlockChecks, m.FrozenCommand, m.Blocked)
+			m.Conflicts, m.PlanWrites, m.StepConflicts, m.Demoted, m.Deadlocks, m.DeadlockChecks, m.FrozenCommand, m.Blocked, m.Bypasses)
 		if len(requests) > 0 {
 			reg.MustRegister(&phaseCollector{reader: requests[0]})
 		}

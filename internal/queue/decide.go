@@ -250,7 +250,8 @@ func collect(in Input) snapshot {
 		}
 		e.heldHere = holderUIDs[req.UID]
 		e.idx = len(entries)
-		if fr, ok := in.Freezes.For(req.Spec.Command); ok {
+		// guard:window-judged-per-request
+		if fr, ok := in.Freezes.ForRequest(req); ok {
 			e.frozen = &fr
 		}
 		entries = append(entries, e)

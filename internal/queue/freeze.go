@@ -35,6 +35,9 @@ type Freezes struct {
 	byCommand map[string]Freeze
 	all       *Freeze
 	flags     FreezeFlags
+	// windows and nsLabels judge freeze windows per request (windows.go).
+	windows  map[string]windowsOf
+	nsLabels map[string]string
 }
 
 // IsLockInForce reports whether a CommandLock freezes its command at now, by the clock of its
@@ -60,7 +63,8 @@ func Thawed(cl *locksv1.CommandLock) bool {
 	}
 	for _, c := range cl.Status.Conditions {
 		if c.Type == locksv1.ConditionLocked {
-			return c.Status == metav1.ConditionFalse
+			// Locked by a window (reason Window) is written only once the manual freeze ended.
+			return c.Status == metav1.ConditionFalse || c.Reason == locksv1.ReasonWindow
 		}
 	}
 	return false
@@ -88,6 +92,7 @@ func resolve(locks []locksv1.CommandLock, flags FreezeFlags, now time.Time, inFo
 	var nextThaw time.Time
 	for i := range locks {
 		cl := &locks[i]
+		f.addWindows(cl)
 		if !inForce(cl) {
 			continue
 		}

@@ -232,6 +232,34 @@ spec:
 			WithTimeout(settle).WithPolling(poll).Should(MatchError(ContainSubstring(`ConfigMap turnstile-system/turnstile-admission: maxPriority must be Low, Normal, High or Critical, not "Urgent"; ask a cluster admin to fix it`)))
 	})
 
+	It("only an admin sets spec.bypassFreeze, on create or on a waiting request; the owner may still release it", func() {
+		t := newTeam()
+		withBypass := func(name string) *locksv1.LockRequest {
+			lr := request(t.ns, name, "")
+			lr.Spec.BypassFreeze = &locksv1.FreezeBypass{Reason: "incident 4711"}
+			return lr
+		}
+		why := func(name string) string {
+			return denial(lockRequestRef(name), "turnstile-lockrequest-bypass-freeze",
+				"spec.bypassFreeze lets a request past every freeze: it needs the bypassfreeze permission on lockrequests in namespace "+t.ns+
+					" (the turnstile-admin role, or a Role with verbs [bypassfreeze], resources [lockrequests]); ask an admin")
+		}
+		bypass := client.RawPatch(types.MergePatchType, []byte(`{"spec":{"bypassFreeze":{"reason":"incident 4711"}}}`))
+
+		By("alice, a requester, may not ask for it, on create or by a patch")
+		expectDenied(t.alice.Create(ctx, withBypass("hotfix")), why("hotfix"))
+		mine := request(t.ns, "mine", "")
+		Expect(t.alice.Create(ctx, mine)).To(Succeed())
+		expectDenied(patch(t.alice, mine.DeepCopy(), bypass), why("mine"))
+
+		By("dana, the namespace's admin, may: on her own request and on alice's waiting one")
+		Expect(t.dana.Create(ctx, withBypass("hotfix"))).To(Succeed())
+		Expect(patch(t.dana, mine.DeepCopy(), bypass)).To(Succeed())
+
+		By("alice still releases her request: an update that keeps the bypass is not checked")
+		Expect(patch(t.alice, mine.DeepCopy(), release)).To(Succeed())
+	})
+
 	It("a holder Lease is kept by whoever created it: another requester can neither delete nor take it over", func() {
 		t := newTeam()
 		lease := holderLease(t.ns, "runner")

@@ -231,6 +231,11 @@ func waitForPolicies() {
 		"turnstile-lockrequest-changes": func() error {
 			return t.bob.Delete(ctx, mine.DeepCopy(), client.DryRunAll)
 		},
+		"turnstile-lockrequest-bypass-freeze": func() error {
+			lr := request(t.ns, "bypass", "alice")
+			lr.Spec.BypassFreeze = &locksv1.FreezeBypass{Reason: "warmup"}
+			return t.alice.Create(ctx, lr, client.DryRunAll)
+		},
 		"turnstile-lockrequest-priority": func() error {
 			lr := request(t.ns, "critical", "alice")
 			lr.Spec.Priority = locksv1.PriorityCritical

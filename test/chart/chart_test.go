@@ -356,8 +356,8 @@ func TestAdmissionMatchesKustomize(t *testing.T) {
 					}
 				}
 			}
-			if len(want) != 25 {
-				t.Fatalf("kustomize build has %d admission objects, want 25 (12 policies, 12 bindings, 1 ConfigMap)", len(want))
+			if len(want) != 27 {
+				t.Fatalf("kustomize build has %d admission objects, want 27 (13 policies, 13 bindings, 1 ConfigMap)", len(want))
 			}
 			got := admissionObjects(render(t, tc.release, tc.namespace), sameName)
 			if diff := cmp.Diff(sameCEL(want), sameCEL(got)); diff != "" {

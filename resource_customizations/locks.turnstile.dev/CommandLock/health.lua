@@ -6,6 +6,8 @@
 --                                             -> Progressing
 --   Ready=True: frozen and Drained, or not frozen
 --                                             -> Healthy
+--   Stalled=True: a freeze window it cannot evaluate (it freezes its scope until fixed)
+--                                             -> Degraded
 -- Only Lua's base and table libraries are used: what Argo CD loads by default.
 local s, gen = obj.status, obj.metadata.generation
 local cond = {} -- by type; left empty until the controller has seen this generation
@@ -13,7 +15,9 @@ if s ~= nil and s.observedGeneration ~= nil and gen ~= nil and s.observedGenerat
   for _, c in ipairs(s.conditions or {}) do cond[c.type] = c end
 end
 local function on(t) return cond[t] ~= nil and cond[t].status == "True" end
-if on("Reconciling") then
+if on("Stalled") then
+  return {status = "Degraded", message = cond.Stalled.message}
+elseif on("Reconciling") then
   return {status = "Progressing", message = cond.Reconciling.message}
 elseif on("Ready") and on("Locked") then
   return {status = "Healthy", message = cond.Ready.message .. " (" .. cond.Locked.message .. ")"}
