@@ -5,6 +5,7 @@ package main
 const (
 	workloadController = "internal/workload/controller.go"
 	workloadKinds      = "internal/workload/kinds.go"
+	workloadRenew      = "internal/workload/renew.go"
 	workloadPolicy     = "config/admission/workload-gate.yaml"
 	gatedSuite         = "./test/gated/"
 )
@@ -12,7 +13,7 @@ const (
 func init() {
 	mutants = append(mutants,
 		mutant{name: "workload-gone-from-cache", pkg: gatedSuite, focus: "leaves the manager", guard: "a workload missing from the gated cache is read live before its request is deleted", edits: []edit{
-			{workloadController, "if err := r.live.Get(ctx, req.NamespacedName, obj); err == nil && ownedBy(lr, obj) {", "if err := r.live.Get(ctx, req.NamespacedName, obj); false && err == nil && ownedBy(lr, obj) {"},
+			{workloadController, "if err := r.live.Get(ctx, key, obj); err == nil && ownedBy(lr, obj) {", "if err := r.live.Get(ctx, key, obj); false && err == nil && ownedBy(lr, obj) {"},
 		}},
 		mutant{name: "workload-no-token", pkg: gatedSuite, focus: "holds a Pod|two Jobs", guard: "a workload is let go in the same write that gives it its fencing token", edits: []edit{
 			{workloadKinds, "	setAnnotation(p, AnnotationFencingToken, token)\n", ""},
@@ -22,13 +23,19 @@ func init() {
 			{workloadController, "	case lr.Status.Phase.IsFinal() && token != \"\":\n", "	case false && lr.Status.Phase.IsFinal() && token != \"\":\n"},
 		}},
 		mutant{name: "workload-released-while-running", pkg: gatedSuite, focus: "holds a Pod|two Jobs", guard: "a workload's lock is released only when it has finished (or is being deleted)", edits: []edit{
-			{workloadController, "	if done, how := r.kind.finished(obj); done {\n", "	if done, how := r.kind.finished(obj); true || done {\n"},
+			{workloadController, "released-while-running\n\tif done, how := r.kind.finished(obj); done {\n", "released-while-running\n\tif done, how := r.kind.finished(obj); true || done {\n"},
 		}},
 		mutant{name: "workload-job-pods-outlive", pkg: gatedSuite, focus: "last Pod is gone", guard: "a deleted Job's lock is kept until its last Pod is gone", edits: []edit{
 			{workloadController, "if running, err := r.podsLeft(ctx, lr); err != nil || running > 0 {", "if running, err := r.podsLeft(ctx, lr); err != nil || false && running > 0 {"},
 		}},
 		mutant{name: "workload-pods-not-owners", pkg: gatedSuite, focus: "last Pod is gone", guard: "a running Job's Pods own its lock request too, so the garbage collector keeps it until they are gone", edits: []edit{
-			{workloadController, "			return ctrl.Result{}, r.ownPods(ctx, j, lr)\n", "			_ = j\n"},
+			{workloadController, "			if err := r.ownPods(ctx, j, lr); err != nil {\n", "			if err := error(nil); err != nil && j != nil {\n"},
+		}},
+		mutant{name: "workload-not-renewed", pkg: gatedSuite, focus: "renews the lock", guard: "a running workload's grant is renewed, so it does not lose its lock only because it runs longer than its ttl", edits: []edit{
+			{workloadController, "		return r.renew(ctx, lr)\n\t// guard:workload-not-stopped\n", "		return ctrl.Result{}, nil\n\t// guard:workload-not-stopped\n"},
+		}},
+		mutant{name: "workload-renew-when-due", pkg: gatedSuite, focus: "renews the lock", guard: "a grant is renewed only when a quarter of its term has passed and the last renewal was answered (not on every event: a loop of writes)", edits: []edit{
+			{workloadRenew, "	if !answered || now.Before(at) {\n", "	if false && (!answered || now.Before(at)) {\n"},
 		}},
 		mutant{name: "workload-gate-removable", pkg: gatedSuite, focus: "by hand", guard: "only the manager removes a Pod's scheduling gate", edits: []edit{
 			{workloadPolicy, `  - expression: "variables.manager || !variables.oldGate || variables.newGate"`, `  - expression: "true || variables.manager || !variables.oldGate || variables.newGate"`},

@@ -133,6 +133,49 @@ var _ = Describe("Gated workloads", func() {
 		}).WithTimeout(wait).Should(Succeed())
 	})
 
+	It("renews the lock of a Pod that runs past twice its ttl, stops when the Pod finishes, and goes with a Pod that is deleted", func() {
+		const ttl = 4 * time.Second
+		p := pod(ns, "long-run", "acme/infra:renew")
+		p.Annotations[workload.AnnotationTTL] = ttl.String()
+		Expect(alice.Create(ctx, p)).To(Succeed())
+		lr := granted(requestOf("pod", "long-run"))
+		Eventually(func() bool { return gated(get(p).(*corev1.Pod)) }).WithTimeout(wait).Should(BeFalse())
+		firstGen, grantedAt := lr.Generation, lr.Status.GrantedAt.Time
+
+		By("the Pod runs (the test plays no kubelet: it simply is not marked finished) for more than twice its ttl")
+		Consistently(func(g Gomega) {
+			got := &locksv1.LockRequest{}
+			g.Expect(admin.Get(ctx, client.ObjectKeyFromObject(lr), got)).To(Succeed())
+			g.Expect(got.Status.Phase).To(Equal(locksv1.PhaseGranted), "the running Pod keeps its lock")
+		}).WithTimeout(2*ttl + 2*time.Second).WithPolling(200 * time.Millisecond).Should(Succeed())
+		lr = get(lr).(*locksv1.LockRequest)
+		Expect(lr.Status.RenewedAt).NotTo(BeNil(), "the grant was renewed")
+		Expect(lr.Status.ExpiresAt.Time).To(BeTemporally(">", grantedAt.Add(2*ttl)), "it holds beyond twice its ttl from the grant")
+		// A renewal is due each quarter of the term (3 or 4 s): about 10 in these 10 s. A manager
+		// that renewed on every event (each renewal's own status write is one) makes hundreds.
+		Expect(lr.Generation-firstGen).To(BeNumerically("<=", 20), "renewed at its quarter-term pace, not on every event")
+
+		By("the Pod finishes: the lock is released and no longer renewed")
+		markSucceeded(p)
+		Eventually(func() locksv1.LockRequestPhase { return get(lr).(*locksv1.LockRequest).Status.Phase }).
+			WithTimeout(wait).Should(Equal(locksv1.PhaseReleased))
+		finalGen := lr.Generation
+		Consistently(func() int64 { return get(lr).(*locksv1.LockRequest).Generation }).
+			WithTimeout(ttl/2 + time.Second).WithPolling(200 * time.Millisecond).Should(Equal(finalGen), "nothing renews a finished Pod's request")
+
+		By("a running Pod that is deleted takes its request (and its renewals) with it")
+		q := pod(ns, "deleted-run", "acme/infra:renew")
+		q.Annotations[workload.AnnotationTTL] = ttl.String()
+		Expect(alice.Create(ctx, q)).To(Succeed())
+		lrq := granted(requestOf("pod", "deleted-run"))
+		Eventually(func() bool { return gated(get(q).(*corev1.Pod)) }).WithTimeout(wait).Should(BeFalse())
+		Eventually(func() *metav1.Time { return get(lrq).(*locksv1.LockRequest).Status.RenewedAt }).
+			WithTimeout(wait).ShouldNot(BeNil(), "renewed while it runs")
+		Expect(alice.Delete(ctx, q)).To(Succeed())
+		Eventually(func() bool { return apierrors.IsNotFound(admin.Get(ctx, client.ObjectKeyFromObject(lrq), lrq)) }).
+			WithTimeout(wait).Should(BeTrue(), "the request goes with its Pod")
+	})
+
 	It("runs two Jobs on one key one after the other: the second stays suspended until the first completes", func() {
 		first, second := job(ns, "apply-1", "acme/infra:vpc"), job(ns, "apply-2", "acme/infra:vpc")
 		Expect(alice.Create(ctx, first)).To(Succeed())
