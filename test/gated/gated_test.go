@@ -15,6 +15,7 @@ import (
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
 	"github.com/turnstile-dev/turnstile/internal/lockkey"
+	"github.com/turnstile-dev/turnstile/internal/testing/framework"
 	"github.com/turnstile-dev/turnstile/internal/testing/wrappers"
 	"github.com/turnstile-dev/turnstile/internal/workload"
 )
@@ -174,6 +175,32 @@ var _ = Describe("Gated workloads", func() {
 		Expect(alice.Delete(ctx, q)).To(Succeed())
 		Eventually(func() bool { return apierrors.IsNotFound(admin.Get(ctx, client.ObjectKeyFromObject(lrq), lrq)) }).
 			WithTimeout(wait).Should(BeTrue(), "the request goes with its Pod")
+	})
+
+	It("shows the workload that holds and the one that waits in kubectl get locks and kubectl turnstile locks (the real kubectl and plugin)", func() {
+		p := pod(ns, "migrate-db", "acme/infra:shown")
+		Expect(alice.Create(ctx, p)).To(Succeed())
+		granted(requestOf("pod", "migrate-db"))
+		j := job(ns, "apply-db", "acme/infra:shown")
+		Expect(alice.Create(ctx, j)).To(Succeed())
+		waiting(requestOf("job", "apply-db"))
+
+		kubectl := framework.AdminKubectl(env, env.Kubectl())
+		out, err := kubectl.Run("", "get", "locks", "-n", ns)
+		Expect(err).NotTo(HaveOccurred())
+		// kubectl prints one table per kind, each with its own header.
+		Expect(out).To(MatchRegexp(`(?m)^NAME\s+LOCK\s+OWNER\s+SESSION\s`))
+		Expect(out).To(MatchRegexp(`(?m)^lockrequest\.locks\.turnstile\.dev/pod-migrate-db\s+acme/infra/shown/default\s+alice\s+pod/migrate-db\s.*\sGranted\s`))
+		Expect(out).To(MatchRegexp(`(?m)^lockrequest\.locks\.turnstile\.dev/job-apply-db\s+acme/infra/shown/default\s+alice\s+job/apply-db\s.*\sPending\s`))
+		Expect(out).To(MatchRegexp(`(?m)^NAME\s+REPO\s+PATH\s+WORKSPACE\s+PROJECT\s+HOLDER\s+PULL\s+SESSION\s`))
+		Expect(out).To(MatchRegexp(`(?m)^projectlock\.locks\.turnstile\.dev/\S+\s+acme/infra\s+shown\s+default\s+alice\s+pod/migrate-db\s+1\s`),
+			"the key's row: held by the Pod, one waiting")
+
+		By("the plugin names the holding workload in its REASON")
+		framework.PutOnPath(framework.PluginBinary())
+		out, err = kubectl.Run("", "turnstile", "-n", ns, "locks")
+		Expect(err).NotTo(HaveOccurred())
+		Expect(out).To(MatchRegexp(`(?m)^acme/infra/shown/default\s+alice\s+[1-9][0-9]*\s+1\s+\S+\s+Pod `+ns+`/migrate-db$`))
 	})
 
 	It("runs two Jobs on one key one after the other: the second stays suspended until the first completes", func() {
