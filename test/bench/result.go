@@ -28,6 +28,7 @@ type Result struct {
 	Scale          ScaleResult            `json:"scale"`
 	IdleRSSBytes   int64                  `json:"idleRSSBytes"`
 	Run            *RunResult             `json:"run,omitempty"`
+	Gated          *GatedResult           `json:"gated,omitempty"`
 	Replicas       *ReplicasResult        `json:"replicas,omitempty"`
 	Failover       *FailoverResult        `json:"failover,omitempty"`
 
@@ -175,6 +176,7 @@ func (r *Result) WriteTable(out io.Writer) {
 			add(fmt.Sprintf("`%s run`, hand-off: first command's end → next command's start, p50 / p99", p.Plugin), lat(p.Handoff))
 		}
 	}
+	rows = append(rows, r.gatedRows()...)
 	if rp := r.Replicas; rp != nil {
 		for _, m := range rp.Modes {
 			add(fmt.Sprintf("Replicas, %s (%d managers; median of %d rounds): G1 · hand-off p50 / p99 · G2b · hand-offs/s · writes (409s) · reconciles · managers' API requests (GETs) · CPU ms per hand-off", m.Mode, m.Managers, rp.Rounds),
