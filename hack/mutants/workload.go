@@ -8,6 +8,7 @@ const (
 	workloadRenew      = "internal/workload/renew.go"
 	workloadPolicy     = "config/admission/workload-gate.yaml"
 	gatedSuite         = "./test/gated/"
+	workloadPkg        = "./internal/workload/"
 )
 
 func init() {
@@ -36,6 +37,9 @@ func init() {
 		}},
 		mutant{name: "workload-renew-when-due", pkg: gatedSuite, focus: "renews the lock", guard: "a grant is renewed only when a quarter of its term has passed and the last renewal was answered (not on every event: a loop of writes)", edits: []edit{
 			{workloadRenew, "	if !answered || now.Before(at) {\n", "	if false && (!answered || now.Before(at)) {\n"},
+		}},
+		mutant{name: "workload-grant-read-live", pkg: workloadPkg, focus: "run:TestGrantSeenStaleDoesNotLetGo", guard: "a workload is let go only on a grant read live (a lagging cache may still show one that ended)", edits: []edit{
+			{workloadController, "			if ok, err := r.stillGranted(ctx, lr); err != nil || !ok {\n", "			if ok, err := r.stillGranted(ctx, lr); false && (err != nil || !ok) {\n"},
 		}},
 		mutant{name: "workload-gate-removable", pkg: gatedSuite, focus: "by hand", guard: "only the manager removes a Pod's scheduling gate", edits: []edit{
 			{workloadPolicy, `  - expression: "variables.manager || !variables.oldGate || variables.newGate"`, `  - expression: "true || variables.manager || !variables.oldGate || variables.newGate"`},

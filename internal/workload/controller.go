@@ -210,6 +210,10 @@ func (r *Reconciler) follow(ctx context.Context, obj client.Object, lr *locksv1.
 	case lr.Status.Phase == locksv1.PhaseGranted && !lr.Spec.Release:
 		want := strconv.FormatInt(lr.Status.FencingToken, 10)
 		if r.kind.held(obj) || token != want {
+			// guard:workload-grant-read-live
+			if ok, err := r.stillGranted(ctx, lr); err != nil || !ok {
+				return ctrl.Result{}, err // the newer request's event brings the workload back
+			}
 			patch := client.MergeFromWithOptions(obj.DeepCopyObject().(client.Object), client.MergeFromWithOptimisticLock{})
 			r.kind.letGo(obj, want)
 			if err := r.client.Patch(ctx, obj, patch); err != nil {
@@ -235,6 +239,19 @@ func (r *Reconciler) follow(ctx context.Context, obj client.Object, lr *locksv1.
 			lr.Name, lr.Status.Phase, conditionMessage(lr), r.kind.name())
 	}
 	return ctrl.Result{}, nil
+}
+
+// stillGranted reads lr live before its workload is let go: a cache that lags may still show
+// a grant that a force-unlock, an expiry or a release has ended, and a workload let go on it
+// would run without its lock until the cache caught up and it was stopped. The grant must be
+// the same (request, fencing token) the cache showed.
+func (r *Reconciler) stillGranted(ctx context.Context, lr *locksv1.LockRequest) (bool, error) {
+	live := &locksv1.LockRequest{}
+	if err := r.live.Get(ctx, client.ObjectKeyFromObject(lr), live); err != nil {
+		return false, client.IgnoreNotFound(err)
+	}
+	return live.UID == lr.UID && live.Status.Phase == locksv1.PhaseGranted && !live.Spec.Release &&
+		live.Status.FencingToken == lr.Status.FencingToken, nil
 }
 
 // ownPods makes each of a running Job's Pods an owner of its lock request too. The garbage
