@@ -162,7 +162,7 @@ var _ = Describe("Gated workloads", func() {
 			WithTimeout(wait).Should(Equal(locksv1.PhaseReleased))
 		finalGen := lr.Generation
 		Consistently(func() int64 { return get(lr).(*locksv1.LockRequest).Generation }).
-			WithTimeout(ttl/2 + time.Second).WithPolling(200 * time.Millisecond).Should(Equal(finalGen), "nothing renews a finished Pod's request")
+			WithTimeout(ttl/2+time.Second).WithPolling(200*time.Millisecond).Should(Equal(finalGen), "nothing renews a finished Pod's request")
 
 		By("a running Pod that is deleted takes its request (and its renewals) with it")
 		q := pod(ns, "deleted-run", "acme/infra:renew")
@@ -200,7 +200,7 @@ var _ = Describe("Gated workloads", func() {
 		framework.PutOnPath(framework.PluginBinary())
 		out, err = kubectl.Run("", "turnstile", "-n", ns, "locks")
 		Expect(err).NotTo(HaveOccurred())
-		Expect(out).To(MatchRegexp(`(?m)^acme/infra/shown/default\s+alice\s+[1-9][0-9]*\s+1\s+\S+\s+Pod `+ns+`/migrate-db$`))
+		Expect(out).To(MatchRegexp(`(?m)^acme/infra/shown/default\s+alice\s+[1-9][0-9]*\s+1\s+\S+\s+Pod ` + ns + `/migrate-db$`))
 	})
 
 	It("runs two Jobs on one key one after the other: the second stays suspended until the first completes", func() {
