@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -78,6 +79,9 @@ func (r *Reconciler) renew(ctx context.Context, lr *locksv1.LockRequest) (ctrl.R
 	patch := client.MergeFromWithOptions(lr.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	lr.Spec.TTL = &metav1.Duration{Duration: next.ttl}
 	if err := r.client.Patch(ctx, lr, patch); err != nil {
+		if apierrors.IsConflict(err) {
+			return ctrl.Result{}, nil // read from a cache behind: its newer version's event brings the workload back
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	return ctrl.Result{RequeueAfter: next.after}, nil
