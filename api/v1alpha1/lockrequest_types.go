@@ -272,6 +272,7 @@ type LockRequestStatus struct {
 // +kubebuilder:resource:shortName=lr,categories=locks
 // +kubebuilder:printcolumn:name="Lock",type=string,JSONPath=`.status.locks[0].key`
 // +kubebuilder:printcolumn:name="Owner",type=string,JSONPath=`.spec.holder.owner`
+// +kubebuilder:printcolumn:name="Session",type=string,JSONPath=`.spec.holder.session`,description="The holder's session: a gated workload's pod/NAME or job/NAME, a run's run-ID"
 // +kubebuilder:printcolumn:name="Pull",type=integer,JSONPath=`.spec.holder.pull`
 // +kubebuilder:printcolumn:name="Command",type=string,JSONPath=`.spec.command`,priority=1
 // +kubebuilder:printcolumn:name="Priority",type=string,JSONPath=`.spec.priority`

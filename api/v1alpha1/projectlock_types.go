@@ -203,6 +203,7 @@ type ProjectLockStatus struct {
 // +kubebuilder:printcolumn:name="Holders",type=integer,JSONPath=`.status.holderCount`
 // +kubebuilder:printcolumn:name="Holder",type=string,JSONPath=`.status.holder.owner`
 // +kubebuilder:printcolumn:name="Pull",type=integer,JSONPath=`.status.holder.pull`
+// +kubebuilder:printcolumn:name="Session",type=string,JSONPath=`.status.holder.session`,description="The holder's session: a gated workload's pod/NAME or job/NAME, a run's run-ID"
 // +kubebuilder:printcolumn:name="Queue",type=integer,JSONPath=`.status.queueLength`
 // +kubebuilder:printcolumn:name="Token",type=integer,JSONPath=`.status.fencingToken`,priority=1
 // +kubebuilder:printcolumn:name="Expires",type=string,JSONPath=`.status.holder.expiresAt`

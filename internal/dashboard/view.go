@@ -82,9 +82,12 @@ type Holder struct {
 	Pull     int64           `json:"pull,omitempty"`
 	URL      string          `json:"url,omitempty"`
 	Requests []HolderRequest `json:"requests"`
-	Command  string          `json:"command,omitempty"`
-	Since    time.Time       `json:"since"`
-	Expires  *time.Time      `json:"expires,omitempty"`
+	// Workload is the gated Pod or Job that holds the key through its request ("pod/migrate-db",
+	// docs/gated-workloads.md); empty for other holders.
+	Workload string     `json:"workload,omitempty"`
+	Command  string     `json:"command,omitempty"`
+	Since    time.Time  `json:"since"`
+	Expires  *time.Time `json:"expires,omitempty"`
 	// Reason says why the grant is ending, when it is: "Releasing" (spec.release is set),
 	// "Deleting" (the holding request is being deleted).
 	Reason string `json:"reason,omitempty"`
@@ -102,13 +105,15 @@ type HolderRequest struct {
 type Waiter struct {
 	// Position is the 1-based place in the queue; 0 for a request the controller has not
 	// placed yet (it appears at the end).
-	Position int        `json:"position"`
-	Request  string     `json:"request"`
-	UID      string     `json:"uid,omitempty"`
-	Who      string     `json:"who"`
-	Owner    string     `json:"owner"`
-	Pull     int64      `json:"pull,omitempty"`
-	URL      string     `json:"url,omitempty"`
+	Position int    `json:"position"`
+	Request  string `json:"request"`
+	UID      string `json:"uid,omitempty"`
+	Who      string `json:"who"`
+	Owner    string `json:"owner"`
+	Pull     int64  `json:"pull,omitempty"`
+	URL      string `json:"url,omitempty"`
+	// Workload is the gated Pod or Job that waits through this request ("job/apply-vpc").
+	Workload string     `json:"workload,omitempty"`
 	Command  string     `json:"command,omitempty"`
 	Priority string     `json:"priority"`
 	Aged     string     `json:"aged"`
@@ -247,6 +252,9 @@ func holderRow(h *locksv1.LockHolder, ns string, byName map[nsName]*locksv1.Lock
 		if out.Command == "" {
 			out.Command = r.Spec.Command
 		}
+		if out.Workload == "" {
+			out.Workload = workloadOf(r)
+		}
 		switch {
 		case r.DeletionTimestamp != nil:
 			out.Reason = "Deleting"
@@ -347,6 +355,7 @@ func fillWaiter(w *Waiter, r *locksv1.LockRequest) {
 	w.UID = string(r.UID)
 	w.URL = SafeURL(r.Spec.Holder.URL)
 	w.Command = r.Spec.Command
+	w.Workload = workloadOf(r)
 	w.Priority = string(cmp.Or(r.Spec.Priority, locksv1.PriorityNormal))
 	if r.Status.QueuedAt != nil {
 		t := r.Status.QueuedAt.Time
@@ -355,6 +364,22 @@ func fillWaiter(w *Waiter, r *locksv1.LockRequest) {
 	if c := meta.FindStatusCondition(r.Status.Conditions, locksv1.ConditionGranted); c != nil && c.Status != metav1.ConditionTrue {
 		w.Reason, w.Message = c.Reason, c.Message
 	}
+}
+
+// workloadOf names the gated workload a request was made for, as kubectl names it
+// ("pod/migrate-db", "job/apply-vpc"): the Pod or Job that controls it (the manager creates a
+// gated workload's request with that ownerReference). "" for any other request.
+func workloadOf(r *locksv1.LockRequest) string {
+	c := metav1.GetControllerOf(r)
+	switch {
+	case c == nil:
+		return ""
+	case c.APIVersion == "v1" && c.Kind == "Pod":
+		return "pod/" + c.Name
+	case c.APIVersion == "batch/v1" && c.Kind == "Job":
+		return "job/" + c.Name
+	}
+	return ""
 }
 
 // rankName is the priority of a rank, the inverse of Priority.Rank.

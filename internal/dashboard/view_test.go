@@ -190,6 +190,29 @@ func TestBuildKeys(t *testing.T) {
 				},
 			}},
 		},
+		"a gated Pod that holds and a gated Job that waits are named as kubectl names them; a request owned but not controlled names none": {
+			locks: []*locksv1.ProjectLock{w.MakeProjectLock(ns, vpc, vpcName).UID("pl-1").
+				Holder(holderOf("alice", 0, "", 0, 0, "pod-migrate-db")).
+				Queue(2,
+					locksv1.QueueEntry{Request: "job-apply-vpc", Owner: "alice", Priority: locksv1.PriorityNormal},
+					locksv1.QueueEntry{Request: "bob-1", Owner: "bob", Priority: locksv1.PriorityNormal}).Obj()},
+			requests: []*locksv1.LockRequest{
+				req("pod-migrate-db", vpc, "alice", 0).Session("pod/migrate-db").ControlledBy("v1", "Pod", "migrate-db").Status(holding(7, vpc)).Obj(),
+				req("job-apply-vpc", vpc, "alice", 0).Session("job/apply-vpc").ControlledBy("batch/v1", "Job", "apply-vpc").Status(waitingFor(1, -time.Minute, "", vpc)).Obj(),
+				// A session that looks like a workload's names nothing: anyone may write a session.
+				req("bob-1", vpc, "bob", 0).Session("pod/migrate-db").Status(waitingFor(2, -time.Minute, "", vpc)).Obj(),
+			},
+			wantKeys: []Key{{
+				ID: ns + "/" + vpcName, Namespace: ns, Name: vpcName, UID: "pl-1", Key: "acme/infra/modules/vpc/default", QueueLength: 2,
+				Holder: &Holder{Who: "alice", Owner: "alice", Requests: []HolderRequest{{Name: "pod-migrate-db", UID: "uid-pod-migrate-db"}}, Workload: "pod/migrate-db", Since: now},
+				Queue: []Waiter{
+					{Position: 1, Request: "job-apply-vpc", UID: "uid-job-apply-vpc", Who: "alice", Owner: "alice", Workload: "job/apply-vpc",
+						Priority: "Normal", Aged: "Normal", Since: at(-time.Minute), Reason: "Queued"},
+					{Position: 2, Request: "bob-1", UID: "uid-bob-1", Who: "bob", Owner: "bob",
+						Priority: "Normal", Aged: "Normal", Since: at(-time.Minute), Reason: "Queued"},
+				},
+			}},
+		},
 		"a key requests wait for before its ProjectLock exists is shown, with no uid to force-unlock": {
 			requests: []*locksv1.LockRequest{req("first", dns, "bob", 0).Obj()},
 			wantKeys: []Key{{ID: ns + "/" + dnsName, Namespace: ns, Name: dnsName, Key: "acme/infra/modules/dns/default", QueueLength: 1,

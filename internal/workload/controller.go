@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -53,12 +54,19 @@ type Reconciler struct {
 	workloads client.Reader // the gated-only cache of Pods and Jobs
 	live      client.Reader // the API server itself
 	recorder  events.EventRecorder
+	clock     clock.PassiveClock // when renewals are due
 }
+
+// Option configures the workload controllers.
+type Option func(*Reconciler)
+
+// WithClock sets the clock renewals are timed by (tests use a fake one).
+func WithClock(c clock.PassiveClock) Option { return func(r *Reconciler) { r.clock = c } }
 
 // SetupWithManager registers the Pod and Job controllers. Pods and Jobs are read from a cache
 // of their own that lists and watches only objects labelled locks.turnstile.dev/gated=true,
 // so a cluster's other workloads cost the manager nothing.
-func SetupWithManager(mgr ctrl.Manager) error {
+func SetupWithManager(mgr ctrl.Manager, opts ...Option) error {
 	gated, err := cache.New(mgr.GetConfig(), cache.Options{
 		Scheme:               mgr.GetScheme(),
 		Mapper:               mgr.GetRESTMapper(),
@@ -73,7 +81,10 @@ func SetupWithManager(mgr ctrl.Manager) error {
 	}
 	recorder := mgr.GetEventRecorder("turnstile-workloads")
 	for _, k := range []kind{podKind{}, jobKind{}} {
-		r := &Reconciler{kind: k, client: mgr.GetClient(), workloads: gated, live: mgr.GetAPIReader(), recorder: recorder}
+		r := &Reconciler{kind: k, client: mgr.GetClient(), workloads: gated, live: mgr.GetAPIReader(), recorder: recorder, clock: clock.RealClock{}}
+		for _, o := range opts {
+			o(r)
+		}
 		obj := k.newObject()
 		err := builder.ControllerManagedBy(mgr).
 			Named("gated-"+k.name()).
@@ -107,79 +118,102 @@ func RequestName(kind, name string) string {
 	return n[:240] + "-" + hex.EncodeToString(sum[:])[:12]
 }
 
-// Reconcile takes, lets go, releases or enforces the lock of one workload.
+// Reconcile takes, lets go, renews, releases or enforces the lock of one workload.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	log := logf.FromContext(ctx)
-	obj := r.kind.newObject()
-	lr := &locksv1.LockRequest{}
 	lrKey := client.ObjectKey{Namespace: req.Namespace, Name: RequestName(r.kind.name(), req.Name)}
-	lrErr := r.client.Get(ctx, lrKey, lr)
-	if lrErr != nil && !apierrors.IsNotFound(lrErr) {
-		return ctrl.Result{}, lrErr
+	lr := &locksv1.LockRequest{}
+	if err := r.client.Get(ctx, lrKey, lr); apierrors.IsNotFound(err) {
+		lr = nil
+	} else if err != nil {
+		return ctrl.Result{}, err
 	}
-	haveLR := lrErr == nil
-
+	obj := r.kind.newObject()
 	if err := r.workloads.Get(ctx, req.NamespacedName, obj); err != nil {
 		if !apierrors.IsNotFound(err) {
 			return ctrl.Result{}, err
 		}
-		// Gone (or no longer gated) as the cache says: ask the API server before deleting the
-		// request, so a lagging cache never drops a lock a live workload holds.
-		if !haveLR {
-			return ctrl.Result{}, nil
-		}
-		// guard:workload-gone-from-cache
-		if err := r.live.Get(ctx, req.NamespacedName, obj); err == nil && ownedBy(lr, obj) {
-			return ctrl.Result{}, nil
-		} else if err != nil && !apierrors.IsNotFound(err) {
-			return ctrl.Result{}, err
-		}
-		// A deleted Job's Pods outlive it (the garbage collector deletes them after, and each
-		// stops within its grace period): the lock is theirs until the last one is gone.
-		// guard:workload-job-pods-outlive
-		if running, err := r.podsLeft(ctx, lr); err != nil || running > 0 {
-			if err == nil {
-				r.recorder.Eventf(lr, nil, corev1.EventTypeNormal, ReasonPodsLeft, "Keep",
-					"the %s is gone but %d of its Pods still run: the lock is kept until they are gone", r.kind.name(), running)
-			}
-			return ctrl.Result{RequeueAfter: time.Second}, err
-		}
-		log.Info("workload gone: deleting its lock request", "request", lr.Name)
-		return ctrl.Result{}, client.IgnoreNotFound(r.client.Delete(ctx, lr, client.Preconditions{UID: &lr.UID}))
+		return r.missing(ctx, req.NamespacedName, obj, lr)
 	}
 	if isControlledByJob(obj) {
 		return ctrl.Result{}, nil // the Job holds the lock for its Pods
 	}
-	if haveLR && !ownedBy(lr, obj) {
+	if lr != nil && !ownedBy(lr, obj) {
 		// An earlier workload of the same name left its request behind: it goes first (its
 		// deletion event brings this workload back).
 		return ctrl.Result{}, client.IgnoreNotFound(r.client.Delete(ctx, lr, client.Preconditions{UID: &lr.UID}))
 	}
-
 	// A workload being deleted keeps its lock until it is gone: a Pod's containers run until the
 	// kubelet has stopped them, which is when the Pod object goes.
 	// guard:workload-released-while-running
 	if done, how := r.kind.finished(obj); done {
-		if haveLR && !lr.Spec.Release && !lr.Status.Phase.IsFinal() {
-			patch := client.MergeFrom(lr.DeepCopy())
-			lr.Spec.Release = true
-			if err := r.client.Patch(ctx, lr, patch); err != nil {
-				return ctrl.Result{}, client.IgnoreNotFound(err)
-			}
-			r.recorder.Eventf(obj, lr, corev1.EventTypeNormal, ReasonReleased, "Release", "released lock request %s: %s", lr.Name, how)
-		}
-		return ctrl.Result{}, nil
+		return ctrl.Result{}, r.release(ctx, obj, lr, how)
 	}
-
-	if !haveLR {
+	if lr == nil {
 		return ctrl.Result{}, r.create(ctx, obj, lrKey)
 	}
+	return r.follow(ctx, obj, lr)
+}
 
+// missing handles a workload the gated cache does not have: gone, or no longer gated. The API
+// server is asked before its request is deleted, so a lagging cache never drops a lock a live
+// workload holds.
+func (r *Reconciler) missing(ctx context.Context, key client.ObjectKey, obj client.Object, lr *locksv1.LockRequest) (ctrl.Result, error) {
+	if lr == nil {
+		return ctrl.Result{}, nil
+	}
+	// guard:workload-gone-from-cache
+	if err := r.live.Get(ctx, key, obj); err == nil && ownedBy(lr, obj) {
+		// It left the gated cache (its label removed) but runs: it keeps its lock, renewed while
+		// it runs, released once it has finished (read live: no watch brings it back).
+		if done, how := r.kind.finished(obj); done {
+			return ctrl.Result{}, r.release(ctx, obj, lr, how)
+		}
+		return r.renew(ctx, lr)
+	} else if err != nil && !apierrors.IsNotFound(err) {
+		return ctrl.Result{}, err
+	}
+	// A deleted Job's Pods outlive it (the garbage collector deletes them after, and each
+	// stops within its grace period): the lock is theirs, renewed, until the last one is gone.
+	// guard:workload-job-pods-outlive
+	if running, err := r.podsLeft(ctx, lr); err != nil || running > 0 {
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		r.recorder.Eventf(lr, nil, corev1.EventTypeNormal, ReasonPodsLeft, "Keep",
+			"the %s is gone but %d of its Pods still run: the lock is kept until they are gone", r.kind.name(), running)
+		res, err := r.renew(ctx, lr)
+		return sooner(res, ctrl.Result{RequeueAfter: time.Second}), err
+	}
+	logf.FromContext(ctx).Info("workload gone: deleting its lock request", "request", lr.Name)
+	return ctrl.Result{}, client.IgnoreNotFound(r.client.Delete(ctx, lr, client.Preconditions{UID: &lr.UID}))
+}
+
+// release releases the lock of a workload that has finished (how says how), once.
+func (r *Reconciler) release(ctx context.Context, obj client.Object, lr *locksv1.LockRequest, how string) error {
+	if lr == nil || lr.Spec.Release || lr.Status.Phase.IsFinal() {
+		return nil
+	}
+	patch := client.MergeFrom(lr.DeepCopy())
+	lr.Spec.Release = true
+	if err := r.client.Patch(ctx, lr, patch); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	r.recorder.Eventf(obj, lr, corev1.EventTypeNormal, ReasonReleased, "Release", "released lock request %s: %s", lr.Name, how)
+	return nil
+}
+
+// follow makes a live workload follow its request: let go with its fencing token once granted
+// (and renewed while it runs), stopped when the lock is gone after it ran.
+func (r *Reconciler) follow(ctx context.Context, obj client.Object, lr *locksv1.LockRequest) (ctrl.Result, error) {
 	token := obj.GetAnnotations()[AnnotationFencingToken]
 	switch {
 	case lr.Status.Phase == locksv1.PhaseGranted && !lr.Spec.Release:
 		want := strconv.FormatInt(lr.Status.FencingToken, 10)
 		if r.kind.held(obj) || token != want {
+			// guard:workload-grant-read-live
+			if ok, err := r.stillGranted(ctx, lr); err != nil || !ok {
+				return ctrl.Result{}, err // the newer request's event brings the workload back
+			}
 			patch := client.MergeFromWithOptions(obj.DeepCopyObject().(client.Object), client.MergeFromWithOptimisticLock{})
 			r.kind.letGo(obj, want)
 			if err := r.client.Patch(ctx, obj, patch); err != nil {
@@ -189,8 +223,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 		if j, ok := obj.(*batchv1.Job); ok {
 			// guard:workload-pods-not-owners
-			return ctrl.Result{}, r.ownPods(ctx, j, lr)
+			if err := r.ownPods(ctx, j, lr); err != nil {
+				return ctrl.Result{}, err
+			}
 		}
+		// guard:workload-not-renewed
+		return r.renew(ctx, lr)
 	// guard:workload-not-stopped
 	case lr.Status.Phase.IsFinal() && token != "":
 		// It ran under the lock, and the lock is gone while it has not finished: stop it.
@@ -201,6 +239,19 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			lr.Name, lr.Status.Phase, conditionMessage(lr), r.kind.name())
 	}
 	return ctrl.Result{}, nil
+}
+
+// stillGranted reads lr live before its workload is let go: a cache that lags may still show
+// a grant that a force-unlock, an expiry or a release has ended, and a workload let go on it
+// would run without its lock until the cache caught up and it was stopped. The grant must be
+// the same (request, fencing token) the cache showed.
+func (r *Reconciler) stillGranted(ctx context.Context, lr *locksv1.LockRequest) (bool, error) {
+	live := &locksv1.LockRequest{}
+	if err := r.live.Get(ctx, client.ObjectKeyFromObject(lr), live); err != nil {
+		return false, client.IgnoreNotFound(err)
+	}
+	return live.UID == lr.UID && live.Status.Phase == locksv1.PhaseGranted && !live.Spec.Release &&
+		live.Status.FencingToken == lr.Status.FencingToken, nil
 }
 
 // ownPods makes each of a running Job's Pods an owner of its lock request too. The garbage

@@ -99,6 +99,9 @@ type Config struct {
 	// RunPhase sizes the "run" phase (BENCH_PHASES=run): `kubectl turnstile run -- true`
 	// against `true`, and the hand-off between two runs on one key, per plugin binary.
 	RunPhase RunConfig `json:"runPhase"`
+	// Gated sizes the "gated" phase (BENCH_PHASES=gated): a gated Pod's grant → bound with the
+	// real kube-scheduler, beside an ungated Pod's create → bound.
+	Gated GatedConfig `json:"gated"`
 
 	// ProfileSeconds, when positive, serves pprof from the manager and records a CPU profile
 	// of that many seconds from the start of each back-to-back hand-off run, as
@@ -141,6 +144,7 @@ func Full() Config {
 			LeaderElectionKills: 4, LeaderElectionLease: Duration(15 * time.Second)},
 		ReplicasPhase: ReplicasConfig{Replicas: 2, Rounds: 5},
 		RunPhase:      RunConfig{Samples: 40},
+		Gated:         GatedConfig{Samples: 40},
 	}
 }
 
@@ -159,11 +163,12 @@ func Smoke() Config {
 		LeaderElectionKills: 1, LeaderElectionLease: Duration(3 * time.Second)}
 	c.ReplicasPhase.Rounds = 1
 	c.RunPhase.Samples = 2
+	c.Gated.Samples = 2
 	return c
 }
 
 // phases are the phases Config.Phases may name.
-var phases = []string{"steady", "scale", "run", "shared", "replicas", "failover"}
+var phases = []string{"steady", "scale", "run", "shared", "gated", "replicas", "failover"}
 
 // runs says whether phase is to run.
 func (c Config) runs(phase string) bool {
@@ -190,6 +195,8 @@ func (c Config) validate() error {
 		return errors.New("detection needs at least one round and one sample")
 	case c.runs("run") && (c.RunPhase.Plugin == "" || c.RunPhase.Samples < 1):
 		return errors.New("the run phase needs a plugin binary and at least 1 sample")
+	case c.runs("gated") && c.Gated.Samples < 1:
+		return errors.New("the gated phase needs at least 1 sample")
 	case c.ReplicasPhase.Replicas < 2 || c.ReplicasPhase.Rounds < 1:
 		return errors.New("the replicas phase needs at least 2 replicas and 1 round")
 	case c.Failover.Replicas < 2 || c.Failover.Kills < 1 || c.Failover.LeaderElectionKills < 1 || c.Failover.Lapse <= Duration(time.Second) || c.Failover.LeaderElectionLease <= 0:
@@ -341,6 +348,11 @@ func (b *bench) runPhases(ctx context.Context, res *Result) error {
 			return fmt.Errorf("shared: %w", err)
 		}
 		res.Shared = &r
+	}
+	if b.cfg.runs("gated") {
+		if err := b.gated(ctx, res); err != nil {
+			return err
+		}
 	}
 	if b.cfg.runs("replicas") || b.cfg.runs("failover") {
 		// These phases run their own managers; the steady-state one would act on every key.

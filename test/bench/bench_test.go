@@ -113,6 +113,13 @@ func TestSmoke(t *testing.T) {
 			latency(p.Plugin+" run hand-off", p.Handoff, cfg.RunPhase.Samples)
 		}
 	}
+	if g := back.Gated; g == nil {
+		t.Error("no gated phase in the result")
+	} else {
+		latency("gated grant → bound", g.GrantToBound, cfg.Gated.Samples)
+		latency("gated create → bound", g.GatedCreateToBound, cfg.Gated.Samples)
+		latency("ungated create → bound", g.UngatedCreateToBound, cfg.Gated.Samples)
+	}
 
 	check("detection rounds", len(back.Detection.Rounds) == 2*cfg.DetectionRounds)
 	check("detection on and off must both hand off", back.Detection.HandoffsPerSecOn > 0 && back.Detection.HandoffsPerSecOff > 0)

@@ -29,6 +29,7 @@ type Result struct {
 	IdleRSSBytes   int64                  `json:"idleRSSBytes"`
 	Run            *RunResult             `json:"run,omitempty"`
 	Shared         *SharedResult          `json:"shared,omitempty"`
+	Gated          *GatedResult           `json:"gated,omitempty"`
 	Replicas       *ReplicasResult        `json:"replicas,omitempty"`
 	Failover       *FailoverResult        `json:"failover,omitempty"`
 
@@ -181,6 +182,7 @@ func (r *Result) WriteTable(out io.Writer) {
 		add(fmt.Sprintf("Shared: writer's release → all %d readers Granted, p50 / p99", sr.Readers), lat(sr.WriterToReaders))
 		add(fmt.Sprintf("Exclusive, same run (%d waiters): release → next Granted, p50 / p99", sr.Readers), lat(sr.Exclusive))
 	}
+	rows = append(rows, r.gatedRows()...)
 	if rp := r.Replicas; rp != nil {
 		for _, m := range rp.Modes {
 			add(fmt.Sprintf("Replicas, %s (%d managers; median of %d rounds): G1 · hand-off p50 / p99 · G2b · hand-offs/s · writes (409s) · reconciles · managers' API requests (GETs) · CPU ms per hand-off", m.Mode, m.Managers, rp.Rounds),

@@ -13,13 +13,17 @@ import (
 
 	"github.com/chromedp/cdproto/input"
 	"github.com/chromedp/chromedp"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
 	"github.com/turnstile-dev/turnstile/internal/lockkey"
 	"github.com/turnstile-dev/turnstile/internal/testing/wrappers"
+	"github.com/turnstile-dev/turnstile/internal/workload"
 )
 
 const repo = "acme/infra"
@@ -78,6 +82,8 @@ type waiter struct {
 	Reason   string `json:"reason"`
 	Message  string `json:"message"`
 	Actions  string `json:"actions"`
+	// Workload is the gated Pod or Job the row names (null when none).
+	Workload *string `json:"workload"`
 }
 
 // queued is a row of TestLiveQueue's queue behind pull #100 (alice).
@@ -312,6 +318,37 @@ func TestDeadlock(t *testing.T) {
 		`T.events().some((e) => e[1] === 'lockrequest/bob-2-vpc' && e[2].includes('alice#1 waits for bob#2 on acme/infra/modules/dns/default'))`, true)
 	p.expect("the victim left the queue", fmt.Sprintf(`T.waiters(%s)`, jsString(keyID(ns, "modules/vpc"))), []waiter{})
 	p.shot("deadlock")
+	p.notReloaded()
+}
+
+// TestGatedWorkloads: a key held by a gated Pod and waited for by a gated Job names both, as
+// kubectl names them. The manager takes their locks (docs/gated-workloads.md); the admission
+// policies are not installed here, so the test gives each workload the label, gate or suspend
+// that the mutating policy would. Nothing runs them: no scheduler, no Job controller.
+func TestGatedWorkloads(t *testing.T) {
+	h, ns, p := adminPage(t, "dash-gated")
+	id := keyID(ns, "db")
+	meta := func(name string) metav1.ObjectMeta {
+		return metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{workload.LabelGated: "true"},
+			Annotations: map[string]string{workload.AnnotationLock: repo + ":db"}}
+	}
+	spec := corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}
+	pod := &corev1.Pod{ObjectMeta: meta("migrate-db"), Spec: *spec.DeepCopy()}
+	pod.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: workload.SchedulingGate}}
+	if err := h.admin.Create(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	waitPhase(t, h.admin, ns, "pod-migrate-db", locksv1.PhaseGranted)
+	job := &batchv1.Job{ObjectMeta: meta("apply-db"), Spec: batchv1.JobSpec{Suspend: ptr.To(true),
+		Template: corev1.PodTemplateSpec{Spec: *spec.DeepCopy()}}}
+	if err := h.admin.Create(context.Background(), job); err != nil {
+		t.Fatal(err)
+	}
+	waitPhase(t, h.admin, ns, "job-apply-db", locksv1.PhasePending)
+	p.expect("the holder's row names its Pod", fmt.Sprintf(`T.key(%s).workload`, jsString(id)), "pod/migrate-db")
+	p.expect("the waiter's row names its Job", fmt.Sprintf(`T.waiters(%s).map((w) => w.request + ' ' + w.workload)`, jsString(id)),
+		[]string{"job-apply-db job/apply-db"})
+	p.shot("gated-workloads")
 	p.notReloaded()
 }
 

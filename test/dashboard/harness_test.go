@@ -366,7 +366,7 @@ window.T = {
     if (!b) return null;
     const r = b.querySelector('tr.key-row');
     const q = (s) => T.text(r.querySelector(s));
-    return {holder: q('td.holder .who') || q('td.holder'), command: q('td.holder .badge.cmd'), reason: q('td.holder .reason'),
+    return {holder: q('td.holder .who') || q('td.holder'), workload: q('td.holder .badge.workload'), command: q('td.holder .badge.cmd'), reason: q('td.holder .reason'),
       token: q('td.token'), expires: q('td.expires'), queue: q('td.queue-count'), badge: q('.key-name .badge'),
       actions: [...r.querySelectorAll('td.actions button')].map((x) => T.text(x))};
   },
@@ -375,7 +375,7 @@ window.T = {
     if (!b) return null;
     return [...b.querySelectorAll('tr.waiter')].map((w) => {
       const c = (s) => T.text(w.querySelector(s));
-      return {pos: c('.pos'), request: c('.request'), who: c('.who'), priority: c('.priority'), aged: c('.aged'),
+      return {pos: c('.pos'), request: c('.request'), who: c('.who'), workload: c('.badge.workload'), priority: c('.priority'), aged: c('.aged'),
         since: /ago$/.test(c('.since') || ''), reason: c('.why .badge'), message: c('.why'), actions: c('.actions')};
     });
   },

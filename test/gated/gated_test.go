@@ -15,6 +15,7 @@ import (
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
 	"github.com/turnstile-dev/turnstile/internal/lockkey"
+	"github.com/turnstile-dev/turnstile/internal/testing/framework"
 	"github.com/turnstile-dev/turnstile/internal/testing/wrappers"
 	"github.com/turnstile-dev/turnstile/internal/workload"
 )
@@ -131,6 +132,75 @@ var _ = Describe("Gated workloads", func() {
 			g.Expect(lr.Spec.Release).To(BeTrue())
 			g.Expect(lr.Status.Phase).To(Equal(locksv1.PhaseReleased))
 		}).WithTimeout(wait).Should(Succeed())
+	})
+
+	It("renews the lock of a Pod that runs past twice its ttl, stops when the Pod finishes, and goes with a Pod that is deleted", func() {
+		const ttl = 4 * time.Second
+		p := pod(ns, "long-run", "acme/infra:renew")
+		p.Annotations[workload.AnnotationTTL] = ttl.String()
+		Expect(alice.Create(ctx, p)).To(Succeed())
+		lr := granted(requestOf("pod", "long-run"))
+		Eventually(func() bool { return gated(get(p).(*corev1.Pod)) }).WithTimeout(wait).Should(BeFalse())
+		firstGen, grantedAt := lr.Generation, lr.Status.GrantedAt.Time
+
+		By("the Pod runs (the test plays no kubelet: it simply is not marked finished) for more than twice its ttl")
+		Consistently(func(g Gomega) {
+			got := &locksv1.LockRequest{}
+			g.Expect(admin.Get(ctx, client.ObjectKeyFromObject(lr), got)).To(Succeed())
+			g.Expect(got.Status.Phase).To(Equal(locksv1.PhaseGranted), "the running Pod keeps its lock")
+		}).WithTimeout(2*ttl + 2*time.Second).WithPolling(200 * time.Millisecond).Should(Succeed())
+		lr = get(lr).(*locksv1.LockRequest)
+		Expect(lr.Status.RenewedAt).NotTo(BeNil(), "the grant was renewed")
+		Expect(lr.Status.ExpiresAt.Time).To(BeTemporally(">", grantedAt.Add(2*ttl)), "it holds beyond twice its ttl from the grant")
+		// A renewal is due each quarter of the term (3 or 4 s): about 10 in these 10 s. A manager
+		// that renewed on every event (each renewal's own status write is one) makes hundreds.
+		Expect(lr.Generation-firstGen).To(BeNumerically("<=", 20), "renewed at its quarter-term pace, not on every event")
+
+		By("the Pod finishes: the lock is released and no longer renewed")
+		markSucceeded(p)
+		Eventually(func() locksv1.LockRequestPhase { return get(lr).(*locksv1.LockRequest).Status.Phase }).
+			WithTimeout(wait).Should(Equal(locksv1.PhaseReleased))
+		finalGen := lr.Generation
+		Consistently(func() int64 { return get(lr).(*locksv1.LockRequest).Generation }).
+			WithTimeout(ttl/2+time.Second).WithPolling(200*time.Millisecond).Should(Equal(finalGen), "nothing renews a finished Pod's request")
+
+		By("a running Pod that is deleted takes its request (and its renewals) with it")
+		q := pod(ns, "deleted-run", "acme/infra:renew")
+		q.Annotations[workload.AnnotationTTL] = ttl.String()
+		Expect(alice.Create(ctx, q)).To(Succeed())
+		lrq := granted(requestOf("pod", "deleted-run"))
+		Eventually(func() bool { return gated(get(q).(*corev1.Pod)) }).WithTimeout(wait).Should(BeFalse())
+		Eventually(func() *metav1.Time { return get(lrq).(*locksv1.LockRequest).Status.RenewedAt }).
+			WithTimeout(wait).ShouldNot(BeNil(), "renewed while it runs")
+		Expect(alice.Delete(ctx, q)).To(Succeed())
+		Eventually(func() bool { return apierrors.IsNotFound(admin.Get(ctx, client.ObjectKeyFromObject(lrq), lrq)) }).
+			WithTimeout(wait).Should(BeTrue(), "the request goes with its Pod")
+	})
+
+	It("shows the workload that holds and the one that waits in kubectl get locks and kubectl turnstile locks (the real kubectl and plugin)", func() {
+		p := pod(ns, "migrate-db", "acme/infra:shown")
+		Expect(alice.Create(ctx, p)).To(Succeed())
+		granted(requestOf("pod", "migrate-db"))
+		j := job(ns, "apply-db", "acme/infra:shown")
+		Expect(alice.Create(ctx, j)).To(Succeed())
+		waiting(requestOf("job", "apply-db"))
+
+		kubectl := framework.AdminKubectl(env, env.Kubectl())
+		out, err := kubectl.Run("", "get", "locks", "-n", ns)
+		Expect(err).NotTo(HaveOccurred())
+		// kubectl prints one table per kind, each with its own header.
+		Expect(out).To(MatchRegexp(`(?m)^NAME\s+LOCK\s+OWNER\s+SESSION\s`))
+		Expect(out).To(MatchRegexp(`(?m)^lockrequest\.locks\.turnstile\.dev/pod-migrate-db\s+acme/infra/shown/default\s+alice\s+pod/migrate-db\s.*\sGranted\s`))
+		Expect(out).To(MatchRegexp(`(?m)^lockrequest\.locks\.turnstile\.dev/job-apply-db\s+acme/infra/shown/default\s+alice\s+job/apply-db\s.*\sPending\s`))
+		Expect(out).To(MatchRegexp(`(?m)^NAME\s+REPO\s+PATH\s+WORKSPACE\s+PROJECT\s+HOLDER\s+PULL\s+SESSION\s`))
+		Expect(out).To(MatchRegexp(`(?m)^projectlock\.locks\.turnstile\.dev/\S+\s+acme/infra\s+shown\s+default\s+alice\s+pod/migrate-db\s+1\s`),
+			"the key's row: held by the Pod, one waiting")
+
+		By("the plugin names the holding workload in its REASON")
+		framework.PutOnPath(framework.PluginBinary())
+		out, err = kubectl.Run("", "turnstile", "-n", ns, "locks")
+		Expect(err).NotTo(HaveOccurred())
+		Expect(out).To(MatchRegexp(`(?m)^acme/infra/shown/default\s+alice\s+[1-9][0-9]*\s+1\s+\S+\s+Pod ` + ns + `/migrate-db$`))
 	})
 
 	It("runs two Jobs on one key one after the other: the second stays suspended until the first completes", func() {

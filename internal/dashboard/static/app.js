@@ -125,6 +125,7 @@
     if (k.holder) {
       const h = k.holder;
       holderCell.append(who(h.who, h.url));
+      if (h.workload) holderCell.append(' ', el('span', {class: 'badge workload', title: 'the gated Pod or Job that holds it'}, h.workload));
       if (h.command) holderCell.append(' ', el('span', {class: 'badge cmd'}, h.command));
       if (h.reason) holderCell.append(' ', el('span', {class: 'badge warn reason'}, h.reason));
       const via = h.requests.map((r) => r.name).join(', ');
@@ -185,6 +186,7 @@
         const act = el('td', {class: 'actions', 'data-label': 'Actions'});
         if (mine && w.uid) act.append(button('Release', 'release', `release-${w.request}`, {'data-request': w.request}));
         const whoCell = el('td', {class: 'who-cell', 'data-label': 'Who'}, who(w.who, w.url));
+        if (w.workload) whoCell.append(' ', el('span', {class: 'badge workload', title: 'the gated Pod or Job that waits'}, w.workload));
         if (w.command) whoCell.append(' ', el('span', {class: 'badge cmd'}, w.command));
         qb.append(el('tr', {class: mine ? 'waiter mine' : 'waiter', 'data-request': w.request},
           el('td', {class: 'pos', 'data-label': '#'}, w.position > 0 ? String(w.position) : 'new'),
@@ -211,9 +213,9 @@
   function matchesFilter(k) {
     const f = state.filter;
     if (!f) return true;
-    const hay = [k.key, k.namespace, k.name, k.holder && k.holder.who, k.holder && k.holder.requests.map((r) => r.name).join(' '),
+    const hay = [k.key, k.namespace, k.name, k.holder && k.holder.who, k.holder && k.holder.workload, k.holder && k.holder.requests.map((r) => r.name).join(' '),
       ...(k.shared || []).map((h) => `${h.who} ${h.requests.map((r) => r.name).join(' ')}`),
-      ...k.queue.map((w) => `${w.request} ${w.who}`)].join(' ').toLowerCase();
+      ...k.queue.map((w) => `${w.request} ${w.who} ${w.workload || ''}`)].join(' ').toLowerCase();
     return hay.includes(f);
   }
 

@@ -9,6 +9,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
 	"github.com/turnstile-dev/turnstile/internal/lockkey"
@@ -137,6 +138,14 @@ func (w *LockRequestWrapper) WaitTimeout(d time.Duration) *LockRequestWrapper {
 // Release sets spec.release.
 func (w *LockRequestWrapper) Release() *LockRequestWrapper {
 	w.Spec.Release = true
+	return w
+}
+
+// ControlledBy makes the workload apiVersion/kind/name its controlling owner, as the gated
+// workloads' controller creates a Pod's or Job's request.
+func (w *LockRequestWrapper) ControlledBy(apiVersion, kind, name string) *LockRequestWrapper {
+	w.OwnerReferences = append(w.OwnerReferences, metav1.OwnerReference{APIVersion: apiVersion, Kind: kind, Name: name,
+		UID: types.UID("uid-" + name), Controller: ptr.To(true)})
 	return w
 }
 
