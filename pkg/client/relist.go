@@ -135,6 +135,7 @@ func (r *relister) relist(ctx context.Context) ([]watch.Event, error) {
 		switch {
 		case !ok:
 			evs = append(evs, watch.Event{Type: watch.Added, Object: it})
+		// guard:relist-modifies-unchanged
 		case resourceVersion(old) != resourceVersion(it):
 			evs = append(evs, watch.Event{Type: watch.Modified, Object: it})
 		}

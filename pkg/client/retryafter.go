@@ -48,6 +48,7 @@ type retryAfterBound struct {
 
 func (b retryAfterBound) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := b.rt.RoundTrip(req)
+	// guard:away-retries-writes
 	if req.Method == http.MethodGet && req.Body == nil {
 		delay, start := awayFirst, time.Now()
 		for away(resp, err) && time.Since(start) < awayLimit {
@@ -92,6 +93,7 @@ func away(resp *http.Response, err error) bool {
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
 		resp.Body.Close()
 		resp.Body = io.NopCloser(bytes.NewReader(body))
+		// guard:away-retries-throttle
 		return bytes.Contains(body, []byte(storageInitializing))
 	}
 	return false
