@@ -150,7 +150,11 @@ func TestBoundRetryAfterAway(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := rt.RoundTrip(req); !errors.Is(err, context.DeadlineExceeded) {
+		resp, err := rt.RoundTrip(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		if !errors.Is(err, context.DeadlineExceeded) {
 			t.Errorf("got %v, want the context's deadline", err)
 		}
 		if n := s.tries.Load(); n < 2 || n > 4 {
