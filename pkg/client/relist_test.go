@@ -24,6 +24,7 @@ type server struct {
 	rv      string
 	listErr error
 	watches []any
+	listed  []string // each list's resourceVersion/match
 }
 
 func lr(name, rv string) *locksv1.LockRequest {
@@ -32,7 +33,8 @@ func lr(name, rv string) *locksv1.LockRequest {
 	return o
 }
 
-func (s *server) List(metav1.ListOptions) (runtime.Object, error) {
+func (s *server) List(o metav1.ListOptions) (runtime.Object, error) {
+	s.listed = append(s.listed, o.ResourceVersion+"/"+string(o.ResourceVersionMatch))
 	if s.listErr != nil {
 		return nil, s.listErr
 	}
@@ -96,17 +98,18 @@ func TestRelisting(t *testing.T) {
 		now     []*locksv1.LockRequest
 		listErr error
 		want    []string
+		since   string // the relist's resourceVersion, at least as fresh as what the reflector saw
 	}{
 		{name: "the watch request answered 410", list: true, watches: []any{gone},
 			now:  []*locksv1.LockRequest{lr("a", "5"), lr("c", "6")},
-			want: []string{"DELETED b@1", "MODIFIED a@5", "ADDED c@6", "BOOKMARK @12"}},
+			want: []string{"DELETED b@1", "MODIFIED a@5", "ADDED c@6", "BOOKMARK @12"}, since: "10/NotOlderThan"},
 		{name: "410 in the stream, after an event", list: true, watches: []any{[]watch.Event{modified(lr("b", "3")), status(gone)}},
 			now:  []*locksv1.LockRequest{lr("a", "1"), lr("c", "7")},
-			want: []string{"MODIFIED b@3", "DELETED b@3", "ADDED c@7", "BOOKMARK @12"}},
+			want: []string{"MODIFIED b@3", "DELETED b@3", "ADDED c@7", "BOOKMARK @12"}, since: "3/NotOlderThan"},
 		{name: "a watch list's initial events are the store", watches: []any{[]watch.Event{
 			{Type: watch.Added, Object: lr("x", "9")}, {Type: watch.Bookmark, Object: end}, status(gone)}},
 			now:  []*locksv1.LockRequest{lr("x", "9"), lr("y", "12")},
-			want: []string{"ADDED x@9", "BOOKMARK @11", "ADDED y@12", "BOOKMARK @12"}},
+			want: []string{"ADDED x@9", "BOOKMARK @11", "ADDED y@12", "BOOKMARK @12"}, since: "11/NotOlderThan"},
 		{name: "the relist fails: the 410 as it came", list: true, watches: []any{[]watch.Event{status(gone)}},
 			listErr: errors.New("connection refused"),
 			want:    []string{"ERROR too old resource version: 10 (12)"}},
@@ -131,6 +134,9 @@ func TestRelisting(t *testing.T) {
 			}
 			if diff := cmp.Diff(tc.want, drain(w)); diff != "" {
 				t.Errorf("events (-want +got):\n%s", diff)
+			}
+			if relist := s.listed[len(s.listed)-1]; tc.since != "" && relist != tc.since {
+				t.Errorf("relisted at %q, want %q", relist, tc.since)
 			}
 		})
 	}
