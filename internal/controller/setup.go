@@ -15,6 +15,7 @@ import (
 	"github.com/turnstile-dev/turnstile/internal/deadlock"
 	"github.com/turnstile-dev/turnstile/internal/queue"
 	"github.com/turnstile-dev/turnstile/internal/sharding"
+	turnstile "github.com/turnstile-dev/turnstile/pkg/client"
 )
 
 // SetupOptions configure every Turnstile controller.
@@ -44,8 +45,11 @@ type SetupOptions struct {
 // LockRequest or a Lease, and the manager caches every request of a deep queue and every Lease
 // in the cluster. Status updates of such an object keep the stored managedFields (the API
 // server reads a missing list as "unchanged").
+//
+// Its informers relist at once when a watch is answered 410 Gone (pkg/client.NewInformer), not
+// after client-go's informer backoff: after an API server restart every watch is.
 func CacheOptions() cache.Options {
-	return cache.Options{DefaultTransform: cache.TransformStripManagedFields()}
+	return cache.Options{DefaultTransform: cache.TransformStripManagedFields(), NewInformer: turnstile.NewInformer}
 }
 
 // CachesSynced is a readiness check: ready once the cache has started and every informer

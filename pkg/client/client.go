@@ -300,7 +300,8 @@ func (c *Client) Wait(ctx context.Context, name string, opts ...WaitOption) (*Lo
 //
 // The reflector retries a failed list or watch after waitBackoff (100 ms doubling to 1 s), not
 // client-go's informer default (800 ms doubling to 30 s, with as much again of jitter): after an
-// API server restart a waiting runner saw its grant up to seconds after it was written.
+// API server restart a waiting runner saw its grant up to seconds after it was written. A watch
+// answered 410 Gone relists at once (Relisting).
 func (c *Client) until(ctx context.Context, name string, decide func(lr *locksv1.LockRequest, listed bool) (bool, error)) error {
 	sel := fields.OneTermEqualSelector("metadata.name", name).String()
 	lw := &cache.ListWatch{
@@ -319,7 +320,7 @@ func (c *Client) until(ctx context.Context, name string, decide func(lr *locksv1
 	defer cancel()
 	st := &followed{name: name, decide: decide, stop: cancel}
 	backoff := waitBackoff
-	r := cache.NewReflectorWithOptions(lw, &locksv1.LockRequest{}, st, cache.ReflectorOptions{Backoff: &backoff})
+	r := cache.NewReflectorWithOptions(Relisting(lw, &locksv1.LockRequest{}), &locksv1.LockRequest{}, st, cache.ReflectorOptions{Backoff: &backoff})
 	r.RunWithContext(rctx)
 	st.mu.Lock()
 	defer st.mu.Unlock()

@@ -1,7 +1,13 @@
 package client
 
 import (
+	"context"
+	"errors"
+	"io"
 	"net/http"
+	"strings"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -44,7 +50,8 @@ func TestBoundRetryAfter(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := BoundRetryAfter(&rest.Config{}, tc.limit)
 			rt := cfg.WrapTransport(tc.in)
-			req, err := http.NewRequest(http.MethodGet, "https://example.invalid/api", nil)
+			// A write: a GET answered 503 is tried again (TestBoundRetryAfterAway).
+			req, err := http.NewRequest(http.MethodPut, "https://example.invalid/api", http.NoBody)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -58,4 +65,100 @@ func TestBoundRetryAfter(t *testing.T) {
 			}
 		})
 	}
+}
+
+// script answers each try with the next of its answers (an error, or a status and body), then
+// 200 OK, and counts the tries.
+type script struct {
+	tries   atomic.Int32
+	answers []any // error, or answer with a body
+}
+
+type bodyAnswer struct {
+	status int
+	body   string
+}
+
+func (s *script) RoundTrip(req *http.Request) (*http.Response, error) {
+	n := int(s.tries.Add(1)) - 1
+	if n >= len(s.answers) {
+		return &http.Response{StatusCode: 200, Header: http.Header{}, Body: http.NoBody, Request: req}, nil
+	}
+	switch a := s.answers[n].(type) {
+	case error:
+		return nil, a
+	case bodyAnswer:
+		return &http.Response{StatusCode: a.status, Header: http.Header{"Retry-After": {"1"}}, Body: io.NopCloser(strings.NewReader(a.body)), Request: req}, nil
+	}
+	panic("bad answer")
+}
+
+// TestBoundRetryAfterAway: a GET that finds the API server away (connection refused, reset,
+// EOF) or starting (503, a 429 whose storage is initializing) is tried again by the transport
+// until it is answered; a throttle's 429 and a write are handed back at once; a GET whose
+// context ends stops trying.
+func TestBoundRetryAfterAway(t *testing.T) {
+	initializing := bodyAnswer{429, `{"kind":"Status","message":"storage is (re)initializing","reason":"TooManyRequests","code":429}`}
+	throttled := bodyAnswer{429, `{"kind":"Status","message":"Too many requests, please try again later.","reason":"TooManyRequests","code":429}`}
+	starting := bodyAnswer{503, `{"kind":"Status","code":503}`}
+	cases := []struct {
+		name       string
+		method     string
+		answers    []any
+		wantTries  int32
+		wantStatus int
+	}{
+		{"a restarting API server, then its watch cache loading", http.MethodGet,
+			[]any{syscall.ECONNREFUSED, syscall.ECONNRESET, io.EOF, starting, initializing}, 6, 200},
+		{"APF's 429 is a throttle: Retry-After's", http.MethodGet, []any{throttled}, 1, 429},
+		{"a write is not sent twice", http.MethodPut, []any{starting}, 1, 503},
+		{"a 500 is not a server away", http.MethodGet, []any{bodyAnswer{500, "{}"}}, 1, 500},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := &script{answers: tc.answers}
+			rt := BoundRetryAfter(&rest.Config{}, time.Second).WrapTransport(s)
+			var body io.Reader
+			if tc.method != http.MethodGet {
+				body = http.NoBody
+			}
+			req, err := http.NewRequest(tc.method, "https://example.invalid/api", body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp, err := rt.RoundTrip(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			if resp.StatusCode != tc.wantStatus || s.tries.Load() != tc.wantTries {
+				t.Errorf("got %d after %d tries, want %d after %d", resp.StatusCode, s.tries.Load(), tc.wantStatus, tc.wantTries)
+			}
+			if tc.wantStatus == 429 {
+				if b, _ := io.ReadAll(resp.Body); !strings.Contains(string(b), "Too many requests") {
+					t.Errorf("the 429's body was not handed on: %q", b)
+				}
+			}
+		})
+	}
+	t.Run("a GET whose context ends stops trying", func(t *testing.T) {
+		s := &script{answers: []any{syscall.ECONNREFUSED, syscall.ECONNREFUSED, syscall.ECONNREFUSED, syscall.ECONNREFUSED, syscall.ECONNREFUSED, syscall.ECONNREFUSED}}
+		rt := BoundRetryAfter(&rest.Config{}, time.Second).WrapTransport(s)
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Millisecond)
+		defer cancel()
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://example.invalid/api", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := rt.RoundTrip(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("got %v, want the context's deadline", err)
+		}
+		if n := s.tries.Load(); n < 2 || n > 4 {
+			t.Errorf("%d tries in 60 ms, want 2-4 (25 ms doubling)", n)
+		}
+	})
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"os"
@@ -176,4 +177,43 @@ func (c *cluster) managerUser(ctx context.Context, name string) (*rest.Config, e
 		return nil, err
 	}
 	return user.Config(), nil
+}
+
+// readyAfter polls the API server's /readyz (straight to it, every 10 ms) until it answers ok
+// and returns when, on clk; after limit it gives up and says what /readyz answered last.
+func (c *cluster) readyAfter(ctx context.Context, clk clock, limit time.Duration) (time.Duration, error) {
+	hc, err := rest.HTTPClientFor(c.cfg)
+	if err != nil {
+		return clk.now(), err
+	}
+	u, err := url.Parse(c.cfg.Host)
+	if err != nil {
+		return clk.now(), err
+	}
+	u.Path, u.RawQuery = "/readyz", "verbose"
+	end := clk.now() + limit
+	last := "no answer"
+	for clk.now() < end {
+		rctx, cancel := context.WithTimeout(ctx, time.Second)
+		req, err := http.NewRequestWithContext(rctx, http.MethodGet, u.String(), nil)
+		if err != nil {
+			cancel()
+			return clk.now(), err
+		}
+		resp, err := hc.Do(req)
+		if err == nil {
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				cancel()
+				return clk.now(), nil
+			}
+			last = fmt.Sprintf("%s: %s", resp.Status, body)
+		} else {
+			last = err.Error()
+		}
+		cancel()
+		time.Sleep(10 * time.Millisecond)
+	}
+	return clk.now(), fmt.Errorf("/readyz not ok within %s: %s", limit, last)
 }

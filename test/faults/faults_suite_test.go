@@ -14,6 +14,7 @@ package faults
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -26,6 +27,11 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 
+	"go.uber.org/zap/zapcore"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
 	"github.com/turnstile-dev/turnstile/internal/testing/framework"
 )
 
@@ -37,6 +43,14 @@ var (
 func TestFaults(t *testing.T) { framework.RunSuite(t, "Faults suite") }
 
 var _ = BeforeSuite(func() {
+	if os.Getenv("TURNSTILE_FAULTS_LOG") != "" {
+		l := zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true), zap.Level(zapcore.Level(-4)), func(o *zap.Options) { o.TimeEncoder = zapcore.RFC3339NanoTimeEncoder })
+		ctrl.SetLogger(l)
+		klog.SetLogger(l)
+		fs := flag.NewFlagSet("klog", flag.ContinueOnError)
+		klog.InitFlags(fs)
+		_ = fs.Set("v", "4")
+	}
 	var err error
 	shared, err = startCluster(GinkgoT().TempDir(), true)
 	Expect(err).NotTo(HaveOccurred())

@@ -59,11 +59,15 @@ type run struct {
 	mgrCfg *rest.Config
 	// tooMany counts the 429s the replicas were answered.
 	tooMany atomic.Int64
+	// trace notes each component's first successful requests after the heal.
+	trace *tracer
 }
 
 // class is a fault class: what it needs, how it injects the fault, and how it heals it.
 type class struct {
 	name string
+	// restart is a control plane restart: healed when the API server answers /readyz ok.
+	restart bool
 	// binaries runs the replicas as the real manager binary (to SIGSTOP one).
 	binaries bool
 	// noWatchCache runs on a control plane of its own whose API server has no watch cache.
@@ -142,7 +146,8 @@ var classes = []class{
 		return [][3]string{{"reset_peer", "upstream", fmt.Sprintf(`{"timeout":%d}`, r.rng.Intn(300))}}
 	}),
 	{
-		name: "API server restart",
+		name:    "API server restart",
+		restart: true,
 		inject: func(r *run, d time.Duration) error {
 			how, err := r.cl.stopAPIServer()
 			r.injected = fmt.Sprintf("kube-apiserver stopped (%s), started again %s after the stop began", how, d)
@@ -151,7 +156,8 @@ var classes = []class{
 		heal: func(r *run) error { return r.cl.startAPIServer() },
 	},
 	{
-		name: "etcd restart",
+		name:    "etcd restart",
+		restart: true,
 		inject: func(r *run, d time.Duration) error {
 			r.injected = fmt.Sprintf("etcd stopped for %s under a running kube-apiserver", d)
 			return r.cl.stopEtcd()
@@ -323,9 +329,10 @@ var _ = Describe("Faults, judged from the clients' records", func() {
 		r.ns = framework.CreateNamespace(ctx, r.cl.client, "faults-")
 		r.ps = newProxies(r.cl.apiAddr)
 		DeferCleanup(r.ps.stop)
+		clk := clock{start: time.Now()}
+		r.trace = newTracer(clk)
 		r.start(c, replicas)
 
-		clk := clock{start: time.Now()}
 		rec := &records{}
 		stop := make(chan struct{})
 		var wg sync.WaitGroup
@@ -338,6 +345,7 @@ var _ = Describe("Faults, judged from the clients' records", func() {
 			Expect(err).NotTo(HaveOccurred())
 			r.clientPx = append(r.clientPx, px)
 			cfg := turnstile.BoundRetryAfter(px.config(r.cl.cfg), time.Second)
+			cfg.Wrap(r.trace.wrap(px.name))
 			k8s, err := client.NewWithWatch(cfg, client.Options{Scheme: framework.Scheme})
 			Expect(err).NotTo(HaveOccurred())
 			w := &worker{name: fmt.Sprintf("client-%d", i), c: turnstile.New(k8s, r.ns), keys: keys,
@@ -365,9 +373,27 @@ var _ = Describe("Faults, judged from the clients' records", func() {
 		Expect(c.inject(r, d)).To(Succeed())
 		By("injected: " + r.injected)
 		time.Sleep(max(0, d-(clk.now()-start)))
+		healCall := clk.now()
+		r.trace.since(healCall)
+		readyz := make(chan error, 1)
+		var ready time.Duration
+		go func() {
+			var err error
+			ready, err = r.cl.readyAfter(ctx, clk, liveBound)
+			readyz <- err
+		}()
 		Expect(c.heal(r)).To(Succeed())
 		heal := clk.now()
-		By(fmt.Sprintf("healed after %s", (heal - start).Round(time.Millisecond)))
+		Expect(<-readyz).To(Succeed())
+		// The fault is healed when its heal returned or, for a control plane restart, when the
+		// API server answers /readyz ok again, whichever is earlier: the judge's liveness counts
+		// from then. Recovery counts from when the API server was ready after the heal.
+		served := max(heal, ready)
+		if c.restart {
+			heal, served = min(heal, ready), ready
+		}
+		By(fmt.Sprintf("healed after %s; the API server's /readyz answered ok %s after the heal began",
+			(heal - start).Round(time.Millisecond), (ready - healCall).Round(time.Millisecond)))
 		// How long after the heal the API server itself serves LockRequests again (an admin
 		// list, straight to it): the part of the recovery that is not Turnstile's.
 		var apiReady time.Duration
@@ -416,7 +442,7 @@ var _ = Describe("Faults, judged from the clients' records", func() {
 		for time.Now().Before(deadline) {
 			granted := map[string]bool{}
 			for _, h := range rec.all() {
-				if h.Granted > heal {
+				if h.Granted > served {
 					granted[h.Key] = true
 				}
 			}
@@ -431,11 +457,11 @@ var _ = Describe("Faults, judged from the clients' records", func() {
 		close(pollStop)
 		<-pollDone
 		holds := rec.all()
-		v := Judge(holds, [][2]time.Duration{{start, heal}}, liveBound)
+		v := Judge(holds, []Fault{{Start: start, Heal: heal, Served: served}}, liveBound)
 		for _, k := range keys {
 			var first *Hold
 			for i, h := range holds {
-				if h.Key == k && h.Err == "" && h.Call <= heal && h.Granted >= heal && (first == nil || h.Granted < first.Granted) {
+				if h.Key == k && h.Err == "" && h.Call <= served && h.Granted >= served && (first == nil || h.Granted < first.Granted) {
 					first = &holds[i]
 				}
 			}
@@ -445,11 +471,25 @@ var _ = Describe("Faults, judged from the clients' records", func() {
 			sg, ok := serverGrant[first.Request]
 			server := "not seen"
 			if ok {
-				server = (sg - heal).Round(time.Millisecond).String()
+				server = (sg - served).Round(time.Millisecond).String()
 			}
-			GinkgoWriter.Printf("  %s: first waiter at the heal %s: granted on the server by +%s, seen by its client at +%s\n",
-				k, first.Request, server, (first.Granted - heal).Round(time.Millisecond))
+			GinkgoWriter.Printf("  %s: first waiter at the heal %s: granted on the server by +%s, seen by its client at +%s (after the API server was ready)\n",
+				k, first.Request, server, (first.Granted - served).Round(time.Millisecond))
 		}
+		for _, h := range holds {
+			if h.Call < heal+3*time.Second && (h.Release == 0 || h.Release > heal-2*time.Second) {
+				rel := func(d time.Duration) string {
+					if d == 0 {
+						return "-"
+					}
+					return (d - served).Round(time.Millisecond).String()
+				}
+				GinkgoWriter.Printf("    %s %s: call %s, granted %s (server %s), released %s acknowledged %s %s\n", h.Key, h.Request, rel(h.Call), rel(h.Granted),
+					rel(serverGrant[h.Request]), rel(h.ReleaseCall), rel(h.Release), h.Err)
+			}
+		}
+		GinkgoWriter.Printf("  after the API server was ready: the heal returned at %s; first successes and failures since the heal began:\n%s",
+			(heal - served).Round(time.Millisecond), r.trace.report(served))
 		record(row{class: c.name, replicas: replicas, seed: seed, holds: v.Holds, violations: len(v.Violations),
 			p50: percentile(v.Recovery, 0.5), max: percentile(v.Recovery, 1), recoveries: len(v.Recovery), note: r.injected, apiReady: apiReady}, v.Recovery)
 		GinkgoWriter.Printf("%s, %d replica(s), seed %d: %s; %d holds checked; porcupine %s; API server serving %s after the heal; recovery after heal %v\n",
@@ -481,6 +521,7 @@ func (r *run) start(c class, n int) {
 			base = r.mgrCfg
 		}
 		cfg := px.config(base)
+		cfg.Wrap(r.trace.wrap(name))
 		cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
 			return roundTripFunc(func(req *http.Request) (*http.Response, error) {
 				resp, err := rt.RoundTrip(req)

@@ -25,13 +25,27 @@ type Verdict struct {
 	Porcupine string
 }
 
+// Fault is one fault's window on the records' clock. Liveness counts from Heal; recovery from
+// Served, when the API server answered /readyz ok again after the heal (zero: Heal). A control
+// plane restart is healed when the API server is ready, not when its process was started.
+type Fault struct {
+	Start, Heal, Served time.Duration
+}
+
+func (f Fault) served() time.Duration {
+	if f.Served == 0 {
+		return f.Heal
+	}
+	return f.Served
+}
+
 // Judge checks the clients' records: no two holds of one key overlap in real time; fencing
 // tokens increase in the real-time order of the holds; every acquire is granted within bound of
 // its call or, if a fault was on meanwhile, of the heal that ended it; nothing is lost (every
 // request the clients made was granted, worked under, and released with the API server's
 // acknowledgement); and porcupine finds the history that of a fenced lock. faults are the
-// [start, heal] windows of the faults injected, on the records' clock.
-func Judge(holds []Hold, faults [][2]time.Duration, bound time.Duration) Verdict {
+// faults injected.
+func Judge(holds []Hold, faults []Fault, bound time.Duration) Verdict {
 	var v Verdict
 	byKey := map[string][]Hold{}
 	h := lincheck.NewHistory()
@@ -48,8 +62,8 @@ func Judge(holds []Hold, faults [][2]time.Duration, bound time.Duration) Verdict
 			lincheck.Output{}, int64(hd.ReleaseCall), int64(hd.Release))
 		from := hd.Call
 		for _, f := range faults {
-			if f[0] < hd.Granted && f[1] > from {
-				from = max(from, f[1])
+			if f.Start < hd.Granted && f.Heal > from {
+				from = max(from, f.Heal)
 			}
 		}
 		if wait := hd.Granted - from; wait > bound {
@@ -82,7 +96,7 @@ func Judge(holds []Hold, faults [][2]time.Duration, bound time.Duration) Verdict
 		}
 		for _, f := range faults {
 			// The first of the key's waiters at the heal to be granted after it.
-			heal := f[1]
+			heal := f.served()
 			next := time.Duration(-1)
 			for _, x := range hs {
 				if x.Call <= heal && x.Granted >= heal && (next < 0 || x.Granted < next) {

@@ -20,7 +20,7 @@ func hold(req, key string, token int64, call, granted, end int) Hold {
 // TestJudgeFindsEachBrokenPromise feeds the judge hand-made records, each breaking one promise,
 // and checks that it names that promise (and that a clean history has none).
 func TestJudgeFindsEachBrokenPromise(t *testing.T) {
-	fault := [][2]time.Duration{{ms(1000), ms(3000)}}
+	fault := []Fault{{Start: ms(1000), Heal: ms(3000)}}
 	cases := []struct {
 		name  string
 		holds []Hold
@@ -79,8 +79,22 @@ func TestJudgePorcupineRefusesOverlap(t *testing.T) {
 // waiter at the heal.
 func TestJudgeRecovery(t *testing.T) {
 	holds := []Hold{hold("a", "k", 1, 0, 10, 100), hold("b", "k", 2, 500, 3700, 3800), hold("c", "j", 1, 3500, 3510, 3600)}
-	v := Judge(holds, [][2]time.Duration{{ms(1000), ms(3000)}}, time.Minute)
+	v := Judge(holds, []Fault{{Start: ms(1000), Heal: ms(3000)}}, time.Minute)
 	if diff := cmp.Diff([]time.Duration{ms(700)}, v.Recovery); diff != "" {
 		t.Errorf("recovery (-want +got):\n%s", diff)
+	}
+}
+
+// TestJudgeRecoveryFromServed: after a control plane restart recovery counts from when the API
+// server served again (Served), while liveness still counts from the heal.
+func TestJudgeRecoveryFromServed(t *testing.T) {
+	holds := []Hold{hold("a", "k", 1, 0, 10, 100), hold("b", "k", 2, 500, 3700, 3800)}
+	v := Judge(holds, []Fault{{Start: ms(1000), Heal: ms(3000), Served: ms(3200)}}, time.Minute)
+	if diff := cmp.Diff([]time.Duration{ms(500)}, v.Recovery); diff != "" {
+		t.Errorf("recovery (-want +got):\n%s", diff)
+	}
+	v = Judge(holds, []Fault{{Start: ms(1000), Heal: ms(3000), Served: ms(3200)}}, 600*time.Millisecond)
+	if len(v.Violations) != 1 || !strings.Contains(v.Violations[0], "slow: b") {
+		t.Errorf("liveness should count from the heal (700 ms > 600 ms), not from Served: %q", v.Violations)
 	}
 }
