@@ -124,7 +124,13 @@ func TestSmoke(t *testing.T) {
 	check("scale must reconcile", s.ReconcileSeconds > 0 && s.FirstPhaseSeconds > 0 && s.FirstPhaseSeconds <= s.ReconcileSeconds)
 	check("scale must measure memory", s.RSSBytes > 0 && s.PeakRSSBytes >= s.RSSBytes && s.IdleRSSBytes > 0)
 	check("scale writes at least one status per request", s.WritesPerRequest >= 1)
-	check("deadlock check sees every waiter", s.DeadlockCheck.Waiters == cfg.ScaleRequests-cfg.ScaleKeys && s.DeadlockCheck.KeysSeen == cfg.ScaleKeys)
+	perNS := cfg.ScaleKeys / cfg.ScaleNamespaces
+	check("deadlock check sees every waiter of its namespace", s.DeadlockCheck.Waiters == perNS*(cfg.ScaleRequests/cfg.ScaleKeys-1) && s.DeadlockCheck.KeysSeen == perNS)
+	check("the scale curve has a fresh and a restarted run per point", len(back.ScaleCurve) == 2*(len(cfg.ScalePoints)+1))
+	for _, p := range back.ScaleCurve {
+		check("every scale run measures its cold start, list, heap and memory", p.ColdStartSeconds > 0 && p.ListSeconds > 0 && p.HeapBytes > 0 && p.RSSBytes > 0 && p.ReconcileSeconds >= p.ColdStartSeconds)
+		check("a fresh scale run measures its write floor", p.Restart || p.WriteFloorSeconds > 0)
+	}
 	check("deadlock check timed", s.DeadlockCheck.FullMs > 0 && s.DeadlockCheck.Runs > 0)
 	f := back.Failover
 	check("want a failover result", f != nil)

@@ -26,10 +26,13 @@ type Result struct {
 	LeaderElection []LeaderElectionResult `json:"leaderElection"`
 	Detection      DetectionResult        `json:"detection"`
 	Scale          ScaleResult            `json:"scale"`
-	IdleRSSBytes   int64                  `json:"idleRSSBytes"`
-	Run            *RunResult             `json:"run,omitempty"`
-	Replicas       *ReplicasResult        `json:"replicas,omitempty"`
-	Failover       *FailoverResult        `json:"failover,omitempty"`
+	// ScaleCurve is every run of the scale phase: per point, this build fresh, then it and the
+	// baseline restarted on the decided requests.
+	ScaleCurve   []ScaleResult   `json:"scaleCurve,omitempty"`
+	IdleRSSBytes int64           `json:"idleRSSBytes"`
+	Run          *RunResult      `json:"run,omitempty"`
+	Replicas     *ReplicasResult `json:"replicas,omitempty"`
+	Failover     *FailoverResult `json:"failover,omitempty"`
 
 	Goals []Goal `json:"goals"`
 }
@@ -75,10 +78,52 @@ func computeGoals(r *Result) []Goal {
 	if rp := r.Replicas; rp != nil {
 		goals = append(goals, replicasGoals(rp)...)
 	}
+	goals = append(goals, scaleGoals(r.ScaleCurve)...)
 	if len(r.Handoff) == 0 {
 		return goals
 	}
 	return append(goals, steadyGoals(r)...)
+}
+
+// scaleGoals are issue #33's: this build's memory at the largest point, its marginal memory
+// per request between the smallest and largest fresh runs, its settle time against the API
+// server's write floor, and its cold start against a list of every request.
+func scaleGoals(curve []ScaleResult) []Goal {
+	var fresh, restart []ScaleResult
+	for _, s := range curve {
+		switch {
+		case s.Manager != "turnstile":
+		case s.Restart:
+			restart = append(restart, s)
+		default:
+			fresh = append(fresh, s)
+		}
+	}
+	if len(fresh) == 0 {
+		return nil
+	}
+	last := fresh[len(fresh)-1]
+	peak := last.PeakRSSBytes
+	for _, s := range restart {
+		if s.Requests == last.Requests {
+			peak = max(peak, s.PeakRSSBytes)
+		}
+	}
+	goals := []Goal{
+		goal("S1", fmt.Sprintf("manager RSS, MiB, settled on %s requests", count(last.Requests)), float64(last.RSSBytes)/(1<<20), "<=", 256),
+		goal("S2", fmt.Sprintf("manager peak RSS, MiB, start and settle on %s requests (fresh and restarted)", count(last.Requests)), float64(peak)/(1<<20), "<=", 256),
+		goal("S4", fmt.Sprintf("settle on %s requests ÷ the API server's write floor for the same writes", count(last.Requests)), ratio(last.ReconcileSeconds, last.WriteFloorSeconds), "<=", 2),
+	}
+	if first := fresh[0]; len(fresh) > 1 && last.Requests > first.Requests {
+		goals = append(goals, goal("S3", fmt.Sprintf("marginal RSS per request, KiB, %s → %s requests", count(first.Requests), count(last.Requests)),
+			float64(last.RSSBytes-first.RSSBytes)/1024/float64(last.Requests-first.Requests), "<=", 2))
+	}
+	if len(restart) > 0 {
+		r := restart[len(restart)-1]
+		goals = append(goals, goal("S5", fmt.Sprintf("restart on %s decided requests: start → first key reconciled ÷ a paged list of them", count(r.Requests)),
+			ratio(r.ColdStartSeconds, r.ListSeconds), "<=", 1.2))
+	}
+	return goals
 }
 
 func steadyGoals(r *Result) []Goal {
@@ -119,48 +164,85 @@ func (r *Result) WriteJSON(path string) error {
 // WriteTable writes the result as two Markdown tables (measurements, goals), ready to paste
 // into the README.
 func (r *Result) WriteTable(out io.Writer) {
-	var rows [][2]string
-	add := func(k, v string) { rows = append(rows, [2]string{k, v}) }
-	lat := func(l Latency) string { return fmt.Sprintf("%s / %s ms", num(l.P50), num(l.P99)) }
+	t := &table{}
 	if len(r.Handoff) > 0 {
+		r.steadyRows(t)
+	}
+	if len(r.ScaleCurve) > 0 {
+		r.scaleRows(t)
+	}
+	r.runRows(t)
+	r.replicasRows(t)
+	r.failoverRows(t)
+	fmt.Fprintln(out, "| Measurement | Result |")
+	fmt.Fprintln(out, "|---|---|")
+	for _, row := range t.rows {
+		fmt.Fprintf(out, "| %s | %s |\n", row[0], row[1])
+	}
+	fmt.Fprintln(out)
+	r.writeGoals(out)
+	fmt.Fprintf(out, "\n%d CPUs, %s, %.0f s in all.\n", r.CPUs, r.GoVersion, r.Seconds)
+}
 
-		add("Raw GET+UpdateStatus, 1 client", fmt.Sprintf("%s ops/s", num(r.Raw.SequentialOpsPerSec)))
-		add(fmt.Sprintf("Raw GET+UpdateStatus, %d clients, median of %d rounds", r.Raw.Workers, len(r.Raw.ParallelRounds)), fmt.Sprintf("%s ops/s", num(r.Raw.ParallelOpsPerSec)))
-		add("Write → watch delivery p50 / p99", lat(r.Raw.Probe))
-		add("Acquire, free key: create → Granted seen, p50 / p99", lat(r.Acquire.Latency))
-		add(fmt.Sprintf("Grants/s, %d clients over %d keys (acquire → Granted → release), median of %d rounds", r.Throughput.Workers, r.Throughput.Keys, len(r.Throughput.Rounds)),
-			fmt.Sprintf("%s grants/s (create → Granted p50 / p99 %s)", num(r.Throughput.GrantsPerSec), lat(r.Throughput.Latency)))
-		add("API writes per grant / per release (LockRequest + ProjectLock)",
-			fmt.Sprintf("%s / %s (+ %s events per grant)", num(r.Acquire.WritesPerGrant), num(r.Acquire.WritesPerRelease), num(r.Acquire.EventsPerGrant)))
-		for _, h := range r.Handoff {
-			add(fmt.Sprintf("Hand-off at depth %d: release → next Granted seen, p50 / p99", h.Depth), lat(h.Latency))
-			add(fmt.Sprintf("Hand-offs/s at depth %d, back to back (p50 / p99)", h.Depth),
-				fmt.Sprintf("%s hand-offs/s (%s)", num(h.HandoffsPerSec), lat(h.LoadedLatency)))
-			add(fmt.Sprintf("API writes per hand-off at depth %d, one arrival each (of which refreshes; 409s)", h.Depth),
-				fmt.Sprintf("%s (%s; %s) + %s events", num(h.WritesPerHandoff), num(h.RefreshesPerHandoff), num(h.ConflictsPerHandoff), num(h.EventsPerHandoff)))
-			add(fmt.Sprintf("Manager CPU per hand-off at depth %d (reconciles per hand-off)", h.Depth),
-				fmt.Sprintf("%s ms (%s)", num(h.CPUPerHandoffMs), num(h.ReconcilesPerHandoff)))
-		}
-		for _, le := range r.LeaderElection {
-			add(fmt.Sprintf("leaderelection Lease mutex, %d contenders: cancel → next leads, p50 / p99", le.Contenders), lat(le.Latency))
-			add(fmt.Sprintf("leaderelection Lease writes per hand-off (%d contenders)", le.Contenders), num(le.WritesPerHandoff))
-		}
-		d := r.Detection
-		add(fmt.Sprintf("Hand-offs/s at depth %d, deadlock detection on / off (median of %d)", d.Depth, len(d.Rounds)/2),
-			fmt.Sprintf("%s / %s", num(d.HandoffsPerSecOn), num(d.HandoffsPerSecOff)))
-		add(fmt.Sprintf("Manager CPU per hand-off at depth %d, deadlock detection on / off", d.Depth),
-			fmt.Sprintf("%s / %s ms", num(d.CPUPerHandoffMsOn), num(d.CPUPerHandoffMsOff)))
-		add(fmt.Sprintf("Deadlock checks per hand-off at depth %d (one arrival each): run / skipped", d.Depth),
-			fmt.Sprintf("%s / %s", num(d.ChecksPerHandoffOn), num(d.SkipsPerHandoffOn)))
-		add("Grants/s (uncontended, detection never runs), deadlock detection on / off",
-			fmt.Sprintf("%s / %s (manager CPU per grant %s / %s ms)", num(d.GrantsPerSecOn), num(d.GrantsPerSecOff), num(d.CPUPerGrantMsOn), num(d.CPUPerGrantMsOff)))
-		s := r.Scale
-		add(fmt.Sprintf("Scale: %s pending requests over %s keys, manager start → all have a phase", count(s.Requests), count(s.Keys)),
-			fmt.Sprintf("%s s (first after %s s; %s writes per request)", num(s.ReconcileSeconds), num(s.FirstPhaseSeconds), num(s.WritesPerRequest)))
-		add("Manager RSS: idle / with them / peak", fmt.Sprintf("%s / %s / %s MiB", mib(s.IdleRSSBytes), mib(s.RSSBytes), mib(s.PeakRSSBytes)))
-		add(fmt.Sprintf("Deadlock check over %s waiters on %s keys: full / cache list / graph", count(s.DeadlockCheck.Waiters), count(s.DeadlockCheck.KeysSeen)),
-			fmt.Sprintf("%s / %s / %s ms", num(s.DeadlockCheck.FullMs), num(s.DeadlockCheck.ListMs), num(s.DeadlockCheck.GraphMs)))
+// table collects the measurement rows.
+type table struct{ rows [][2]string }
+
+func (t *table) add(k, v string) { t.rows = append(t.rows, [2]string{k, v}) }
+
+func lat(l Latency) string { return fmt.Sprintf("%s / %s ms", num(l.P50), num(l.P99)) }
+
+func (r *Result) steadyRows(t *table) {
+	add := t.add
+	add("Raw GET+UpdateStatus, 1 client", fmt.Sprintf("%s ops/s", num(r.Raw.SequentialOpsPerSec)))
+	add(fmt.Sprintf("Raw GET+UpdateStatus, %d clients, median of %d rounds", r.Raw.Workers, len(r.Raw.ParallelRounds)), fmt.Sprintf("%s ops/s", num(r.Raw.ParallelOpsPerSec)))
+	add("Write → watch delivery p50 / p99", lat(r.Raw.Probe))
+	add("Acquire, free key: create → Granted seen, p50 / p99", lat(r.Acquire.Latency))
+	add(fmt.Sprintf("Grants/s, %d clients over %d keys (acquire → Granted → release), median of %d rounds", r.Throughput.Workers, r.Throughput.Keys, len(r.Throughput.Rounds)),
+		fmt.Sprintf("%s grants/s (create → Granted p50 / p99 %s)", num(r.Throughput.GrantsPerSec), lat(r.Throughput.Latency)))
+	add("API writes per grant / per release (LockRequest + ProjectLock)",
+		fmt.Sprintf("%s / %s (+ %s events per grant)", num(r.Acquire.WritesPerGrant), num(r.Acquire.WritesPerRelease), num(r.Acquire.EventsPerGrant)))
+	for _, h := range r.Handoff {
+		add(fmt.Sprintf("Hand-off at depth %d: release → next Granted seen, p50 / p99", h.Depth), lat(h.Latency))
+		add(fmt.Sprintf("Hand-offs/s at depth %d, back to back (p50 / p99)", h.Depth),
+			fmt.Sprintf("%s hand-offs/s (%s)", num(h.HandoffsPerSec), lat(h.LoadedLatency)))
+		add(fmt.Sprintf("API writes per hand-off at depth %d, one arrival each (of which refreshes; 409s)", h.Depth),
+			fmt.Sprintf("%s (%s; %s) + %s events", num(h.WritesPerHandoff), num(h.RefreshesPerHandoff), num(h.ConflictsPerHandoff), num(h.EventsPerHandoff)))
+		add(fmt.Sprintf("Manager CPU per hand-off at depth %d (reconciles per hand-off)", h.Depth),
+			fmt.Sprintf("%s ms (%s)", num(h.CPUPerHandoffMs), num(h.ReconcilesPerHandoff)))
 	}
+	for _, le := range r.LeaderElection {
+		add(fmt.Sprintf("leaderelection Lease mutex, %d contenders: cancel → next leads, p50 / p99", le.Contenders), lat(le.Latency))
+		add(fmt.Sprintf("leaderelection Lease writes per hand-off (%d contenders)", le.Contenders), num(le.WritesPerHandoff))
+	}
+	d := r.Detection
+	add(fmt.Sprintf("Hand-offs/s at depth %d, deadlock detection on / off (median of %d)", d.Depth, len(d.Rounds)/2),
+		fmt.Sprintf("%s / %s", num(d.HandoffsPerSecOn), num(d.HandoffsPerSecOff)))
+	add(fmt.Sprintf("Manager CPU per hand-off at depth %d, deadlock detection on / off", d.Depth),
+		fmt.Sprintf("%s / %s ms", num(d.CPUPerHandoffMsOn), num(d.CPUPerHandoffMsOff)))
+	add(fmt.Sprintf("Deadlock checks per hand-off at depth %d (one arrival each): run / skipped", d.Depth),
+		fmt.Sprintf("%s / %s", num(d.ChecksPerHandoffOn), num(d.SkipsPerHandoffOn)))
+	add("Grants/s (uncontended, detection never runs), deadlock detection on / off",
+		fmt.Sprintf("%s / %s (manager CPU per grant %s / %s ms)", num(d.GrantsPerSecOn), num(d.GrantsPerSecOff), num(d.CPUPerGrantMsOn), num(d.CPUPerGrantMsOff)))
+}
+
+func (r *Result) scaleRows(t *table) {
+	s := r.Scale
+	t.add(fmt.Sprintf("Deadlock check over %s waiters on %s keys (one namespace): full / cache list / graph", count(s.DeadlockCheck.Waiters), count(s.DeadlockCheck.KeysSeen)),
+		fmt.Sprintf("%s / %s / %s ms", num(s.DeadlockCheck.FullMs), num(s.DeadlockCheck.ListMs), num(s.DeadlockCheck.GraphMs)))
+	for _, p := range r.ScaleCurve {
+		what := "fresh (no request has a phase): start → all phased, queue empty"
+		if p.Restart {
+			what = "restarted on decided requests: start → every key reconciled, queue empty"
+		}
+		t.add(fmt.Sprintf("Scale, %s: %s requests, %s keys, %s namespaces, %s", p.Manager, count(p.Requests), count(p.Keys), count(p.Namespaces), what),
+			fmt.Sprintf("settle %s s (write floor %s s) · first key %s s (list %s s) · RSS %s / peak %s / heap %s MiB (idle %s)",
+				num(p.ReconcileSeconds), num(p.WriteFloorSeconds), num(p.ColdStartSeconds), num(p.ListSeconds),
+				mib(p.RSSBytes), mib(p.PeakRSSBytes), mib(p.HeapBytes), mib(p.IdleRSSBytes)))
+	}
+}
+
+func (r *Result) runRows(t *table) {
+	add := t.add
 	if rr := r.Run; rr != nil {
 		add(fmt.Sprintf("`true` on its own, p50 / p99 of %d", rr.True.N), lat(rr.True))
 		for _, p := range rr.Plugins {
@@ -168,13 +250,10 @@ func (r *Result) WriteTable(out io.Writer) {
 			add(fmt.Sprintf("`%s run`, hand-off: first command's end → next command's start, p50 / p99", p.Plugin), lat(p.Handoff))
 		}
 	}
-	if rr := r.Run; rr != nil {
-		add(fmt.Sprintf("`true` on its own, p50 / p99 of %d", rr.True.N), lat(rr.True))
-		for _, p := range rr.Plugins {
-			add(fmt.Sprintf("`%s run -l KEY -- true`, free key: wall time p50 / p99", p.Plugin), lat(p.Overhead))
-			add(fmt.Sprintf("`%s run`, hand-off: first command's end → next command's start, p50 / p99", p.Plugin), lat(p.Handoff))
-		}
-	}
+}
+
+func (r *Result) replicasRows(t *table) {
+	add := t.add
 	if rp := r.Replicas; rp != nil {
 		for _, m := range rp.Modes {
 			add(fmt.Sprintf("Replicas, %s (%d managers; median of %d rounds): G1 · hand-off p50 / p99 · G2b · hand-offs/s · writes (409s) · reconciles · managers' API requests (GETs) · CPU ms per hand-off", m.Mode, m.Managers, rp.Rounds),
@@ -185,6 +264,10 @@ func (r *Result) WriteTable(out io.Writer) {
 				fmt.Sprintf("%s · %s · %s · %s · %s", num(m.G3a), num(m.G3b), num(m.G4), num(m.DeepHandoffsPerSec), num(m.DeepCPUPerHandoffMs)))
 		}
 	}
+}
+
+func (r *Result) failoverRows(t *table) {
+	add := t.add
 	if f := r.Failover; f != nil {
 		maxLat := func(l Latency) string { return fmt.Sprintf("%s / %s ms", num(l.P50), num(l.Max)) }
 		add(fmt.Sprintf("Failover, %d replicas active-active (backup delay %s, lapse %s): owner SIGKILLed, release → next Granted, p50 / max of %d", f.Replicas, f.BackupDelay, f.Lapse, f.Kill.N), maxLat(f.Kill))
@@ -194,12 +277,9 @@ func (r *Result) WriteTable(out io.Writer) {
 			fmt.Sprintf("%s (%s)", maxLat(f.Rolling), num(f.RollingConflicts)))
 	}
 
-	fmt.Fprintln(out, "| Measurement | Result |")
-	fmt.Fprintln(out, "|---|---|")
-	for _, row := range rows {
-		fmt.Fprintf(out, "| %s | %s |\n", row[0], row[1])
-	}
-	fmt.Fprintln(out)
+}
+
+func (r *Result) writeGoals(out io.Writer) {
 	fmt.Fprintln(out, "| Goal | Measured | Target | Met |")
 	fmt.Fprintln(out, "|---|---|---|---|")
 	for _, g := range r.Goals {
@@ -216,7 +296,6 @@ func (r *Result) WriteTable(out io.Writer) {
 		}
 		fmt.Fprintf(out, "| %s: %s | %s | %s %s | %s |\n", g.ID, g.What, value, g.Op, num(g.Target), met)
 	}
-	fmt.Fprintf(out, "\n%d CPUs, %s, %.0f s in all.\n", r.CPUs, r.GoVersion, r.Seconds)
 }
 
 // num formats with three significant digits, thousands separated.
