@@ -40,6 +40,7 @@ const (
 	controller = "internal/controller/lock_controller.go"
 	commands   = "internal/controller/commandlock_controller.go"
 	overlay    = "internal/controller/overlay.go"
+	memory     = "internal/controller/memory.go"
 	leases     = "internal/controller/holder_lease.go"
 	detector   = "internal/controller/deadlock_detector.go"
 	safety     = "./test/safety/"
@@ -50,6 +51,12 @@ const (
 )
 
 var mutants = []mutant{
+	// The manager's memory (internal/controller/memory.go): what the cache drops and what it
+	// must keep, and the event budget.
+	{name: "trim-managed-fields", pkg: controls, focus: "run:TestTrimLockRequest", guard: "cached LockRequests carry no managedFields", edits: []edit{{memory, "	lr.ManagedFields = nil\n", "\n"}}},
+	{name: "trim-annotations", pkg: controls, focus: "run:TestTrimLockRequest", guard: "cached LockRequests drop the annotations no decision reads (kubectl's last-applied copy)", edits: []edit{{memory, "	lr.Annotations = keepAnnotations(lr.Annotations)\n", "\n"}}},
+	{name: "trim-keeps-turnstile-annotations", pkg: controls, focus: "run:TestTrimLockRequest", guard: "the trim keeps the creator stamp the holder Lease check reads", edits: []edit{{memory, "		if strings.HasPrefix(k, annotationPrefix) {\n\t\t\tkept++", "		if strings.HasPrefix(k, annotationPrefix+\"-\") {\n\t\t\tkept++"}}},
+	{name: "event-budget", pkg: controls, focus: "run:TestBoundedRecorder", guard: "events over the recorder's budget are dropped", edits: []edit{{memory, "	if !r.limit.Allow() {", "	if false {"}}},
 	// kubectl turnstile run: the whole process tree under the lock, stopped before the lease can
 	// lapse (cmd/kubectl-turnstile/run*.go; the keeper is tested as a real process tree).
 	{name: "run-keeper-not-subreaper", pkg: runPlugin, focus: "run:TestKeeperStopsWhatTheCommandLeftBehind", guard: "run's keeper is a child subreaper, so a double-forked orphan stays its to stop and wait for", edits: []edit{{runKeeper, "	if err := proctree.BecomeSubreaper(); err != nil {\n\t\tsay(", "	if err := error(nil); err != nil {\n\t\tsay("}}},

@@ -29,6 +29,8 @@ type Metrics struct {
 	DeadlockChecks *prometheus.CounterVec
 	FrozenCommand  *prometheus.GaugeVec
 	Blocked        *prometheus.GaugeVec
+	// EventsDropped counts Kubernetes events over the recorder's budget (memory.go).
+	EventsDropped prometheus.Counter
 }
 
 var latencyBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600}
@@ -73,10 +75,13 @@ func NewMetrics(reg prometheus.Registerer, requests ...client.Reader) *Metrics {
 		Blocked: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "turnstile_command_blocked_requests", Help: "Requests waiting because their command is frozen.",
 		}, []string{"command"}),
+		EventsDropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "turnstile_events_dropped_total", Help: "Kubernetes events not sent because they exceeded the recorder's budget (the request's status says the same).",
+		}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.QueueDepth, m.GrantLatency, m.WaitDuration, m.HoldDuration, m.Grants, m.Finished,
-			m.Conflicts, m.Demoted, m.Deadlocks, m.DeadlockChecks, m.FrozenCommand, m.Blocked)
+			m.Conflicts, m.Demoted, m.Deadlocks, m.DeadlockChecks, m.FrozenCommand, m.Blocked, m.EventsDropped)
 		if len(requests) > 0 {
 			reg.MustRegister(&phaseCollector{reader: requests[0]})
 		}

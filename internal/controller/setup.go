@@ -43,9 +43,10 @@ type SetupOptions struct {
 // managedFields: nothing here reads them, they are a large part of a small object such as a
 // LockRequest or a Lease, and the manager caches every request of a deep queue and every Lease
 // in the cluster. Status updates of such an object keep the stored managedFields (the API
-// server reads a missing list as "unchanged").
+// server reads a missing list as "unchanged"). LockRequests are trimmed further
+// (TrimLockRequest): the annotations no decision reads go, shared strings are stored once.
 func CacheOptions() cache.Options {
-	return cache.Options{DefaultTransform: cache.TransformStripManagedFields()}
+	return cache.Options{DefaultTransform: trimTransform()}
 }
 
 // CachesSynced is a readiness check: ready once the cache has started and every informer
@@ -68,8 +69,8 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o SetupOptions) error {
 	if err := SetupIndexes(ctx, mgr.GetFieldIndexer()); err != nil {
 		return err
 	}
-	recorder := mgr.GetEventRecorder("turnstile")
 	m := NewMetrics(o.Registry, mgr.GetCache())
+	recorder := newBoundedRecorder(mgr.GetEventRecorder("turnstile"), eventRate, eventBurst, m.EventsDropped.Inc)
 	clk := o.Clock
 	if clk == nil {
 		clk = clock.RealClock{}
