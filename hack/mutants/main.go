@@ -41,6 +41,7 @@ const (
 	commands   = "internal/controller/commandlock_controller.go"
 	overlay    = "internal/controller/overlay.go"
 	memory     = "internal/controller/memory.go"
+	counts     = "internal/controller/request_counts.go"
 	leases     = "internal/controller/holder_lease.go"
 	detector   = "internal/controller/deadlock_detector.go"
 	safety     = "./test/safety/"
@@ -56,6 +57,7 @@ var mutants = []mutant{
 	{name: "trim-managed-fields", pkg: controls, focus: "run:TestTrimLockRequest", guard: "cached LockRequests carry no managedFields", edits: []edit{{memory, "	lr.ManagedFields = nil\n", "\n"}}},
 	{name: "trim-annotations", pkg: controls, focus: "run:TestTrimLockRequest", guard: "cached LockRequests drop the annotations no decision reads (kubectl's last-applied copy)", edits: []edit{{memory, "	lr.Annotations = keepAnnotations(lr.Annotations)\n", "\n"}}},
 	{name: "trim-keeps-turnstile-annotations", pkg: controls, focus: "run:TestTrimLockRequest", guard: "the trim keeps the creator stamp the holder Lease check reads", edits: []edit{{memory, "		if strings.HasPrefix(k, annotationPrefix) {\n\t\t\tkept++", "		if strings.HasPrefix(k, annotationPrefix+\"-\") {\n\t\t\tkept++"}}},
+	{name: "request-counts-forget-empty", pkg: controls, focus: "run:TestRequestCounts", guard: "a namespace whose requests are all gone leaves the counts (the scan and the metric forget it)", edits: []edit{{counts, "	if byPhase[p] <= 0 {", "	if false {"}}},
 	{name: "event-budget", pkg: controls, focus: "run:TestBoundedRecorder", guard: "events over the recorder's budget are dropped", edits: []edit{{memory, "	if !r.limit.Allow() {", "	if false {"}}},
 	// kubectl turnstile run: the whole process tree under the lock, stopped before the lease can
 	// lapse (cmd/kubectl-turnstile/run*.go; the keeper is tested as a real process tree).

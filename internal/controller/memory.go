@@ -53,6 +53,14 @@ func TrimLockRequest(obj any) (any, error) {
 		c := &lr.Status.Conditions[i]
 		c.Type, c.Reason = intern(c.Type), intern(c.Reason)
 		c.Status = metav1.ConditionStatus(intern(string(c.Status)))
+		// Granted, Ready and Reconciling say the same thing ("locked by ...; position 3 of 9"):
+		// one copy of the message, not three.
+		for j := range i {
+			if lr.Status.Conditions[j].Message == c.Message {
+				c.Message = lr.Status.Conditions[j].Message
+				break
+			}
+		}
 	}
 	return lr, nil
 }

@@ -1,11 +1,9 @@
 package controller
 
 import (
-	"context"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
 	"github.com/turnstile-dev/turnstile/internal/queue"
@@ -37,7 +35,7 @@ var latencyBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1
 
 // NewMetrics creates the metrics and registers them with reg (nil: not registered, for tests).
 // requests, when set, is read at scrape time to report requests by phase.
-func NewMetrics(reg prometheus.Registerer, requests ...client.Reader) *Metrics {
+func NewMetrics(reg prometheus.Registerer, requests ...*RequestCounts) *Metrics {
 	m := &Metrics{
 		QueueDepth: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "turnstile_queue_depth", Help: "Requests waiting for a lock key.",
@@ -83,7 +81,7 @@ func NewMetrics(reg prometheus.Registerer, requests ...client.Reader) *Metrics {
 		reg.MustRegister(m.QueueDepth, m.GrantLatency, m.WaitDuration, m.HoldDuration, m.Grants, m.Finished,
 			m.Conflicts, m.Demoted, m.Deadlocks, m.DeadlockChecks, m.FrozenCommand, m.Blocked, m.EventsDropped)
 		if len(requests) > 0 {
-			reg.MustRegister(&phaseCollector{reader: requests[0]})
+			reg.MustRegister(&phaseCollector{counts: requests[0]})
 		}
 	}
 	return m
@@ -120,31 +118,16 @@ func (m *Metrics) finished(u queue.Update, now time.Time) {
 	}
 }
 
-// phaseCollector reports requests by phase from the cache at scrape time, so the numbers are
-// always true without bookkeeping on every transition.
-type phaseCollector struct{ reader client.Reader }
+// phaseCollector reports requests by phase from the informer-kept counts at scrape time, so
+// the numbers are always true without bookkeeping in the reconcilers.
+type phaseCollector struct{ counts *RequestCounts }
 
 var phaseDesc = prometheus.NewDesc("turnstile_lockrequests", "LockRequests by namespace and phase.", []string{"namespace", "phase"}, nil)
 
 func (c *phaseCollector) Describe(ch chan<- *prometheus.Desc) { ch <- phaseDesc }
 
 func (c *phaseCollector) Collect(ch chan<- prometheus.Metric) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	var list locksv1.LockRequestList
-	if err := c.reader.List(ctx, &list); err != nil {
-		return
-	}
-	type key struct{ ns, phase string }
-	counts := map[key]int{}
-	for i := range list.Items {
-		p := string(list.Items[i].Status.Phase)
-		if p == "" {
-			p = string(locksv1.PhasePending)
-		}
-		counts[key{list.Items[i].Namespace, p}]++
-	}
-	for k, n := range counts {
-		ch <- prometheus.MustNewConstMetric(phaseDesc, prometheus.GaugeValue, float64(n), k.ns, k.phase)
-	}
+	c.counts.Each(func(ns string, phase locksv1.LockRequestPhase, n int) {
+		ch <- prometheus.MustNewConstMetric(phaseDesc, prometheus.GaugeValue, float64(n), ns, string(phase))
+	})
 }

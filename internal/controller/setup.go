@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 
+	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
 	"github.com/turnstile-dev/turnstile/internal/deadlock"
 	"github.com/turnstile-dev/turnstile/internal/queue"
 	"github.com/turnstile-dev/turnstile/internal/sharding"
@@ -69,7 +70,15 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o SetupOptions) error {
 	if err := SetupIndexes(ctx, mgr.GetFieldIndexer()); err != nil {
 		return err
 	}
-	m := NewMetrics(o.Registry, mgr.GetCache())
+	counts := NewRequestCounts()
+	requests, err := mgr.GetCache().GetInformer(ctx, &locksv1.LockRequest{})
+	if err != nil {
+		return err
+	}
+	if _, err := requests.AddEventHandler(counts); err != nil {
+		return err
+	}
+	m := NewMetrics(o.Registry, counts)
 	recorder := newBoundedRecorder(mgr.GetEventRecorder("turnstile"), eventRate, eventBurst, m.EventsDropped.Inc)
 	clk := o.Clock
 	if clk == nil {
@@ -88,7 +97,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o SetupOptions) error {
 			policy = deadlock.PolicyNewest
 		}
 		det := NewDeadlockDetector(mgr.GetClient(), recorder, WithConfig(o.Queue), WithFreezeFlags(o.Freeze),
-			WithDeadlockPolicy(policy), WithScanInterval(o.DeadlockScan), WithMetrics(m), WithLiveReader(mgr.GetAPIReader()), WithClock(clk))
+			WithDeadlockPolicy(policy), WithScanInterval(o.DeadlockScan), WithRequestCounts(counts), WithMetrics(m), WithLiveReader(mgr.GetAPIReader()), WithClock(clk))
 		if err := mgr.Add(det); err != nil {
 			return err
 		}

@@ -343,7 +343,7 @@ func (m *managerProc) counts(ctx context.Context) (managerCounts, error) {
 		case name == "rest_client_requests_total":
 			c.others += v
 		case name == "workqueue_depth" && labels["name"] == "lock":
-			c.lockDepth = v
+			c.lockDepth += v // one series per priority
 		case name == "go_memstats_heap_inuse_bytes":
 			c.heapInUse = v
 		}
