@@ -197,7 +197,7 @@ BENCH_PROFILE ?= 0
 # Runs of the same code pool round by round:
 #   go run ./test/bench/cmd --pool run1/results.json,run2/results.json
 BENCH_ROUNDS ?= 0
-# BENCH_PHASES=failover runs only that phase (steady, scale, replicas, failover; default all).
+# BENCH_PHASES=failover runs only that phase (steady, scale, run, replicas, failover, roll; default all).
 # BENCH_REPLICAS=2 runs the steady-state phases with two managers active-active; with
 # BENCH_LEADER_ELECT=true, with leader election instead (one leads, one stands by).
 BENCH_PHASES ?=

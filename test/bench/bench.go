@@ -90,6 +90,8 @@ type Config struct {
 	// Failover sizes the failover phase (active-active replicas killed, the leader-election
 	// baseline, a rolling restart).
 	Failover FailoverConfig `json:"failover"`
+	// Roll sizes the roll phase: hand-offs through a rolling replacement of every replica.
+	Roll RollConfig `json:"roll"`
 
 	// Phases, when not empty, runs only these: "steady" (everything up to deadlock detection
 	// on/off), "scale", "replicas" (one manager, leader election and active-active compared),
@@ -154,6 +156,7 @@ func Full() Config {
 			LeaderElectionKills: 4, LeaderElectionLease: Duration(15 * time.Second)},
 		ReplicasPhase: ReplicasConfig{Replicas: 2, Rounds: 5},
 		RunPhase:      RunConfig{Samples: 40},
+		Roll:          RollConfig{Replicas: 2, Keys: 4, Steady: Duration(30 * time.Second), Rounds: 5},
 	}
 }
 
@@ -172,11 +175,12 @@ func Smoke() Config {
 		LeaderElectionKills: 1, LeaderElectionLease: Duration(3 * time.Second)}
 	c.ReplicasPhase.Rounds = 1
 	c.RunPhase.Samples = 2
+	c.Roll = RollConfig{Replicas: 2, Keys: 2, Steady: Duration(2 * time.Second), Rounds: 1}
 	return c
 }
 
 // phases are the phases Config.Phases may name.
-var phases = []string{"steady", "scale", "run", "replicas", "failover"}
+var phases = []string{"steady", "scale", "run", "replicas", "failover", "roll"}
 
 // runs says whether phase is to run.
 func (c Config) runs(phase string) bool {
@@ -203,6 +207,8 @@ func (c Config) validate() error {
 		return errors.New("detection needs at least one round and one sample")
 	case c.runs("run") && (c.RunPhase.Plugin == "" || c.RunPhase.Samples < 1):
 		return errors.New("the run phase needs a plugin binary and at least 1 sample")
+	case c.Roll.Replicas < 1 || c.Roll.Keys < 1 || c.Roll.Steady <= 0 || c.Roll.Rounds < 1:
+		return errors.New("the roll phase needs a replica, a key and a steady window")
 	case c.ReplicasPhase.Replicas < 2 || c.ReplicasPhase.Rounds < 1:
 		return errors.New("the replicas phase needs at least 2 replicas and 1 round")
 	case c.Failover.Replicas < 2 || c.Failover.Kills < 1 || c.Failover.LeaderElectionKills < 1 || c.Failover.Lapse <= Duration(time.Second) || c.Failover.LeaderElectionLease <= 0:
@@ -346,7 +352,7 @@ func (b *bench) runPhases(ctx context.Context, res *Result) error {
 		}
 		res.Run = &r
 	}
-	if b.cfg.runs("replicas") || b.cfg.runs("failover") {
+	if b.cfg.runs("replicas") || b.cfg.runs("failover") || b.cfg.runs("roll") {
 		// These phases run their own managers; the steady-state one would act on every key.
 		if b.mgr != nil {
 			if err := b.stopManager(); err != nil {
@@ -367,6 +373,15 @@ func (b *bench) runPhases(ctx context.Context, res *Result) error {
 			return fmt.Errorf("failover: %w", err)
 		}
 		res.Failover = &f
+	}
+	if b.cfg.runs("roll") {
+		rc := b.cfg.Roll
+		b.step(fmt.Sprintf("roll: %d active-active replicas replaced one by one while %d keys hand off back to back (after %s steady)", rc.Replicas, rc.Keys, rc.Steady.D()))
+		r, err := b.roll(ctx)
+		if err != nil {
+			return fmt.Errorf("roll: %w", err)
+		}
+		res.Roll = &r
 	}
 	return nil
 }

@@ -120,6 +120,11 @@ func TestSmoke(t *testing.T) {
 		asked := r.ChecksPerHandoff + r.SkipsPerHandoff
 		check("the detector looks at arrivals only when it is on", (asked > 0) == r.Detection)
 	}
+	if rl := back.Roll; rl == nil {
+		t.Error("no roll phase in the result")
+	} else {
+		check("the roll phase hands off before and during the roll, losing none", rl.Steady.N > 0 && rl.Roll.N > 0 && rl.Lost == 0 && rl.RollSeconds > 0)
+	}
 	s := back.Scale
 	check("scale must reconcile", s.ReconcileSeconds > 0 && s.FirstPhaseSeconds > 0 && s.FirstPhaseSeconds <= s.ReconcileSeconds)
 	check("scale must measure memory", s.RSSBytes > 0 && s.PeakRSSBytes >= s.RSSBytes && s.IdleRSSBytes > 0)

@@ -33,6 +33,7 @@ type Result struct {
 	Run          *RunResult      `json:"run,omitempty"`
 	Replicas     *ReplicasResult `json:"replicas,omitempty"`
 	Failover     *FailoverResult `json:"failover,omitempty"`
+	Roll         *RollResult     `json:"roll,omitempty"`
 
 	Goals []Goal `json:"goals"`
 }
@@ -79,6 +80,12 @@ func computeGoals(r *Result) []Goal {
 		goals = append(goals, replicasGoals(rp)...)
 	}
 	goals = append(goals, scaleGoals(r.ScaleCurve)...)
+	if rl := r.Roll; rl != nil {
+		goals = append(goals,
+			goal("R1", fmt.Sprintf("hand-off gap p99 during a rolling replacement of %d replicas ÷ steady p99 (%d and %d hand-offs)", rl.Replicas, rl.Roll.N, rl.Steady.N),
+				ratio(rl.Roll.P99, rl.Steady.P99), "<=", 1.5),
+			goal("R2", "hand-offs lost during the roll (next request never Granted)", float64(rl.Lost), "<=", 0))
+	}
 	if len(r.Handoff) == 0 {
 		return goals
 	}
@@ -174,6 +181,10 @@ func (r *Result) WriteTable(out io.Writer) {
 	r.runRows(t)
 	r.replicasRows(t)
 	r.failoverRows(t)
+	if rl := r.Roll; rl != nil {
+		t.add(fmt.Sprintf("Roll: %d replicas replaced one by one, %d times (%s s), %d keys handing off: gap p50 / p99, steady vs during the roll (lost)", rl.Replicas, rl.Rounds, num(rl.RollSeconds), rl.Keys),
+			fmt.Sprintf("%s vs %s (%d lost)", lat(rl.Steady), lat(rl.Roll), rl.Lost))
+	}
 	fmt.Fprintln(out, "| Measurement | Result |")
 	fmt.Fprintln(out, "|---|---|")
 	for _, row := range t.rows {
