@@ -67,7 +67,7 @@ func CachesSynced(c cache.Cache) healthz.Checker {
 
 // Setup registers the indexes, controllers and the deadlock detector with mgr.
 func Setup(ctx context.Context, mgr ctrl.Manager, o SetupOptions) error {
-	if err := SetupIndexes(ctx, mgr.GetFieldIndexer()); err != nil {
+	if err := SetupIndexes(ctx, mgr.GetCache()); err != nil {
 		return err
 	}
 	counts := NewRequestCounts()
