@@ -320,6 +320,10 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	}
 	res = &Result{Config: cfg, CPUs: runtime.NumCPU(), GoVersion: runtime.Version(), Started: started}
 	if err := b.runPhases(ctx, res); err != nil {
+		// What was measured before the failure (or the interrupt) is kept, marked as partial.
+		res.Error, res.Seconds = err.Error(), time.Since(started).Seconds()
+		res.Goals = computeGoals(res)
+		_ = res.WriteJSON(filepath.Join(cfg.OutDir, "results.json"))
 		return nil, err
 	}
 	if err := b.tracker.Err(); err != nil {

@@ -36,6 +36,8 @@ type Result struct {
 	Roll         *RollResult     `json:"roll,omitempty"`
 
 	Goals []Goal `json:"goals"`
+	// Error is why the run stopped early: the result holds what was measured before.
+	Error string `json:"error,omitempty"`
 }
 
 // Goal is one of issue #6's targets, as measured. Goals are reported, never asserted.
