@@ -34,7 +34,7 @@ func scaleRequest(i int, phase locksv1.LockRequestPhase) *locksv1.LockRequest {
 	}
 	lr.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: "p", UID: "pod-uid"}}
 	lr.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubectl", Operation: metav1.ManagedFieldsOperationApply,
-		FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:spec":{}}`)}}}
+		FieldsV1: metav1.NewFieldsV1(`{"f:spec":{}}`)}}
 	lr.Status.Phase = phase
 	if phase != "" {
 		lr.Status.QueuedAt = &metav1.MicroTime{Time: lr.CreationTimestamp.Time}
