@@ -160,8 +160,18 @@ func TestSmoke(t *testing.T) {
 		pooled, err := PoolReplicas([]Result{back, back})
 		check("a run pools with itself into twice its rounds", err == nil && pooled.Replicas.Rounds == 2*rp.Rounds && len(pooled.Goals) == 27)
 	}
-	check("want every goal", len(back.Goals) == 36+len(cfg.LeaderElection)) // F1–F4, 27 of the replicas (A, S, L 1–8 with 2a and 2b) and the steady ones
+	// F1–F4, 27 of the replicas (A, S, L 1–8 with 2a and 2b), the steady ones, M1–M5 of the
+	// scale curve and R1–R2 of the roll.
+	check("want every goal", len(back.Goals) == 43+len(cfg.LeaderElection))
 	for _, g := range back.Goals {
+		switch g.ID {
+		case "R2": // a count of lost hand-offs: 0 when none is lost
+			check("R2 must count lost hand-offs", g.Value >= 0 && g.Value == math.Trunc(g.Value))
+			continue
+		case "M3": // a difference of two RSS readings: at a tiny size, noise of either sign
+			check("M3 must be finite", !math.IsInf(g.Value, 0) && !math.IsNaN(g.Value))
+			continue
+		}
 		check(g.ID+" must be a finite positive ratio", g.Value > 0 && !math.IsInf(g.Value, 0) && !math.IsNaN(g.Value))
 	}
 	for _, g := range back.Goals {

@@ -94,7 +94,7 @@ func computeGoals(r *Result) []Goal {
 	return append(goals, steadyGoals(r)...)
 }
 
-// scaleGoals are issue #33's: this build's memory at the largest point, its marginal memory
+// scaleGoals (M1–M5) are issue #33's: this build's memory at the largest point, its marginal memory
 // per request between the smallest and largest fresh runs, its settle time against the API
 // server's write floor, and its cold start against a list of every request.
 func scaleGoals(curve []ScaleResult) []Goal {
@@ -119,17 +119,17 @@ func scaleGoals(curve []ScaleResult) []Goal {
 		}
 	}
 	goals := []Goal{
-		goal("S1", fmt.Sprintf("manager RSS, MiB, settled on %s requests", count(last.Requests)), float64(last.RSSBytes)/(1<<20), "<=", 256),
-		goal("S2", fmt.Sprintf("manager peak RSS, MiB, start and settle on %s requests (fresh and restarted)", count(last.Requests)), float64(peak)/(1<<20), "<=", 256),
-		goal("S4", fmt.Sprintf("settle on %s requests ÷ the API server's write floor for the same writes", count(last.Requests)), ratio(last.ReconcileSeconds, last.WriteFloorSeconds), "<=", 2),
+		goal("M1", fmt.Sprintf("manager RSS, MiB, settled on %s requests", count(last.Requests)), float64(last.RSSBytes)/(1<<20), "<=", 256),
+		goal("M2", fmt.Sprintf("manager peak RSS, MiB, start and settle on %s requests (fresh and restarted)", count(last.Requests)), float64(peak)/(1<<20), "<=", 256),
+		goal("M4", fmt.Sprintf("settle on %s requests ÷ the API server's write floor for the same writes", count(last.Requests)), ratio(last.ReconcileSeconds, last.WriteFloorSeconds), "<=", 2),
 	}
 	if first := fresh[0]; len(fresh) > 1 && last.Requests > first.Requests {
-		goals = append(goals, goal("S3", fmt.Sprintf("marginal RSS per request, KiB, %s → %s requests", count(first.Requests), count(last.Requests)),
+		goals = append(goals, goal("M3", fmt.Sprintf("marginal RSS per request, KiB, %s → %s requests", count(first.Requests), count(last.Requests)),
 			float64(last.RSSBytes-first.RSSBytes)/1024/float64(last.Requests-first.Requests), "<=", 2))
 	}
 	if len(restart) > 0 {
 		r := restart[len(restart)-1]
-		goals = append(goals, goal("S5", fmt.Sprintf("restart on %s decided requests: start → first key reconciled ÷ a paged list of them", count(r.Requests)),
+		goals = append(goals, goal("M5", fmt.Sprintf("restart on %s decided requests: start → first key reconciled ÷ a paged list of them", count(r.Requests)),
 			ratio(r.ColdStartSeconds, r.ListSeconds), "<=", 1.2))
 	}
 	return goals

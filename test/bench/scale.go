@@ -248,7 +248,8 @@ func (b *bench) scalePoint(ctx context.Context, run *scaleRun, n int, binary str
 	if res.Writes, err = w.close(ctx); err != nil {
 		return res, err
 	}
-	res.WritesPerRequest = res.Writes.Controller / float64(n)
+	// Per request written: a fresh run's new requests (the earlier points' were decided).
+	res.WritesPerRequest = res.Writes.Controller / float64(max(1, n-phasedBefore))
 	if res.RawWritesPerSec > 0 {
 		res.WriteFloorSeconds = (res.Writes.Controller + res.Writes.Events) / res.RawWritesPerSec
 	}
