@@ -204,16 +204,20 @@ BENCH_PROFILE ?= 0
 # Runs of the same code pool round by round:
 #   go run ./test/bench/cmd --pool run1/results.json,run2/results.json
 BENCH_ROUNDS ?= 0
-# BENCH_PHASES=failover runs only that phase (steady, scale, replicas, failover; default all).
+# BENCH_PHASES=failover runs only that phase (steady, scale, run, replicas, failover, roll; default all).
 # BENCH_REPLICAS=2 runs the steady-state phases with two managers active-active; with
 # BENCH_LEADER_ELECT=true, with leader election instead (one leads, one stands by).
 BENCH_PHASES ?=
 BENCH_REPLICAS ?= 1
 BENCH_LEADER_ELECT ?= false
+# BENCH_SCALE_BASELINE=/path/to/manager restarts that manager (e.g. built from main) beside this
+# one at every point of the scale curve; BENCH_SCALE_POINTS=10000,30000 stops the curve there.
+BENCH_SCALE_BASELINE ?=
+BENCH_SCALE_POINTS ?=
 
 .PHONY: bench
 bench: k8s-bins build ## Benchmark harness (test/bench): Turnstile vs the raw API server and leaderelection; a table + bin/bench/results.json.
-	go run ./test/bench/cmd --size full --manager $(BIN)/manager --out $(BIN)/bench --profile $(BENCH_PROFILE) --phases "$(BENCH_PHASES)" --replicas $(BENCH_REPLICAS) --leader-elect=$(BENCH_LEADER_ELECT) --rounds $(BENCH_ROUNDS)
+	go run ./test/bench/cmd --size full --manager $(BIN)/manager --out $(BIN)/bench --profile $(BENCH_PROFILE) --phases "$(BENCH_PHASES)" --replicas $(BENCH_REPLICAS) --leader-elect=$(BENCH_LEADER_ELECT) --rounds $(BENCH_ROUNDS) --scale-baseline "$(BENCH_SCALE_BASELINE)" --scale-points "$(BENCH_SCALE_POINTS)"
 
 ##@ Build
 

@@ -9,10 +9,12 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime/debug"
 	"strings"
 	"time"
 	_ "time/tzdata" // the IANA zone database, for freeze windows' timeZone: the distroless image has none
 
+	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -160,36 +162,9 @@ func defaultIdentity() string {
 
 func run(ctx context.Context, o options) error {
 	log := ctrl.Log.WithName("setup")
-	scheme := controller.NewScheme()
-	cfg, err := ctrl.GetConfig()
+	mgr, err := newManager(o)
 	if err != nil {
-		return fmt.Errorf("kubeconfig: %w", err)
-	}
-	cfg.QPS, cfg.Burst = float32(o.qps), o.burst
-	// A starting API server answers 503 Retry-After: 5: after its restart the manager would
-	// sleep through seconds of a server that is back (docs/faults.md).
-	turnstile.BoundRetryAfter(cfg, time.Second)
-
-	metricsOpts := metricsserver.Options{BindAddress: o.metricsAddr, SecureServing: o.metricsSecure}
-	if o.metricsSecure {
-		metricsOpts.FilterProvider = filters.WithAuthenticationAndAuthorization
-	}
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                        scheme,
-		Cache:                         controller.CacheOptions(),
-		Metrics:                       metricsOpts,
-		HealthProbeBindAddress:        o.probeAddr,
-		PprofBindAddress:              o.pprofAddr,
-		LeaderElection:                o.leaderElect,
-		LeaderElectionID:              o.leaderElectionID,
-		LeaderElectionNamespace:       o.leaderElectNS,
-		LeaderElectionReleaseOnCancel: true,
-		LeaseDuration:                 &o.leaseDuration,
-		RenewDeadline:                 &o.renewDeadline,
-		RetryPeriod:                   &o.retryPeriod,
-	})
-	if err != nil {
-		return fmt.Errorf("create manager: %w", err)
+		return err
 	}
 	setup := controller.SetupOptions{
 		Queue:               o.cfg,
@@ -204,15 +179,8 @@ func run(ctx context.Context, o options) error {
 		DisableDeadlockDetection: !o.deadlockDetection,
 	}
 	if o.activeActive {
-		members := sharding.New(o.membership, mgr.GetClient(), mgr.GetCache(), nil)
-		members.OnChange(func(live []string) { log.Info("membership changed", "live", live) })
-		if err := metrics.Registry.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "turnstile_membership_live_members",
-			Help: "Live members (active-active replicas) as this replica sees them.",
-		}, func() float64 { return float64(len(members.Live())) })); err != nil {
-			return fmt.Errorf("register membership metric: %w", err)
-		}
-		if err := mgr.Add(members); err != nil {
+		members, err := joinMembership(mgr, o, log)
+		if err != nil {
 			return err
 		}
 		setup.Router = members
@@ -226,6 +194,68 @@ func run(ctx context.Context, o options) error {
 			return err
 		}
 	}
+	if err := addChecks(mgr); err != nil {
+		return err
+	}
+	// memoryLimit is GOMEMLIMIT as the runtime read it (the chart sets it from the container's
+	// memory limit); math.MaxInt64 when none is set.
+	log.Info("starting manager", "leaderElection", o.leaderElect, "activeActive", o.activeActive,
+		"identity", o.membership.Identity, "metrics", o.metricsAddr, "probes", o.probeAddr,
+		"memoryLimit", debug.SetMemoryLimit(-1))
+	return mgr.Start(ctx)
+}
+
+// newManager makes the controller-runtime manager: its client, cache, metrics endpoint,
+// probes and (with --leader-elect) leader election.
+func newManager(o options) (ctrl.Manager, error) {
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig: %w", err)
+	}
+	cfg.QPS, cfg.Burst = float32(o.qps), o.burst
+	// A starting API server answers 503 Retry-After: 5: after its restart the manager would
+	// sleep through seconds of a server that is back (docs/faults.md).
+	turnstile.BoundRetryAfter(cfg, time.Second)
+
+	metricsOpts := metricsserver.Options{BindAddress: o.metricsAddr, SecureServing: o.metricsSecure}
+	if o.metricsSecure {
+		metricsOpts.FilterProvider = filters.WithAuthenticationAndAuthorization
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                        controller.NewScheme(),
+		Cache:                         controller.CacheOptions(),
+		Metrics:                       metricsOpts,
+		HealthProbeBindAddress:        o.probeAddr,
+		PprofBindAddress:              o.pprofAddr,
+		LeaderElection:                o.leaderElect,
+		LeaderElectionID:              o.leaderElectionID,
+		LeaderElectionNamespace:       o.leaderElectNS,
+		LeaderElectionReleaseOnCancel: true,
+		LeaseDuration:                 &o.leaseDuration,
+		RenewDeadline:                 &o.renewDeadline,
+		RetryPeriod:                   &o.retryPeriod,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create manager: %w", err)
+	}
+	return mgr, nil
+}
+
+// joinMembership adds this replica's membership (--active-active) to mgr, with its metric.
+func joinMembership(mgr ctrl.Manager, o options, log logr.Logger) (*sharding.Membership, error) {
+	members := sharding.New(o.membership, mgr.GetClient(), mgr.GetCache(), nil)
+	members.OnChange(func(live []string) { log.Info("membership changed", "live", live) })
+	if err := metrics.Registry.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "turnstile_membership_live_members",
+		Help: "Live members (active-active replicas) as this replica sees them.",
+	}, func() float64 { return float64(len(members.Live())) })); err != nil {
+		return nil, fmt.Errorf("register membership metric: %w", err)
+	}
+	return members, mgr.Add(members)
+}
+
+// addChecks registers the holder metrics, the liveness and the readiness checks.
+func addChecks(mgr ctrl.Manager) error {
 	// When each key's holder was granted it, read from the cache at scrape time (the
 	// TurnstileLockHeldTooLong alert).
 	if err := metrics.Registry.Register(lockmetrics.NewHolderCollector(mgr.GetCache())); err != nil {
@@ -237,12 +267,7 @@ func run(ctx context.Context, o options) error {
 	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
 		return err
 	}
-	if err := mgr.AddReadyzCheck("caches", controller.CachesSynced(mgr.GetCache())); err != nil {
-		return err
-	}
-	log.Info("starting manager", "leaderElection", o.leaderElect, "activeActive", o.activeActive,
-		"identity", o.membership.Identity, "metrics", o.metricsAddr, "probes", o.probeAddr)
-	return mgr.Start(ctx)
+	return mgr.AddReadyzCheck("caches", controller.CachesSynced(mgr.GetCache()))
 }
 
 // handOverOnStop returns a context that ends handover after ctx: when the stop signal comes,

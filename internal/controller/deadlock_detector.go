@@ -131,14 +131,12 @@ func (d *DeadlockDetector) Start(ctx context.Context) error {
 			return nil
 		case <-d.kick:
 		case <-tick:
-			var all locksv1.LockRequestList
-			if err := d.client.List(ctx, &all); err == nil {
-				d.mu.Lock()
-				for i := range all.Items {
-					d.workFor(all.Items[i].Namespace).full = true
-				}
-				d.mu.Unlock()
+			namespaces := d.requestNamespaces(ctx)
+			d.mu.Lock()
+			for _, ns := range namespaces {
+				d.workFor(ns).full = true
 			}
+			d.mu.Unlock()
 		}
 		d.mu.Lock()
 		work := d.work
@@ -419,6 +417,23 @@ func StoredVictim(p deadlock.Policy, c deadlock.Cycle, live map[string]*locksv1.
 	}
 	// guard:deadlock-victim-by-clock
 	return p.Victim(ranked)
+}
+
+// requestNamespaces are the namespaces with requests: from the informer-kept counts when the
+// detector has them (no copy of every request), else from a list.
+func (d *DeadlockDetector) requestNamespaces(ctx context.Context) []string {
+	if d.counts != nil {
+		return d.counts.Namespaces()
+	}
+	var all locksv1.LockRequestList
+	if err := d.client.List(ctx, &all, client.UnsafeDisableDeepCopy); err != nil {
+		return nil
+	}
+	var out []string
+	for i := range all.Items {
+		out = append(out, all.Items[i].Namespace)
+	}
+	return out
 }
 
 // snapshot builds the namespace's wait-for graph from the cache.

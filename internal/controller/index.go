@@ -6,6 +6,8 @@ package controller
 import (
 	"context"
 
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
@@ -26,18 +28,23 @@ const (
 	IndexHolderIdentity = "spec.holder.identity"
 )
 
-// Index is one field index of LockRequests: Field's values for an object.
+// Index is one field index of LockRequests: Field's values for an object. A Namespaced index
+// is only ever listed within one namespace, so it keeps only the namespaced keys: the cache's
+// IndexField keeps every value twice (also under "all namespaces"), and an index with a value
+// per request (the holder identity) is then two small sets per request.
 type Index struct {
-	Field  string
-	Values func(*locksv1.LockRequest) []string
+	Field      string
+	Values     func(*locksv1.LockRequest) []string
+	Namespaced bool
 }
 
 // Indexes are the field indexes the reconcilers list LockRequests by.
 var Indexes = []Index{
-	{IndexLockName, func(lr *locksv1.LockRequest) []string { return lockkey.Names(lr.Spec.Locks) }},
-	{IndexCommand, func(lr *locksv1.LockRequest) []string { return nonEmpty(lr.Spec.Command) }},
-	{IndexHolderLease, func(lr *locksv1.LockRequest) []string { return nonEmpty(lr.Spec.Holder.Lease) }},
-	{IndexHolderIdentity, func(lr *locksv1.LockRequest) []string { return []string{lr.Spec.Holder.ID().Key()} }},
+	{IndexLockName, func(lr *locksv1.LockRequest) []string { return lockkey.Names(lr.Spec.Locks) }, true},
+	// A CommandLock is cluster-wide: its requests are listed across namespaces.
+	{IndexCommand, func(lr *locksv1.LockRequest) []string { return nonEmpty(lr.Spec.Command) }, false},
+	{IndexHolderLease, func(lr *locksv1.LockRequest) []string { return nonEmpty(lr.Spec.Holder.Lease) }, true},
+	{IndexHolderIdentity, func(lr *locksv1.LockRequest) []string { return []string{lr.Spec.Holder.ID().Key()} }, true},
 }
 
 func nonEmpty(s string) []string {
@@ -47,13 +54,36 @@ func nonEmpty(s string) []string {
 	return []string{s}
 }
 
-// SetupIndexes registers Indexes with indexer.
-func SetupIndexes(ctx context.Context, indexer client.FieldIndexer) error {
+// SetupIndexes registers Indexes with the cache c: the namespaced ones directly on the
+// LockRequest informer, under the name and keys the cache's reader looks up for a list with
+// client.InNamespace and client.MatchingFields ("field:<field>", "<namespace>/<value>").
+func SetupIndexes(ctx context.Context, c cache.Cache) error {
+	informer, err := c.GetInformer(ctx, &locksv1.LockRequest{})
+	if err != nil {
+		return err
+	}
 	for _, ix := range Indexes {
 		values := ix.Values
-		if err := indexer.IndexField(ctx, &locksv1.LockRequest{}, ix.Field, func(o client.Object) []string {
-			return values(o.(*locksv1.LockRequest))
-		}); err != nil {
+		if !ix.Namespaced {
+			if err := c.IndexField(ctx, &locksv1.LockRequest{}, ix.Field, func(o client.Object) []string {
+				return values(o.(*locksv1.LockRequest))
+			}); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := informer.AddIndexers(toolscache.Indexers{"field:" + ix.Field: func(obj any) ([]string, error) {
+			lr, ok := obj.(*locksv1.LockRequest)
+			if !ok {
+				return nil, nil
+			}
+			vs := values(lr)
+			keys := make([]string, len(vs))
+			for i, v := range vs {
+				keys[i] = lr.Namespace + "/" + v
+			}
+			return keys, nil
+		}}); err != nil {
 			return err
 		}
 	}

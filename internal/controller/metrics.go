@@ -1,11 +1,9 @@
 package controller
 
 import (
-	"context"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
 	"github.com/turnstile-dev/turnstile/internal/queue"
@@ -35,13 +33,15 @@ type Metrics struct {
 	Blocked        *prometheus.GaugeVec
 	// Bypasses counts grants that spec.bypassFreeze let past a freeze, by command.
 	Bypasses *prometheus.CounterVec
+	// EventsDropped counts Kubernetes events over the recorder's budget (memory.go).
+	EventsDropped prometheus.Counter
 }
 
 var latencyBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600}
 
 // NewMetrics creates the metrics and registers them with reg (nil: not registered, for tests).
 // requests, when set, is read at scrape time to report requests by phase.
-func NewMetrics(reg prometheus.Registerer, requests ...client.Reader) *Metrics {
+func NewMetrics(reg prometheus.Registerer, requests ...*RequestCounts) *Metrics {
 	m := &Metrics{
 		QueueDepth: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "turnstile_queue_depth", Help: "Requests waiting for a lock key.",
@@ -88,12 +88,15 @@ func NewMetrics(reg prometheus.Registerer, requests ...client.Reader) *Metrics {
 		Bypasses: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "turnstile_freeze_bypasses_total", Help: "Grants that an admin's spec.bypassFreeze let past a freeze, by command.",
 		}, []string{"command"}),
+		EventsDropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "turnstile_events_dropped_total", Help: "Kubernetes events not sent because they exceeded the recorder's budget (the request's status says the same).",
+		}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.QueueDepth, m.GrantLatency, m.WaitDuration, m.HoldDuration, m.Grants, m.Finished,
-			m.Conflicts, m.PlanWrites, m.StepConflicts, m.Demoted, m.Deadlocks, m.DeadlockChecks, m.FrozenCommand, m.Blocked, m.Bypasses)
+			m.Conflicts, m.PlanWrites, m.StepConflicts, m.Demoted, m.Deadlocks, m.DeadlockChecks, m.FrozenCommand, m.Blocked, m.Bypasses, m.EventsDropped)
 		if len(requests) > 0 {
-			reg.MustRegister(&phaseCollector{reader: requests[0]})
+			reg.MustRegister(&phaseCollector{counts: requests[0]})
 		}
 	}
 	return m
@@ -130,31 +133,16 @@ func (m *Metrics) finished(u queue.Update, now time.Time) {
 	}
 }
 
-// phaseCollector reports requests by phase from the cache at scrape time, so the numbers are
-// always true without bookkeeping on every transition.
-type phaseCollector struct{ reader client.Reader }
+// phaseCollector reports requests by phase from the informer-kept counts at scrape time, so
+// the numbers are always true without bookkeeping in the reconcilers.
+type phaseCollector struct{ counts *RequestCounts }
 
 var phaseDesc = prometheus.NewDesc("turnstile_lockrequests", "LockRequests by namespace and phase.", []string{"namespace", "phase"}, nil)
 
 func (c *phaseCollector) Describe(ch chan<- *prometheus.Desc) { ch <- phaseDesc }
 
 func (c *phaseCollector) Collect(ch chan<- prometheus.Metric) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	var list locksv1.LockRequestList
-	if err := c.reader.List(ctx, &list); err != nil {
-		return
-	}
-	type key struct{ ns, phase string }
-	counts := map[key]int{}
-	for i := range list.Items {
-		p := string(list.Items[i].Status.Phase)
-		if p == "" {
-			p = string(locksv1.PhasePending)
-		}
-		counts[key{list.Items[i].Namespace, p}]++
-	}
-	for k, n := range counts {
-		ch <- prometheus.MustNewConstMetric(phaseDesc, prometheus.GaugeValue, float64(n), k.ns, k.phase)
-	}
+	c.counts.Each(func(ns string, phase locksv1.LockRequestPhase, n int) {
+		ch <- prometheus.MustNewConstMetric(phaseDesc, prometheus.GaugeValue, float64(n), ns, string(phase))
+	})
 }

@@ -33,6 +33,9 @@ type options struct {
 	// The detector's.
 	policy deadlock.Policy
 	scan   time.Duration
+	// counts are the informer-kept request counts: the scan's namespaces come from them
+	// instead of a list of every request. nil: the scan lists.
+	counts *RequestCounts
 	// live reads past the cache: the detector re-reads a cycle from it before failing its
 	// victim. nil: the detector's client.
 	live client.Reader
@@ -58,6 +61,10 @@ func newOptions(opts []Option) options {
 // WithLiveReader gives the deadlock detector a reader past the cache (the manager's API
 // reader): a cycle is re-read from it before its victim is failed.
 func WithLiveReader(r client.Reader) Option { return func(o *options) { o.live = r } }
+
+// WithRequestCounts gives the deadlock detector the informer-kept request counts, which name
+// the namespaces its periodic scan checks.
+func WithRequestCounts(c *RequestCounts) Option { return func(o *options) { o.counts = c } }
 
 // WithClock sets the clock (tests use a fake one).
 func WithClock(c clock.WithTicker) Option { return func(o *options) { o.clock = c } }

@@ -55,7 +55,9 @@ func newOverlay() *overlay {
 func (o *overlay) wroteRequest(obj *locksv1.LockRequest, key types.NamespacedName, now time.Time) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	o.requests[obj.UID] = written[*locksv1.LockRequest]{obj.DeepCopy(), key, now}
+	// Trimmed as the cache trims what it holds: the overlay stands in for the cache.
+	trimmed, _ := TrimLockRequest(obj.DeepCopy())
+	o.requests[obj.UID] = written[*locksv1.LockRequest]{trimmed.(*locksv1.LockRequest), key, now}
 	o.sweep(now)
 }
 
@@ -64,7 +66,9 @@ func (o *overlay) wroteLock(obj *locksv1.ProjectLock, now time.Time) {
 	key := types.NamespacedName{Namespace: obj.Namespace, Name: obj.Name}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	o.locks[key] = written[*locksv1.ProjectLock]{obj.DeepCopy(), key, now}
+	cp := obj.DeepCopy()
+	cp.ManagedFields = nil
+	o.locks[key] = written[*locksv1.ProjectLock]{cp, key, now}
 	o.sweep(now)
 }
 

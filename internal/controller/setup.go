@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 
+	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
 	"github.com/turnstile-dev/turnstile/internal/deadlock"
 	"github.com/turnstile-dev/turnstile/internal/queue"
 	"github.com/turnstile-dev/turnstile/internal/sharding"
@@ -44,12 +45,13 @@ type SetupOptions struct {
 // managedFields: nothing here reads them, they are a large part of a small object such as a
 // LockRequest or a Lease, and the manager caches every request of a deep queue and every Lease
 // in the cluster. Status updates of such an object keep the stored managedFields (the API
-// server reads a missing list as "unchanged").
+// server reads a missing list as "unchanged"). LockRequests are trimmed further
+// (TrimLockRequest): the annotations no decision reads go, shared strings are stored once.
 //
 // Its informers relist at once when a watch is answered 410 Gone (pkg/client.NewInformer), not
 // after client-go's informer backoff: after an API server restart every watch is.
 func CacheOptions() cache.Options {
-	return cache.Options{DefaultTransform: cache.TransformStripManagedFields(), NewInformer: turnstile.NewInformer}
+	return cache.Options{DefaultTransform: trimTransform(), NewInformer: turnstile.NewInformer}
 }
 
 // CachesSynced is a readiness check: ready once the cache has started and every informer
@@ -69,11 +71,19 @@ func CachesSynced(c cache.Cache) healthz.Checker {
 
 // Setup registers the indexes, controllers and the deadlock detector with mgr.
 func Setup(ctx context.Context, mgr ctrl.Manager, o SetupOptions) error {
-	if err := SetupIndexes(ctx, mgr.GetFieldIndexer()); err != nil {
+	if err := SetupIndexes(ctx, mgr.GetCache()); err != nil {
 		return err
 	}
-	recorder := mgr.GetEventRecorder("turnstile")
-	m := NewMetrics(o.Registry, mgr.GetCache())
+	counts := NewRequestCounts()
+	requests, err := mgr.GetCache().GetInformer(ctx, &locksv1.LockRequest{})
+	if err != nil {
+		return err
+	}
+	if _, err := requests.AddEventHandler(counts); err != nil {
+		return err
+	}
+	m := NewMetrics(o.Registry, counts)
+	recorder := newBoundedRecorder(mgr.GetEventRecorder("turnstile"), eventRate, eventBurst, m.EventsDropped.Inc)
 	clk := o.Clock
 	if clk == nil {
 		clk = clock.RealClock{}
@@ -91,7 +101,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o SetupOptions) error {
 			policy = deadlock.PolicyNewest
 		}
 		det := NewDeadlockDetector(mgr.GetClient(), recorder, WithConfig(o.Queue), WithFreezeFlags(o.Freeze),
-			WithDeadlockPolicy(policy), WithScanInterval(o.DeadlockScan), WithMetrics(m), WithLiveReader(mgr.GetAPIReader()), WithClock(clk))
+			WithDeadlockPolicy(policy), WithScanInterval(o.DeadlockScan), WithRequestCounts(counts), WithMetrics(m), WithLiveReader(mgr.GetAPIReader()), WithClock(clk))
 		if err := mgr.Add(det); err != nil {
 			return err
 		}

@@ -68,9 +68,19 @@ type Config struct {
 	// LeaderElection runs the peer once per entry: Contenders electors (one holds, the rest
 	// wait), Samples hand-offs. The first entry is the one G2 compares with.
 	LeaderElection []LEConfig `json:"leaderElection"`
-	// ScaleRequests pending requests over ScaleKeys keys, created while the manager is down.
-	ScaleRequests int `json:"scaleRequests"`
-	ScaleKeys     int `json:"scaleKeys"`
+	// ScaleRequests pending requests over ScaleKeys keys in ScaleNamespaces namespaces, created
+	// while the manager is down; ScalePoints are the smaller points of the memory curve (each
+	// a prefix of the next, with the same requests per key and keys per namespace).
+	ScaleRequests   int   `json:"scaleRequests"`
+	ScaleKeys       int   `json:"scaleKeys"`
+	ScaleNamespaces int   `json:"scaleNamespaces"`
+	ScalePoints     []int `json:"scalePoints,omitempty"`
+	// ScaleBaseline is another manager binary (e.g. built from main) the scale phase restarts
+	// on the same requests at every point, side by side; "" runs none.
+	ScaleBaseline string `json:"-"`
+	// MemLimit is the GOMEMLIMIT every manager runs with ("" none): the chart sets it from the
+	// container's memory limit.
+	MemLimit string `json:"memLimit,omitempty"`
 	// DetectionRounds alternate a manager with deadlock detection off and on; each round runs
 	// DetectionSamples hand-offs on the deepest queue and a grant throughput run of
 	// DetectionDuration.
@@ -80,6 +90,8 @@ type Config struct {
 	// Failover sizes the failover phase (active-active replicas killed, the leader-election
 	// baseline, a rolling restart).
 	Failover FailoverConfig `json:"failover"`
+	// Roll sizes the roll phase: hand-offs through a rolling replacement of every replica.
+	Roll RollConfig `json:"roll"`
 
 	// Phases, when not empty, runs only these: "steady" (everything up to deadlock detection
 	// on/off), "scale", "replicas" (one manager, leader election and active-active compared),
@@ -135,8 +147,11 @@ func Full() Config {
 		// 11 electors: one holder and 10 waiting, like a queue of depth 10; a lone waiter is
 		// the common two-pipelines case.
 		LeaderElection:    []LEConfig{{Contenders: 11, Samples: 40}, {Contenders: 2, Samples: 15}},
-		ScaleRequests:     10000,
-		ScaleKeys:         1000,
+		ScaleRequests:     100000,
+		ScaleKeys:         10000,
+		ScaleNamespaces:   1000,
+		ScalePoints:       []int{10000, 30000},
+		MemLimit:          "256MiB",
 		DetectionRounds:   2,
 		DetectionSamples:  150,
 		DetectionDuration: Duration(8 * time.Second),
@@ -145,6 +160,7 @@ func Full() Config {
 		ReplicasPhase: ReplicasConfig{Replicas: 2, Rounds: 5},
 		RunPhase:      RunConfig{Samples: 40},
 		Gated:         GatedConfig{Samples: 40},
+		Roll:          RollConfig{Replicas: 2, Keys: 4, Steady: Duration(30 * time.Second), Rounds: 5},
 	}
 }
 
@@ -156,7 +172,7 @@ func Smoke() Config {
 	c.ProbeSamples, c.AcquireSamples, c.HandoffSamples = 10, 5, 4
 	c.HandoffDepths = []int{2, 5}
 	c.LeaderElection = []LEConfig{{Contenders: 2, Samples: 1}}
-	c.ScaleRequests, c.ScaleKeys = 40, 4
+	c.ScaleRequests, c.ScaleKeys, c.ScaleNamespaces, c.ScalePoints = 40, 4, 2, []int{20}
 	c.DetectionRounds, c.DetectionSamples, c.DetectionDuration = 1, 3, Duration(500*time.Millisecond)
 	// A short lease keeps the baseline to seconds; the full run uses the Deployment's 15 s.
 	c.Failover = FailoverConfig{Replicas: 2, Kills: 2, BackupDelay: Duration(300 * time.Millisecond), Lapse: Duration(2 * time.Second),
@@ -164,11 +180,12 @@ func Smoke() Config {
 	c.ReplicasPhase.Rounds = 1
 	c.RunPhase.Samples = 2
 	c.Gated.Samples = 2
+	c.Roll = RollConfig{Replicas: 2, Keys: 2, Steady: Duration(2 * time.Second), Rounds: 1}
 	return c
 }
 
 // phases are the phases Config.Phases may name.
-var phases = []string{"steady", "scale", "run", "shared", "gated", "replicas", "failover"}
+var phases = []string{"steady", "scale", "run", "shared", "gated", "replicas", "failover", "roll"}
 
 // runs says whether phase is to run.
 func (c Config) runs(phase string) bool {
@@ -189,14 +206,16 @@ func (c Config) validate() error {
 		return errors.New("at least two hand-off depths are needed (G3 compares the last with the first)")
 	case len(c.LeaderElection) < 1:
 		return errors.New("at least one leaderelection run is needed")
-	case c.ScaleKeys < 1 || c.ScaleRequests < c.ScaleKeys:
-		return errors.New("scale needs at least one request per key")
+	case c.ScaleKeys < 1 || c.ScaleNamespaces < 1 || c.ScaleRequests%c.ScaleKeys != 0 || c.ScaleKeys%c.ScaleNamespaces != 0:
+		return errors.New("scale needs whole numbers of requests per key and keys per namespace")
 	case c.DetectionRounds < 1 || c.DetectionSamples < 1:
 		return errors.New("detection needs at least one round and one sample")
 	case c.runs("run") && (c.RunPhase.Plugin == "" || c.RunPhase.Samples < 1):
 		return errors.New("the run phase needs a plugin binary and at least 1 sample")
 	case c.runs("gated") && c.Gated.Samples < 1:
 		return errors.New("the gated phase needs at least 1 sample")
+	case c.Roll.Replicas < 1 || c.Roll.Keys < 1 || c.Roll.Steady <= 0 || c.Roll.Rounds < 1:
+		return errors.New("the roll phase needs a replica, a key and a steady window")
 	case c.ReplicasPhase.Replicas < 2 || c.ReplicasPhase.Rounds < 1:
 		return errors.New("the replicas phase needs at least 2 replicas and 1 round")
 	case c.Failover.Replicas < 2 || c.Failover.Kills < 1 || c.Failover.LeaderElectionKills < 1 || c.Failover.Lapse <= Duration(time.Second) || c.Failover.LeaderElectionLease <= 0:
@@ -239,6 +258,11 @@ type bench struct {
 	harnessWrites atomic.Int64
 	names         atomic.Int64
 	namespaces    []string
+	// binary, when set, is the manager binary launch starts instead of Config.Manager (the
+	// scale phase's baseline).
+	binary string
+	// rawObjs are the raw baseline's objects, once set up.
+	rawObjs *rawObjects
 }
 
 // Run starts a control plane and the manager, runs every phase and returns the result. It also
@@ -303,6 +327,10 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	}
 	res = &Result{Config: cfg, CPUs: runtime.NumCPU(), GoVersion: runtime.Version(), Started: started}
 	if err := b.runPhases(ctx, res); err != nil {
+		// What was measured before the failure (or the interrupt) is kept, marked as partial.
+		res.Error, res.Seconds = err.Error(), time.Since(started).Seconds()
+		res.Goals = computeGoals(res)
+		_ = res.WriteJSON(filepath.Join(cfg.OutDir, "results.json"))
 		return nil, err
 	}
 	if err := b.tracker.Err(); err != nil {
@@ -354,7 +382,7 @@ func (b *bench) runPhases(ctx context.Context, res *Result) error {
 			return err
 		}
 	}
-	if b.cfg.runs("replicas") || b.cfg.runs("failover") {
+	if b.cfg.runs("replicas") || b.cfg.runs("failover") || b.cfg.runs("roll") {
 		// These phases run their own managers; the steady-state one would act on every key.
 		if b.mgr != nil {
 			if err := b.stopManager(); err != nil {
@@ -376,6 +404,15 @@ func (b *bench) runPhases(ctx context.Context, res *Result) error {
 		}
 		res.Failover = &f
 	}
+	if b.cfg.runs("roll") {
+		rc := b.cfg.Roll
+		b.step(fmt.Sprintf("roll: %d active-active replicas replaced one by one while %d keys hand off back to back (after %s steady)", rc.Replicas, rc.Keys, rc.Steady.D()))
+		r, err := b.roll(ctx)
+		if err != nil {
+			return fmt.Errorf("roll: %w", err)
+		}
+		res.Roll = &r
+	}
 	return nil
 }
 
@@ -394,6 +431,7 @@ func (b *bench) steadyPhases(ctx context.Context, res *Result) error {
 	if err != nil {
 		return fmt.Errorf("raw baseline: %w", err)
 	}
+	b.rawObjs = rawObjs
 
 	b.step("uncontended acquires")
 	if res.Acquire, err = b.acquire(ctx); err != nil {
@@ -435,11 +473,20 @@ func (b *bench) steadyPhases(ctx context.Context, res *Result) error {
 }
 
 func (b *bench) scalePhase(ctx context.Context, res *Result) (err error) {
-	b.step(fmt.Sprintf("scale: %d pending requests over %d keys", b.cfg.ScaleRequests, b.cfg.ScaleKeys))
-	if res.Scale, err = b.scale(ctx); err != nil {
+	b.step(fmt.Sprintf("scale: up to %d pending requests over %d keys in %d namespaces", b.cfg.ScaleRequests, b.cfg.ScaleKeys, b.cfg.ScaleNamespaces))
+	curve, err := b.scale(ctx)
+	for i := range curve {
+		curve[i].IdleRSSBytes = res.IdleRSSBytes
+	}
+	res.ScaleCurve = curve
+	for _, s := range curve {
+		if s.Manager == "turnstile" && !s.Restart {
+			res.Scale = s // the largest point's fresh run
+		}
+	}
+	if err != nil {
 		return fmt.Errorf("scale: %w", err)
 	}
-	res.Scale.IdleRSSBytes = res.IdleRSSBytes
 	return nil
 }
 

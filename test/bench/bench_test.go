@@ -127,11 +127,22 @@ func TestSmoke(t *testing.T) {
 		asked := r.ChecksPerHandoff + r.SkipsPerHandoff
 		check("the detector looks at arrivals only when it is on", (asked > 0) == r.Detection)
 	}
+	if rl := back.Roll; rl == nil {
+		t.Error("no roll phase in the result")
+	} else {
+		check("the roll phase hands off before and during the roll, losing none", rl.Steady.N > 0 && rl.Roll.N > 0 && rl.Lost == 0 && rl.RollSeconds > 0)
+	}
 	s := back.Scale
 	check("scale must reconcile", s.ReconcileSeconds > 0 && s.FirstPhaseSeconds > 0 && s.FirstPhaseSeconds <= s.ReconcileSeconds)
 	check("scale must measure memory", s.RSSBytes > 0 && s.PeakRSSBytes >= s.RSSBytes && s.IdleRSSBytes > 0)
 	check("scale writes at least one status per request", s.WritesPerRequest >= 1)
-	check("deadlock check sees every waiter", s.DeadlockCheck.Waiters == cfg.ScaleRequests-cfg.ScaleKeys && s.DeadlockCheck.KeysSeen == cfg.ScaleKeys)
+	perNS := cfg.ScaleKeys / cfg.ScaleNamespaces
+	check("deadlock check sees every waiter of its namespace", s.DeadlockCheck.Waiters == perNS*(cfg.ScaleRequests/cfg.ScaleKeys-1) && s.DeadlockCheck.KeysSeen == perNS)
+	check("the scale curve has a fresh and a restarted run per point", len(back.ScaleCurve) == 2*(len(cfg.ScalePoints)+1))
+	for _, p := range back.ScaleCurve {
+		check("every scale run measures its cold start, list, heap and memory", p.ColdStartSeconds > 0 && p.ListSeconds > 0 && p.HeapBytes > 0 && p.RSSBytes > 0 && p.ReconcileSeconds >= p.ColdStartSeconds)
+		check("a fresh scale run measures its write floor", p.Restart || p.WriteFloorSeconds > 0)
+	}
 	check("deadlock check timed", s.DeadlockCheck.FullMs > 0 && s.DeadlockCheck.Runs > 0)
 	f := back.Failover
 	check("want a failover result", f != nil)
@@ -156,8 +167,18 @@ func TestSmoke(t *testing.T) {
 		pooled, err := PoolReplicas([]Result{back, back})
 		check("a run pools with itself into twice its rounds", err == nil && pooled.Replicas.Rounds == 2*rp.Rounds && len(pooled.Goals) == 27)
 	}
-	check("want every goal", len(back.Goals) == 36+len(cfg.LeaderElection)) // F1–F4, 27 of the replicas (A, S, L 1–8 with 2a and 2b) and the steady ones
+	// F1–F4, 27 of the replicas (A, S, L 1–8 with 2a and 2b), the steady ones, M1–M5 of the
+	// scale curve and R1–R2 of the roll.
+	check("want every goal", len(back.Goals) == 43+len(cfg.LeaderElection))
 	for _, g := range back.Goals {
+		switch g.ID {
+		case "R2": // a count of lost hand-offs: 0 when none is lost
+			check("R2 must count lost hand-offs", g.Value >= 0 && g.Value == math.Trunc(g.Value))
+			continue
+		case "M3": // a difference of two RSS readings: at a tiny size, noise of either sign
+			check("M3 must be finite", !math.IsInf(g.Value, 0) && !math.IsNaN(g.Value))
+			continue
+		}
 		check(g.ID+" must be a finite positive ratio", g.Value > 0 && !math.IsInf(g.Value, 0) && !math.IsNaN(g.Value))
 	}
 	for _, g := range back.Goals {

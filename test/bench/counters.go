@@ -155,6 +155,8 @@ type managerCounts struct {
 	cpu        float64 // user+system CPU seconds of the process
 	gets       float64 // rest_client_requests_total{method="GET"}: reads, lists and watches
 	others     float64 // rest_client_requests_total of every other method: writes
+	lockDepth  float64 // workqueue_depth of the lock controller
+	heapInUse  float64 // go_memstats_heap_inuse_bytes
 }
 
 // procStats is the manager's memory.

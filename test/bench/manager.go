@@ -76,7 +76,15 @@ func (b *bench) launch(detection bool) error {
 		}
 	}
 	fmt.Fprintf(b.mgrLog, "\n===== %s starting manager (deadlock detection %t)\n", time.Now().Format(time.RFC3339), detection)
-	p, err := framework.StartProcess(b.cfg.Manager, b.kubeconfig, b.mgrLog, args...)
+	binary, env := b.cfg.Manager, []string(nil)
+	if b.binary != "" {
+		binary = b.binary
+	}
+	if b.cfg.MemLimit != "" {
+		// What the chart sets from the container's memory limit.
+		env = append(env, "GOMEMLIMIT="+b.cfg.MemLimit)
+	}
+	p, err := framework.StartProcessEnv(binary, b.kubeconfig, env, b.mgrLog, args...)
 	if err != nil {
 		return err
 	}
@@ -306,6 +314,12 @@ func (b *bench) restartManager(ctx context.Context, detection bool) error {
 	return b.startManager(ctx, detection)
 }
 
+// heapInUse is the manager's Go heap in use, from its metrics.
+func (m *managerProc) heapInUse(ctx context.Context) (int64, error) {
+	c, err := m.counts(ctx)
+	return int64(c.heapInUse), err
+}
+
 func (m *managerProc) rss() procStats {
 	ps, _ := readProcStatus(m.p.Pid())
 	return ps
@@ -328,6 +342,10 @@ func (m *managerProc) counts(ctx context.Context) (managerCounts, error) {
 			c.gets += v
 		case name == "rest_client_requests_total":
 			c.others += v
+		case name == "workqueue_depth" && labels["name"] == "lock":
+			c.lockDepth += v // one series per priority
+		case name == "go_memstats_heap_inuse_bytes":
+			c.heapInUse = v
 		}
 	})
 	if err != nil {

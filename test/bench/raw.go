@@ -159,6 +159,37 @@ func (r *rawObjects) run(ctx context.Context, workers int, dur time.Duration) (f
 	return perSecond(total, time.Since(start)), err
 }
 
+// writes does UpdateStatus only for dur with workers clients, each on its own object read once
+// (every write carries the resourceVersion the previous one returned, as the manager's writes
+// from its cache do), and returns the writes per second: the API server's write floor.
+func (r *rawObjects) writes(ctx context.Context, workers int, dur time.Duration) (float64, error) {
+	var mu sync.Mutex
+	total := 0
+	start := time.Now()
+	deadline := start.Add(dur)
+	err := parallel(ctx, workers, workers, func(ctx context.Context, w int) error {
+		u := &unstructured.Unstructured{}
+		u.SetGroupVersionKind(benchGVK)
+		if err := r.b.c.Get(ctx, client.ObjectKey{Namespace: r.ns, Name: fmt.Sprintf("par-%d", w)}, u); err != nil {
+			return err
+		}
+		n := 0
+		defer func() {
+			mu.Lock()
+			total += n
+			mu.Unlock()
+		}()
+		for time.Now().Before(deadline) {
+			if err := r.setStatus(ctx, u, time.Now().UnixNano()); err != nil {
+				return err
+			}
+			n++
+		}
+		return nil
+	})
+	return perSecond(total, time.Since(start)), err
+}
+
 // probe times UpdateStatus issued → the event seen on a watch, one write at a time. It returns
 // the latencies and the object's JSON size.
 func (r *rawObjects) probe(ctx context.Context, samples int) (Latency, int, error) {

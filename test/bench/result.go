@@ -26,14 +26,20 @@ type Result struct {
 	LeaderElection []LeaderElectionResult `json:"leaderElection"`
 	Detection      DetectionResult        `json:"detection"`
 	Scale          ScaleResult            `json:"scale"`
-	IdleRSSBytes   int64                  `json:"idleRSSBytes"`
-	Run            *RunResult             `json:"run,omitempty"`
-	Shared         *SharedResult          `json:"shared,omitempty"`
-	Gated          *GatedResult           `json:"gated,omitempty"`
-	Replicas       *ReplicasResult        `json:"replicas,omitempty"`
-	Failover       *FailoverResult        `json:"failover,omitempty"`
+	// ScaleCurve is every run of the scale phase: per point, this build fresh, then it and the
+	// baseline restarted on the decided requests.
+	ScaleCurve   []ScaleResult   `json:"scaleCurve,omitempty"`
+	IdleRSSBytes int64           `json:"idleRSSBytes"`
+	Run          *RunResult      `json:"run,omitempty"`
+	Shared       *SharedResult   `json:"shared,omitempty"`
+	Gated        *GatedResult    `json:"gated,omitempty"`
+	Replicas     *ReplicasResult `json:"replicas,omitempty"`
+	Failover     *FailoverResult `json:"failover,omitempty"`
+	Roll         *RollResult     `json:"roll,omitempty"`
 
 	Goals []Goal `json:"goals"`
+	// Error is why the run stopped early: the result holds what was measured before.
+	Error string `json:"error,omitempty"`
 }
 
 // Goal is one of issue #6's targets, as measured. Goals are reported, never asserted.
@@ -77,10 +83,58 @@ func computeGoals(r *Result) []Goal {
 	if rp := r.Replicas; rp != nil {
 		goals = append(goals, replicasGoals(rp)...)
 	}
+	goals = append(goals, scaleGoals(r.ScaleCurve)...)
+	if rl := r.Roll; rl != nil {
+		goals = append(goals,
+			goal("R1", fmt.Sprintf("hand-off gap p99 during a rolling replacement of %d replicas ÷ steady p99 (%d and %d hand-offs)", rl.Replicas, rl.Roll.N, rl.Steady.N),
+				ratio(rl.Roll.P99, rl.Steady.P99), "<=", 1.5),
+			goal("R2", "hand-offs lost during the roll (next request never Granted)", float64(rl.Lost), "<=", 0))
+	}
 	if len(r.Handoff) == 0 {
 		return goals
 	}
 	return append(goals, steadyGoals(r)...)
+}
+
+// scaleGoals (M1–M5) are issue #33's: this build's memory at the largest point, its marginal memory
+// per request between the smallest and largest fresh runs, its settle time against the API
+// server's write floor, and its cold start against a list of every request.
+func scaleGoals(curve []ScaleResult) []Goal {
+	var fresh, restart []ScaleResult
+	for _, s := range curve {
+		switch {
+		case s.Manager != "turnstile":
+		case s.Restart:
+			restart = append(restart, s)
+		default:
+			fresh = append(fresh, s)
+		}
+	}
+	if len(fresh) == 0 {
+		return nil
+	}
+	last := fresh[len(fresh)-1]
+	peak := last.PeakRSSBytes
+	for _, s := range restart {
+		if s.Requests == last.Requests {
+			peak = max(peak, s.PeakRSSBytes)
+		}
+	}
+	goals := []Goal{
+		goal("M1", fmt.Sprintf("manager RSS, MiB, settled on %s requests", count(last.Requests)), float64(last.RSSBytes)/(1<<20), "<=", 256),
+		goal("M2", fmt.Sprintf("manager peak RSS, MiB, start and settle on %s requests (fresh and restarted)", count(last.Requests)), float64(peak)/(1<<20), "<=", 256),
+		goal("M4", fmt.Sprintf("settle on %s requests ÷ the API server's write floor for the same writes", count(last.Requests)), ratio(last.ReconcileSeconds, last.WriteFloorSeconds), "<=", 2),
+	}
+	if first := fresh[0]; len(fresh) > 1 && last.Requests > first.Requests {
+		goals = append(goals, goal("M3", fmt.Sprintf("marginal RSS per request, KiB, %s → %s requests", count(first.Requests), count(last.Requests)),
+			float64(last.RSSBytes-first.RSSBytes)/1024/float64(last.Requests-first.Requests), "<=", 2))
+	}
+	if len(restart) > 0 {
+		r := restart[len(restart)-1]
+		goals = append(goals, goal("M5", fmt.Sprintf("restart on %s decided requests: start → first key reconciled ÷ a paged list of them", count(r.Requests)),
+			ratio(r.ColdStartSeconds, r.ListSeconds), "<=", 1.2))
+	}
+	return goals
 }
 
 func steadyGoals(r *Result) []Goal {
@@ -121,48 +175,90 @@ func (r *Result) WriteJSON(path string) error {
 // WriteTable writes the result as two Markdown tables (measurements, goals), ready to paste
 // into the README.
 func (r *Result) WriteTable(out io.Writer) {
-	var rows [][2]string
-	add := func(k, v string) { rows = append(rows, [2]string{k, v}) }
-	lat := func(l Latency) string { return fmt.Sprintf("%s / %s ms", num(l.P50), num(l.P99)) }
+	t := &table{}
 	if len(r.Handoff) > 0 {
+		r.steadyRows(t)
+	}
+	if len(r.ScaleCurve) > 0 {
+		r.scaleRows(t)
+	}
+	r.runRows(t)
+	r.sharedRows(t)
+	r.replicasRows(t)
+	r.failoverRows(t)
+	if rl := r.Roll; rl != nil {
+		t.add(fmt.Sprintf("Roll: %d replicas replaced one by one, %d times (%s s), %d keys handing off: gap p50 / p99, steady vs during the roll (lost)", rl.Replicas, rl.Rounds, num(rl.RollSeconds), rl.Keys),
+			fmt.Sprintf("%s vs %s (%d lost)", lat(rl.Steady), lat(rl.Roll), rl.Lost))
+	}
+	fmt.Fprintln(out, "| Measurement | Result |")
+	fmt.Fprintln(out, "|---|---|")
+	for _, row := range t.rows {
+		fmt.Fprintf(out, "| %s | %s |\n", row[0], row[1])
+	}
+	fmt.Fprintln(out)
+	r.writeGoals(out)
+	fmt.Fprintf(out, "\n%d CPUs, %s, %.0f s in all.\n", r.CPUs, r.GoVersion, r.Seconds)
+}
 
-		add("Raw GET+UpdateStatus, 1 client", fmt.Sprintf("%s ops/s", num(r.Raw.SequentialOpsPerSec)))
-		add(fmt.Sprintf("Raw GET+UpdateStatus, %d clients, median of %d rounds", r.Raw.Workers, len(r.Raw.ParallelRounds)), fmt.Sprintf("%s ops/s", num(r.Raw.ParallelOpsPerSec)))
-		add("Write → watch delivery p50 / p99", lat(r.Raw.Probe))
-		add("Acquire, free key: create → Granted seen, p50 / p99", lat(r.Acquire.Latency))
-		add(fmt.Sprintf("Grants/s, %d clients over %d keys (acquire → Granted → release), median of %d rounds", r.Throughput.Workers, r.Throughput.Keys, len(r.Throughput.Rounds)),
-			fmt.Sprintf("%s grants/s (create → Granted p50 / p99 %s)", num(r.Throughput.GrantsPerSec), lat(r.Throughput.Latency)))
-		add("API writes per grant / per release (LockRequest + ProjectLock)",
-			fmt.Sprintf("%s / %s (+ %s events per grant)", num(r.Acquire.WritesPerGrant), num(r.Acquire.WritesPerRelease), num(r.Acquire.EventsPerGrant)))
-		for _, h := range r.Handoff {
-			add(fmt.Sprintf("Hand-off at depth %d: release → next Granted seen, p50 / p99", h.Depth), lat(h.Latency))
-			add(fmt.Sprintf("Hand-offs/s at depth %d, back to back (p50 / p99)", h.Depth),
-				fmt.Sprintf("%s hand-offs/s (%s)", num(h.HandoffsPerSec), lat(h.LoadedLatency)))
-			add(fmt.Sprintf("API writes per hand-off at depth %d, one arrival each (of which refreshes; 409s)", h.Depth),
-				fmt.Sprintf("%s (%s; %s) + %s events", num(h.WritesPerHandoff), num(h.RefreshesPerHandoff), num(h.ConflictsPerHandoff), num(h.EventsPerHandoff)))
-			add(fmt.Sprintf("Manager CPU per hand-off at depth %d (reconciles per hand-off)", h.Depth),
-				fmt.Sprintf("%s ms (%s)", num(h.CPUPerHandoffMs), num(h.ReconcilesPerHandoff)))
-		}
-		for _, le := range r.LeaderElection {
-			add(fmt.Sprintf("leaderelection Lease mutex, %d contenders: cancel → next leads, p50 / p99", le.Contenders), lat(le.Latency))
-			add(fmt.Sprintf("leaderelection Lease writes per hand-off (%d contenders)", le.Contenders), num(le.WritesPerHandoff))
-		}
-		d := r.Detection
-		add(fmt.Sprintf("Hand-offs/s at depth %d, deadlock detection on / off (median of %d)", d.Depth, len(d.Rounds)/2),
-			fmt.Sprintf("%s / %s", num(d.HandoffsPerSecOn), num(d.HandoffsPerSecOff)))
-		add(fmt.Sprintf("Manager CPU per hand-off at depth %d, deadlock detection on / off", d.Depth),
-			fmt.Sprintf("%s / %s ms", num(d.CPUPerHandoffMsOn), num(d.CPUPerHandoffMsOff)))
-		add(fmt.Sprintf("Deadlock checks per hand-off at depth %d (one arrival each): run / skipped", d.Depth),
-			fmt.Sprintf("%s / %s", num(d.ChecksPerHandoffOn), num(d.SkipsPerHandoffOn)))
-		add("Grants/s (uncontended, detection never runs), deadlock detection on / off",
-			fmt.Sprintf("%s / %s (manager CPU per grant %s / %s ms)", num(d.GrantsPerSecOn), num(d.GrantsPerSecOff), num(d.CPUPerGrantMsOn), num(d.CPUPerGrantMsOff)))
-		s := r.Scale
-		add(fmt.Sprintf("Scale: %s pending requests over %s keys, manager start → all have a phase", count(s.Requests), count(s.Keys)),
-			fmt.Sprintf("%s s (first after %s s; %s writes per request)", num(s.ReconcileSeconds), num(s.FirstPhaseSeconds), num(s.WritesPerRequest)))
-		add("Manager RSS: idle / with them / peak", fmt.Sprintf("%s / %s / %s MiB", mib(s.IdleRSSBytes), mib(s.RSSBytes), mib(s.PeakRSSBytes)))
-		add(fmt.Sprintf("Deadlock check over %s waiters on %s keys: full / cache list / graph", count(s.DeadlockCheck.Waiters), count(s.DeadlockCheck.KeysSeen)),
-			fmt.Sprintf("%s / %s / %s ms", num(s.DeadlockCheck.FullMs), num(s.DeadlockCheck.ListMs), num(s.DeadlockCheck.GraphMs)))
+// table collects the measurement rows.
+type table struct{ rows [][2]string }
+
+func (t *table) add(k, v string) { t.rows = append(t.rows, [2]string{k, v}) }
+
+func lat(l Latency) string { return fmt.Sprintf("%s / %s ms", num(l.P50), num(l.P99)) }
+
+func (r *Result) steadyRows(t *table) {
+	add := t.add
+	add("Raw GET+UpdateStatus, 1 client", fmt.Sprintf("%s ops/s", num(r.Raw.SequentialOpsPerSec)))
+	add(fmt.Sprintf("Raw GET+UpdateStatus, %d clients, median of %d rounds", r.Raw.Workers, len(r.Raw.ParallelRounds)), fmt.Sprintf("%s ops/s", num(r.Raw.ParallelOpsPerSec)))
+	add("Write → watch delivery p50 / p99", lat(r.Raw.Probe))
+	add("Acquire, free key: create → Granted seen, p50 / p99", lat(r.Acquire.Latency))
+	add(fmt.Sprintf("Grants/s, %d clients over %d keys (acquire → Granted → release), median of %d rounds", r.Throughput.Workers, r.Throughput.Keys, len(r.Throughput.Rounds)),
+		fmt.Sprintf("%s grants/s (create → Granted p50 / p99 %s)", num(r.Throughput.GrantsPerSec), lat(r.Throughput.Latency)))
+	add("API writes per grant / per release (LockRequest + ProjectLock)",
+		fmt.Sprintf("%s / %s (+ %s events per grant)", num(r.Acquire.WritesPerGrant), num(r.Acquire.WritesPerRelease), num(r.Acquire.EventsPerGrant)))
+	for _, h := range r.Handoff {
+		add(fmt.Sprintf("Hand-off at depth %d: release → next Granted seen, p50 / p99", h.Depth), lat(h.Latency))
+		add(fmt.Sprintf("Hand-offs/s at depth %d, back to back (p50 / p99)", h.Depth),
+			fmt.Sprintf("%s hand-offs/s (%s)", num(h.HandoffsPerSec), lat(h.LoadedLatency)))
+		add(fmt.Sprintf("API writes per hand-off at depth %d, one arrival each (of which refreshes; 409s)", h.Depth),
+			fmt.Sprintf("%s (%s; %s) + %s events", num(h.WritesPerHandoff), num(h.RefreshesPerHandoff), num(h.ConflictsPerHandoff), num(h.EventsPerHandoff)))
+		add(fmt.Sprintf("Manager CPU per hand-off at depth %d (reconciles per hand-off)", h.Depth),
+			fmt.Sprintf("%s ms (%s)", num(h.CPUPerHandoffMs), num(h.ReconcilesPerHandoff)))
 	}
+	for _, le := range r.LeaderElection {
+		add(fmt.Sprintf("leaderelection Lease mutex, %d contenders: cancel → next leads, p50 / p99", le.Contenders), lat(le.Latency))
+		add(fmt.Sprintf("leaderelection Lease writes per hand-off (%d contenders)", le.Contenders), num(le.WritesPerHandoff))
+	}
+	d := r.Detection
+	add(fmt.Sprintf("Hand-offs/s at depth %d, deadlock detection on / off (median of %d)", d.Depth, len(d.Rounds)/2),
+		fmt.Sprintf("%s / %s", num(d.HandoffsPerSecOn), num(d.HandoffsPerSecOff)))
+	add(fmt.Sprintf("Manager CPU per hand-off at depth %d, deadlock detection on / off", d.Depth),
+		fmt.Sprintf("%s / %s ms", num(d.CPUPerHandoffMsOn), num(d.CPUPerHandoffMsOff)))
+	add(fmt.Sprintf("Deadlock checks per hand-off at depth %d (one arrival each): run / skipped", d.Depth),
+		fmt.Sprintf("%s / %s", num(d.ChecksPerHandoffOn), num(d.SkipsPerHandoffOn)))
+	add("Grants/s (uncontended, detection never runs), deadlock detection on / off",
+		fmt.Sprintf("%s / %s (manager CPU per grant %s / %s ms)", num(d.GrantsPerSecOn), num(d.GrantsPerSecOff), num(d.CPUPerGrantMsOn), num(d.CPUPerGrantMsOff)))
+}
+
+func (r *Result) scaleRows(t *table) {
+	s := r.Scale
+	t.add(fmt.Sprintf("Deadlock check over %s waiters on %s keys (one namespace): full / cache list / graph", count(s.DeadlockCheck.Waiters), count(s.DeadlockCheck.KeysSeen)),
+		fmt.Sprintf("%s / %s / %s ms", num(s.DeadlockCheck.FullMs), num(s.DeadlockCheck.ListMs), num(s.DeadlockCheck.GraphMs)))
+	for _, p := range r.ScaleCurve {
+		what := "fresh (no request has a phase): start → all phased, queue empty"
+		if p.Restart {
+			what = "restarted on decided requests: start → every key reconciled, queue empty"
+		}
+		t.add(fmt.Sprintf("Scale, %s: %s requests, %s keys, %s namespaces, %s", p.Manager, count(p.Requests), count(p.Keys), count(p.Namespaces), what),
+			fmt.Sprintf("settle %s s (write floor %s s) · first key %s s (list %s s) · RSS %s / peak %s / heap %s MiB (idle %s)",
+				num(p.ReconcileSeconds), num(p.WriteFloorSeconds), num(p.ColdStartSeconds), num(p.ListSeconds),
+				mib(p.RSSBytes), mib(p.PeakRSSBytes), mib(p.HeapBytes), mib(p.IdleRSSBytes)))
+	}
+}
+
+func (r *Result) runRows(t *table) {
+	add := t.add
 	if rr := r.Run; rr != nil {
 		add(fmt.Sprintf("`true` on its own, p50 / p99 of %d", rr.True.N), lat(rr.True))
 		for _, p := range rr.Plugins {
@@ -170,19 +266,20 @@ func (r *Result) WriteTable(out io.Writer) {
 			add(fmt.Sprintf("`%s run`, hand-off: first command's end → next command's start, p50 / p99", p.Plugin), lat(p.Handoff))
 		}
 	}
-	if rr := r.Run; rr != nil {
-		add(fmt.Sprintf("`true` on its own, p50 / p99 of %d", rr.True.N), lat(rr.True))
-		for _, p := range rr.Plugins {
-			add(fmt.Sprintf("`%s run -l KEY -- true`, free key: wall time p50 / p99", p.Plugin), lat(p.Overhead))
-			add(fmt.Sprintf("`%s run`, hand-off: first command's end → next command's start, p50 / p99", p.Plugin), lat(p.Handoff))
-		}
-	}
+}
+
+func (r *Result) sharedRows(t *table) {
+	add := t.add
 	if sr := r.Shared; sr != nil {
 		add(fmt.Sprintf("Shared (%d readers, one writer, %d samples): last reader's release → writer Granted, p50 / p99", sr.Readers, sr.Samples), lat(sr.ReadersToWriter))
 		add(fmt.Sprintf("Shared: writer's release → all %d readers Granted, p50 / p99", sr.Readers), lat(sr.WriterToReaders))
 		add(fmt.Sprintf("Exclusive, same run (%d waiters): release → next Granted, p50 / p99", sr.Readers), lat(sr.Exclusive))
 	}
-	rows = append(rows, r.gatedRows()...)
+	t.rows = append(t.rows, r.gatedRows()...)
+}
+
+func (r *Result) replicasRows(t *table) {
+	add := t.add
 	if rp := r.Replicas; rp != nil {
 		for _, m := range rp.Modes {
 			add(fmt.Sprintf("Replicas, %s (%d managers; median of %d rounds): G1 · hand-off p50 / p99 · G2b · hand-offs/s · writes (409s) · reconciles · managers' API requests (GETs) · CPU ms per hand-off", m.Mode, m.Managers, rp.Rounds),
@@ -193,6 +290,10 @@ func (r *Result) WriteTable(out io.Writer) {
 				fmt.Sprintf("%s · %s · %s · %s · %s", num(m.G3a), num(m.G3b), num(m.G4), num(m.DeepHandoffsPerSec), num(m.DeepCPUPerHandoffMs)))
 		}
 	}
+}
+
+func (r *Result) failoverRows(t *table) {
+	add := t.add
 	if f := r.Failover; f != nil {
 		maxLat := func(l Latency) string { return fmt.Sprintf("%s / %s ms", num(l.P50), num(l.Max)) }
 		add(fmt.Sprintf("Failover, %d replicas active-active (backup delay %s, lapse %s): owner SIGKILLed, release → next Granted, p50 / max of %d", f.Replicas, f.BackupDelay, f.Lapse, f.Kill.N), maxLat(f.Kill))
@@ -202,12 +303,9 @@ func (r *Result) WriteTable(out io.Writer) {
 			fmt.Sprintf("%s (%s)", maxLat(f.Rolling), num(f.RollingConflicts)))
 	}
 
-	fmt.Fprintln(out, "| Measurement | Result |")
-	fmt.Fprintln(out, "|---|---|")
-	for _, row := range rows {
-		fmt.Fprintf(out, "| %s | %s |\n", row[0], row[1])
-	}
-	fmt.Fprintln(out)
+}
+
+func (r *Result) writeGoals(out io.Writer) {
 	fmt.Fprintln(out, "| Goal | Measured | Target | Met |")
 	fmt.Fprintln(out, "|---|---|---|---|")
 	for _, g := range r.Goals {
@@ -224,7 +322,6 @@ func (r *Result) WriteTable(out io.Writer) {
 		}
 		fmt.Fprintf(out, "| %s: %s | %s | %s %s | %s |\n", g.ID, g.What, value, g.Op, num(g.Target), met)
 	}
-	fmt.Fprintf(out, "\n%d CPUs, %s, %.0f s in all.\n", r.CPUs, r.GoVersion, r.Seconds)
 }
 
 // num formats with three significant digits, thousands separated.

@@ -2,9 +2,13 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"path/filepath"
+	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -15,29 +19,47 @@ import (
 	"github.com/turnstile-dev/turnstile/internal/testing/framework"
 )
 
-// ScaleResult is ScaleRequests requests over ScaleKeys keys, created while the manager is
-// down, then a manager start.
+// ScaleResult is one manager run on Requests requests over Keys keys in Namespaces namespaces,
+// created while no manager ran (the scale phase's curve has one per point and manager).
 type ScaleResult struct {
-	Requests int `json:"requests"`
-	Keys     int `json:"keys"`
-	// CreateSeconds is how long creating them took (the harness, not Turnstile).
+	Requests   int `json:"requests"`
+	Keys       int `json:"keys"`
+	Namespaces int `json:"namespaces"`
+	// Manager is "turnstile" (the binary under test) or "baseline" (Config.ScaleBaseline).
+	Manager string `json:"manager,omitempty"`
+	// Restart: the manager started on requests an earlier manager had already decided (a cold
+	// start of a replica); otherwise the requests up to Requests had no phase yet.
+	Restart bool `json:"restart"`
+	// CreateSeconds is how long creating the point's new requests took (the harness).
 	CreateSeconds float64 `json:"createSeconds"`
-	// FirstPhaseSeconds is manager start → the first request has a phase (start-up and
-	// cache sync); ReconcileSeconds manager start → every request has one.
+	// FirstPhaseSeconds is manager start → the first new request has a phase; ReconcileSeconds
+	// manager start → every request has one and the lock controller's queue is empty after
+	// reconciling every key at least once (the settle time; on a restart, the queue alone).
 	FirstPhaseSeconds float64 `json:"firstPhaseSeconds"`
 	ReconcileSeconds  float64 `json:"reconcileSeconds"`
-	WritesPerRequest  float64 `json:"writesPerRequest"`
-	Writes            Writes  `json:"window"`
-	// RSSBytes is the manager's resident memory once every request is reconciled;
-	// PeakRSSBytes its high-water mark; IdleRSSBytes a manager that had just started on an
-	// empty cluster, for comparison.
+	// ColdStartSeconds is manager start → its first key reconciled; ListSeconds a fresh
+	// client's paged list of every request (500 a page, as an informer lists): the issue's
+	// cold-start goal is ColdStartSeconds ≤ 1.2 × ListSeconds.
+	ColdStartSeconds float64 `json:"coldStartSeconds"`
+	ListSeconds      float64 `json:"listSeconds"`
+	WritesPerRequest float64 `json:"writesPerRequest"`
+	Writes           Writes  `json:"window"`
+	// RawWritesPerSec is the API server's UpdateStatus writes per second by Workers clients,
+	// each on its own object, measured just before; WriteFloorSeconds the time the manager's writes (controller writes
+	// and events) would take at that rate: the settle goal is ReconcileSeconds ≤ 2 × it.
+	RawWritesPerSec   float64 `json:"rawWritesPerSec,omitempty"`
+	WriteFloorSeconds float64 `json:"writeFloorSeconds,omitempty"`
+	// RSSBytes is the manager's resident memory once settled; PeakRSSBytes its high-water
+	// mark; HeapBytes the Go heap in use then (go_memstats_heap_inuse_bytes); IdleRSSBytes a
+	// manager that had just started on an empty cluster, for comparison.
 	RSSBytes      int64         `json:"rssBytes"`
 	PeakRSSBytes  int64         `json:"peakRSSBytes"`
+	HeapBytes     int64         `json:"heapBytes"`
 	IdleRSSBytes  int64         `json:"idleRSSBytes"`
 	DeadlockCheck DeadlockCheck `json:"deadlockCheck"`
 }
 
-// DeadlockCheck times the manager's deadlock check on the scale namespace: the detector's own
+// DeadlockCheck times the manager's deadlock check on one scale namespace: the detector's own
 // Check (list from an informer cache, build the wait-for graph, find cycles) as the manager
 // runs it, and the parts of it.
 type DeadlockCheck struct {
@@ -52,57 +74,250 @@ type DeadlockCheck struct {
 	GraphMs float64 `json:"graphMs"`
 }
 
-func (b *bench) scale(ctx context.Context) (ScaleResult, error) {
-	res := ScaleResult{Requests: b.cfg.ScaleRequests, Keys: b.cfg.ScaleKeys}
+// scaleShape places request i: ScaleRequests/ScaleKeys requests per key, consecutive, and
+// ScaleKeys/ScaleNamespaces keys per namespace, so every point of the curve is a prefix of
+// the next with the same queue depth and keys per namespace.
+type scaleShape struct{ perKey, keysPerNS int }
+
+func (c Config) scaleShape() scaleShape {
+	return scaleShape{perKey: c.ScaleRequests / c.ScaleKeys, keysPerNS: c.ScaleKeys / c.ScaleNamespaces}
+}
+
+func (s scaleShape) key(i int) int         { return i / s.perKey }
+func (s scaleShape) namespace(i int) int   { return s.key(i) / s.keysPerNS }
+func (s scaleShape) keys(requests int) int { return (requests + s.perKey - 1) / s.perKey }
+func (s scaleShape) namespaces(requests int) int {
+	return (s.keys(requests) + s.keysPerNS - 1) / s.keysPerNS
+}
+
+// scaleRun is the scale phase's state across its points.
+type scaleRun struct {
+	shape   scaleShape
+	nss     []string // the scale namespaces created so far
+	created int      // requests created so far
+}
+
+// scale runs the curve: for each point, the requests up to it are created with no manager
+// running, then this build's manager settles them (fresh), then it and the baseline each
+// start again on the decided requests (restart). It returns the runs in that order.
+func (b *bench) scale(ctx context.Context) ([]ScaleResult, error) {
 	if err := b.stopManager(); err != nil {
-		return res, err
+		return nil, err
 	}
 	// Earlier phases' objects would only add to the manager's memory.
 	for _, ns := range b.namespaces {
 		if err := b.deleteAll(ctx, ns); err != nil {
+			return nil, err
+		}
+	}
+	if b.rawObjs == nil {
+		var err error
+		if b.rawObjs, err = b.rawSetup(ctx); err != nil {
+			return nil, err
+		}
+	}
+	run := &scaleRun{shape: b.cfg.scaleShape()}
+	var out []ScaleResult
+	for _, point := range b.cfg.scalePoints() {
+		b.step(fmt.Sprintf("scale: creating requests up to %d (%d keys, %d namespaces)", point, run.shape.keys(point), run.shape.namespaces(point)))
+		t := time.Now()
+		if err := b.createScale(ctx, run, point); err != nil {
+			return out, err
+		}
+		created := time.Since(t).Seconds()
+		managers := []struct{ name, binary string }{{"turnstile", b.cfg.Manager}}
+		if b.cfg.ScaleBaseline != "" {
+			managers = append(managers, struct{ name, binary string }{"baseline", b.cfg.ScaleBaseline})
+		}
+		for i, restart := range []bool{false, true} {
+			for _, m := range managers {
+				if !restart && m.name != "turnstile" {
+					continue // the requests have phases now: the baseline only restarts
+				}
+				b.step(fmt.Sprintf("scale: %s at %d requests (restart %t)", m.name, point, restart))
+				res, err := b.scalePoint(ctx, run, point, m.binary, restart)
+				if err != nil {
+					return out, fmt.Errorf("%s at %d: %w", m.name, point, err)
+				}
+				res.Manager = m.name
+				if i == 0 {
+					res.CreateSeconds = created
+				}
+				out = append(out, res)
+			}
+		}
+	}
+	return out, nil
+}
+
+// scalePoints are the curve's points, ending at ScaleRequests.
+func (c Config) scalePoints() []int {
+	var pts []int
+	for _, p := range c.ScalePoints {
+		if p > 0 && p < c.ScaleRequests {
+			pts = append(pts, p)
+		}
+	}
+	return append(pts, c.ScaleRequests)
+}
+
+// createScale creates the requests up to n, and their namespaces.
+func (b *bench) createScale(ctx context.Context, run *scaleRun, n int) error {
+	for len(run.nss) < run.shape.namespaces(n) {
+		ns, err := b.namespace(ctx, fmt.Sprintf("scale-%04d", len(run.nss)))
+		if err != nil {
+			return err
+		}
+		run.nss = append(run.nss, ns)
+	}
+	from := run.created
+	err := parallel(ctx, n-from, 2*b.cfg.Workers, func(ctx context.Context, j int) error {
+		i := from + j
+		lr := request(run.nss[run.shape.namespace(i)], fmt.Sprintf("s-%06d", i), "bench/scale",
+			fmt.Sprintf("k%05d", run.shape.key(i)), fmt.Sprintf("owner%06d", i), int64(i+1))
+		if err := lastApplied(lr); err != nil {
+			return err
+		}
+		return b.create(ctx, lr)
+	})
+	if err != nil {
+		return err
+	}
+	run.created = n
+	return nil
+}
+
+// lastApplied sets the annotation `kubectl apply` leaves on what it creates (the whole object
+// as JSON): requests are applied by pipelines, and the annotation is part of what a cache of
+// them would hold.
+func lastApplied(lr *locksv1.LockRequest) error {
+	applied := lr.DeepCopy()
+	applied.APIVersion, applied.Kind = locksv1.GroupVersion.String(), "LockRequest"
+	data, err := json.Marshal(applied)
+	if err != nil {
+		return err
+	}
+	lr.Annotations = map[string]string{corev1.LastAppliedConfigAnnotation: string(data)}
+	return nil
+}
+
+// scalePoint starts binary on the first n requests and measures it until it settles.
+func (b *bench) scalePoint(ctx context.Context, run *scaleRun, n int, binary string, restart bool) (ScaleResult, error) {
+	keys := run.shape.keys(n)
+	res := ScaleResult{Requests: n, Keys: keys, Namespaces: run.shape.namespaces(n), Restart: restart}
+	var err error
+	if res.ListSeconds, err = b.timeList(ctx); err != nil {
+		return res, err
+	}
+	if !restart {
+		if res.RawWritesPerSec, err = b.rawObjs.writes(ctx, b.cfg.Workers, 5*time.Second); err != nil {
 			return res, err
 		}
 	}
-	ns, err := b.namespace(ctx, "scale")
+	w, err := b.open(ctx, run.nss[0])
 	if err != nil {
 		return res, err
 	}
-	t := time.Now()
-	err = parallel(ctx, res.Requests, 2*b.cfg.Workers, func(ctx context.Context, i int) error {
-		k := i % res.Keys
-		return b.create(ctx, request(ns, fmt.Sprintf("s-%05d", i), "bench/scale", fmt.Sprintf("k%04d", k), fmt.Sprintf("owner%05d", i), int64(i+1)))
-	})
-	if err != nil {
-		return res, err
-	}
-	res.CreateSeconds = time.Since(t).Seconds()
-
-	w, err := b.open(ctx, ns)
-	if err != nil {
-		return res, err
-	}
+	phasedBefore := b.tracker.PhasedIn(run.nss)
 	start := time.Now()
+	b.binary = binary
+	defer func() { b.binary = "" }()
 	if err := b.launch(true); err != nil {
 		return res, err
 	}
-	st, err := b.tracker.WaitAllPhased(ctx, ns, res.Requests, 10*time.Minute)
+	first, err := b.waitReconciles(ctx, 1, false)
 	if err != nil {
 		return res, err
 	}
-	res.FirstPhaseSeconds = st.FirstPhase.Sub(start).Seconds()
-	res.ReconcileSeconds = st.LastPhased.Sub(start).Seconds()
+	res.ColdStartSeconds = first.Sub(start).Seconds()
+	if !restart {
+		at, err := b.tracker.WaitPhasedIn(ctx, run.nss, phasedBefore+1, 60*time.Minute)
+		if err != nil {
+			return res, err
+		}
+		res.FirstPhaseSeconds = at.Sub(start).Seconds()
+		if _, err := b.tracker.WaitPhasedIn(ctx, run.nss, n, 60*time.Minute); err != nil {
+			return res, err
+		}
+	}
+	settled, err := b.waitReconciles(ctx, keys, true)
+	if err != nil {
+		return res, err
+	}
+	res.ReconcileSeconds = settled.Sub(start).Seconds()
 	if res.Writes, err = w.close(ctx); err != nil {
 		return res, err
 	}
-	res.WritesPerRequest = res.Writes.Controller / float64(res.Requests)
+	// Per request written: a fresh run's new requests (the earlier points' were decided).
+	res.WritesPerRequest = res.Writes.Controller / float64(max(1, n-phasedBefore))
+	if res.RawWritesPerSec > 0 {
+		res.WriteFloorSeconds = (res.Writes.Controller + res.Writes.Events) / res.RawWritesPerSec
+	}
 	// Let the garbage collector and the caches settle before reading memory.
 	time.Sleep(2 * time.Second)
 	ps := b.mgr.rss()
 	res.RSSBytes, res.PeakRSSBytes = ps.RSS, ps.PeakRSS
+	if res.HeapBytes, err = b.mgr.heapInUse(ctx); err != nil {
+		return res, err
+	}
+	if b.mgr.pprofURL != "" {
+		name := fmt.Sprintf("heap-scale-%d-%s.pprof", n, map[bool]string{false: "fresh", true: "restart"}[restart])
+		if binary != b.cfg.Manager {
+			name = "baseline-" + name
+		}
+		if err := fetchProfile(ctx, strings.TrimSuffix(b.mgr.pprofURL, "profile")+"heap", filepath.Join(b.cfg.OutDir, name)); err != nil {
+			return res, err
+		}
+	}
+	if !restart && binary == b.cfg.Manager {
+		b.step("deadlock check on a scale namespace")
+		if res.DeadlockCheck, err = b.deadlockCheck(ctx, run.nss[0], 5); err != nil {
+			return res, err
+		}
+	}
+	return res, b.stopManager()
+}
 
-	b.step("deadlock check on the scale namespace")
-	res.DeadlockCheck, err = b.deadlockCheck(ctx, ns, 5)
-	return res, err
+// timeList times a fresh client's paged list of every LockRequest, decoded, as an informer
+// lists them at start.
+func (b *bench) timeList(ctx context.Context) (float64, error) {
+	c, err := client.New(b.env.Config, client.Options{Scheme: framework.Scheme})
+	if err != nil {
+		return 0, err
+	}
+	t := time.Now()
+	cont := ""
+	for {
+		var list locksv1.LockRequestList
+		if err := c.List(ctx, &list, client.Limit(500), client.Continue(cont)); err != nil {
+			return 0, fmt.Errorf("list lockrequests: %w", err)
+		}
+		if cont = list.Continue; cont == "" {
+			return time.Since(t).Seconds(), nil
+		}
+	}
+}
+
+// waitReconciles waits until the manager's lock controller has reconciled at least n keys
+// and, with drained, its queue is empty; it returns when it saw that.
+func (b *bench) waitReconciles(ctx context.Context, n int, drained bool) (time.Time, error) {
+	deadline := time.Now().Add(60 * time.Minute)
+	for {
+		c, err := b.mgr.counts(ctx)
+		if err == nil && c.reconciles >= float64(n) && (!drained || c.lockDepth == 0) {
+			return time.Now(), nil
+		}
+		select {
+		case <-b.mgr.p.Done():
+			return time.Time{}, fmt.Errorf("the manager exited (see %s): %w", b.mgrLog.Name(), b.mgr.p.Err())
+		case <-ctx.Done():
+			return time.Time{}, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return time.Time{}, fmt.Errorf("%d reconciles with an empty queue not reached in 60 minutes", n)
+		}
+	}
 }
 
 // deadlockCheck runs the manager's deadlock detector on ns from an informer cache like the

@@ -281,3 +281,38 @@ func (t *tracker) Stats(ns string) Transitions {
 	}
 	return Transitions{}
 }
+
+// PhasedIn is how many requests of the namespaces have been seen getting a phase.
+func (t *tracker) PhasedIn(nss []string) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.phasedIn(nss)
+}
+
+func (t *tracker) phasedIn(nss []string) int {
+	n := 0
+	for _, ns := range nss {
+		if s := t.stats[ns]; s != nil {
+			n += s.Phased
+		}
+	}
+	return n
+}
+
+// WaitPhasedIn returns when n requests of the namespaces have been seen getting a phase, with
+// the time the watch delivered the n-th.
+func (t *tracker) WaitPhasedIn(ctx context.Context, nss []string, n int, timeout time.Duration) (time.Time, error) {
+	var at time.Time
+	err := t.waitFor(ctx, timeout, fmt.Sprintf("%d requests with a phase in %d namespaces", n, len(nss)), func() bool {
+		if t.phasedIn(nss) < n {
+			return false
+		}
+		for _, ns := range nss {
+			if s := t.stats[ns]; s != nil && s.LastPhased.After(at) {
+				at = s.LastPhased
+			}
+		}
+		return true
+	})
+	return at, err
+}

@@ -705,10 +705,33 @@ func runRendered(t *testing.T, binary, user string, values []string) {
 				return err
 			})
 		}
+		// The runtime took the container's memory limit as its own (GOMEMLIMIT): the manager
+		// logs the limit it runs under.
+		if want, ok := memoryLimit(t, container); ok && !strings.Contains(r.log.String(), `"memoryLimit":`+want) {
+			t.Errorf("pod %s does not run under its container's memory limit (%s bytes): no \"memoryLimit\":%s in its log", r.name, want, want)
+		}
 		if lines := forbiddenIn(r.log.String()); len(lines) > 0 {
 			t.Errorf("pod %s logged forbidden (the chart's RBAC lacks something):\n%s", r.name, strings.Join(lines, "\n"))
 		}
 	}
+}
+
+// memoryLimit is the GOMEMLIMIT the container's env sets, resolved, and whether it sets one.
+func memoryLimit(t *testing.T, container map[string]any) (string, bool) {
+	entries, _ := container["env"].([]any)
+	for _, e := range entries {
+		m := e.(map[string]any)
+		if m["name"] != "GOMEMLIMIT" {
+			continue
+		}
+		from, _ := m["valueFrom"].(map[string]any)
+		v, err := resolveValueFrom(from, container, podOf{})
+		if err != nil {
+			t.Fatalf("GOMEMLIMIT: %v", err)
+		}
+		return v, true
+	}
+	return "", false
 }
 
 // bothLive: the log has a "membership changed" line naming every pod.

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -22,18 +23,20 @@ import (
 
 func main() {
 	var (
-		size     = flag.String("size", "full", "full (make bench) or smoke (seconds; what make test runs)")
-		manager  = flag.String("manager", "bin/manager", "the manager binary")
-		out      = flag.String("out", "bin/bench", "directory for results.json and manager.log")
-		assets   = flag.String("assets", "", "directory with kube-apiserver and etcd (default $KUBEBUILDER_ASSETS)")
-		phases   = flag.String("phases", "", "comma-separated phases to run: steady, scale, run, gated, replicas, failover (default: all)")
-		plugin   = flag.String("plugin", "bin/kubectl-turnstile", "the kubectl-turnstile binary the run phase measures")
-		baseline = flag.String("run-baseline", "", "another kubectl-turnstile binary the run phase measures side by side (e.g. one built from main)")
-		replicas = flag.Int("replicas", 1, "managers in the steady-state phases; above 1 they run active-active")
-		leader   = flag.Bool("leader-elect", false, "with --replicas above 1: run them with leader election (one leads, the others stand by) instead of active-active")
-		rounds   = flag.Int("rounds", 0, "rounds of the replicas phase (0: the size's default)")
-		pool     = flag.String("pool", "", "comma-separated results.json files of replicas-phase runs: print their rounds pooled, run nothing")
-		profile  = flag.Int("profile", 0, "seconds of manager CPU profile to record from the start of each back-to-back hand-off run into <out>/cpu-handoff-depth<N>.pprof, and of each deep-queue run of the replicas phase (0: none)")
+		size      = flag.String("size", "full", "full (make bench) or smoke (seconds; what make test runs)")
+		manager   = flag.String("manager", "bin/manager", "the manager binary")
+		out       = flag.String("out", "bin/bench", "directory for results.json and manager.log")
+		assets    = flag.String("assets", "", "directory with kube-apiserver and etcd (default $KUBEBUILDER_ASSETS)")
+		phases    = flag.String("phases", "", "comma-separated phases to run: steady, scale, run, shared, gated, replicas, failover, roll (default: all)")
+		plugin    = flag.String("plugin", "bin/kubectl-turnstile", "the kubectl-turnstile binary the run phase measures")
+		baseline  = flag.String("run-baseline", "", "another kubectl-turnstile binary the run phase measures side by side (e.g. one built from main)")
+		replicas  = flag.Int("replicas", 1, "managers in the steady-state phases; above 1 they run active-active")
+		leader    = flag.Bool("leader-elect", false, "with --replicas above 1: run them with leader election (one leads, the others stand by) instead of active-active")
+		rounds    = flag.Int("rounds", 0, "rounds of the replicas phase (0: the size's default)")
+		pool      = flag.String("pool", "", "comma-separated results.json files of replicas-phase runs: print their rounds pooled, run nothing")
+		scaleBase = flag.String("scale-baseline", "", "another manager binary (e.g. built from main) the scale phase restarts on the same requests at every point, side by side")
+		scalePts  = flag.String("scale-points", "", "comma-separated request counts of the scale curve, ascending (default: the size's, 10000,30000,100000 for full); keys and namespaces keep their ratio to requests")
+		profile   = flag.Int("profile", 0, "seconds of manager CPU profile to record from the start of each back-to-back hand-off run into <out>/cpu-handoff-depth<N>.pprof, and of each deep-queue run of the replicas phase (0: none)")
 	)
 	flag.Parse()
 	if *pool != "" {
@@ -60,6 +63,13 @@ func main() {
 		cfg.ReplicasPhase.Rounds = *rounds
 	}
 	cfg.Replicas, cfg.LeaderElect = *replicas, *leader
+	cfg.ScaleBaseline = *scaleBase
+	if *scalePts != "" {
+		if err := setScalePoints(&cfg, *scalePts); err != nil {
+			fmt.Fprintln(os.Stderr, "--scale-points:", err)
+			os.Exit(2)
+		}
+	}
 	if *phases != "" {
 		cfg.Phases = strings.Split(*phases, ",")
 	}
@@ -75,6 +85,25 @@ func main() {
 	}
 	res.WriteTable(os.Stdout)
 	fmt.Printf("\nJSON: %s\n", filepath.Join(*out, "results.json"))
+}
+
+// setScalePoints makes pts the scale curve: its last point is the largest, with the size's
+// requests per key and keys per namespace.
+func setScalePoints(cfg *bench.Config, pts string) error {
+	var points []int
+	for _, p := range strings.Split(pts, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(p))
+		if err != nil || n < 1 || (len(points) > 0 && n <= points[len(points)-1]) {
+			return fmt.Errorf("%q is not an ascending list of positive counts", pts)
+		}
+		points = append(points, n)
+	}
+	perKey, keysPerNS := cfg.ScaleRequests/cfg.ScaleKeys, cfg.ScaleKeys/cfg.ScaleNamespaces
+	last := points[len(points)-1]
+	cfg.ScalePoints, cfg.ScaleRequests = points[:len(points)-1], last
+	cfg.ScaleKeys = max(1, last/perKey)
+	cfg.ScaleNamespaces = max(1, cfg.ScaleKeys/keysPerNS)
+	return nil
 }
 
 // poolRuns prints the replicas phases of the runs in files, pooled round by round.

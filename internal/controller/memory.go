@@ -1,0 +1,147 @@
+package controller
+
+import (
+	"strings"
+	"sync/atomic"
+	"unique"
+
+	"golang.org/x/time/rate"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/events"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+
+	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
+)
+
+// annotationPrefix is the prefix of every annotation the manager reads on a LockRequest (the
+// creator stamped by the admission policies, locks.turnstile.dev/created-by; the workload
+// controller's own). Every other annotation (kubectl's last-applied-configuration, a whole copy
+// of the object; a user's notes) is dropped from the cache.
+const annotationPrefix = "locks.turnstile.dev/"
+
+// TrimLockRequest is the cache transform of LockRequests: it drops what no decision reads —
+// managedFields and every annotation outside annotationPrefix — and makes the strings that
+// thousands of requests share (namespace, lock targets, command, ProjectLock names, condition
+// types, statuses and reasons) point to one copy each. Nothing the manager writes is lost: it
+// writes LockRequests only through the status subresource, which ignores metadata, and patches
+// them (the workload controller) with diffs of the fields it changes. It returns obj.
+func TrimLockRequest(obj any) (any, error) {
+	lr, ok := obj.(*locksv1.LockRequest)
+	if !ok {
+		return obj, nil
+	}
+	// guard:trim-managed-fields
+	lr.ManagedFields = nil
+	// guard:trim-annotations
+	lr.Annotations = keepAnnotations(lr.Annotations)
+	lr.Namespace = intern(lr.Namespace)
+	lr.APIVersion, lr.Kind = intern(lr.APIVersion), intern(lr.Kind)
+	for i := range lr.Spec.Locks {
+		t := &lr.Spec.Locks[i]
+		t.Repo, t.Path, t.Workspace, t.Project = intern(t.Repo), intern(t.Path), intern(t.Workspace), intern(t.Project)
+	}
+	lr.Spec.Command = intern(lr.Spec.Command)
+	lr.Spec.Priority = locksv1.Priority(intern(string(lr.Spec.Priority)))
+	lr.Status.Phase = locksv1.LockRequestPhase(intern(string(lr.Status.Phase)))
+	for i := range lr.Status.Locks {
+		l := &lr.Status.Locks[i]
+		l.Key, l.Name = intern(l.Key), intern(l.Name)
+	}
+	for i := range lr.Status.Conditions {
+		c := &lr.Status.Conditions[i]
+		c.Type, c.Reason = intern(c.Type), intern(c.Reason)
+		c.Status = metav1.ConditionStatus(intern(string(c.Status)))
+		// Granted, Ready and Reconciling say the same thing ("locked by ...; position 3 of 9"):
+		// one copy of the message, not three.
+		for j := range i {
+			if lr.Status.Conditions[j].Message == c.Message {
+				c.Message = lr.Status.Conditions[j].Message
+				break
+			}
+		}
+	}
+	return lr, nil
+}
+
+// keepAnnotations returns the annotations under annotationPrefix, or nil when there are none.
+func keepAnnotations(in map[string]string) map[string]string {
+	kept := 0
+	for k := range in {
+		// guard:trim-keeps-turnstile-annotations
+		if strings.HasPrefix(k, annotationPrefix) {
+			kept++
+		}
+	}
+	if kept == len(in) {
+		return in
+	}
+	if kept == 0 {
+		return nil
+	}
+	out := make(map[string]string, kept)
+	for k, v := range in {
+		if strings.HasPrefix(k, annotationPrefix) {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// intern returns the one shared copy of s (unique.Make: held weakly, freed when unused).
+func intern(s string) string {
+	if s == "" {
+		return s
+	}
+	return unique.Make(s).Value()
+}
+
+// trimTransform is TrimLockRequest for LockRequests and the default transform (drop
+// managedFields) for everything else.
+func trimTransform() toolscache.TransformFunc {
+	strip := cache.TransformStripManagedFields()
+	return func(obj any) (any, error) {
+		if _, ok := obj.(*locksv1.LockRequest); ok {
+			return TrimLockRequest(obj)
+		}
+		return strip(obj)
+	}
+}
+
+// Event budget: the recorder sends at most eventRate events a second (eventBurst at once) and
+// drops the rest. client-go's events broadcaster keeps every event it sends for six minutes
+// (to fold repeats into a series) and starts a goroutine for each: a manager that starts on
+// 100,000 new requests would otherwise hold 100,000 Queued events and as many goroutines.
+// Events say what the status already says; the status is the record.
+const (
+	eventRate  = 20
+	eventBurst = 200
+)
+
+// boundedRecorder is an events.EventRecorder that drops what exceeds its budget.
+type boundedRecorder struct {
+	inner   events.EventRecorder
+	limit   *rate.Limiter
+	dropped atomic.Int64
+	onDrop  func()
+}
+
+// newBoundedRecorder wraps inner with a budget of perSecond events (burst at once); onDrop,
+// when set, is called for each dropped event.
+func newBoundedRecorder(inner events.EventRecorder, perSecond float64, burst int, onDrop func()) *boundedRecorder {
+	return &boundedRecorder{inner: inner, limit: rate.NewLimiter(rate.Limit(perSecond), burst), onDrop: onDrop}
+}
+
+// Eventf records the event when the budget allows.
+func (r *boundedRecorder) Eventf(regarding, related runtime.Object, eventtype, reason, action, note string, args ...any) {
+	// guard:event-budget
+	if !r.limit.Allow() {
+		r.dropped.Add(1)
+		if r.onDrop != nil {
+			r.onDrop()
+		}
+		return
+	}
+	r.inner.Eventf(regarding, related, eventtype, reason, action, note, args...)
+}
