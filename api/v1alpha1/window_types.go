@@ -21,10 +21,10 @@ const (
 type WindowState string
 
 const (
-	// WindowOpen: the window is in force (a Deny window freezes its scope, an Allow window lets
+	// WindowOpen means the window is in force (a Deny window freezes its scope, an Allow window lets
 	// its scope run).
 	WindowOpen WindowState = "Open"
-	// WindowClosed: the window is not in force.
+	// WindowClosed means the window is not in force.
 	WindowClosed WindowState = "Closed"
 )
 

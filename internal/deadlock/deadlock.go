@@ -139,27 +139,7 @@ func Build(keys []KeyState) *Graph {
 	slices.SortStableFunc(sorted, func(a, b KeyState) int { return strings.Compare(a.Key, b.Key) })
 
 	g := &Graph{index: make(map[Identity]int), keys: sorted}
-	add := func(id Identity) {
-		if _, ok := g.index[id]; !ok {
-			g.index[id] = len(g.ids)
-			g.ids = append(g.ids, id)
-		}
-	}
-	waiting := 0
-	for _, ks := range sorted {
-		waiting += len(ks.Queue)
-		for _, h := range ks.holders() {
-			add(h)
-		}
-		for _, w := range ks.Queue {
-			add(w.Identity)
-		}
-	}
-	slices.SortFunc(g.ids, compareIdentity)
-	for n, id := range g.ids {
-		g.index[id] = n
-	}
-
+	waiting := g.collectIdentities()
 	arcs := make([]arc, 0, waiting) // in key order; a waiter makes one, or one per shared holder
 	// placed[n] == i+1 once identity n has its position in sorted[i]'s queue; a per-key stamp
 	// saves clearing a set for every key.
@@ -207,7 +187,38 @@ func Build(keys []KeyState) *Graph {
 		}
 	}
 
-	// Group the arcs by From (a counting sort, so each group stays in key order).
+	g.group(arcs)
+	return g
+}
+
+// collectIdentities numbers every identity that holds or waits on g's keys, in identity order,
+// and returns how many requests wait.
+func (g *Graph) collectIdentities() int {
+	add := func(id Identity) {
+		if _, ok := g.index[id]; !ok {
+			g.index[id] = len(g.ids)
+			g.ids = append(g.ids, id)
+		}
+	}
+	waiting := 0
+	for _, ks := range g.keys {
+		waiting += len(ks.Queue)
+		for _, h := range ks.holders() {
+			add(h)
+		}
+		for _, w := range ks.Queue {
+			add(w.Identity)
+		}
+	}
+	slices.SortFunc(g.ids, compareIdentity)
+	for n, id := range g.ids {
+		g.index[id] = n
+	}
+	return waiting
+}
+
+// group stores arcs grouped by From (a counting sort, so each group stays in key order).
+func (g *Graph) group(arcs []arc) {
 	g.start = make([]int, len(g.ids)+1)
 	for _, a := range arcs {
 		g.start[a.from+1]++
@@ -221,5 +232,4 @@ func Build(keys []KeyState) *Graph {
 		g.arcs[next[a.from]] = a
 		next[a.from]++
 	}
-	return g
 }

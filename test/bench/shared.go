@@ -42,72 +42,17 @@ func (b *bench) sharedPhase(ctx context.Context) (SharedResult, error) {
 	if err != nil {
 		return res, err
 	}
-	readers := func() ([]string, error) {
-		names := make([]string, sharedReaders)
-		for i := range names {
-			n := b.names.Add(1)
-			names[i] = fmt.Sprintf("r-%06d", n)
-			if err := b.create(ctx, sharedRequest(ns, names[i], n)); err != nil {
-				return nil, err
-			}
-		}
-		for _, r := range names {
-			if err := b.tracker.WaitPhased(ctx, ns, r, waitLimit); err != nil {
-				return nil, err
-			}
-		}
-		return names, nil
-	}
-	held, err := readers()
+	held, err := b.sharedReaders(ctx, ns)
 	if err != nil {
 		return res, err
 	}
 	var toWriter, toReaders []time.Duration
 	for range b.cfg.HandoffSamples {
-		for _, r := range held {
-			if _, err := b.tracker.WaitGranted(ctx, ns, r, waitLimit); err != nil {
-				return res, err
-			}
-		}
-		n := b.names.Add(1)
-		writer := request(ns, fmt.Sprintf("w-%06d", n), "bench/shared", "one-key", fmt.Sprintf("writer%d", n), n)
-		if err := b.create(ctx, writer); err != nil {
+		var w, r time.Duration
+		if held, w, r, err = b.sharedSample(ctx, ns, held); err != nil {
 			return res, err
 		}
-		if err := b.tracker.WaitPhased(ctx, ns, writer.Name, waitLimit); err != nil {
-			return res, err
-		}
-		for _, r := range held[:len(held)-1] {
-			if err := b.remove(ctx, ns, r); err != nil {
-				return res, err
-			}
-		}
-		t0 := time.Now()
-		if err := b.remove(ctx, ns, held[len(held)-1]); err != nil {
-			return res, err
-		}
-		at, err := b.tracker.WaitGranted(ctx, ns, writer.Name, waitLimit)
-		if err != nil {
-			return res, err
-		}
-		toWriter = append(toWriter, at.Sub(t0))
-
-		if held, err = readers(); err != nil { // they wait behind the writer
-			return res, err
-		}
-		t0 = time.Now()
-		if err := b.remove(ctx, ns, writer.Name); err != nil {
-			return res, err
-		}
-		var last time.Time
-		for _, r := range held {
-			at, err := b.tracker.WaitGranted(ctx, ns, r, waitLimit)
-			if err != nil {
-				return res, err
-			}
-			last = maxTime(last, at)
-		}
-		toReaders = append(toReaders, last.Sub(t0))
+		toWriter, toReaders = append(toWriter, w), append(toReaders, r)
 	}
 	res.ReadersToWriter, res.WriterToReaders = summarize(toWriter), summarize(toReaders)
 
@@ -121,6 +66,74 @@ func (b *bench) sharedPhase(ctx context.Context) (SharedResult, error) {
 	}
 	res.Exclusive = summarize(lat)
 	return res, nil
+}
+
+// sharedReaders creates sharedReaders shared requests on the key and waits until each has a phase.
+func (b *bench) sharedReaders(ctx context.Context, ns string) ([]string, error) {
+	names := make([]string, sharedReaders)
+	for i := range names {
+		n := b.names.Add(1)
+		names[i] = fmt.Sprintf("r-%06d", n)
+		if err := b.create(ctx, sharedRequest(ns, names[i], n)); err != nil {
+			return nil, err
+		}
+	}
+	for _, r := range names {
+		if err := b.tracker.WaitPhased(ctx, ns, r, waitLimit); err != nil {
+			return nil, err
+		}
+	}
+	return names, nil
+}
+
+// sharedSample is one sample: a writer queues behind the held readers, they release (the last
+// release → the writer Granted), new readers queue behind the writer, it releases (→ all of
+// them Granted). It returns the new readers, which hold the key.
+func (b *bench) sharedSample(ctx context.Context, ns string, held []string) ([]string, time.Duration, time.Duration, error) {
+	for _, r := range held {
+		if _, err := b.tracker.WaitGranted(ctx, ns, r, waitLimit); err != nil {
+			return nil, 0, 0, err
+		}
+	}
+	n := b.names.Add(1)
+	writer := request(ns, fmt.Sprintf("w-%06d", n), "bench/shared", "one-key", fmt.Sprintf("writer%d", n), n)
+	if err := b.create(ctx, writer); err != nil {
+		return nil, 0, 0, err
+	}
+	if err := b.tracker.WaitPhased(ctx, ns, writer.Name, waitLimit); err != nil {
+		return nil, 0, 0, err
+	}
+	for _, r := range held[:len(held)-1] {
+		if err := b.remove(ctx, ns, r); err != nil {
+			return nil, 0, 0, err
+		}
+	}
+	t0 := time.Now()
+	if err := b.remove(ctx, ns, held[len(held)-1]); err != nil {
+		return nil, 0, 0, err
+	}
+	at, err := b.tracker.WaitGranted(ctx, ns, writer.Name, waitLimit)
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	toWriter := at.Sub(t0)
+
+	if held, err = b.sharedReaders(ctx, ns); err != nil { // they wait behind the writer
+		return nil, 0, 0, err
+	}
+	t0 = time.Now()
+	if err := b.remove(ctx, ns, writer.Name); err != nil {
+		return nil, 0, 0, err
+	}
+	var last time.Time
+	for _, r := range held {
+		at, err := b.tracker.WaitGranted(ctx, ns, r, waitLimit)
+		if err != nil {
+			return nil, 0, 0, err
+		}
+		last = maxTime(last, at)
+	}
+	return held, toWriter, last.Sub(t0), nil
 }
 
 func maxTime(a, b time.Time) time.Time {
