@@ -65,8 +65,9 @@ func (g *globals) client() (ctrlclient.WithWatch, string, error) {
 		return nil, "", fmt.Errorf("kubeconfig: %w", err)
 	}
 	cfg.QPS, cfg.Burst = 50, 100
-	// A starting API server answers 503 Retry-After: 5; wait and run would sleep through it.
-	turnstile.BoundRetryAfter(cfg, time.Second)
+	// A starting API server answers 503 Retry-After: 5; wait and run would sleep through it. A
+	// server that is away (restarting) is tried again for a few seconds, not the manager's 30.
+	turnstile.BoundRetryAfterAway(cfg, time.Second, 5*time.Second)
 	ns, _, err := g.flags.ToRawKubeConfigLoader().Namespace()
 	if err != nil {
 		return nil, "", fmt.Errorf("namespace: %w", err)

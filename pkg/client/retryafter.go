@@ -28,8 +28,18 @@ import (
 // doubling to 30 s (docs/faults.md). A 429 from API Priority and Fairness is a throttle, not a
 // server away: it is left to Retry-After.
 func BoundRetryAfter(cfg *rest.Config, limit time.Duration) *rest.Config {
+	return BoundRetryAfterAway(cfg, limit, awayLimit)
+}
+
+// BoundRetryAfterAway is BoundRetryAfter with GETs sent again to a server away or starting for
+// at most awayFor (0: not at all). A command a person types wants an answer sooner than a
+// controller does: the plugin gives up on a server that refuses connections after a few
+// seconds, as kubectl would at once.
+func BoundRetryAfterAway(cfg *rest.Config, limit, awayFor time.Duration) *rest.Config {
 	secs := max(1, int((limit+time.Second-1)/time.Second))
-	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return retryAfterBound{rt: rt, secs: secs} })
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return retryAfterBound{rt: rt, secs: secs, awayFor: awayFor}
+	})
 	return cfg
 }
 
@@ -42,8 +52,9 @@ var (
 )
 
 type retryAfterBound struct {
-	rt   http.RoundTripper
-	secs int
+	rt      http.RoundTripper
+	secs    int
+	awayFor time.Duration
 }
 
 func (b retryAfterBound) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -51,7 +62,7 @@ func (b retryAfterBound) RoundTrip(req *http.Request) (*http.Response, error) {
 	// guard:away-retries-writes
 	if req.Method == http.MethodGet && req.Body == nil {
 		delay, start := awayFirst, time.Now()
-		for away(resp, err) && time.Since(start) < awayLimit {
+		for away(resp, err) && time.Since(start) < b.awayFor {
 			if resp != nil {
 				_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 				resp.Body.Close()

@@ -161,4 +161,21 @@ func TestBoundRetryAfterAway(t *testing.T) {
 			t.Errorf("%d tries in 60 ms, want 2-4 (25 ms doubling)", n)
 		}
 	})
+	t.Run("a server away past awayFor is handed to client-go", func(t *testing.T) {
+		// The plugin's bound: a person typing a command hears "connection refused" after a few
+		// seconds, not the manager's 30. With awayFor 0 it is at once, one try.
+		s := &script{answers: []any{syscall.ECONNREFUSED, syscall.ECONNREFUSED}}
+		rt := BoundRetryAfterAway(&rest.Config{}, time.Second, 0).WrapTransport(s)
+		req, err := http.NewRequest(http.MethodGet, "https://example.invalid/api", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := rt.RoundTrip(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		if !errors.Is(err, syscall.ECONNREFUSED) || s.tries.Load() != 1 {
+			t.Errorf("got %v after %d tries, want connection refused after 1", err, s.tries.Load())
+		}
+	})
 }
