@@ -59,6 +59,11 @@ type options struct {
 func parseFlags(args []string) (options, zap.Options, error) {
 	o := options{cfg: queue.DefaultConfig(), deadlockPolicy: deadlock.PolicyNewest}
 	fs := flag.NewFlagSet("manager", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "Usage of manager:")
+		fs.PrintDefaults()
+		fmt.Fprintln(fs.Output(), "\nThe Go runtime reads $GOMEMLIMIT, a soft memory limit: the chart sets it from the container's memory limit, so the heap is collected before the kernel kills the process.")
+	}
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "Address the metrics endpoint binds to; \"0\" disables it.")
 	fs.BoolVar(&o.metricsSecure, "metrics-secure", false, "Serve metrics over HTTPS with Kubernetes authentication and authorization (on in the deployed configuration).")
 	fs.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "Address the /healthz and /readyz probes bind to.")

@@ -4,9 +4,9 @@ import (
 	"strings"
 	"sync/atomic"
 	"unique"
+	"unsafe"
 
 	"golang.org/x/time/rate"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
@@ -32,37 +32,58 @@ func TrimLockRequest(obj any) (any, error) {
 	if !ok {
 		return obj, nil
 	}
+	// Every write below is made only when it changes something: an object trimmed once is
+	// trimmed again without a write (pkg/client's relist hands the informer a DELETED event
+	// with the object its store holds, which other goroutines read at the same time).
 	// guard:trim-managed-fields
-	lr.ManagedFields = nil
+	if lr.ManagedFields != nil {
+		lr.ManagedFields = nil
+	}
 	// guard:trim-annotations
-	lr.Annotations = keepAnnotations(lr.Annotations)
-	lr.Namespace = intern(lr.Namespace)
-	lr.APIVersion, lr.Kind = intern(lr.APIVersion), intern(lr.Kind)
+	if kept := keepAnnotations(lr.Annotations); len(kept) != len(lr.Annotations) {
+		lr.Annotations = kept
+	}
+	share(&lr.Namespace)
+	share(&lr.APIVersion)
+	share(&lr.Kind)
 	for i := range lr.Spec.Locks {
 		t := &lr.Spec.Locks[i]
-		t.Repo, t.Path, t.Workspace, t.Project = intern(t.Repo), intern(t.Path), intern(t.Workspace), intern(t.Project)
+		share(&t.Repo)
+		share(&t.Path)
+		share(&t.Workspace)
+		share(&t.Project)
 	}
-	lr.Spec.Command = intern(lr.Spec.Command)
-	lr.Spec.Priority = locksv1.Priority(intern(string(lr.Spec.Priority)))
-	lr.Status.Phase = locksv1.LockRequestPhase(intern(string(lr.Status.Phase)))
+	share(&lr.Spec.Command)
+	share((*string)(&lr.Spec.Priority))
+	share((*string)(&lr.Status.Phase))
 	for i := range lr.Status.Locks {
-		l := &lr.Status.Locks[i]
-		l.Key, l.Name = intern(l.Key), intern(l.Name)
+		share(&lr.Status.Locks[i].Key)
+		share(&lr.Status.Locks[i].Name)
 	}
 	for i := range lr.Status.Conditions {
 		c := &lr.Status.Conditions[i]
-		c.Type, c.Reason = intern(c.Type), intern(c.Reason)
-		c.Status = metav1.ConditionStatus(intern(string(c.Status)))
+		share(&c.Type)
+		share(&c.Reason)
+		share((*string)(&c.Status))
 		// Granted, Ready and Reconciling say the same thing ("locked by ...; position 3 of 9"):
 		// one copy of the message, not three.
 		for j := range i {
-			if lr.Status.Conditions[j].Message == c.Message {
-				c.Message = lr.Status.Conditions[j].Message
+			if m := lr.Status.Conditions[j].Message; m == c.Message {
+				if unsafe.StringData(m) != unsafe.StringData(c.Message) {
+					c.Message = m
+				}
 				break
 			}
 		}
 	}
 	return lr, nil
+}
+
+// share makes *p the one shared copy of its string, writing *p only when it is not that copy.
+func share(p *string) {
+	if v := intern(*p); unsafe.StringData(v) != unsafe.StringData(*p) {
+		*p = v
+	}
 }
 
 // keepAnnotations returns the annotations under annotationPrefix, or nil when there are none.

@@ -36,15 +36,24 @@ func Relisting(lw cache.ListerWatcher, example runtime.Object) interface {
 	cache.ListerWatcher
 	cache.ListerWatcherWithContext
 } {
-	return &relister{lw: cache.ToListerWatcherWithContext(lw), example: example, known: map[string]runtime.Object{}}
+	return &relister{lw: cache.ToListerWatcherWithContext(lw), example: example, known: map[string]handed{}}
 }
 
 type relister struct {
 	lw      cache.ListerWatcherWithContext
 	example runtime.Object
 	mu      sync.Mutex
-	known   map[string]runtime.Object // the reflector's store, as handed to it
-	pages   map[string]runtime.Object // a paged list being handed on
+	known   map[string]handed // the reflector's store, as handed to it
+	pages   map[string]handed // a paged list being handed on
+}
+
+// handed is an object handed to the reflector, with its resourceVersion read before it was
+// handed on: from then on the object is the informer's (its transform may change it in place,
+// from another goroutine), and the relister only hands it back in a DELETED event. A transform
+// must therefore change nothing in an object it has transformed before (TrimLockRequest).
+type handed struct {
+	obj runtime.Object
+	rv  string
 }
 
 func (r *relister) List(o metav1.ListOptions) (runtime.Object, error) {
@@ -67,11 +76,11 @@ func (r *relister) ListWithContext(ctx context.Context, o metav1.ListOptions) (r
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if o.Continue == "" || r.pages == nil {
-		r.pages = map[string]runtime.Object{}
+		r.pages = map[string]handed{}
 	}
 	for _, it := range items {
 		if k, err := cache.MetaNamespaceKeyFunc(it); err == nil {
-			r.pages[k] = it
+			r.pages[k] = handed{obj: it, rv: resourceVersion(it)}
 		}
 	}
 	if acc, err := meta.ListAccessor(list); err == nil && acc.GetContinue() == "" {
@@ -93,7 +102,7 @@ func (r *relister) WatchWithContext(ctx context.Context, o metav1.ListOptions) (
 	}
 	p := &pump{r: r, in: w, out: make(chan watch.Event), stop: make(chan struct{}), initial: initial, rv: o.ResourceVersion}
 	if initial {
-		p.pending = map[string]runtime.Object{}
+		p.pending = map[string]handed{}
 	}
 	go p.run(ctx)
 	return p, nil
@@ -130,26 +139,27 @@ func (r *relister) relist(ctx context.Context, since string) ([]watch.Event, err
 	m.SetResourceVersion(acc.GetResourceVersion())
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	now := map[string]runtime.Object{}
+	now := map[string]handed{}
 	var evs []watch.Event
 	for _, it := range items {
 		k, err := cache.MetaNamespaceKeyFunc(it)
 		if err != nil {
 			continue
 		}
-		now[k] = it
+		rv := resourceVersion(it)
+		now[k] = handed{obj: it, rv: rv}
 		old, ok := r.known[k]
 		switch {
 		case !ok:
 			evs = append(evs, watch.Event{Type: watch.Added, Object: it})
 		// guard:relist-modifies-unchanged
-		case resourceVersion(old) != resourceVersion(it):
+		case old.rv != rv:
 			evs = append(evs, watch.Event{Type: watch.Modified, Object: it})
 		}
 	}
 	for k, old := range r.known {
 		if _, ok := now[k]; !ok {
-			evs = append([]watch.Event{{Type: watch.Deleted, Object: old}}, evs...)
+			evs = append([]watch.Event{{Type: watch.Deleted, Object: old.obj}}, evs...)
 		}
 	}
 	r.known = now
@@ -163,10 +173,10 @@ func resourceVersion(o runtime.Object) string {
 	return ""
 }
 
-// see records an event the reflector was handed.
-func (r *relister) see(ev watch.Event, into map[string]runtime.Object) {
-	k, err := cache.MetaNamespaceKeyFunc(ev.Object)
-	if err != nil {
+// see records an event the reflector was handed: its type, its object's key and what was read
+// of it before it was handed on (ok false: it has no key).
+func (r *relister) see(t watch.EventType, k string, ok bool, h handed, into map[string]handed) {
+	if !ok {
 		return
 	}
 	r.mu.Lock()
@@ -174,9 +184,9 @@ func (r *relister) see(ev watch.Event, into map[string]runtime.Object) {
 	if into == nil {
 		into = r.known
 	}
-	switch ev.Type {
+	switch t {
 	case watch.Added, watch.Modified:
-		into[k] = ev.Object
+		into[k] = h
 	case watch.Deleted:
 		delete(into, k)
 	}
@@ -189,9 +199,9 @@ type pump struct {
 	out     chan watch.Event
 	stop    chan struct{}
 	once    sync.Once
-	initial bool                      // a watch list: its ADDED events are the whole store
-	pending map[string]runtime.Object // the watch list's objects until its initial-events-end
-	rv      string                    // the last resourceVersion handed on
+	initial bool              // a watch list: its ADDED events are the whole store
+	pending map[string]handed // the watch list's objects until its initial-events-end
+	rv      string            // the last resourceVersion handed on
 }
 
 func (p *pump) Stop()                          { p.once.Do(func() { close(p.stop) }) }
@@ -235,28 +245,41 @@ func (p *pump) run(ctx context.Context) {
 				return
 			}
 		}
+		if ev.Type == watch.Error {
+			if !p.send(ev) {
+				return
+			}
+			continue
+		}
+		// Read what is followed of the object before it is handed on: from then on it is the
+		// informer's, and its transform may change it from another goroutine.
+		k, kerr := cache.MetaNamespaceKeyFunc(ev.Object)
+		h := handed{obj: ev.Object, rv: resourceVersion(ev.Object)}
+		endOfInitial := false
+		if ev.Type == watch.Bookmark {
+			if m, err := meta.Accessor(ev.Object); err == nil {
+				endOfInitial = m.GetAnnotations()[metav1.InitialEventsAnnotationKey] == "true"
+			}
+		}
 		if !p.send(ev) {
 			return
 		}
-		if ev.Type == watch.Error {
-			continue
-		}
-		if v := resourceVersion(ev.Object); v != "" {
-			p.rv = v
+		if h.rv != "" {
+			p.rv = h.rv
 		}
 		if p.pending != nil {
 			if ev.Type == watch.Bookmark {
-				if m, err := meta.Accessor(ev.Object); err == nil && m.GetAnnotations()[metav1.InitialEventsAnnotationKey] == "true" {
+				if endOfInitial {
 					p.r.mu.Lock()
 					p.r.known, p.pending = p.pending, nil
 					p.r.mu.Unlock()
 				}
 				continue
 			}
-			p.r.see(ev, p.pending)
+			p.r.see(ev.Type, k, kerr == nil, h, p.pending)
 			continue
 		}
-		p.r.see(ev, nil)
+		p.r.see(ev.Type, k, kerr == nil, h, nil)
 	}
 }
 

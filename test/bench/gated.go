@@ -123,6 +123,14 @@ func (b *bench) gatedPair(ctx context.Context, seen *sightings, ns string, i int
 	if err != nil {
 		return [2]time.Duration{}, 0, err
 	}
+	// The two watches are two streams: the request's Granted event can reach the harness after
+	// the Pod's bound event. The grant came before the Pod was let go (its token annotation, in
+	// the write that removes the gate), which the Pod's own stream shows before it is bound.
+	if letGo, err := seen.wait(ctx, "pod/"+gated+" let go", seen.letGo, gated); err != nil {
+		return [2]time.Duration{}, 0, err
+	} else if letGo.Before(granted) {
+		granted = letGo
+	}
 	for _, name := range []string{gated, plain} {
 		// No kubelet stops the bound Pods: delete them at once. The gated Pod's request goes
 		// with it (the manager deletes it), releasing its key.
@@ -202,6 +210,7 @@ func (b *bench) readyNode(ctx context.Context) error {
 type sightings struct {
 	mu      sync.Mutex
 	bound   map[string]time.Time
+	letGo   map[string]time.Time // a gated Pod first seen with its fencing token
 	granted map[string]time.Time
 	changed chan struct{} // closed and replaced on every new sighting
 	cancel  context.CancelFunc
@@ -210,7 +219,7 @@ type sightings struct {
 
 func watchGated(ctx context.Context, c client.WithWatch, ns string) (*sightings, error) {
 	wctx, cancel := context.WithCancel(ctx)
-	s := &sightings{bound: map[string]time.Time{}, granted: map[string]time.Time{}, changed: make(chan struct{}), cancel: cancel}
+	s := &sightings{bound: map[string]time.Time{}, letGo: map[string]time.Time{}, granted: map[string]time.Time{}, changed: make(chan struct{}), cancel: cancel}
 	pods, err := c.Watch(wctx, &corev1.PodList{}, client.InNamespace(ns))
 	if err != nil {
 		cancel()
@@ -248,9 +257,13 @@ func (s *sightings) see(obj any, at time.Time) {
 	defer s.mu.Unlock()
 	switch o := obj.(type) {
 	case *corev1.Pod:
+		_, had := s.letGo[o.Name]
+		if !had && o.Annotations[workload.AnnotationFencingToken] != "" {
+			s.letGo[o.Name] = at
+		}
 		if _, ok := s.bound[o.Name]; !ok && o.Spec.NodeName != "" {
 			s.bound[o.Name] = at
-		} else {
+		} else if had || o.Annotations[workload.AnnotationFencingToken] == "" {
 			return
 		}
 	case *locksv1.LockRequest:
