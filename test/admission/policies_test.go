@@ -314,8 +314,10 @@ spec:
 		expectDenied(t.bob.Delete(ctx, request(t.ns, "in-deleted-namespace", "")), denial(lockRequestRef("in-deleted-namespace"), "turnstile-lockrequest-changes",
 			fmt.Sprintf("lockrequest in-deleted-namespace is held for alice: only its owner, the delegate that created it, or a turnstile-admin in namespace %s may delete it, and you are bob", t.ns)))
 		Expect(admin.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: t.ns}})).To(Succeed())
-		Expect(t.bob.Delete(ctx, request(t.ns, "in-deleted-namespace", ""))).To(Succeed())
-		Expect(t.bob.Delete(ctx, holderLease(t.ns, "in-deleted-namespace"))).To(Succeed())
+		// The policy reads namespaceObject from the API server's namespace informer, which sees
+		// the deletion a moment after the write (under load, more than one try).
+		Eventually(func() error { return t.bob.Delete(ctx, request(t.ns, "in-deleted-namespace", "")) }).Should(Succeed())
+		Eventually(func() error { return t.bob.Delete(ctx, holderLease(t.ns, "in-deleted-namespace")) }).Should(Succeed())
 	})
 
 	It("only an admin force-unlocks (delete projectlock); only a cluster-wide admin freezes (commandlock)", func() {

@@ -146,7 +146,7 @@ func (c *cluster) startManager(name, kubeconfig, namespace string, container map
 	var ctr corev1.Container
 	Expect(runtime.DefaultUnstructuredConverter.FromUnstructured(container, &ctr)).To(Succeed())
 	args := framework.OutsideClusterArgs(ctr.Args, m.metricsAddr, framework.FreeAddr())
-	env, err := framework.DownwardEnv(ctr.Env, namespace, name)
+	env, err := framework.ContainerEnv(ctr, namespace, name)
 	Expect(err).NotTo(HaveOccurred())
 	fmt.Fprintf(GinkgoWriter, "starting manager %s: %s %s %s\n", name, strings.Join(env, " "), managerBin, strings.Join(args, " "))
 	m.p, err = framework.StartProcessLogFileEnv(managerBin, kubeconfig, filepath.Join(c.dir, name+".log"), env, args...)

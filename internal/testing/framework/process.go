@@ -5,15 +5,18 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 )
 
 // Process is the real manager binary running against a control plane.
@@ -117,10 +120,17 @@ func OutsideClusterArgs(deploymentArgs []string, metricsAddr, probeAddr string) 
 
 // DownwardEnv is a container's env as NAME=value, resolved as the kubelet resolves it for a
 // pod of the given namespace and name: values, and fieldRefs to the pod's namespace and name.
-// Anything else is an error rather than a guess.
+// Anything else is an error rather than a guess. ContainerEnv resolves resourceFieldRefs too.
 func DownwardEnv(env []corev1.EnvVar, namespace, podName string) ([]string, error) {
+	return ContainerEnv(corev1.Container{Env: env}, namespace, podName)
+}
+
+// ContainerEnv is DownwardEnv of the container's env, with resourceFieldRefs resolved from its
+// resources as the kubelet does (the limit or request divided by the divisor, rounded up; a
+// missing limit would be the node's allocatable, which a test has not got: an error).
+func ContainerEnv(ctr corev1.Container, namespace, podName string) ([]string, error) {
 	var out []string
-	for _, e := range env {
+	for _, e := range ctr.Env {
 		switch {
 		case e.ValueFrom == nil:
 			out = append(out, e.Name+"="+e.Value)
@@ -128,11 +138,39 @@ func DownwardEnv(env []corev1.EnvVar, namespace, podName string) ([]string, erro
 			out = append(out, e.Name+"="+namespace)
 		case e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.name":
 			out = append(out, e.Name+"="+podName)
+		case e.ValueFrom.ResourceFieldRef != nil:
+			v, err := resourceValue(e.ValueFrom.ResourceFieldRef, ctr.Resources)
+			if err != nil {
+				return nil, fmt.Errorf("env %s: %w", e.Name, err)
+			}
+			out = append(out, e.Name+"="+v)
 		default:
 			return nil, fmt.Errorf("env %s: valueFrom %+v is not resolved outside a cluster", e.Name, *e.ValueFrom)
 		}
 	}
 	return out, nil
+}
+
+func resourceValue(ref *corev1.ResourceFieldSelector, res corev1.ResourceRequirements) (string, error) {
+	kind, name, _ := strings.Cut(ref.Resource, ".")
+	var list corev1.ResourceList
+	switch kind {
+	case "limits":
+		list = res.Limits
+	case "requests":
+		list = res.Requests
+	default:
+		return "", fmt.Errorf("resourceFieldRef %q: not a limits.* or requests.* resource", ref.Resource)
+	}
+	q, ok := list[corev1.ResourceName(name)]
+	if !ok {
+		return "", fmt.Errorf("resourceFieldRef %s: the container sets none (the kubelet would use the node's allocatable)", ref.Resource)
+	}
+	divisor := ref.Divisor
+	if divisor.IsZero() {
+		divisor = resource.MustParse("1")
+	}
+	return strconv.FormatInt(int64(math.Ceil(q.AsApproximateFloat64()/divisor.AsApproximateFloat64())), 10), nil
 }
 
 // Pid is the process id.

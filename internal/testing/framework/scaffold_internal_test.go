@@ -5,6 +5,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 )
 
 func TestOutsideClusterArgs(t *testing.T) {
@@ -46,6 +47,32 @@ func TestDownwardEnv(t *testing.T) {
 	}
 	if _, err := DownwardEnv([]corev1.EnvVar{{Name: "X", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.hostIP"}}}}, "team", "a"); err == nil {
 		t.Error("status.hostIP resolved to something")
+	}
+}
+
+func TestContainerEnvResourceFieldRef(t *testing.T) {
+	ctr := corev1.Container{
+		Env: []corev1.EnvVar{
+			{Name: "GOMEMLIMIT", ValueFrom: &corev1.EnvVarSource{ResourceFieldRef: &corev1.ResourceFieldSelector{Resource: "limits.memory"}}},
+			{Name: "MEM_MI", ValueFrom: &corev1.EnvVarSource{ResourceFieldRef: &corev1.ResourceFieldSelector{Resource: "requests.memory", Divisor: resource.MustParse("1Mi")}}},
+			{Name: "CPUS", ValueFrom: &corev1.EnvVarSource{ResourceFieldRef: &corev1.ResourceFieldSelector{Resource: "limits.cpu"}}},
+		},
+		Resources: corev1.ResourceRequirements{
+			Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("384Mi"), corev1.ResourceCPU: resource.MustParse("500m")},
+			Requests: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")},
+		},
+	}
+	got, err := ContainerEnv(ctr, "team", "manager-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The kubelet rounds up: 500m of a core is 1.
+	if diff := cmp.Diff([]string{"GOMEMLIMIT=402653184", "MEM_MI=64", "CPUS=1"}, got); diff != "" {
+		t.Errorf("env (-want +got):\n%s", diff)
+	}
+	ctr.Resources = corev1.ResourceRequirements{}
+	if _, err := ContainerEnv(ctr, "team", "a"); err == nil {
+		t.Error("a limit the container does not set resolved to something")
 	}
 }
 
