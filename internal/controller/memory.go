@@ -33,8 +33,8 @@ func TrimLockRequest(obj any) (any, error) {
 		return obj, nil
 	}
 	// Every write below is made only when it changes something: an object trimmed once is
-	// trimmed again without a write (pkg/client's relist hands the informer a DELETED event
-	// with the object its store holds, which other goroutines read at the same time).
+	// trimmed again without a write, so a transform that meets an object the store already
+	// holds (which other goroutines read at the same time) is no data race.
 	// guard:trim-managed-fields
 	if lr.ManagedFields != nil {
 		lr.ManagedFields = nil

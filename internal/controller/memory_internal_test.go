@@ -83,9 +83,9 @@ func TestTrimLockRequest(t *testing.T) {
 }
 
 // TestTrimTwiceWritesNothing: an object trimmed once is trimmed again without a write, while
-// other goroutines read it (pkg/client's relist hands the informer a DELETED event with the
-// object its store holds, and the transform runs on it again). Under -race (make test), a write
-// here is a data race; without it the second trim must at least leave the object as it was.
+// other goroutines read it (an object the store holds met by the transform again). Under -race
+// (make test), a write here is a data race; without it the second trim must at least leave the
+// object as it was.
 func TestTrimTwiceWritesNothing(t *testing.T) {
 	lr := scaleRequest(1, locksv1.PhasePending)
 	lr.Status.Conditions = append(lr.Status.Conditions, lr.Status.Conditions[0])

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 )
@@ -25,8 +27,10 @@ func NewInformer(lw cache.ListerWatcher, obj runtime.Object, resync time.Duratio
 // Relisting wraps an informer's ListerWatcher. It follows what its reflector's store holds (every
 // list it returns and every watch event it hands on), and when a watch is answered 410 Gone it
 // lists again itself and hands the reflector the difference as watch events: an ADDED or
-// MODIFIED for each object that is new or changed, a DELETED (with the last state seen) for each
-// object gone, then a BOOKMARK at the list's resourceVersion, and ends the watch. The reflector
+// MODIFIED for each object that is new or changed, then a BOOKMARK at the list's
+// resourceVersion, and ends the watch. When an object the store holds is gone (or was deleted
+// and created again under its name), it hands the 410 on instead (errDeletedMeanwhile): only
+// the reflector's own relist can say that a deletion's final state is unknown. The reflector
 // then watches on from that resourceVersion at once. client-go's reflector would end its
 // ListAndWatch on the 410 and wait out its backoff before listing again; after an API server
 // restart every watch is answered 410 (the new watch cache starts past what the old one sent).
@@ -47,13 +51,12 @@ type relister struct {
 	pages   map[string]handed // a paged list being handed on
 }
 
-// handed is an object handed to the reflector, with its resourceVersion read before it was
+// handed is what the relister keeps of an object handed to the reflector, read before it was
 // handed on: from then on the object is the informer's (its transform may change it in place,
-// from another goroutine), and the relister only hands it back in a DELETED event. A transform
-// must therefore change nothing in an object it has transformed before (TrimLockRequest).
+// from another goroutine).
 type handed struct {
-	obj runtime.Object
 	rv  string
+	uid types.UID
 }
 
 func (r *relister) List(o metav1.ListOptions) (runtime.Object, error) {
@@ -80,7 +83,7 @@ func (r *relister) ListWithContext(ctx context.Context, o metav1.ListOptions) (r
 	}
 	for _, it := range items {
 		if k, err := cache.MetaNamespaceKeyFunc(it); err == nil {
-			r.pages[k] = handed{obj: it, rv: resourceVersion(it)}
+			r.pages[k] = handed{rv: resourceVersion(it), uid: uidOf(it)}
 		}
 	}
 	if acc, err := meta.ListAccessor(list); err == nil && acc.GetContinue() == "" {
@@ -146,24 +149,43 @@ func (r *relister) relist(ctx context.Context, since string) ([]watch.Event, err
 		if err != nil {
 			continue
 		}
-		rv := resourceVersion(it)
-		now[k] = handed{obj: it, rv: rv}
+		rv, id := resourceVersion(it), uidOf(it)
+		now[k] = handed{rv: rv, uid: id}
 		old, ok := r.known[k]
 		switch {
 		case !ok:
 			evs = append(evs, watch.Event{Type: watch.Added, Object: it})
+		// guard:relist-recreated-as-modified
+		case old.uid != id:
+			return nil, errDeletedMeanwhile
 		// guard:relist-modifies-unchanged
 		case old.rv != rv:
 			evs = append(evs, watch.Event{Type: watch.Modified, Object: it})
 		}
 	}
-	for k, old := range r.known {
+	for k := range r.known {
+		// guard:relist-invents-deletions
 		if _, ok := now[k]; !ok {
-			evs = append([]watch.Event{{Type: watch.Deleted, Object: old.obj}}, evs...)
+			return nil, errDeletedMeanwhile
 		}
 	}
 	r.known = now
 	return append(evs, watch.Event{Type: watch.Bookmark, Object: mark}), nil
+}
+
+// errDeletedMeanwhile: an object the reflector's store holds was deleted (or deleted and created
+// again under its name) while the watch was away. A watch event cannot say that a deletion's
+// last state is unknown, and the lock controller reads a deleted request's last state as final
+// (its token); client-go's own relist says so (a DeletedFinalStateUnknown tombstone, which the
+// controller reads as "token unknown"). So the 410 is handed on as it came, and the reflector
+// relists itself, after its backoff.
+var errDeletedMeanwhile = errors.New("relist: an object was deleted while the watch was away")
+
+func uidOf(o runtime.Object) types.UID {
+	if m, err := meta.Accessor(o); err == nil {
+		return m.GetUID()
+	}
+	return ""
 }
 
 func resourceVersion(o runtime.Object) string {
@@ -254,7 +276,7 @@ func (p *pump) run(ctx context.Context) {
 		// Read what is followed of the object before it is handed on: from then on it is the
 		// informer's, and its transform may change it from another goroutine.
 		k, kerr := cache.MetaNamespaceKeyFunc(ev.Object)
-		h := handed{obj: ev.Object, rv: resourceVersion(ev.Object)}
+		h := handed{rv: resourceVersion(ev.Object), uid: uidOf(ev.Object)}
 		endOfInitial := false
 		if ev.Type == watch.Bookmark {
 			if m, err := meta.Accessor(ev.Object); err == nil {

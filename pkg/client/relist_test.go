@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
 
@@ -29,7 +30,12 @@ type server struct {
 
 func lr(name, rv string) *locksv1.LockRequest {
 	o := &locksv1.LockRequest{}
-	o.Namespace, o.Name, o.ResourceVersion = "ns", name, rv
+	o.Namespace, o.Name, o.ResourceVersion, o.UID = "ns", name, rv, types.UID(name)
+	return o
+}
+
+func withUID(o *locksv1.LockRequest, uid string) *locksv1.LockRequest {
+	o.UID = types.UID(uid)
 	return o
 }
 
@@ -101,11 +107,21 @@ func TestRelisting(t *testing.T) {
 		since   string // the relist's resourceVersion, at least as fresh as what the reflector saw
 	}{
 		{name: "the watch request answered 410", list: true, watches: []any{gone},
-			now:  []*locksv1.LockRequest{lr("a", "5"), lr("c", "6")},
-			want: []string{"DELETED b@1", "MODIFIED a@5", "ADDED c@6", "BOOKMARK @12"}, since: "10/NotOlderThan"},
+			now:  []*locksv1.LockRequest{lr("a", "5"), lr("b", "1"), lr("c", "6")},
+			want: []string{"MODIFIED a@5", "ADDED c@6", "BOOKMARK @12"}, since: "10/NotOlderThan"},
 		{name: "410 in the stream, after an event", list: true, watches: []any{[]watch.Event{modified(lr("b", "3")), status(gone)}},
+			now:  []*locksv1.LockRequest{lr("a", "1"), lr("b", "3"), lr("c", "7")},
+			want: []string{"MODIFIED b@3", "ADDED c@7", "BOOKMARK @12"}, since: "3/NotOlderThan"},
+		{name: "an object deleted meanwhile: the 410 as it came (only the reflector's relist says its final state is unknown)",
+			list: true, watches: []any{[]watch.Event{modified(lr("b", "3")), status(gone)}},
 			now:  []*locksv1.LockRequest{lr("a", "1"), lr("c", "7")},
-			want: []string{"MODIFIED b@3", "DELETED b@3", "ADDED c@7", "BOOKMARK @12"}, since: "3/NotOlderThan"},
+			want: []string{"MODIFIED b@3", "ERROR too old resource version: 10 (12)"}},
+		{name: "the watch request answered 410, an object deleted meanwhile", list: true, watches: []any{gone},
+			now:  []*locksv1.LockRequest{lr("a", "5")},
+			want: []string{"WATCH ERROR too old resource version: 10 (12)"}},
+		{name: "an object deleted and created again under its name: the 410 as it came", list: true, watches: []any{[]watch.Event{status(gone)}},
+			now:  []*locksv1.LockRequest{lr("a", "1"), withUID(lr("b", "9"), "b-2")},
+			want: []string{"ERROR too old resource version: 10 (12)"}},
 		{name: "a watch list's initial events are the store", watches: []any{[]watch.Event{
 			{Type: watch.Added, Object: lr("x", "9")}, {Type: watch.Bookmark, Object: end}, status(gone)}},
 			now:  []*locksv1.LockRequest{lr("x", "9"), lr("y", "12")},
@@ -128,11 +144,13 @@ func TestRelisting(t *testing.T) {
 				opts = metav1.ListOptions{SendInitialEvents: ptr.To(true), ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan}
 			}
 			s.objects, s.rv, s.listErr = tc.now, "12", tc.listErr
-			w, err := r.WatchWithContext(ctx, opts)
-			if err != nil {
-				t.Fatal(err)
+			var got []string
+			if w, err := r.WatchWithContext(ctx, opts); err != nil {
+				got = []string{"WATCH ERROR " + err.Error()}
+			} else {
+				got = drain(w)
 			}
-			if diff := cmp.Diff(tc.want, drain(w)); diff != "" {
+			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("events (-want +got):\n%s", diff)
 			}
 			if relist := s.listed[len(s.listed)-1]; tc.since != "" && relist != tc.since {
