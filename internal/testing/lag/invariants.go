@@ -185,7 +185,7 @@ func (inv *Invariants) checkRequests(reqs []*locksv1.LockRequest) ([]string, map
 			out = append(out, fmt.Sprintf("mutual exclusion: %s is held by %d identities: %s", key, len(ids), strings.Join(parts, "; ")))
 		}
 		for _, h := range hs {
-			out = append(out, inv.observeToken(key, h.lr, h.token)...)
+			out = append(out, inv.observeToken(key, h.lr, h.token, exclusiveHolding(key, hs, h.lr))...)
 		}
 	}
 	return out, holders
@@ -244,7 +244,7 @@ func keyToken(lr *locksv1.LockRequest, l locksv1.LockStatus) int64 {
 // pass the holder's per-key token or its request-level token to the system it fences: a new
 // holder identity's tokens must be above every token an earlier holder showed, and within one
 // identity's tenure the per-key token may rise (a re-issued grant) but never fall.
-func (inv *Invariants) observeToken(key string, lr *locksv1.LockRequest, keyTok int64) []string {
+func (inv *Invariants) observeToken(key string, lr *locksv1.LockRequest, keyTok int64, reentrant bool) []string {
 	var out []string
 	id := lr.Spec.Holder.ID()
 	reqTok := lr.Status.FencingToken
@@ -253,7 +253,7 @@ func (inv *Invariants) observeToken(key string, lr *locksv1.LockRequest, keyTok 
 	}
 	t, seen := inv.tokens[key]
 	if queue.SharedOn(lr, keyName(key)) {
-		return append(out, inv.observeShared(key, lr, keyTok, t)...)
+		return append(out, inv.observeShared(key, lr, keyTok, t, reentrant)...)
 	}
 	switch {
 	case !seen || t.identity != id:
@@ -276,33 +276,60 @@ func (inv *Invariants) observeToken(key string, lr *locksv1.LockRequest, keyTok 
 
 // observeShared checks a shared holder of key. Shared holders of many identities hold together,
 // each with its own token: one seen holding for the first time must show a token above every
-// token an exclusive holder of the key showed before it (readers after a writer), and not below
-// the per-key token of a shared holder seen before it (shared grants of one write share a
-// token). The next exclusive holder is then a new tenure, above every token seen (a writer after
-// readers of another identity: observeToken).
-func (inv *Invariants) observeShared(key string, lr *locksv1.LockRequest, keyTok int64, t tenure) []string {
+// token, per key or request-level, an exclusive holder of the key showed before it (readers
+// after a writer), and not below the per-key token of a shared holder seen before it (shared
+// grants of one write share a token) — unless it joined, re-entrant, the holding of an
+// exclusive holder of its own identity that holds the key in the same state (reentrant): it
+// then shares that holding's per-key token, which is not below the identity's tenure start
+// (as observeToken judges one identity's requests). A request-level token of the exclusive
+// holder is its highest over all its keys, and says nothing of this key's holding: seed 3 of
+// the shared simulation joined r0026 to r0020's holding at its token 1284 while r0020 showed
+// 1290 for another key. The next exclusive holder is then a new tenure, above every token seen
+// (a writer after readers of another identity: observeToken).
+func (inv *Invariants) observeShared(key string, lr *locksv1.LockRequest, keyTok int64, t tenure, reentrant bool) []string {
 	var out []string
 	if inv.sharedSeen == nil {
 		inv.sharedSeen = map[string]bool{}
 	}
 	seenKey := key + "\x00" + string(lr.UID)
-	if !inv.sharedSeen[seenKey] {
-		if keyTok < t.exclusive || keyTok == t.exclusive && lr.Spec.Holder.ID() != t.exclusiveID {
+	id := lr.Spec.Holder.ID()
+	switch {
+	case inv.sharedSeen[seenKey]:
+	case reentrant && t.identity == id:
+		if keyTok < t.start {
+			out = append(out, fmt.Sprintf("fencing: %s joins its identity's holding of %s shared with token %d, below %d its identity %s held it with before", lr.Name, key, keyTok, t.start, id))
+		}
+	default:
+		// Equal only for a request granted in the same write as the exclusive holder of its
+		// own identity, seen once that holder has gone.
+		if keyTok < t.exclusive || keyTok == t.exclusive && id != t.exclusiveID {
 			out = append(out, fmt.Sprintf("fencing: %s holds %s shared with token %d, not above %d that an exclusive holder showed before", lr.Name, key, keyTok, t.exclusive))
 		}
 		if keyTok < t.shared {
 			out = append(out, fmt.Sprintf("fencing: %s holds %s shared with token %d, below %d that a shared holder showed before", lr.Name, key, keyTok, t.shared))
 		}
-		inv.sharedSeen[seenKey] = true
 	}
+	inv.sharedSeen[seenKey] = true
 	// The next holder of another identity is a new tenure (observeToken checks it above every
 	// token seen); one of this identity re-enters: an exclusive request of a reader's own
 	// identity joins it, the whole holding then taking one new token.
-	t.identity, t.request = lr.Spec.Holder.ID(), lr.Name
+	t.identity, t.request = id, lr.Name
 	t.shared = max(t.shared, keyTok)
 	t.ceiling = max(t.ceiling, keyTok, lr.Status.FencingToken)
 	inv.tokens[key] = t
 	return out
+}
+
+// exclusiveHolding reports whether a request of lr's identity holds key in Exclusive mode among
+// hs (the key's holders in one state): a shared request of that identity then holds the key
+// re-entrant, in that holding.
+func exclusiveHolding(key string, hs []holding, lr *locksv1.LockRequest) bool {
+	for _, h := range hs {
+		if h.lr.Spec.Holder.ID() == lr.Spec.Holder.ID() && !queue.SharedOn(h.lr, keyName(key)) {
+			return true
+		}
+	}
+	return false
 }
 
 // keyName is the ProjectLock name of a "namespace/name" key.
