@@ -384,7 +384,7 @@ func reject(holders []*entry, a admission, cfg Config) (waiting, rejected []*ent
 // yet is not trying this key: the key it has reached decides whether it is busy.
 func tryOnce(holders []*entry, a admission) (waiting, rejected []*entry) {
 	for _, e := range a.waiting {
-		if e.req.Spec.WaitTimeout == nil || e.req.Spec.WaitTimeout.Duration != 0 || (e.frozen == nil && !reached(e)) {
+		if !triesOnce(e) || (e.frozen == nil && !reached(e)) {
 			waiting = append(waiting, e)
 			continue
 		}

@@ -376,9 +376,13 @@ func (g *grantTokens) check(t testing.TB, where string, w *world) {
 // TestDecideRandomizedShared is TestDecideRandomized with a third of the requests Shared: the
 // invariants (no exclusive holder beside a holder of another identity; tokens never go down, and
 // every grant's is above the tokens granted before it) and the fixed point hold.
+//
+// Seeds 284 and 304 are kept: a writer with waitTimeout 0s ahead of readers held them back in
+// the decision that failed it, so deciding again granted them (not a fixed point; mutant
+// shared-try-once-writer-holds-back). Seeds 1-600 pass.
 func TestDecideRandomizedShared(t *testing.T) {
 	total := map[string]int{}
-	for seed := uint64(1); seed <= 10; seed++ {
+	for _, seed := range []uint64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 284, 304} {
 		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
 			for k, n := range simulateModes(t, seed, 300, true) {
 				total[k] += n

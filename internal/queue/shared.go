@@ -57,7 +57,8 @@ func compatible(set []*entry, e *entry) bool {
 // once (re-entrant, as always). Every other grantable waiter, in queue order, holds if it is
 // compatible with the holders (compatible) — until the first grantable exclusive waiter that
 // cannot: no request behind it passes it (writer preference, as etcd's RWMutex), so a stream of
-// readers never starves a writer. A waiter that is not grantable (its command frozen, or an
+// readers never starves a writer. A writer that tries once (waitTimeout 0s) and cannot hold
+// fails now, and stops nobody. A waiter that is not grantable (its command frozen, or an
 // earlier key of its own not held yet) stops nobody. At most MaxSharedHolders hold in Shared
 // mode; the next shared waiter waits for one of them to leave.
 func admitModes(holders, waiting []*entry) (granted, rest []*entry) {
@@ -75,12 +76,21 @@ func admitModes(holders, waiting []*entry) (granted, rest []*entry) {
 		case compatible(set, e) && (!e.shared || len(set) < locksv1.MaxSharedHolders):
 			granted, set = append(granted, e), append(set, e)
 			continue
-		case !e.shared:
+		// A writer that tries once (waitTimeout 0s) fails in this decision (tryOnce): it
+		// leaves now, so it holds back nobody behind it.
+		// guard:shared-try-once-writer-holds-back
+		case !e.shared && !triesOnce(e):
 			writer = e
 		}
 		rest = append(rest, e)
 	}
 	return granted, rest
+}
+
+// triesOnce reports whether e asks never to wait (waitTimeout 0s): if it cannot hold now, the
+// decision fails it (tryOnce).
+func triesOnce(e *entry) bool {
+	return e.req.Spec.WaitTimeout != nil && e.req.Spec.WaitTimeout.Duration == 0
 }
 
 // holderTokens is the holders after the decision, each with its token for the key (new

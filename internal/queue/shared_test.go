@@ -255,3 +255,23 @@ func TestSharedHoldersCapped(t *testing.T) {
 		t.Errorf("waiting (-want +got):\n%s", diff)
 	}
 }
+
+// TestSharedTryOnceWriterHoldsBackNobody: a writer with waitTimeout 0s that finds readers
+// holding fails Busy in the decision, and a reader behind it is granted in that same decision,
+// not at the next event (mutant shared-try-once-writer-holds-back).
+func TestSharedTryOnceWriterHoldsBackNobody(t *testing.T) {
+	cfg := testConfig()
+	w := newWorld(t)
+	w.add(reader("r1", "alice"))
+	w.decide(name1, now, cfg)
+	w.add(makeReq("w").Owner("bob", 0).WaitTimeout(0).Obj())
+	w.add(reader("r2", "carol"))
+	d := w.decideOnce(name1, now.Add(time.Second), cfg)
+	t1, t2 := tokenOf(t, w, "r1"), tokenOf(t, w, "r2")
+	if diff := cmp.Diff(sharedView{Mode: locksv1.ModeShared, Holders: []string{"r1:" + itoa(t1), "r2:" + itoa(t2)}, Count: 2}, sharedViewOf(w, d)); diff != "" {
+		t.Fatalf("the reader behind the try-once writer holds with the first (-want +got):\n%s", diff)
+	}
+	if got := w.get("w").Status.Phase; got != locksv1.PhaseFailed {
+		t.Errorf("try-once writer phase %s, want Failed", got)
+	}
+}
