@@ -453,6 +453,14 @@ func (d *DeadlockDetector) snapshot(ctx context.Context, namespace string) (*dea
 	}
 	now := d.clock.Now()
 	freezes, _ := queue.ResolveFreezes(cls.Items, d.flags, now)
+	// guard:deadlock-window-namespace-labels
+	if freezes.NeedsNamespaceLabels() {
+		labels, err := namespaceLabels(ctx, d.client, namespace)
+		if err != nil {
+			return nil, err
+		}
+		freezes = freezes.InNamespace(labels)
+	}
 	return deadlock.Build(WaitsFor(locks.Items, reqs.Items, freezes, now, d.cfg)), nil
 }
 
@@ -460,7 +468,9 @@ func (d *DeadlockDetector) snapshot(ctx context.Context, namespace string) (*dea
 // grant order. Pure.
 //
 // A request waits on the first key it does not hold yet (keys are taken in order); a frozen
-// request waits on the freeze, not on anyone, so it adds no edge. A ProjectLock's holder counts
+// request waits on the freeze, not on anyone, so it adds no edge (frozen as grants judge it:
+// freeze windows by scope, spec.bypassFreeze — freezes carries the namespace's labels when a
+// window selects namespaces). A ProjectLock's holder counts
 // only while one of the requests it lists is still live (not finished, not released, not being
 // deleted): the ProjectLock is written after the outgoing holder's requests, so for a moment it
 // names a holder that has let go, and an edge to it could close a cycle that never exists (bob
@@ -509,7 +519,9 @@ func WaitsFor(locks []locksv1.ProjectLock, reqs []locksv1.LockRequest, freezes q
 		if lr.Status.Phase != locksv1.PhasePending || !live[string(lr.UID)] {
 			continue
 		}
-		if _, frozen := freezes.For(lr.Spec.Command); frozen {
+		// Judged per request, as grants judge it: a window's scope, and spec.bypassFreeze.
+		// guard:deadlock-freeze-per-request
+		if _, frozen := freezes.ForRequest(lr); frozen {
 			continue
 		}
 		ref, ok := queue.FirstUnheld(lr)

@@ -145,6 +145,23 @@ func TestWaitsFor(t *testing.T) {
 			freezes:  applyFrozen,
 			wantKeys: []keyView{{Key: dlKey("k1"), Holder: "alice#1"}, {Key: dlKey("k2"), Holder: "bob#2", Queue: []string{"alice#1/a2"}}},
 		},
+		// A request whose spec.bypassFreeze lets it past its command's freeze is granted
+		// through it (Freezes.ForRequest): it waits for the holder ahead of it like anyone, and
+		// a cycle through it is a deadlock.
+		"a request that bypasses its command's freeze waits on the holder": {
+			locks: []locksv1.ProjectLock{lockK1, lockK2},
+			reqs: []*wrappers.LockRequestWrapper{a1, b1(), a2, func() *wrappers.LockRequestWrapper {
+				b := b2().Command("apply")
+				b.Spec.BypassFreeze = &locksv1.FreezeBypass{Reason: "hotfix"}
+				return b
+			}()},
+			freezes: applyFrozen,
+			wantKeys: []keyView{
+				{Key: dlKey("k1"), Holder: "alice#1", Queue: []string{"bob#2/b2"}},
+				{Key: dlKey("k2"), Holder: "bob#2", Queue: []string{"alice#1/a2"}},
+			},
+			wantCycle: "deadlock: alice#1 waits for bob#2 on acme/infra/k2/default; bob#2 waits for alice#1 on acme/infra/k1/default",
+		},
 		"a request with several keys waits on the first it does not hold": {
 			locks: []locksv1.ProjectLock{dlLock("k1", "alice", 1, "m"), dlLock("k3", "carol", 3, "c1")},
 			reqs: []*wrappers.LockRequestWrapper{

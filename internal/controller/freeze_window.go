@@ -22,13 +22,22 @@ func (r *LockReconciler) inNamespace(ctx context.Context, ns string, freezes *qu
 	if !freezes.NeedsNamespaceLabels() {
 		return nil
 	}
+	labels, err := namespaceLabels(ctx, r.client, ns)
+	if err != nil {
+		return err
+	}
+	*freezes = freezes.InNamespace(labels)
+	return nil
+}
+
+// namespaceLabels reads the labels of namespace ns (metadata only; none if it is gone).
+func namespaceLabels(ctx context.Context, c client.Reader, ns string) (map[string]string, error) {
 	var meta metav1.PartialObjectMetadata
 	meta.SetGroupVersionKind(schema.GroupVersionKind{Version: "v1", Kind: "Namespace"})
-	if err := r.client.Get(ctx, client.ObjectKey{Name: ns}, &meta); client.IgnoreNotFound(err) != nil {
-		return fmt.Errorf("read namespace %s for freeze windows: %w", ns, err)
+	if err := c.Get(ctx, client.ObjectKey{Name: ns}, &meta); client.IgnoreNotFound(err) != nil {
+		return nil, fmt.Errorf("read namespace %s for freeze windows: %w", ns, err)
 	}
-	*freezes = freezes.InNamespace(meta.Labels)
-	return nil
+	return meta.Labels, nil
 }
 
 // recordBypass records a grant that spec.bypassFreeze let past a freeze: a Warning event on

@@ -149,6 +149,35 @@ var _ = Describe("CommandLock freeze windows", func() {
 		consistentlyPhase(ns, "a", locksv1.PhasePending, time.Second)
 	})
 
+	It("leaves a request a namespace-scoped window freezes out of the deadlock graph, as grants judge it", func() {
+		// The classic deadlock's last request, b2, is an apply in a namespace the window
+		// selects by label: it waits on the freeze, not on alice, so there is no cycle. The
+		// detector reads the namespace's labels as the grant path does; without them it would
+		// see b2 waiting for alice#1 and fail it as a deadlock victim.
+		withClockAt(time.Date(2027, time.March, 27, 12, 0, 0, 0, berlin))
+		var n corev1.Namespace
+		Expect(k8s.Get(ctx, client.ObjectKey{Name: ns}, &n)).To(Succeed())
+		n.Labels["team"] = "a"
+		Expect(k8s.Update(ctx, &n)).To(Succeed())
+		w := friday()
+		w.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"team": "a"}}
+		windowLock(w)
+		Eventually(clCond("apply", locksv1.ConditionLocked), timeout, interval).Should(HavePrefix("True/Window: "))
+
+		on := func(name, path, owner string, pull int64) *LockRequestWrapper {
+			return MakeLockRequest(name, ns).Lock("acme/infra", path, "default").Owner(owner, pull).Command("plan")
+		}
+		create(on("a1", "k1", "alice", 1).Obj(), on("b1", "k2", "bob", 2).Obj())
+		expectPhase(ns, "a1", locksv1.PhaseGranted)
+		expectPhase(ns, "b1", locksv1.PhaseGranted)
+		create(on("a2", "k2", "alice", 1).Obj(), on("b2", "k1", "bob", 2).Command("apply").Obj())
+		Eventually(condOf(ns, "b2"), timeout, interval).Should(HavePrefix("False/CommandLocked: Apply commands are frozen by window friday"))
+		Consistently(func() []locksv1.LockRequestPhase {
+			return []locksv1.LockRequestPhase{phaseOf(ns, "a2")(), phaseOf(ns, "b2")()}
+		}, options.DeadlockScan+time.Second, interval).Should(Equal([]locksv1.LockRequestPhase{locksv1.PhasePending, locksv1.PhasePending}),
+			"no deadlock victim: b2 waits on the window")
+	})
+
 	It("holds back outside an Allow window, and Deny beats an Allow window in force", func() {
 		withClockAt(time.Date(2027, time.March, 27, 12, 0, 0, 0, berlin))
 		maint := locksv1.FreezeWindow{Name: "maint", Schedule: "0 10 * * *", Duration: metav1.Duration{Duration: 4 * time.Hour},
