@@ -73,6 +73,19 @@ func clWindows() func() string {
 	}
 }
 
+// teamWindow labels namespace ns team=a and creates the apply CommandLock with the friday
+// window for namespaces labelled so.
+func teamWindow(ns string) {
+	GinkgoHelper()
+	var n corev1.Namespace
+	Expect(k8s.Get(ctx, client.ObjectKey{Name: ns}, &n)).To(Succeed())
+	n.Labels["team"] = "a"
+	Expect(k8s.Update(ctx, &n)).To(Succeed())
+	w := friday()
+	w.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"team": "a"}}
+	windowLock(w)
+}
+
 var _ = Describe("CommandLock freeze windows", func() {
 	var ns string
 	berlin, _ := time.LoadLocation("Europe/Berlin")
@@ -133,13 +146,7 @@ var _ = Describe("CommandLock freeze windows", func() {
 		DeferCleanup(func() {
 			Expect(k8s.DeleteAllOf(ctx, &locksv1.LockRequest{}, client.InNamespace(other))).To(Succeed())
 		})
-		var n corev1.Namespace
-		Expect(k8s.Get(ctx, client.ObjectKey{Name: ns}, &n)).To(Succeed())
-		n.Labels["team"] = "a"
-		Expect(k8s.Update(ctx, &n)).To(Succeed())
-		w := friday()
-		w.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"team": "a"}}
-		windowLock(w)
+		teamWindow(ns)
 		Eventually(clCond("apply", locksv1.ConditionLocked), timeout, interval).Should(
 			Equal("True/Window: Apply commands are frozen by window friday of commandlock apply: Deny window in force (for namespaces team=a) until 2027-03-29T06:00:00Z"))
 
@@ -155,13 +162,7 @@ var _ = Describe("CommandLock freeze windows", func() {
 		// detector reads the namespace's labels as the grant path does; without them it would
 		// see b2 waiting for alice#1 and fail it as a deadlock victim.
 		withClockAt(time.Date(2027, time.March, 27, 12, 0, 0, 0, berlin))
-		var n corev1.Namespace
-		Expect(k8s.Get(ctx, client.ObjectKey{Name: ns}, &n)).To(Succeed())
-		n.Labels["team"] = "a"
-		Expect(k8s.Update(ctx, &n)).To(Succeed())
-		w := friday()
-		w.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"team": "a"}}
-		windowLock(w)
+		teamWindow(ns)
 		Eventually(clCond("apply", locksv1.ConditionLocked), timeout, interval).Should(HavePrefix("True/Window: "))
 
 		on := func(name, path, owner string, pull int64) *LockRequestWrapper {
