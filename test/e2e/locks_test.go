@@ -24,20 +24,24 @@ func holderAndWaiter(ns string) int64 {
 	return token100
 }
 
-var _ = Describe("Turnstile, driven with kubectl", func() {
-	var ns string
-
+// inFreshNamespace gives each spec of the container a namespace of its own in *ns, with the
+// manager running before and after it, and the namespace's state dumped when it fails.
+func inFreshNamespace(ns *string) {
 	BeforeEach(func() {
 		Expect(manager.Running()).To(Succeed())
-		ns = createNamespace()
+		*ns = createNamespace()
 	})
-
 	AfterEach(func() {
 		if CurrentSpecReport().Failed() {
-			dumpState(ns)
+			dumpState(*ns)
 		}
 		Expect(manager.Running()).To(Succeed())
 	})
+}
+
+var _ = Describe("Turnstile, driven with kubectl", func() {
+	var ns string
+	inFreshNamespace(&ns)
 
 	It("a user takes, queues and hands off a lock", func() {
 		By("taking a free lock with the sample LockRequest")

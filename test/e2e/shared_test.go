@@ -24,18 +24,7 @@ func keyToken(ns, lr string) int64 {
 
 var _ = Describe("Shared locks, driven with kubectl", func() {
 	var ns string
-
-	BeforeEach(func() {
-		Expect(manager.Running()).To(Succeed())
-		ns = createNamespace()
-	})
-
-	AfterEach(func() {
-		if CurrentSpecReport().Failed() {
-			dumpState(ns)
-		}
-		Expect(manager.Running()).To(Succeed())
-	})
+	inFreshNamespace(&ns)
 
 	apply := func(r lockRequest) {
 		GinkgoHelper()
