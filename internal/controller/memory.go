@@ -23,7 +23,9 @@ import (
 const annotationPrefix = "locks.turnstile.dev/"
 
 // TrimLockRequest is the cache transform of LockRequests: it drops what no decision reads —
-// managedFields and every annotation outside annotationPrefix — and makes the strings that
+// managedFields, the labels (the client's owner, pull and repo labels are for people's label
+// selectors; the manager selects no LockRequest by label) and every annotation outside
+// annotationPrefix — and makes the strings that
 // thousands of requests share (namespace, lock targets, command, ProjectLock names, condition
 // types, statuses, reasons and fixed messages) point to one copy each, and what one request
 // says twice (its conditions' message, its blockedBy) to one copy. Nothing the manager writes is lost: it
@@ -40,6 +42,10 @@ func TrimLockRequest(obj any) (any, error) {
 	// guard:trim-managed-fields
 	if lr.ManagedFields != nil {
 		lr.ManagedFields = nil
+	}
+	// guard:trim-labels
+	if lr.Labels != nil {
+		lr.Labels = nil
 	}
 	// guard:trim-annotations
 	if kept := keepAnnotations(lr.Annotations); len(kept) != len(lr.Annotations) {

@@ -68,9 +68,12 @@ func TestTrimLockRequest(t *testing.T) {
 	if got.Annotations[createdBy] != orig.Annotations[createdBy] {
 		t.Errorf("the creator stamp the holder Lease check reads is %q, want %q", got.Annotations[createdBy], orig.Annotations[createdBy])
 	}
+	if got.Labels != nil {
+		t.Error("labels kept: the manager selects no LockRequest by label")
+	}
 	if !reflect.DeepEqual(got.Spec, orig.Spec) || !reflect.DeepEqual(got.Status, orig.Status) ||
-		!reflect.DeepEqual(got.Labels, orig.Labels) || !reflect.DeepEqual(got.OwnerReferences, orig.OwnerReferences) {
-		t.Error("spec, status, labels or ownerReferences changed")
+		!reflect.DeepEqual(got.OwnerReferences, orig.OwnerReferences) {
+		t.Error("spec, status or ownerReferences changed")
 	}
 	plain := &locksv1.LockRequest{}
 	plain.Annotations = map[string]string{"other/a": "1"}
