@@ -17,6 +17,7 @@ import (
 	"github.com/turnstile-dev/turnstile/internal/deadlock"
 	"github.com/turnstile-dev/turnstile/internal/queue"
 	"github.com/turnstile-dev/turnstile/internal/testing/framework"
+	turnstile "github.com/turnstile-dev/turnstile/pkg/client"
 )
 
 // ScaleResult is one manager run on Requests requests over Keys keys in Namespaces namespaces,
@@ -180,6 +181,8 @@ func (b *bench) createScale(ctx context.Context, run *scaleRun, n int) error {
 		i := from + j
 		lr := request(run.nss[run.shape.namespace(i)], fmt.Sprintf("s-%06d", i), "bench/scale",
 			fmt.Sprintf("k%05d", run.shape.key(i)), fmt.Sprintf("owner%06d", i), int64(i+1))
+		// The labels the Go client and kubectl turnstile give every request they create.
+		lr.Labels = turnstile.LabelsFor(&lr.Spec)
 		if err := lastApplied(lr); err != nil {
 			return err
 		}
@@ -193,8 +196,8 @@ func (b *bench) createScale(ctx context.Context, run *scaleRun, n int) error {
 }
 
 // lastApplied sets the annotation `kubectl apply` leaves on what it creates (the whole object
-// as JSON): requests are applied by pipelines, and the annotation is part of what a cache of
-// them would hold.
+// as JSON, labels included): requests are applied by pipelines, and the annotation is part of
+// what a cache of them would hold.
 func lastApplied(lr *locksv1.LockRequest) error {
 	applied := lr.DeepCopy()
 	applied.APIVersion, applied.Kind = locksv1.GroupVersion.String(), "LockRequest"
