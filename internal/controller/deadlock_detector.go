@@ -206,12 +206,12 @@ func (d *DeadlockDetector) noCycleThrough(ctx context.Context, namespace string,
 			}
 			return false
 		}
-		var same locksv1.LockRequestList
-		if err := d.client.List(ctx, &same, client.InNamespace(namespace),
-			client.MatchingFields{IndexHolderIdentity: lr.Spec.Holder.ID().Key()}, client.UnsafeDisableDeepCopy); err != nil {
+		var bucket locksv1.LockRequestList
+		if err := d.client.List(ctx, &bucket, client.InNamespace(namespace),
+			client.MatchingFields{IndexHolderIdentity: IdentityBucket(lr.Spec.Holder.ID())}, client.UnsafeDisableDeepCopy); err != nil {
 			return false
 		}
-		if !cannotCloseCycle(&lr, w.last, same.Items) {
+		if !cannotCloseCycle(&lr, w.last, sameIdentity(bucket.Items, lr.Spec.Holder.ID())) {
 			return false
 		}
 	}
@@ -247,6 +247,19 @@ func cannotCloseCycle(w *locksv1.LockRequest, last bool, same []locksv1.LockRequ
 		}
 	}
 	return true
+}
+
+// sameIdentity is the requests of items whose holder is id (items is an IndexHolderIdentity
+// bucket, which holds other identities too).
+func sameIdentity(items []locksv1.LockRequest, id locksv1.HolderID) []locksv1.LockRequest {
+	var out []locksv1.LockRequest
+	for i := range items {
+		// guard:identity-bucket-filter
+		if items[i].Spec.Holder.ID() == id {
+			out = append(out, items[i])
+		}
+	}
+	return out
 }
 
 // isLive reports whether a request can still hold or wait: not finished, not released, not

@@ -5,10 +5,11 @@ package controller
 
 import (
 	"context"
+	"hash/fnv"
+	"strconv"
 
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
 	"github.com/turnstile-dev/turnstile/internal/lockkey"
@@ -22,16 +23,42 @@ const (
 	IndexCommand = "spec.command"
 	// IndexHolderLease indexes LockRequests by spec.holder.lease.
 	IndexHolderLease = "spec.holder.lease"
-	// IndexHolderIdentity indexes LockRequests by holder identity (HolderID.Key, injective: an
-	// owner containing '#' is not another identity), so the deadlock detector can tell whether
-	// anyone could be waiting for an identity.
+	// IndexHolderIdentity indexes LockRequests by a bucket of their holder identity
+	// (IdentityBucket), so the deadlock detector can tell whether anyone could be waiting for an
+	// identity: it lists the identity's bucket and keeps the requests of the identity
+	// (sameIdentity). A bucket, not the identity: most identities have one request, and an index
+	// value costs a set of its own (about 250 bytes); identityBuckets sets per namespace cost
+	// what a few requests' sets did.
 	IndexHolderIdentity = "spec.holder.identity"
+	// identityBuckets is how many buckets a namespace's identities fall into.
+	identityBuckets = 16
 )
 
-// Index is one field index of LockRequests: Field's values for an object. A Namespaced index
-// is only ever listed within one namespace, so it keeps only the namespaced keys: the cache's
-// IndexField keeps every value twice (also under "all namespaces"), and an index with a value
-// per request (the holder identity) is then two small sets per request.
+// IdentityBucket is the bucket of IndexHolderIdentity that id falls in: a hash of its Key, so
+// every request of one identity is in one bucket.
+func IdentityBucket(id locksv1.HolderID) string {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(id.Key()))
+	sum := h.Sum64()
+	sum ^= sum >> 29 // fold: FNV's low bits alone spread similar keys poorly
+	sum *= 0xbf58476d1ce4e5b9
+	sum ^= sum >> 32
+	return bucketNames[sum%identityBuckets]
+}
+
+// bucketNames are the index values of the buckets, one shared string each.
+var bucketNames = func() []string {
+	out := make([]string, identityBuckets)
+	for i := range out {
+		out[i] = strconv.Itoa(i)
+	}
+	return out
+}()
+
+// Index is one field index of LockRequests: Field's values for an object. The cache's
+// IndexField keeps every value twice, under the object's namespace and under "all
+// namespaces"; each index here keeps only the one its readers list: a Namespaced index is only
+// ever listed within one namespace, the others only across all of them.
 type Index struct {
 	Field      string
 	Values     func(*locksv1.LockRequest) []string
@@ -44,7 +71,7 @@ var Indexes = []Index{
 	// A CommandLock is cluster-wide: its requests are listed across namespaces.
 	{IndexCommand, func(lr *locksv1.LockRequest) []string { return nonEmpty(lr.Spec.Command) }, false},
 	{IndexHolderLease, func(lr *locksv1.LockRequest) []string { return nonEmpty(lr.Spec.Holder.Lease) }, true},
-	{IndexHolderIdentity, func(lr *locksv1.LockRequest) []string { return []string{lr.Spec.Holder.ID().Key()} }, true},
+	{IndexHolderIdentity, func(lr *locksv1.LockRequest) []string { return []string{IdentityBucket(lr.Spec.Holder.ID())} }, true},
 }
 
 func nonEmpty(s string) []string {
@@ -54,38 +81,41 @@ func nonEmpty(s string) []string {
 	return []string{s}
 }
 
-// SetupIndexes registers Indexes with the cache c: the namespaced ones directly on the
-// LockRequest informer, under the name and keys the cache's reader looks up for a list with
-// client.InNamespace and client.MatchingFields ("field:<field>", "<namespace>/<value>").
+// allNamespaces is the "namespace" of the cache reader's keys for a list across namespaces.
+const allNamespaces = "__all_namespaces"
+
+// SetupIndexes registers Indexes directly on the LockRequest informer of the cache c, under the
+// name and keys the cache's reader looks up for a list with client.MatchingFields
+// ("field:<field>"; "<namespace>/<value>" with client.InNamespace, "__all_namespaces/<value>"
+// without).
 func SetupIndexes(ctx context.Context, c cache.Cache) error {
 	informer, err := c.GetInformer(ctx, &locksv1.LockRequest{})
 	if err != nil {
 		return err
 	}
 	for _, ix := range Indexes {
-		values := ix.Values
-		if !ix.Namespaced {
-			if err := c.IndexField(ctx, &locksv1.LockRequest{}, ix.Field, func(o client.Object) []string {
-				return values(o.(*locksv1.LockRequest))
-			}); err != nil {
-				return err
-			}
-			continue
-		}
-		if err := informer.AddIndexers(toolscache.Indexers{"field:" + ix.Field: func(obj any) ([]string, error) {
-			lr, ok := obj.(*locksv1.LockRequest)
-			if !ok {
-				return nil, nil
-			}
-			vs := values(lr)
-			keys := make([]string, len(vs))
-			for i, v := range vs {
-				keys[i] = lr.Namespace + "/" + v
-			}
-			return keys, nil
-		}}); err != nil {
+		if err := informer.AddIndexers(toolscache.Indexers{"field:" + ix.Field: ix.keys}); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// keys are the index keys of obj: its values under its namespace, or under all namespaces.
+func (ix Index) keys(obj any) ([]string, error) {
+	lr, ok := obj.(*locksv1.LockRequest)
+	if !ok {
+		return nil, nil
+	}
+	vs := ix.Values(lr)
+	scope := allNamespaces
+	// guard:index-scope
+	if ix.Namespaced {
+		scope = lr.Namespace
+	}
+	keys := make([]string, len(vs))
+	for i, v := range vs {
+		keys[i] = scope + "/" + v
+	}
+	return keys, nil
 }

@@ -7,6 +7,7 @@ import (
 	"unsafe"
 
 	"golang.org/x/time/rate"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
@@ -22,9 +23,12 @@ import (
 const annotationPrefix = "locks.turnstile.dev/"
 
 // TrimLockRequest is the cache transform of LockRequests: it drops what no decision reads —
-// managedFields and every annotation outside annotationPrefix — and makes the strings that
+// managedFields, the labels (the client's owner, pull and repo labels are for people's label
+// selectors; the manager selects no LockRequest by label) and every annotation outside
+// annotationPrefix — and makes the strings that
 // thousands of requests share (namespace, lock targets, command, ProjectLock names, condition
-// types, statuses and reasons) point to one copy each. Nothing the manager writes is lost: it
+// types, statuses, reasons and fixed messages) point to one copy each, and what one request
+// says twice (its conditions' message, its blockedBy) to one copy. Nothing the manager writes is lost: it
 // writes LockRequests only through the status subresource, which ignores metadata, and patches
 // them (the workload controller) with diffs of the fields it changes. It returns obj.
 func TrimLockRequest(obj any) (any, error) {
@@ -38,6 +42,10 @@ func TrimLockRequest(obj any) (any, error) {
 	// guard:trim-managed-fields
 	if lr.ManagedFields != nil {
 		lr.ManagedFields = nil
+	}
+	// guard:trim-labels
+	if lr.Labels != nil {
+		lr.Labels = nil
 	}
 	// guard:trim-annotations
 	if kept := keepAnnotations(lr.Annotations); len(kept) != len(lr.Annotations) {
@@ -60,15 +68,30 @@ func TrimLockRequest(obj any) (any, error) {
 		share(&lr.Status.Locks[i].Key)
 		share(&lr.Status.Locks[i].Name)
 	}
-	for i := range lr.Status.Conditions {
-		c := &lr.Status.Conditions[i]
+	shareConditions(lr.Status.Conditions)
+	shareBlockedBy(&lr.Status)
+	return lr, nil
+}
+
+// shortMessage is the longest condition message shared between requests: the fixed ones
+// ("waiting", "granted", "finished") are, a waiter's position message is its own.
+const shortMessage = 16
+
+// shareConditions makes the strings of conds that requests share point to one copy each.
+func shareConditions(conds []metav1.Condition) {
+	for i := range conds {
+		c := &conds[i]
 		share(&c.Type)
 		share(&c.Reason)
 		share((*string)(&c.Status))
+		if len(c.Message) <= shortMessage {
+			share(&c.Message)
+			continue
+		}
 		// Granted, Ready and Reconciling say the same thing ("locked by ...; position 3 of 9"):
 		// one copy of the message, not three.
 		for j := range i {
-			if m := lr.Status.Conditions[j].Message; m == c.Message {
+			if m := conds[j].Message; m == c.Message {
 				if unsafe.StringData(m) != unsafe.StringData(c.Message) {
 					c.Message = m
 				}
@@ -76,7 +99,25 @@ func TrimLockRequest(obj any) (any, error) {
 			}
 		}
 	}
-	return lr, nil
+}
+
+// shareBlockedBy makes st.BlockedBy the start of its conditions' message when the message
+// starts with it, as a waiter's does ("locked by pull #1 (alice)" and "locked by pull #1
+// (alice); position 3 of 9"), and a failed request's repeats it: one copy, not two.
+func shareBlockedBy(st *locksv1.LockRequestStatus) {
+	b := st.BlockedBy
+	if b == "" {
+		return
+	}
+	for _, c := range st.Conditions {
+		if m := c.Message; strings.HasPrefix(m, b) {
+			// guard:trim-blockedby-shares-message
+			if unsafe.StringData(m) != unsafe.StringData(b) {
+				st.BlockedBy = m[:len(b)]
+			}
+			return
+		}
+	}
 }
 
 // share makes *p the one shared copy of its string, writing *p only when it is not that copy.

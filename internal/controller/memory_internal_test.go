@@ -1,11 +1,14 @@
 package controller
 
 import (
+	"encoding/json"
 	"fmt"
 	"reflect"
+	"sort"
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -65,9 +68,12 @@ func TestTrimLockRequest(t *testing.T) {
 	if got.Annotations[createdBy] != orig.Annotations[createdBy] {
 		t.Errorf("the creator stamp the holder Lease check reads is %q, want %q", got.Annotations[createdBy], orig.Annotations[createdBy])
 	}
+	if got.Labels != nil {
+		t.Error("labels kept: the manager selects no LockRequest by label")
+	}
 	if !reflect.DeepEqual(got.Spec, orig.Spec) || !reflect.DeepEqual(got.Status, orig.Status) ||
-		!reflect.DeepEqual(got.Labels, orig.Labels) || !reflect.DeepEqual(got.OwnerReferences, orig.OwnerReferences) {
-		t.Error("spec, status, labels or ownerReferences changed")
+		!reflect.DeepEqual(got.OwnerReferences, orig.OwnerReferences) {
+		t.Error("spec, status or ownerReferences changed")
 	}
 	plain := &locksv1.LockRequest{}
 	plain.Annotations = map[string]string{"other/a": "1"}
@@ -111,25 +117,185 @@ func TestTrimTwiceWritesNothing(t *testing.T) {
 	}
 }
 
-// TestTrimmedDecidesIdentically: a key's decision over trimmed requests is the decision over
-// the requests as the API server returned them.
+// decisionView is what a decision writes and when it decides again, with requests by name:
+// trimmed and untrimmed requests are different objects.
+type decisionView struct {
+	CreateLock, Again, RefreshDeferred, ReleaseFinalizer bool
+	Lock                                                 *locksv1.ProjectLockStatus
+	Updates                                              []string
+	Writes                                               []string
+	RequeueAfter                                         time.Duration
+}
+
+func viewOf(d queue.Decision) decisionView {
+	v := decisionView{CreateLock: d.CreateLock, Again: d.Again, RefreshDeferred: d.RefreshDeferred,
+		ReleaseFinalizer: d.ReleaseFinalizer, Lock: d.Lock, RequeueAfter: d.RequeueAfter}
+	for kind, us := range map[string][]queue.Update{"finish": d.Finish, "demote": d.Demote, "grant": d.Grant, "waiting": d.Waiting} {
+		for _, u := range us {
+			v.Updates = append(v.Updates, fmt.Sprintf("%s %s refresh=%t acquires=%t %+v %+v", kind, u.Request.Name, u.Refresh, u.Acquires, u.Status, u.Event))
+		}
+	}
+	sort.Strings(v.Updates)
+	for _, w := range d.Writes {
+		v.Writes = append(v.Writes, fmt.Sprintf("%v %v %s %s", w.Kind, w.Step, w.Object, w.RV))
+	}
+	return v
+}
+
+// roundTrip is obj as a client reads it back: every string a copy of its own.
+func roundTrip[T any](t *testing.T, obj *T) *T {
+	t.Helper()
+	data, err := json.Marshal(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := new(T)
+	if err := json.Unmarshal(data, out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestTrimmedDecidesIdentically: a key's decisions over trimmed requests are the decisions
+// over the requests as the API server returned them — the same writes, none more — through a
+// queue's life: created, decided, written, read back; holders released one after another,
+// positions moving, the last ones finished.
 func TestTrimmedDecidesIdentically(t *testing.T) {
 	target := locksv1.LockTarget{Repo: "org/infra", Path: "prod", Workspace: "default"}
-	in := func(trim bool) queue.Input {
-		var reqs []*locksv1.LockRequest
-		for i := range 5 {
-			lr := scaleRequest(i, map[bool]locksv1.LockRequestPhase{true: locksv1.PhasePending, false: ""}[i > 2])
-			if trim {
-				out, _ := TrimLockRequest(lr)
-				lr = out.(*locksv1.LockRequest)
-			}
-			reqs = append(reqs, lr)
-		}
-		return queue.Input{Now: time.Unix(5000, 0), Name: lockkey.Name(target), Target: target, Requests: reqs, Config: queue.DefaultConfig()}
+	name := lockkey.Name(target)
+	var reqs []*locksv1.LockRequest
+	for i := range 6 {
+		reqs = append(reqs, scaleRequest(i, ""))
 	}
-	a, b := queue.Decide(in(false)), queue.Decide(in(true))
-	if !reflect.DeepEqual(a, b) {
-		t.Errorf("decisions differ:\n%+v\n%+v", a, b)
+	var lock *locksv1.ProjectLock
+	rv := int64(1000)
+	nextRV := func() string { rv++; return fmt.Sprint(rv) }
+	now := time.Unix(5000, 0)
+	apply := func(u queue.Update) {
+		for i, r := range reqs {
+			if r.Name == u.Request.Name {
+				r = r.DeepCopy()
+				r.Status = *u.Status.DeepCopy()
+				r.ResourceVersion = nextRV()
+				reqs[i] = roundTrip(t, r)
+			}
+		}
+	}
+	writes := 0
+	for round := range 40 {
+		in := func(trim bool) queue.Input {
+			var rs []*locksv1.LockRequest
+			for _, r := range reqs {
+				r = roundTrip(t, r)
+				if trim {
+					out, _ := TrimLockRequest(r)
+					r = out.(*locksv1.LockRequest)
+				}
+				rs = append(rs, r)
+			}
+			var l *locksv1.ProjectLock
+			if lock != nil {
+				l = roundTrip(t, lock)
+			}
+			return queue.Input{Now: now, Name: name, Target: target, Lock: l, Requests: rs, Config: queue.DefaultConfig()}
+		}
+		a, b := queue.Decide(in(false)), queue.Decide(in(true))
+		if va, vb := viewOf(a), viewOf(b); !reflect.DeepEqual(va, vb) {
+			t.Fatalf("round %d: decisions differ:\n%+v\n%+v", round, va, vb)
+		}
+		writes += len(a.Writes)
+		now = now.Add(time.Second)
+		switch {
+		case a.CreateLock:
+			lock = &locksv1.ProjectLock{}
+			lock.Namespace, lock.Name, lock.ResourceVersion, lock.Generation = "team", name, nextRV(), 1
+			continue
+		case a.Lock != nil:
+			lock.Status = *a.Lock.DeepCopy()
+			lock.ResourceVersion = nextRV()
+		}
+		for _, us := range [][]queue.Update{a.Finish, a.Demote, a.Grant, a.Waiting} {
+			for _, u := range us {
+				apply(u)
+			}
+		}
+		if len(a.Writes) > 0 {
+			continue
+		}
+		// Settled: the holder lets go, or the queue is done.
+		released := false
+		for i, r := range reqs {
+			if r.Status.Phase == locksv1.PhaseGranted && !r.Spec.Release {
+				r = r.DeepCopy()
+				r.Spec.Release, r.Generation, r.ResourceVersion = true, r.Generation+1, nextRV()
+				reqs[i], released = r, true
+				break
+			}
+		}
+		if !released {
+			break
+		}
+	}
+	final := 0
+	for _, r := range reqs {
+		if r.Status.Phase.IsFinal() {
+			final++
+		}
+	}
+	if final != len(reqs) || writes < 2*len(reqs) {
+		t.Fatalf("weak scenario: %d of %d requests finished, %d writes", final, len(reqs), writes)
+	}
+}
+
+// TestTrimSharesStrings: what a request says twice is stored once, what requests share once
+// for all of them, and the values stay as they were.
+func TestTrimSharesStrings(t *testing.T) {
+	waiter := func(i int) *locksv1.LockRequest {
+		lr := scaleRequest(i, locksv1.PhasePending)
+		lr.Status.BlockedBy = "locked by pull #7 (alice)"
+		msg := fmt.Sprintf("locked by pull #7 (alice); position %d of 9", i)
+		lr.Status.Conditions = nil
+		for _, c := range []struct {
+			typ string
+			st  metav1.ConditionStatus
+			msg string
+		}{{locksv1.ConditionGranted, metav1.ConditionFalse, msg}, {locksv1.ConditionReady, metav1.ConditionFalse, msg},
+			{locksv1.ConditionReconciling, metav1.ConditionTrue, msg}, {locksv1.ConditionStalled, metav1.ConditionFalse, "waiting"}} {
+			lr.Status.Conditions = append(lr.Status.Conditions, metav1.Condition{Type: c.typ, Status: c.st, Reason: "Queued", Message: c.msg})
+		}
+		return roundTrip(t, lr)
+	}
+	a, b := waiter(1), waiter(2)
+	want := a.DeepCopy()
+	for _, lr := range []*locksv1.LockRequest{a, b} {
+		if _, err := TrimLockRequest(lr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !reflect.DeepEqual(a.Status, want.Status) {
+		t.Fatalf("status changed:\n%+v\n%+v", a.Status, want.Status)
+	}
+	same := func(x, y string) bool { return unsafe.StringData(x) == unsafe.StringData(y) }
+	if !same(a.Status.BlockedBy, a.Status.Conditions[0].Message) {
+		t.Error("blockedBy is a copy of its own, not the start of the conditions' message")
+	}
+	if !same(a.Status.Conditions[0].Message, a.Status.Conditions[2].Message) {
+		t.Error("the Granted and Reconciling messages are two copies")
+	}
+	if !same(a.Status.Conditions[3].Message, b.Status.Conditions[3].Message) {
+		t.Error("two requests' fixed message \"waiting\" are two copies")
+	}
+	if same(a.Status.Conditions[0].Message, b.Status.Conditions[0].Message) {
+		t.Error("two waiters' position messages share one string")
+	}
+	failed := roundTrip(t, a)
+	failed.Status.BlockedBy = "deadlock: a waits for b"
+	failed.Status.Conditions[1].Message = "deadlock: a waits for b"
+	if _, err := TrimLockRequest(failed); err != nil {
+		t.Fatal(err)
+	}
+	if failed.Status.BlockedBy != "deadlock: a waits for b" || !same(failed.Status.BlockedBy, failed.Status.Conditions[1].Message) {
+		t.Errorf("a blockedBy its message repeats whole is %q, a copy of its own", failed.Status.BlockedBy)
 	}
 }
 

@@ -140,7 +140,7 @@ func TestSmoke(t *testing.T) {
 	check("deadlock check sees every waiter of its namespace", s.DeadlockCheck.Waiters == perNS*(cfg.ScaleRequests/cfg.ScaleKeys-1) && s.DeadlockCheck.KeysSeen == perNS)
 	check("the scale curve has a fresh and a restarted run per point", len(back.ScaleCurve) == 2*(len(cfg.ScalePoints)+1))
 	for _, p := range back.ScaleCurve {
-		check("every scale run measures its cold start, list, heap and memory", p.ColdStartSeconds > 0 && p.ListSeconds > 0 && p.HeapBytes > 0 && p.RSSBytes > 0 && p.ReconcileSeconds >= p.ColdStartSeconds)
+		check("every scale run measures its cold start, list, heap (live too: the smoke profiles) and memory", p.ColdStartSeconds > 0 && p.ListSeconds > 0 && p.HeapBytes > 0 && p.HeapLiveBytes > 0 && p.RSSBytes > 0 && p.ReconcileSeconds >= p.ColdStartSeconds)
 		check("a fresh scale run measures its write floor", p.Restart || p.WriteFloorSeconds > 0)
 	}
 	check("deadlock check timed", s.DeadlockCheck.FullMs > 0 && s.DeadlockCheck.Runs > 0)

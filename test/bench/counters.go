@@ -157,6 +157,7 @@ type managerCounts struct {
 	others     float64 // rest_client_requests_total of every other method: writes
 	lockDepth  float64 // workqueue_depth of the lock controller
 	heapInUse  float64 // go_memstats_heap_inuse_bytes
+	heapAlloc  float64 // go_memstats_heap_alloc_bytes
 }
 
 // procStats is the manager's memory.

@@ -346,6 +346,8 @@ func (m *managerProc) counts(ctx context.Context) (managerCounts, error) {
 			c.lockDepth += v // one series per priority
 		case name == "go_memstats_heap_inuse_bytes":
 			c.heapInUse = v
+		case name == "go_memstats_heap_alloc_bytes":
+			c.heapAlloc = v
 		}
 	})
 	if err != nil {

@@ -250,10 +250,14 @@ func (r *Result) scaleRows(t *table) {
 		if p.Restart {
 			what = "restarted on decided requests: start → every key reconciled, queue empty"
 		}
+		live := ""
+		if p.HeapLiveBytes > 0 {
+			live = fmt.Sprintf(" · live heap %s MiB", mib(p.HeapLiveBytes))
+		}
 		t.add(fmt.Sprintf("Scale, %s: %s requests, %s keys, %s namespaces, %s", p.Manager, count(p.Requests), count(p.Keys), count(p.Namespaces), what),
-			fmt.Sprintf("settle %s s (write floor %s s) · first key %s s (list %s s) · RSS %s / peak %s / heap %s MiB (idle %s)",
+			fmt.Sprintf("settle %s s (write floor %s s) · first key %s s (list %s s) · RSS %s / peak %s / heap %s MiB (idle %s)%s",
 				num(p.ReconcileSeconds), num(p.WriteFloorSeconds), num(p.ColdStartSeconds), num(p.ListSeconds),
-				mib(p.RSSBytes), mib(p.PeakRSSBytes), mib(p.HeapBytes), mib(p.IdleRSSBytes)))
+				mib(p.RSSBytes), mib(p.PeakRSSBytes), mib(p.HeapBytes), mib(p.IdleRSSBytes), live))
 	}
 }
 
