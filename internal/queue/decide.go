@@ -194,8 +194,7 @@ func Decide(in Input) Decision {
 		return plan(forceUnlock(s.lock, s.entries, in.Now), in.Name, s.lock)
 	}
 	st := stay(leave(s.entries, in))
-	a := admit(st.holders, order(st.entries, in.Now))
-	waiting, rejected := reject(st.holders, a, in.Config)
+	a, waiting, rejected := admitAndReject(st.holders, order(st.entries, in.Now), in.Config)
 	allHolders := append(append([]*entry{}, st.holders...), a.granted...)
 	waiting = markBehindWriter(allHolders, waiting)
 	if s.lock == nil {
@@ -370,6 +369,40 @@ func admit(holders, waiting []*entry) admission {
 	}
 	a.joins = sharedJoin(a.newHolder, holders, granted)
 	return a
+}
+
+// admitAndReject is who holds the key after the decision (admit) and who of the rest waits on
+// and who is failed (reject). A newcomer the queue cap turns away leaves in this decision, so
+// it holds back nobody: if it was an exclusive waiter that kept readers behind it (writer
+// preference), the admission is made again without it, or they would be granted only by the
+// next decision (not a fixed point).
+func admitAndReject(holders, queue []*entry, cfg Config) (admission, []*entry, []*entry) {
+	a := admit(holders, queue)
+	waiting, rejected := reject(holders, a, cfg)
+	away := map[types.UID]bool{}
+	for _, e := range rejected {
+		if e.outcome.reason == locksv1.ReasonQueueFull && !e.shared {
+			away[e.req.UID] = true
+		}
+	}
+	// guard:shared-queue-full-writer-holds-back
+	if len(away) == 0 {
+		return a, waiting, rejected
+	}
+	var rest []*entry
+	for _, e := range queue {
+		if !away[e.req.UID] {
+			rest = append(rest, e)
+		}
+	}
+	a = admit(holders, rest)
+	waiting, again := reject(holders, a, cfg)
+	for _, e := range rejected {
+		if away[e.req.UID] {
+			again = append(again, e)
+		}
+	}
+	return a, waiting, again
 }
 
 // reject fails the waiters that may not wait on: waitTimeout 0s (try once, fail at once), and

@@ -74,3 +74,41 @@ func TestSharedCapReentrant(t *testing.T) {
 		}
 	})
 }
+
+// TestSharedQueueFullWriterHoldsBackNobody: a newcomer writer that the queue cap turns away
+// (QueueFull) leaves in the decision that fails it, as a writer that tries once does: the
+// readers behind it that the shared holders would take are granted in that same decision.
+// Before the review they were held back by it (writer preference) and granted only by the next
+// decision, which the rejected writer's own status write triggers: the decision was not a fixed
+// point (deciding again granted them).
+func TestSharedQueueFullWriterHoldsBackNobody(t *testing.T) {
+	cfg := testConfig()
+	cfg.QueueCap = 3
+	w := newWorld(t)
+	w.add(reader("r1", "alice"))
+	w.decide(name1, now, cfg)
+	w.add(writer("w0", "bob"))
+	w.add(reader("r2", "carol"))
+	w.add(reader("r3", "dave"))
+	w.decide(name1, now.Add(time.Second), cfg)
+	if tokenOf(t, w, "r2") != 0 || tokenOf(t, w, "r3") != 0 {
+		t.Fatalf("r2 and r3 hold while w0 waits ahead of them")
+	}
+	// w0 gives up; a writer of High priority arrives, ahead of r2 and r3, into a full queue (the
+	// operator lowered the cap; requests already queued keep their place whatever their number,
+	// as multi-key requests queued by their first key do).
+	cfg.QueueCap = 2
+	w.get("w0").Spec.Release = true
+	w.add(makeReq("w1").Owner("erin", 0).Priority(locksv1.PriorityHigh).Obj())
+	d := w.decideOnce(name1, now.Add(2*time.Second), cfg)
+	if got := w.get("w1").Status.Phase; got != locksv1.PhaseFailed {
+		t.Fatalf("w1 is %s, want Failed (QueueFull)", got)
+	}
+	if tokenOf(t, w, "r2") == 0 || tokenOf(t, w, "r3") == 0 {
+		t.Errorf("r2 (token %d) and r3 (token %d) wait behind w1, which this decision turned away; waiting: %v",
+			tokenOf(t, w, "r2"), tokenOf(t, w, "r3"), names(d.Queue))
+	}
+	if again := Decide(w.input(name1, now.Add(2*time.Second), cfg)); !empty(again) {
+		t.Errorf("not a fixed point: deciding again writes\n%s", describeDecision(again))
+	}
+}
