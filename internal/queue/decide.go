@@ -190,6 +190,10 @@ func TTL(req *locksv1.LockRequest, cfg Config) time.Duration {
 // and none changes what an earlier step returned.
 func Decide(in Input) Decision {
 	s := collect(in)
+	// guard:decide-on-stale-projectlock
+	if staleLock(s) {
+		return plan(Decision{RequeueAfter: staleLockRetry}, in.Name, s.lock)
+	}
 	if s.lock != nil && s.lock.DeletionTimestamp != nil {
 		return plan(forceUnlock(s.lock, s.entries, in.Now), in.Name, s.lock)
 	}
@@ -219,6 +223,27 @@ func Decide(in Input) Decision {
 		d.Lock = &status
 	}
 	return plan(d, in.Name, s.lock)
+}
+
+// staleLockRetry is when a key whose ProjectLock was read older than a holder's token is decided
+// again (staleLock): by then the cache has usually caught up with the write the holder saw.
+const staleLockRetry = 100 * time.Millisecond
+
+// staleLock reports whether a holder the ProjectLock lists shows a token for the key above the
+// ProjectLock's: the ProjectLock was read before a write the holder has seen (a re-issued grant),
+// so a decision on it would write that holder the older token it lists (docs/protocol.md: a
+// holder's token is written only from a ProjectLock at least as new as every token its holders
+// show). The caller reads the ProjectLock live when a cached claimant is ahead; a holder it read
+// live because its cache did not have it yet (confirmHolders) can be ahead too, and Decide then
+// decides nothing. A claimant the ProjectLock does not list (one re-created after a
+// force-unlock) is not its holder, and is decided on (force-unlocked) as before.
+func staleLock(s snapshot) bool {
+	for _, e := range s.entries {
+		if e.heldHere && e.claims && e.req.Status.Locks[e.ref.Index].FencingToken > s.token {
+			return true
+		}
+	}
+	return false
 }
 
 // snapshot is the key as read: its ProjectLock (nil when there is none), its fencing token, and

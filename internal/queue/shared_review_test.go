@@ -112,3 +112,61 @@ func TestSharedQueueFullWriterHoldsBackNobody(t *testing.T) {
 		t.Errorf("not a fixed point: deciding again writes\n%s", describeDecision(again))
 	}
 }
+
+// TestDecideOnStaleProjectLockWritesNothing: a manager whose request cache does not have a
+// holder yet reads it live (the controller's confirmHolders), but decides on its cached
+// ProjectLock, which may be older than a write that holder has seen. The walk of lagging
+// managers (TestSharedStaleManagersWalk's world, seed 1292 of its first version) found it with
+// an exclusive request: M1 lists r at token T1 and crashes before r's held write; M2 re-issues
+// the grant at T2 > T1 and writes r holding at T2; M3, its request cache from before r existed
+// and its ProjectLock cache at M1's write, reads r live (holding at T2), takes it for a confirmed
+// holder of the token it sees listed, and writes r holding at T1: r's token for the key goes
+// down (TM; the controller's live ProjectLock read on a token ahead, hole 8, looks only at cached
+// requests), and nothing stops the write: the ProjectLock status the decision computes is the
+// one read, so the plan has no ProjectLock write to fail on its stale resourceVersion. A shared
+// holder keeps its own token (holderTokens), so the shared case wrote a ProjectLock status that
+// would fail; the exclusive one regressed. Decide now decides nothing on a ProjectLock older than
+// a token its holders show, and comes back shortly (mutant decide-on-stale-projectlock).
+func TestDecideOnStaleProjectLockWritesNothing(t *testing.T) {
+	cfg := testConfig()
+	for _, shared := range []bool{false, true} {
+		t.Run(fmt.Sprint("shared=", shared), func(t *testing.T) {
+			w := newWorld(t)
+			b := makeReq("r").Owner("alice", 0)
+			if shared {
+				b.Shared()
+			}
+			w.add(b.Obj())
+			// M1 creates the ProjectLock and lists r, then crashes before r's held write.
+			in := w.input(name1, now, cfg)
+			w.apply(name1, in, Decide(in), stageAll) // create
+			in = w.input(name1, now, cfg)
+			w.apply(name1, in, Decide(in), stageLock)
+			stale := w.locks[name1].DeepCopy() // M3's ProjectLock cache stays here
+			t1 := stale.Status.FencingToken
+			// M2 re-issues the unconfirmed grant and writes it.
+			w.decide(name1, now, cfg)
+			t2 := tokenOf(t, w, "r")
+			if t2 <= t1 {
+				t.Fatalf("re-issued at %d, not above %d", t2, t1)
+			}
+			// M3: the stale ProjectLock, r as read live.
+			in = w.input(name1, now, cfg)
+			in.Lock = stale
+			d := Decide(in)
+			// Written in full, as the ProjectLock write that would fail on its stale
+			// resourceVersion is not in the plan: its status is the one read.
+			if !shared && d.Lock != nil {
+				t.Fatalf("the plan writes the ProjectLock (which fails on its stale resourceVersion):\n%s", describeDecision(d))
+			}
+			for _, u := range d.Grant {
+				if l := u.Status.Locks[0]; l.Held && l.FencingToken < t2 {
+					t.Fatalf("r is written holding at token %d, below %d its status shows:\n%s", l.FencingToken, t2, describeDecision(d))
+				}
+			}
+			if !empty(d) || d.RequeueAfter <= 0 {
+				t.Fatalf("a decision on a ProjectLock older than its holder's token writes (requeue %s):\n%s", d.RequeueAfter, describeDecision(d))
+			}
+		})
+	}
+}
