@@ -215,7 +215,7 @@ func Decide(in Input) Decision {
 	allHolders = holderTokens(allHolders, token)
 	d := statuses(in, st, a, waiting, rejected, allHolders, token)
 	if again {
-		d = dropFirst(s.lock, st.entries, holderTokens(st.holders, s.token), d.Demote, in.Now, in.Config)
+		d = dropFirst(s.lock, st.entries, holderTokens(st.holders, s.token), d.Demote, rejected, in.Now, in.Config)
 		return plan(d, in.Name, s.lock)
 	}
 	status := lockStatus(s.lock, allHolders, waiting, token, a.newHolder, in.Now, in.Config)

@@ -170,3 +170,58 @@ func TestDecideOnStaleProjectLockWritesNothing(t *testing.T) {
 		})
 	}
 }
+
+// TestAgainFencesRejectedDemotions: a decision that must take a gone holder out first (its
+// token unknown: Again) writes a fence for every listed request it drops, before the
+// ProjectLock write. A listed grant that never landed, whose command froze since, is demoted;
+// if it also may not wait (waitTimeout 0s, or the queue cap for a request never queued before)
+// the decision fails it instead — and before the review the Again split wrote neither: the
+// ProjectLock dropped it with no write to the request, so a held write still in flight for it
+// (the decision that listed it) landed on a request no ProjectLock listed (J; then a second
+// identity could be granted beside it: ME). The walk of lagging managers found it (seed 2475 of
+// TestSharedStaleManagersWalk's second version: the grant had landed, the deciding manager's
+// request and freeze caches were older). Mutant again-drops-rejected-demotions.
+func TestAgainFencesRejectedDemotions(t *testing.T) {
+	cfg := testConfig()
+	for _, shared := range []bool{false, true} {
+		t.Run(fmt.Sprint("shared=", shared), func(t *testing.T) {
+			w := newWorld(t)
+			g := makeReq("g").Owner("alice", 0)
+			u := makeReq("u").Owner("alice", 0).Command("apply").WaitTimeout(0)
+			if shared {
+				g.Shared()
+				u = makeReq("u").Owner("carol", 0).Command("apply").WaitTimeout(0).Shared()
+			}
+			w.add(g.Obj())
+			w.decide(name1, now, cfg)
+			// u is listed beside g, and its own held write never lands (a crash).
+			w.add(u.Obj())
+			in := w.input(name1, now, cfg)
+			w.apply(name1, in, Decide(in), stageLock)
+			if pl := w.locks[name1]; len(pl.Status.HolderRequests()) != 2 {
+				t.Fatalf("u is not listed beside g: %+v", pl.Status)
+			}
+			// apply freezes; g is deleted and its delete event lost; bob waits.
+			applyFrozen, _ := ResolveFreezes([]locksv1.CommandLock{commandLock("apply", true, "maintenance", nil)}, FreezeFlags{}, now)
+			w.freezes = applyFrozen
+			w.del(w.get("g").UID)
+			w.forgetGone()
+			w.add(writer("b", "bob"))
+			in = w.input(name1, now.Add(time.Second), cfg)
+			d := Decide(in)
+			if !d.Again {
+				t.Fatalf("want a decision that takes g out first (Again):\n%s", describeDecision(d))
+			}
+			fenced := false
+			for _, wr := range d.Writes {
+				if wr.Kind == WriteLockStatus {
+					break
+				}
+				fenced = fenced || (wr.Update != nil && wr.Update.Request.Name == "u")
+			}
+			if !fenced {
+				t.Fatalf("the ProjectLock drops u with no write to u before it:\n%s", describeDecision(d))
+			}
+		})
+	}
+}
