@@ -437,6 +437,9 @@ func reqNames(rs []*locksv1.LockRequest) []string {
 	return out
 }
 
+// staleMaxLag bounds how many writes a lagging view is behind (exclusive).
+var staleMaxLag = 7
+
 // staleWalk is one seed of the walk; it returns how often each thing happened.
 func staleWalk(t testing.TB, seed uint64, rounds int) map[string]int {
 	t.Helper()
@@ -598,7 +601,7 @@ func staleWalk(t testing.TB, seed uint64, rounds int) map[string]int {
 		}
 		// One to three managers decide a key each, from views up to 6 writes old.
 		for range 1 + rng.IntN(3) {
-			decide([]string{name1, name2}[rng.IntN(2)], rng.IntN(7), rng.IntN(7), true)
+			decide([]string{name1, name2}[rng.IntN(2)], rng.IntN(staleMaxLag), rng.IntN(staleMaxLag), true)
 		}
 	}
 	// The end: the hung managers go on (and fail), everybody catches up, and the keys are decided
