@@ -190,12 +190,15 @@ func TTL(req *locksv1.LockRequest, cfg Config) time.Duration {
 // and none changes what an earlier step returned.
 func Decide(in Input) Decision {
 	s := collect(in)
+	// guard:decide-on-stale-projectlock
+	if staleLock(s) {
+		return plan(Decision{RequeueAfter: staleLockRetry}, in.Name, s.lock)
+	}
 	if s.lock != nil && s.lock.DeletionTimestamp != nil {
 		return plan(forceUnlock(s.lock, s.entries, in.Now), in.Name, s.lock)
 	}
 	st := stay(leave(s.entries, in))
-	a := admit(st.holders, order(st.entries, in.Now))
-	waiting, rejected := reject(st.holders, a, in.Config)
+	a, waiting, rejected := admitAndReject(st.holders, order(st.entries, in.Now), in.Config)
 	allHolders := append(append([]*entry{}, st.holders...), a.granted...)
 	waiting = markBehindWriter(allHolders, waiting)
 	if s.lock == nil {
@@ -212,7 +215,7 @@ func Decide(in Input) Decision {
 	allHolders = holderTokens(allHolders, token)
 	d := statuses(in, st, a, waiting, rejected, allHolders, token)
 	if again {
-		d = dropFirst(s.lock, st.entries, holderTokens(st.holders, s.token), d.Demote, in.Now, in.Config)
+		d = dropFirst(s.lock, st.entries, holderTokens(st.holders, s.token), d.Demote, rejected, in.Now, in.Config)
 		return plan(d, in.Name, s.lock)
 	}
 	status := lockStatus(s.lock, allHolders, waiting, token, a.newHolder, in.Now, in.Config)
@@ -220,6 +223,27 @@ func Decide(in Input) Decision {
 		d.Lock = &status
 	}
 	return plan(d, in.Name, s.lock)
+}
+
+// staleLockRetry is when a key whose ProjectLock was read older than a holder's token is decided
+// again (staleLock): by then the cache has usually caught up with the write the holder saw.
+const staleLockRetry = 100 * time.Millisecond
+
+// staleLock reports whether a holder the ProjectLock lists shows a token for the key above the
+// ProjectLock's: the ProjectLock was read before a write the holder has seen (a re-issued grant),
+// so a decision on it would write that holder the older token it lists (docs/protocol.md: a
+// holder's token is written only from a ProjectLock at least as new as every token its holders
+// show). The caller reads the ProjectLock live when a cached claimant is ahead; a holder it read
+// live because its cache did not have it yet (confirmHolders) can be ahead too, and Decide then
+// decides nothing. A claimant the ProjectLock does not list (one re-created after a
+// force-unlock) is not its holder, and is decided on (force-unlocked) as before.
+func staleLock(s snapshot) bool {
+	for _, e := range s.entries {
+		if e.heldHere && e.claims && e.req.Status.Locks[e.ref.Index].FencingToken > s.token {
+			return true
+		}
+	}
+	return false
 }
 
 // snapshot is the key as read: its ProjectLock (nil when there is none), its fencing token, and
@@ -370,6 +394,40 @@ func admit(holders, waiting []*entry) admission {
 	}
 	a.joins = sharedJoin(a.newHolder, holders, granted)
 	return a
+}
+
+// admitAndReject is who holds the key after the decision (admit) and who of the rest waits on
+// and who is failed (reject). A newcomer the queue cap turns away leaves in this decision, so
+// it holds back nobody: if it was an exclusive waiter that kept readers behind it (writer
+// preference), the admission is made again without it, or they would be granted only by the
+// next decision (not a fixed point).
+func admitAndReject(holders, queue []*entry, cfg Config) (admission, []*entry, []*entry) {
+	a := admit(holders, queue)
+	waiting, rejected := reject(holders, a, cfg)
+	away := map[types.UID]bool{}
+	for _, e := range rejected {
+		if e.outcome.reason == locksv1.ReasonQueueFull && !e.shared {
+			away[e.req.UID] = true
+		}
+	}
+	// guard:shared-queue-full-writer-holds-back
+	if len(away) == 0 {
+		return a, waiting, rejected
+	}
+	var rest []*entry
+	for _, e := range queue {
+		if !away[e.req.UID] {
+			rest = append(rest, e)
+		}
+	}
+	a = admit(holders, rest)
+	waiting, again := reject(holders, a, cfg)
+	for _, e := range rejected {
+		if away[e.req.UID] {
+			again = append(again, e)
+		}
+	}
+	return a, waiting, again
 }
 
 // reject fails the waiters that may not wait on: waitTimeout 0s (try once, fail at once), and

@@ -394,7 +394,7 @@ func TestDecideTokenAboveLeavingHolders(t *testing.T) {
 	runDecideCases(t, map[string]decideCase{
 		"a releasing holder: the next token is above its request token": {
 			lock:       lockOf(m().Obj()),
-			reqs:       reqs(m().Release(), bobWaits()),
+			reqs:       []*locksv1.LockRequest{tokenFor(m().Release().Obj(), 0, 41), bobWaits().Obj()},
 			wantHolder: "bob#7",
 			wantLock:   &lockView{Holder: "pull #7 (bob)", Requests: []string{"w"}, Token: 100, Expires: grant30},
 			wantFinish: map[string]reqView{"m": {Phase: locksv1.PhaseReleased, Reason: locksv1.ReasonReleased, Message: "released",
@@ -418,6 +418,13 @@ func TestDecideTokenAboveLeavingHolders(t *testing.T) {
 			wantAgain: true,
 		},
 	})
+}
+
+// tokenFor sets lr's per-key token for its i-th target (spec order): a request that holds its
+// keys at different tokens, its request-level token the highest.
+func tokenFor(lr *locksv1.LockRequest, i int, token int64) *locksv1.LockRequest {
+	lr.Status.Locks[i].FencingToken = token
+	return lr
 }
 
 // A demotion is written even when the request's status already reads like it (say, a queue

@@ -67,13 +67,15 @@ func admitModes(holders, waiting []*entry) (granted, rest []*entry) {
 	for _, e := range waiting {
 		switch {
 		case !grantable(e):
-		case reentrant(set, e):
+		// The bound holds for a re-entrant shared request too: one identity's readers, or its
+		// readers beside its writer (the holding turns Shared with them once the writer goes).
+		// guard:shared-holders-uncapped-reentrant
+		case reentrant(set, e) && roomFor(set, e):
 			granted, set = append(granted, e), append(set, e)
 			continue
 		// guard:shared-writer-preference
 		case writer != nil:
-		// guard:shared-holders-uncapped
-		case compatible(set, e) && (!e.shared || len(set) < locksv1.MaxSharedHolders):
+		case compatible(set, e) && roomFor(set, e):
 			granted, set = append(granted, e), append(set, e)
 			continue
 		// A writer that tries once (waitTimeout 0s) fails in this decision (tryOnce): it
@@ -85,6 +87,24 @@ func admitModes(holders, waiting []*entry) (granted, rest []*entry) {
 		rest = append(rest, e)
 	}
 	return granted, rest
+}
+
+// roomFor reports whether e may join set within MaxSharedHolders: an exclusive request always
+// may; a shared one while fewer than MaxSharedHolders shared requests are in set, whatever their
+// identities and whatever else holds beside them (status.sharedHolders, which the API server
+// bounds, lists them all once the holding is Shared).
+func roomFor(set []*entry, e *entry) bool {
+	if !e.shared {
+		return true
+	}
+	n := 0
+	for _, h := range set {
+		if h.shared {
+			n++
+		}
+	}
+	// guard:shared-holders-uncapped
+	return n < locksv1.MaxSharedHolders
 }
 
 // triesOnce reports whether e asks never to wait (waitTimeout 0s): if it cannot hold now, the

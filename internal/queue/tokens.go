@@ -3,6 +3,7 @@ package queue
 // Fencing tokens: a new grant's token, and the holders that leave with theirs.
 
 import (
+	"slices"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -66,14 +67,28 @@ func leavingTokens(lock *locksv1.ProjectLock, entries []*entry, gone map[types.U
 // decision that listed it) then fails its precondition instead of landing unlisted.
 //
 // stay are the holders that stay (shared holders, when shared requests were to join them): they
-// stay listed with their tokens; only the grant waits for the next decision.
-func dropFirst(lock *locksv1.ProjectLock, entries, stay []*entry, demote []Update, now time.Time, cfg Config) Decision {
+// stay listed with their tokens; only the grant waits for the next decision. rejected are the
+// waiters the decision fails: one that was listed (an unconfirmed grant demoted, which may not
+// wait: waitTimeout 0s, or the queue cap) is failed here too, as its fence, since it is neither
+// demoted nor finished otherwise.
+func dropFirst(lock *locksv1.ProjectLock, entries, stay []*entry, demote []Update, rejected []*entry, now time.Time, cfg Config) Decision {
 	// guard:again-drops-demotions
 	d := Decision{Again: true, Demote: demote}
+	var done []*entry
 	for _, e := range entries {
 		if e.heldHere && e.outcome != nil {
-			d.Finish = append(d.Finish, finishUpdate(e, now))
+			done = append(done, e)
 		}
+	}
+	for _, e := range rejected {
+		// guard:again-drops-rejected-demotions
+		if e.demoted {
+			done = append(done, e)
+		}
+	}
+	slices.SortStableFunc(done, func(a, b *entry) int { return a.idx - b.idx })
+	for _, e := range done {
+		d.Finish = append(d.Finish, finishUpdate(e, now))
 	}
 	st := lockStatus(lock, stay, nil, lock.Status.FencingToken, false, now, cfg)
 	d.Lock = &st
