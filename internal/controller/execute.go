@@ -204,6 +204,10 @@ func (x *execution) writeRequest(ctx context.Context, u queue.Update) error {
 // (queue.Decide's nextDeadline), the write rate is ours; new waits go to the deadlock checker.
 func (x *execution) done(ctx context.Context) {
 	r, req, d := x.r, x.req, x.d
+	if d.Stale {
+		log.FromContext(ctx).V(1).Info("not decided: the ProjectLock read is older than a token its holders show", "retry", d.RequeueAfter)
+		return
+	}
 	r.metrics.queueDepth(req.Namespace, req.Name, len(d.Queue))
 	if d.RefreshDeferred && !r.backup(req) {
 		x.result.RequeueAfter = minPositive(x.result.RequeueAfter, r.refreshRetry())

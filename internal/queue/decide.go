@@ -138,6 +138,10 @@ type Decision struct {
 	// RefreshDeferred is true when waiters whose position moved were left for later because
 	// the refresh budget ran out: decide again once the caller can write more.
 	RefreshDeferred bool
+	// Stale says nothing was decided: the ProjectLock was read older than a token one of its
+	// holders shows (staleLock). The key is decided again after RequeueAfter; what the caller
+	// reports of the key (its queue depth, its refresh budget) stays as it was.
+	Stale bool
 	// Writes is the plan: every write above in the order docs/protocol.md proves safe, each with
 	// its object, its precondition and why it is made (plan.go). The caller applies them one at
 	// a time, and stops at the first that fails.
@@ -192,7 +196,7 @@ func Decide(in Input) Decision {
 	s := collect(in)
 	// guard:decide-on-stale-projectlock
 	if staleLock(s) {
-		return plan(Decision{RequeueAfter: staleLockRetry}, in.Name, s.lock)
+		return plan(Decision{RequeueAfter: staleLockRetry, Stale: true}, in.Name, s.lock)
 	}
 	if s.lock != nil && s.lock.DeletionTimestamp != nil {
 		return plan(forceUnlock(s.lock, s.entries, in.Now), in.Name, s.lock)

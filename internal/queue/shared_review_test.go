@@ -164,7 +164,7 @@ func TestDecideOnStaleProjectLockWritesNothing(t *testing.T) {
 					t.Fatalf("r is written holding at token %d, below %d its status shows:\n%s", l.FencingToken, t2, describeDecision(d))
 				}
 			}
-			if !empty(d) || d.RequeueAfter <= 0 {
+			if !empty(d) || d.RequeueAfter <= 0 || !d.Stale {
 				t.Fatalf("a decision on a ProjectLock older than its holder's token writes (requeue %s):\n%s", d.RequeueAfter, describeDecision(d))
 			}
 		})

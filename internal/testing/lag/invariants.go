@@ -295,14 +295,16 @@ func (inv *Invariants) observeShared(key string, lr *locksv1.LockRequest, keyTok
 	id := lr.Spec.Holder.ID()
 	switch {
 	case inv.sharedSeen[seenKey]:
-	case reentrant && t.identity == id:
+	// Re-entrant: beside its identity's exclusive holder in this state, or — when no other
+	// identity held the key since that holder (t.identity and t.exclusiveID are still its) —
+	// first seen after it left (CheckState reads the store now and then, and can miss the state
+	// that showed them together).
+	case (reentrant || t.exclusiveID == id) && t.identity == id:
 		if keyTok < t.start {
 			out = append(out, fmt.Sprintf("fencing: %s joins its identity's holding of %s shared with token %d, below %d its identity %s held it with before", lr.Name, key, keyTok, t.start, id))
 		}
 	default:
-		// Equal only for a request granted in the same write as the exclusive holder of its
-		// own identity, seen once that holder has gone.
-		if keyTok < t.exclusive || keyTok == t.exclusive && id != t.exclusiveID {
+		if keyTok <= t.exclusive {
 			out = append(out, fmt.Sprintf("fencing: %s holds %s shared with token %d, not above %d that an exclusive holder showed before", lr.Name, key, keyTok, t.exclusive))
 		}
 		if keyTok < t.shared {
