@@ -499,6 +499,7 @@ func WaitsFor(locks []locksv1.ProjectLock, reqs []locksv1.LockRequest, freezes q
 		key     string
 		holder  *deadlock.Identity
 		shared  []deadlock.Identity
+		full    bool
 		waiting []*locksv1.LockRequest
 	}
 	keys := map[string]*keyInfo{}
@@ -514,7 +515,7 @@ func WaitsFor(locks []locksv1.ProjectLock, reqs []locksv1.LockRequest, freezes q
 		pl := &locks[i]
 		k := get(pl.Name)
 		k.key = lockkey.String(pl.Spec.LockTarget)
-		k.shared = sharedIdentities(pl, live)
+		k.shared, k.full = sharedIdentities(pl, live)
 		h := pl.Status.Holder
 		if h == nil {
 			continue
@@ -549,7 +550,7 @@ func WaitsFor(locks []locksv1.ProjectLock, reqs []locksv1.LockRequest, freezes q
 	}
 	states := make([]deadlock.KeyState, 0, len(keys))
 	for name, k := range keys {
-		st := deadlock.KeyState{Key: k.key, Holder: k.holder, Shared: k.shared}
+		st := deadlock.KeyState{Key: k.key, Holder: k.holder, Shared: k.shared, Full: k.full}
 		for _, w := range queue.Order(name, k.waiting, now, cfg) {
 			st.Queue = append(st.Queue, deadlock.Waiter{
 				Identity: w.Request.Spec.Holder.ID(),
@@ -601,16 +602,20 @@ func (d *DeadlockDetector) fail(ctx context.Context, namespace string, victim de
 	return nil
 }
 
-// sharedIdentities are the identities of a ProjectLock's live shared holders, each once, in the
-// order listed.
-func sharedIdentities(pl *locksv1.ProjectLock, live map[string]bool) []deadlock.Identity {
-	var out []deadlock.Identity
+// sharedIdentities are the identities of pl's live shared holders (each once), and whether
+// they hold as many requests as may hold a key shared (full).
+func sharedIdentities(pl *locksv1.ProjectLock, live map[string]bool) (ids []deadlock.Identity, full bool) {
 	seen := map[deadlock.Identity]bool{}
+	n := 0
 	for _, h := range pl.Status.SharedHolders {
-		if id := h.ID(); live[h.Request.UID] && !seen[id] {
+		if !live[h.Request.UID] {
+			continue
+		}
+		n++
+		if id := h.ID(); !seen[id] {
 			seen[id] = true
-			out = append(out, id)
+			ids = append(ids, id)
 		}
 	}
-	return out
+	return ids, n >= locksv1.MaxSharedHolders
 }

@@ -467,3 +467,24 @@ func TestStoredVictim(t *testing.T) {
 		}
 	}
 }
+
+// TestSharedIdentitiesFull: a key is full for the deadlock graph when MaxSharedHolders live
+// requests hold it shared, whatever their identities; departed holders do not count.
+func TestSharedIdentitiesFull(t *testing.T) {
+	pl := &locksv1.ProjectLock{}
+	live := map[string]bool{}
+	for i := range locksv1.MaxSharedHolders {
+		uid := fmt.Sprint("r", i)
+		pl.Status.SharedHolders = append(pl.Status.SharedHolders, locksv1.SharedHolder{
+			Request: locksv1.HolderRequest{Name: uid, UID: uid}, Owner: []string{"alice", "bob"}[i%2], Pull: 1})
+		live[uid] = i > 0
+	}
+	ids, full := sharedIdentities(pl, live)
+	if len(ids) != 2 || full {
+		t.Fatalf("99 live of 100 listed: identities %v, full %v; want 2, not full", ids, full)
+	}
+	live["r0"] = true
+	if _, full := sharedIdentities(pl, live); !full {
+		t.Fatalf("100 live shared holders: not full")
+	}
+}

@@ -51,7 +51,10 @@ type KeyState struct {
 	// Shared are the identities that hold the key in Shared mode (each once); an exclusive
 	// waiter waits for every one of them.
 	Shared []Identity
-	Queue  []Waiter // in grant order: Queue[0] is granted next
+	// Full is true when as many requests hold the key Shared as may (MaxSharedHolders): a
+	// shared waiter then waits for the shared holders too, for one of them to leave.
+	Full  bool
+	Queue []Waiter // in grant order: Queue[0] is granted next
 }
 
 // holders are the identities that hold the key, in either mode.
@@ -170,8 +173,10 @@ func Build(keys []KeyState) *Graph {
 			case w.Shared && writer >= 0:
 				// Writer preference: it waits for the exclusive waiter ahead of it.
 				arcs = append(arcs, arc{from: n, to: writer, key: i, pos: pos})
-			case w.Shared && ks.Holder == nil:
-				// Shared holders (or none) and no writer ahead: it waits for nobody here.
+			// guard:deadlock-shared-cap-no-edge
+			case w.Shared && ks.Holder == nil && !ks.Full:
+				// Shared holders (or none) with room, and no writer ahead: it waits for
+				// nobody here.
 			default:
 				// A waiter waits for every holder of the key.
 				for _, h := range holders {

@@ -48,6 +48,15 @@ func TestSharedHolders(t *testing.T) {
 				sharedHeld(k2, []Identity{bob}, sw(alice, k2)),
 			},
 		},
+		"a reader waits for the readers of a full key (MaxSharedHolders)": {
+			// alice's requests fill k1's shared places and she waits for k2, which bob holds;
+			// bob waits to read k1, for one of alice's to leave: bob -> alice -> bob.
+			keys: []KeyState{
+				func() KeyState { ks := sharedHeld(k1, []Identity{alice}, sw(bob, k1)); ks.Full = true; return ks }(),
+				held(k2, bob, w(alice, k2)),
+			},
+			want: []Cycle{cycle(holds(alice, bob, k2), Edge{From: bob, To: alice, Key: k1, Holds: true, Waiter: sw(bob, k1)})},
+		},
 		"a reader behind a writer waits for the writer (writer preference)": {
 			// alice reads k1 and waits for k2, which bob holds; bob waits to read k1 behind
 			// carol's exclusive wait, and carol waits for alice: bob waits for alice through
