@@ -101,3 +101,23 @@ func TestSharedTokenOrder(t *testing.T) {
 		})
 	}
 }
+
+// TestSharedHoldersFirstSeenTogether is seed 26 of the shared simulation (step 699): r0076 was
+// granted at 1819 and r0075, re-issued beside it, at 1852; a check of the state after both
+// sees them together for the first time, and must not judge the older reader as if it came
+// after the newer one because its name sorts later (mutant lag-holders-in-token-order).
+func TestSharedHoldersFirstSeenTogether(t *testing.T) {
+	inv := NewInvariants(nil)
+	st := &State{Requests: locksv1.LockRequestList{Items: []locksv1.LockRequest{
+		*held("r0075", "bob", locksv1.PhaseGranted, []locksv1.LockTarget{shared(netKey)}, 1852),
+		*held("r0076", "carol", locksv1.PhaseGranted, []locksv1.LockTarget{shared(netKey)}, 1819),
+	}}}
+	if v := inv.CheckState(st); len(v) != 0 {
+		t.Fatalf("two readers first seen together: %v", v)
+	}
+	// The time order is still judged: a reader that comes after them with a token below theirs.
+	st.Requests.Items = append(st.Requests.Items, *held("r0077", "dave", locksv1.PhaseGranted, []locksv1.LockTarget{shared(netKey)}, 1800))
+	if v := inv.CheckState(st); len(v) != 1 {
+		t.Fatalf("a later reader below them: %v, want one violation", v)
+	}
+}
