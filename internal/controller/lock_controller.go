@@ -125,7 +125,7 @@ func (r *LockReconciler) read(ctx context.Context, req reconcile.Request, now ti
 	if in.Lock, err = r.readLock(ctx, req, now); err != nil {
 		return in, false, err
 	}
-	byUID, active, claims, err := r.readRequests(ctx, req, &in)
+	byUID, active, err := r.readRequests(ctx, req, &in)
 	if err != nil || (in.Lock == nil && !active) {
 		return in, false, err
 	}
@@ -134,9 +134,7 @@ func (r *LockReconciler) read(ctx context.Context, req reconcile.Request, now ti
 	// ProjectLock really gone (a force-unlock), or is the cache behind our own grant? And a
 	// holder that shows a token above the cached ProjectLock's saw a later write of it (a
 	// re-issued grant): deciding on the cached one would write that holder its older token.
-	// guard:no-live-projectlock-read
-	// guard:stale-projectlock-token
-	if claims && (!listsAllClaimants(in.Lock, in.Requests, req.Name) || tokenAhead(in.Lock, in.Requests, req.Name)) {
+	if queue.CachedLockBehind(in.Lock, in.Requests, req.Name) {
 		if in.Lock, err = r.liveLock(ctx, req); err != nil {
 			return in, false, err
 		}
@@ -182,14 +180,13 @@ func (r *LockReconciler) readLock(ctx context.Context, req reconcile.Request, no
 }
 
 // readRequests lists the requests that name the key into in, and the key's target. It reports
-// which requests it saw, whether one is not final (active), and whether one not final claims the
-// key in its status.
-func (r *LockReconciler) readRequests(ctx context.Context, req reconcile.Request, in *queue.Input) (byUID map[types.UID]bool, active, claims bool, err error) {
+// which requests it saw and whether one is not final (active).
+func (r *LockReconciler) readRequests(ctx context.Context, req reconcile.Request, in *queue.Input) (byUID map[types.UID]bool, active bool, err error) {
 	var list locksv1.LockRequestList
 	// The cache's own objects, not copies: a deep queue is listed on every reconcile, and
 	// queue.Decide only reads its input (its property test checks that); writes deep-copy.
 	if err := r.client.List(ctx, &list, client.InNamespace(req.Namespace), client.MatchingFields{IndexLockName: req.Name}, client.UnsafeDisableDeepCopy); err != nil {
-		return nil, false, false, fmt.Errorf("list lockrequests for %s: %w", req, err)
+		return nil, false, fmt.Errorf("list lockrequests for %s: %w", req, err)
 	}
 	byUID = make(map[types.UID]bool, len(list.Items))
 	for i := range list.Items {
@@ -197,7 +194,6 @@ func (r *LockReconciler) readRequests(ctx context.Context, req reconcile.Request
 		byUID[lr.UID] = true
 		in.Requests = append(in.Requests, lr)
 		active = active || !lr.Status.Phase.IsFinal()
-		claims = claims || (!lr.Status.Phase.IsFinal() && claimsKey(lr, req.Name))
 		if in.Target.Repo == "" {
 			for _, ref := range lockkey.Refs(lr.Spec.Locks) {
 				if ref.Name == req.Name {
@@ -209,7 +205,7 @@ func (r *LockReconciler) readRequests(ctx context.Context, req reconcile.Request
 	if in.Lock != nil {
 		in.Target = lockkey.Normalize(in.Lock.Spec.LockTarget)
 	}
-	return byUID, active, claims, nil
+	return byUID, active, nil
 }
 
 // liveLock reads the key's ProjectLock past the cache; nil when it does not exist.
@@ -258,51 +254,6 @@ func (r *LockReconciler) confirmHolders(ctx context.Context, req reconcile.Reque
 		}
 	}
 	return nil
-}
-
-func claimsKey(lr *locksv1.LockRequest, name string) bool {
-	for _, l := range lr.Status.Locks {
-		if l.Name == name && l.Held {
-			return true
-		}
-	}
-	return false
-}
-
-// tokenAhead reports whether a request that holds the key shows a token for it above the
-// ProjectLock's. Tokens are revisions of the key's ProjectLock writes, which only grow, so such a
-// ProjectLock is older than a write the request has seen.
-func tokenAhead(lock *locksv1.ProjectLock, reqs []*locksv1.LockRequest, name string) bool {
-	if lock == nil {
-		return false
-	}
-	for _, lr := range reqs {
-		if lr.Status.Phase.IsFinal() {
-			continue
-		}
-		for _, l := range lr.Status.Locks {
-			if l.Name == name && l.Held && l.FencingToken > lock.Status.FencingToken {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-func listsAllClaimants(lock *locksv1.ProjectLock, reqs []*locksv1.LockRequest, name string) bool {
-	if lock == nil || !lock.Status.Held() {
-		return false
-	}
-	listed := map[string]bool{}
-	for _, h := range lock.Status.HolderRequests() {
-		listed[h.UID] = true
-	}
-	for _, lr := range reqs {
-		if !lr.Status.Phase.IsFinal() && claimsKey(lr, name) && !listed[string(lr.UID)] {
-			return false
-		}
-	}
-	return true
 }
 
 // waitsLast reports whether the waiting update u leaves its request last in the queue of key

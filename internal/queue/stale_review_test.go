@@ -131,7 +131,6 @@ func (w *staleWorld) view(m int, name string, at time.Time, cfg Config, lagR, la
 		}
 	}
 	byUID := map[types.UID]bool{}
-	claims := false
 	for _, uid := range w.order {
 		r := rs.reqs[uid]
 		if w.mix > 0 && lagR > 0 {
@@ -147,9 +146,8 @@ func (w *staleWorld) view(m int, name string, at time.Time, cfg Config, lagR, la
 			r = o
 		}
 		in.Requests = append(in.Requests, r.DeepCopy())
-		claims = claims || (!r.Status.Phase.IsFinal() && claimsName(r, name))
 	}
-	if claims && (!listsClaimants(in.Lock, in.Requests, name) || aheadOf(in.Lock, in.Requests, name)) {
+	if CachedLockBehind(in.Lock, in.Requests, name) {
 		in.Lock = nil
 		if l := w.cur.locks[name]; l != nil {
 			in.Lock = l.DeepCopy()
@@ -189,48 +187,6 @@ func (w *staleWorld) histIndex(rv int) int { return rv }
 
 func names1(r *locksv1.LockRequest, name string) bool {
 	return slices.Contains(lockkey.Names(r.Spec.Locks), name)
-}
-
-func claimsName(lr *locksv1.LockRequest, name string) bool {
-	for _, l := range lr.Status.Locks {
-		if l.Name == name && l.Held {
-			return true
-		}
-	}
-	return false
-}
-
-func listsClaimants(lock *locksv1.ProjectLock, reqs []*locksv1.LockRequest, name string) bool {
-	if lock == nil || !lock.Status.Held() {
-		return false
-	}
-	listed := map[string]bool{}
-	for _, h := range lock.Status.HolderRequests() {
-		listed[h.UID] = true
-	}
-	for _, lr := range reqs {
-		if !lr.Status.Phase.IsFinal() && claimsName(lr, name) && !listed[string(lr.UID)] {
-			return false
-		}
-	}
-	return true
-}
-
-func aheadOf(lock *locksv1.ProjectLock, reqs []*locksv1.LockRequest, name string) bool {
-	if lock == nil {
-		return false
-	}
-	for _, lr := range reqs {
-		if lr.Status.Phase.IsFinal() {
-			continue
-		}
-		for _, l := range lr.Status.Locks {
-			if l.Name == name && l.Held && l.FencingToken > lock.Status.FencingToken {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // write applies one write of a plan with its precondition; false when it fails (the plan
