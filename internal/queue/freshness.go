@@ -12,7 +12,7 @@ import (
 // re-issued grant (tokens are revisions of the key's ProjectLock writes, which only grow). The
 // caller then reads the ProjectLock live before deciding.
 func CachedLockBehind(lock *locksv1.ProjectLock, reqs []*locksv1.LockRequest, name string) bool {
-	var listed map[string]bool
+	var listed map[string]bool // lock's holders, read once a claimant needs them
 	for _, lr := range reqs {
 		if lr.Status.Phase.IsFinal() {
 			continue
@@ -21,14 +21,8 @@ func CachedLockBehind(lock *locksv1.ProjectLock, reqs []*locksv1.LockRequest, na
 			if l.Name != name || !l.Held {
 				continue
 			}
-			if lock == nil {
-				return true
-			}
 			if listed == nil {
-				listed = map[string]bool{}
-				for _, h := range lock.Status.HolderRequests() {
-					listed[h.UID] = true
-				}
+				listed = holderUIDs(lock)
 			}
 			// guard:no-live-projectlock-read
 			if !listed[string(lr.UID)] {
@@ -41,4 +35,16 @@ func CachedLockBehind(lock *locksv1.ProjectLock, reqs []*locksv1.LockRequest, na
 		}
 	}
 	return false
+}
+
+// holderUIDs is the set of requests lock lists as holders (none when lock is nil).
+func holderUIDs(lock *locksv1.ProjectLock) map[string]bool {
+	out := map[string]bool{}
+	if lock == nil {
+		return out
+	}
+	for _, h := range lock.Status.HolderRequests() {
+		out[h.UID] = true
+	}
+	return out
 }

@@ -114,11 +114,16 @@ var _ = Describe("Holes in the grant protocol", func() {
 		Expect(r.Status.Locks[0].FencingToken).To(Equal(pl.Status.FencingToken))
 
 		By("A decides with its request cache current and its ProjectLock cache at the first listing")
+		create(MakeLockRequest("w", ns).Lock(app.Repo, app.Path, app.Workspace).Owner("carol", 3))
 		syncHistory()
 		a.view.CatchUpBut(lag.ProjectLocks, listed[lag.ProjectLocks])
 		a.decide(k)
 		expectSafe(inv, ns, "A decided from a ProjectLock cache behind R's token")
 		Expect(getRequest(ns, "r").Status.Locks[0].FencingToken).To(Equal(pl.Status.FencingToken), "R keeps the token B gave it")
+		// R's token above the cached ProjectLock's made A read it live and decide at once (a
+		// decision on the stale one would decide nothing, queue.Decide's staleLock, and wait
+		// for the cache): the waiter that came meanwhile is queued by this very decision.
+		Expect(phase(ns, "w")).To(Equal(locksv1.PhasePending), "A decided on the live ProjectLock")
 	})
 
 	It("hole 2: a manager remembers its own writes over a cache that missed two of them", func() {
