@@ -198,17 +198,7 @@ func (w *staleWorld) write(p *pending, wr Write) bool {
 		if w.cur.locks[name] != nil {
 			return false
 		}
-		var target locksv1.LockTarget
-		for _, r := range in.Requests {
-			for _, ref := range lockkey.Refs(r.Spec.Locks) {
-				if ref.Name == name {
-					target = ref.Target
-				}
-			}
-		}
-		pl := makeLock(target).Obj()
-		pl.Status = locksv1.ProjectLockStatus{}
-		pl.Finalizers = []string{locksv1.ReleaseHoldersFinalizer}
+		pl := createdLockFor(name, in)
 		pl.ResourceVersion = w.nextRV()
 		pl.UID = types.UID("pl-" + pl.ResourceVersion)
 		w.cur.locks[name] = pl

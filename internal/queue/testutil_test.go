@@ -410,6 +410,16 @@ func checkPlan(t testing.TB, in Input, d Decision) {
 // create creates the ProjectLock of the key named name, for the requests in `in`, with the
 // finalizer the controller puts on it.
 func (w *world) create(name string, in Input) {
+	pl := createdLockFor(name, in)
+	w.rv++
+	pl.ResourceVersion = fmt.Sprint(w.rv)
+	w.locks[name] = pl
+}
+
+// createdLockFor is the ProjectLock the controller creates for key name of the requests in
+// `in` (createdLockOf their target), with an empty status; the caller gives it its
+// resourceVersion.
+func createdLockFor(name string, in Input) *locksv1.ProjectLock {
 	var target locksv1.LockTarget
 	for _, r := range in.Requests {
 		for _, ref := range lockkey.Refs(r.Spec.Locks) {
@@ -418,12 +428,9 @@ func (w *world) create(name string, in Input) {
 			}
 		}
 	}
-	pl := makeLock(target).Obj()
+	pl := createdLockOf(target)
 	pl.Status = locksv1.ProjectLockStatus{}
-	pl.Finalizers = []string{locksv1.ReleaseHoldersFinalizer}
-	w.rv++
-	pl.ResourceVersion = fmt.Sprint(w.rv)
-	w.locks[name] = pl
+	return pl
 }
 
 // forceUnlock is an admin's `kubectl delete projectlock`: the finalizer keeps it, deleting.
