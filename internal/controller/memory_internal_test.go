@@ -156,10 +156,11 @@ func roundTrip[T any](t *testing.T, obj *T) *T {
 	return out
 }
 
-// TestTrimmedDecidesIdentically: a key's decisions over trimmed requests are the decisions
-// over the requests as the API server returned them — the same writes, none more — through a
-// queue's life: created, decided, written, read back; holders released one after another,
-// positions moving, the last ones finished.
+// TestTrimmedDecidesIdentically: a key's decisions over requests as the cache holds and hands
+// them out (trimmed, compacted, expanded) are the decisions over the requests as the API server
+// returned them — the same writes, none more — through a queue's life: created, decided,
+// written, read back; holders released one after another, positions moving, the last ones
+// finished.
 func TestTrimmedDecidesIdentically(t *testing.T) {
 	target := locksv1.LockTarget{Repo: "org/infra", Path: "prod", Workspace: "default"}
 	name := lockkey.Name(target)
@@ -187,9 +188,9 @@ func TestTrimmedDecidesIdentically(t *testing.T) {
 			var rs []*locksv1.LockRequest
 			for _, r := range reqs {
 				r = roundTrip(t, r)
-				if trim {
+				if trim { // as the manager's cache holds and hands it out
 					out, _ := TrimLockRequest(r)
-					r = out.(*locksv1.LockRequest)
+					r = compactLockRequest(out.(*locksv1.LockRequest)).expand()
 				}
 				rs = append(rs, r)
 			}

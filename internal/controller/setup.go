@@ -51,7 +51,7 @@ type SetupOptions struct {
 // Its informers relist at once when a watch is answered 410 Gone (pkg/client.NewInformer), not
 // after client-go's informer backoff: after an API server restart every watch is.
 func CacheOptions() cache.Options {
-	return cache.Options{DefaultTransform: trimTransform(), NewInformer: turnstile.NewInformer}
+	return cache.Options{DefaultTransform: trimTransform(), NewInformer: CompactLockRequests(turnstile.NewInformer)}
 }
 
 // CachesSynced is a readiness check: ready once the cache has started and every informer

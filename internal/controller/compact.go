@@ -1,0 +1,403 @@
+package controller
+
+import (
+	"encoding/hex"
+	"strconv"
+	"time"
+	"unique"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+
+	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
+)
+
+// compactRequest is how the manager's cache stores a LockRequest: the same object in about half
+// the bytes. A decoded LockRequest is a 600-byte struct (ObjectMeta alone is 232, mostly empty
+// strings) with four conditions of 96 bytes, a target of 80 and a lock status of 48 beside it;
+// a cluster of 100,000 waiting requests holds all of them. compactRequest keeps a waiting or
+// held request's fields packed: its one target and lock status shared with every request of
+// the key (unique handles), its uid and resourceVersion as numbers, its times as seconds, its
+// conditions as codes. What it cannot pack exactly it keeps as it came (meta, spec, status), so
+// every object is stored: expand gives back an object equal to the one compacted (DeepEqual,
+// times to their location), fresh for the caller to change. TestCompactRoundTrip fills every
+// field at random and checks that; TestCompactKnowsEveryField fails when the API type gains a
+// field this file does not know.
+type compactRequest struct {
+	name       string
+	namespace  string
+	rv         uint64
+	uid        [16]byte
+	generation int64
+	created    int64 // seconds (metav1.Time), in time.Local
+	annotation unique.Handle[[2]string]
+	// meta, when not nil, is the whole ObjectMeta: one the fields above cannot hold exactly.
+	meta *metav1.ObjectMeta
+	kind unique.Handle[metav1.TypeMeta]
+
+	target   unique.Handle[locksv1.LockTarget]
+	owner    string
+	pull     int64
+	command  string
+	priority locksv1.Priority
+	ttl      *metav1.Duration
+	wait     *metav1.Duration
+	// spec, when not nil, is the whole spec: more or fewer targets than one, or a holder, reason
+	// or freeze bypass beyond the owner and pull.
+	spec    *locksv1.LockRequestSpec
+	release bool
+
+	phase         locksv1.LockRequestPhase
+	lock          unique.Handle[locksv1.LockStatus]
+	queuePosition int32
+	blockedBy     string
+	fencingToken  int64
+	arrival       int64
+	fences        int64
+	observed      int64
+	queuedAt      *metav1.MicroTime
+	grantedAt     *metav1.Time
+	renewedAt     *metav1.Time
+	expiresAt     *metav1.Time
+	finishedAt    *metav1.Time
+	conds         []packedCondition
+	// status, when not nil, is the whole status: more locks than one, or a condition the codes
+	// cannot hold.
+	status *locksv1.LockRequestStatus
+}
+
+// packedCondition is a metav1.Condition of a known type and status in 56 bytes instead of 96.
+type packedCondition struct {
+	typ, status, loc uint8
+	nsec             int32
+	sec              int64
+	observed         int64
+	reason, message  string
+}
+
+var (
+	conditionTypes  = []string{"", locksv1.ConditionGranted, locksv1.ConditionReady, locksv1.ConditionReconciling, locksv1.ConditionStalled}
+	conditionStatus = []metav1.ConditionStatus{"", metav1.ConditionTrue, metav1.ConditionFalse, metav1.ConditionUnknown}
+)
+
+const (
+	locLocal uint8 = 1
+	locUTC   uint8 = 2
+)
+
+// compactLockRequest returns lr compacted. lr must not change afterwards: the compact object
+// shares its strings, pointers and slices it keeps as they came.
+func compactLockRequest(lr *locksv1.LockRequest) *compactRequest {
+	c := &compactRequest{kind: unique.Make(lr.TypeMeta)}
+	c.packMeta(&lr.ObjectMeta)
+	c.packSpec(&lr.Spec)
+	c.packStatus(&lr.Status)
+	return c
+}
+
+func (c *compactRequest) packMeta(m *metav1.ObjectMeta) {
+	rv, rvOK := packRV(m.ResourceVersion)
+	uid, uidOK := packUID(m.UID)
+	created, createdOK := packSeconds(m.CreationTimestamp.Time)
+	if !rvOK || !uidOK || !createdOK || m.GenerateName != "" || m.SelfLink != "" || m.DeletionTimestamp != nil ||
+		m.DeletionGracePeriodSeconds != nil || m.Labels != nil || m.OwnerReferences != nil || m.Finalizers != nil ||
+		m.ManagedFields != nil || (m.Annotations != nil && len(m.Annotations) != 1) {
+		c.meta = copyOf(m) // a copy: a pointer into lr would keep all of it
+		return
+	}
+	c.name, c.namespace, c.rv, c.uid, c.generation, c.created = m.Name, m.Namespace, rv, uid, m.Generation, created
+	for k, v := range m.Annotations {
+		c.annotation = unique.Make([2]string{k, v})
+	}
+}
+
+func (c *compactRequest) packSpec(s *locksv1.LockRequestSpec) {
+	if len(s.Locks) != 1 || s.Holder.URL != "" || s.Holder.Lease != "" || s.Holder.Session != "" || s.Reason != "" || s.BypassFreeze != nil {
+		c.spec = copyOf(s)
+		return
+	}
+	c.target = unique.Make(s.Locks[0])
+	c.owner, c.pull, c.command, c.priority = s.Holder.Owner, s.Holder.Pull, s.Command, s.Priority
+	c.ttl, c.wait, c.release = s.TTL, s.WaitTimeout, s.Release
+}
+
+func (c *compactRequest) packStatus(st *locksv1.LockRequestStatus) {
+	conds, ok := packConditions(st.Conditions)
+	if !ok || (st.Locks != nil && len(st.Locks) != 1) {
+		c.status = copyOf(st)
+		return
+	}
+	if len(st.Locks) == 1 {
+		c.lock = unique.Make(st.Locks[0])
+	}
+	c.conds = conds
+	c.phase, c.queuePosition, c.blockedBy, c.fencingToken = st.Phase, st.QueuePosition, st.BlockedBy, st.FencingToken
+	c.arrival, c.fences, c.observed = st.ArrivalRevision, st.Fences, st.ObservedGeneration
+	c.queuedAt, c.grantedAt, c.renewedAt, c.expiresAt, c.finishedAt = st.QueuedAt, st.GrantedAt, st.RenewedAt, st.ExpiresAt, st.FinishedAt
+}
+
+// packConditions packs conds when every one has a known type and status and a time the codes
+// hold exactly; a nil or empty list packs as itself (nil), an empty one does not.
+func packConditions(conds []metav1.Condition) ([]packedCondition, bool) {
+	if conds == nil {
+		return nil, true
+	}
+	if len(conds) == 0 {
+		return nil, false
+	}
+	out := make([]packedCondition, len(conds))
+	for i := range conds {
+		in := &conds[i]
+		p := &out[i]
+		p.typ, p.status = index(conditionTypes, in.Type), index(conditionStatus, in.Status)
+		var ok bool
+		p.sec, p.nsec, p.loc, ok = packTime(in.LastTransitionTime.Time)
+		if p.typ == 0 || p.status == 0 || !ok {
+			return nil, false
+		}
+		p.observed, p.reason, p.message = in.ObservedGeneration, in.Reason, in.Message
+	}
+	return out, true
+}
+
+func index[T comparable](table []T, v T) uint8 {
+	for i := 1; i < len(table); i++ {
+		if table[i] == v {
+			return uint8(i)
+		}
+	}
+	return 0
+}
+
+// packTime returns t as seconds, nanoseconds and location when time.Unix gives t back exactly
+// (no monotonic reading; time.Local or UTC).
+func packTime(t time.Time) (sec int64, nsec int32, loc uint8, ok bool) {
+	sec, nsec, loc = t.Unix(), int32(t.Nanosecond()), locLocal
+	if t.Location() == time.UTC {
+		loc = locUTC
+	}
+	return sec, nsec, loc, unpackTime(sec, nsec, loc) == t
+}
+
+func unpackTime(sec int64, nsec int32, loc uint8) time.Time {
+	t := time.Unix(sec, int64(nsec))
+	if loc == locUTC {
+		return t.UTC()
+	}
+	return t
+}
+
+// packSeconds is packTime for a metav1.Time as JSON gives it: whole seconds, in time.Local.
+func packSeconds(t time.Time) (int64, bool) {
+	s := t.Unix()
+	return s, time.Unix(s, 0) == t
+}
+
+// packRV returns a resourceVersion as a number when it is one, written as strconv writes it.
+func packRV(rv string) (uint64, bool) {
+	n, err := strconv.ParseUint(rv, 10, 64)
+	return n, err == nil && n != 0 && strconv.FormatUint(n, 10) == rv
+}
+
+// packUID returns a uid as its 16 bytes when it is a UUID written as the API server writes it.
+func packUID(uid types.UID) ([16]byte, bool) {
+	var out [16]byte
+	s := string(uid)
+	if len(s) != 36 || s[8] != '-' || s[13] != '-' || s[18] != '-' || s[23] != '-' {
+		return out, false
+	}
+	hexed := s[0:8] + s[9:13] + s[14:18] + s[19:23] + s[24:36]
+	if _, err := hex.Decode(out[:], []byte(hexed)); err != nil {
+		return out, false
+	}
+	return out, unpackUID(out) == uid
+}
+
+func unpackUID(b [16]byte) types.UID {
+	h := hex.EncodeToString(b[:])
+	return types.UID(h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32])
+}
+
+// expand returns the LockRequest c was compacted from: a new object, nothing shared with c
+// that the caller could change.
+func (c *compactRequest) expand() *locksv1.LockRequest {
+	out := &locksv1.LockRequest{TypeMeta: c.kind.Value()}
+	c.expandMeta(&out.ObjectMeta)
+	c.expandSpec(&out.Spec)
+	c.expandStatus(&out.Status)
+	return out
+}
+
+func (c *compactRequest) expandMeta(m *metav1.ObjectMeta) {
+	if c.meta != nil {
+		c.meta.DeepCopyInto(m)
+		return
+	}
+	m.Name, m.Namespace, m.Generation = c.name, c.namespace, c.generation
+	m.ResourceVersion, m.UID = strconv.FormatUint(c.rv, 10), unpackUID(c.uid)
+	m.CreationTimestamp = metav1.NewTime(time.Unix(c.created, 0))
+	if c.annotation != (unique.Handle[[2]string]{}) {
+		a := c.annotation.Value()
+		m.Annotations = map[string]string{a[0]: a[1]}
+	}
+}
+
+func (c *compactRequest) expandSpec(s *locksv1.LockRequestSpec) {
+	if c.spec != nil {
+		c.spec.DeepCopyInto(s)
+		return
+	}
+	s.Locks = []locksv1.LockTarget{c.target.Value()}
+	s.Holder.Owner, s.Holder.Pull, s.Command, s.Priority, s.Release = c.owner, c.pull, c.command, c.priority, c.release
+	s.TTL, s.WaitTimeout = copyOf(c.ttl), copyOf(c.wait)
+}
+
+func (c *compactRequest) expandStatus(st *locksv1.LockRequestStatus) {
+	if c.status != nil {
+		c.status.DeepCopyInto(st)
+		return
+	}
+	if c.lock != (unique.Handle[locksv1.LockStatus]{}) {
+		st.Locks = []locksv1.LockStatus{c.lock.Value()}
+	}
+	st.Phase, st.QueuePosition, st.BlockedBy, st.FencingToken = c.phase, c.queuePosition, c.blockedBy, c.fencingToken
+	st.ArrivalRevision, st.Fences, st.ObservedGeneration = c.arrival, c.fences, c.observed
+	st.QueuedAt, st.GrantedAt, st.RenewedAt = copyOf(c.queuedAt), copyOf(c.grantedAt), copyOf(c.renewedAt)
+	st.ExpiresAt, st.FinishedAt = copyOf(c.expiresAt), copyOf(c.finishedAt)
+	if c.conds != nil {
+		st.Conditions = make([]metav1.Condition, len(c.conds))
+		for i, p := range c.conds {
+			st.Conditions[i] = metav1.Condition{
+				Type: conditionTypes[p.typ], Status: conditionStatus[p.status], ObservedGeneration: p.observed,
+				LastTransitionTime: metav1.NewTime(unpackTime(p.sec, p.nsec, p.loc)), Reason: p.reason, Message: p.message,
+			}
+		}
+	}
+}
+
+func copyOf[T any](p *T) *T {
+	if p == nil {
+		return nil
+	}
+	v := *p
+	return &v
+}
+
+// The informer's store keys, indexes and (re)lists a compact request as an object: it reads
+// its metadata through metav1.Object (meta.Accessor). A compact request is never changed once
+// stored; the setters exist for the interface and change only the copy they are called on.
+
+var (
+	_ metav1.Object  = &compactRequest{}
+	_ runtime.Object = &compactRequest{}
+)
+
+// GetObjectKind implements runtime.Object.
+func (c *compactRequest) GetObjectKind() schema.ObjectKind {
+	tm := c.kind.Value()
+	return &tm
+}
+
+// DeepCopyObject implements runtime.Object: a compact request is immutable, a copy of the struct
+// is a deep copy.
+func (c *compactRequest) DeepCopyObject() runtime.Object {
+	cp := *c
+	return &cp
+}
+
+// objectMeta is c's metadata, expanded when it is packed.
+func (c *compactRequest) objectMeta() *metav1.ObjectMeta {
+	if c.meta != nil {
+		return c.meta
+	}
+	m := &metav1.ObjectMeta{}
+	c.expandMeta(m)
+	return m
+}
+
+func (c *compactRequest) GetNamespace() string {
+	if c.meta != nil {
+		return c.meta.Namespace
+	}
+	return c.namespace
+}
+
+func (c *compactRequest) GetName() string {
+	if c.meta != nil {
+		return c.meta.Name
+	}
+	return c.name
+}
+
+func (c *compactRequest) GetResourceVersion() string { return c.objectMeta().ResourceVersion }
+func (c *compactRequest) GetUID() types.UID          { return c.objectMeta().UID }
+func (c *compactRequest) GetGeneration() int64       { return c.objectMeta().Generation }
+func (c *compactRequest) GetGenerateName() string    { return c.objectMeta().GenerateName }
+func (c *compactRequest) GetSelfLink() string        { return c.objectMeta().SelfLink }
+func (c *compactRequest) GetCreationTimestamp() metav1.Time {
+	return c.objectMeta().CreationTimestamp
+}
+func (c *compactRequest) GetDeletionTimestamp() *metav1.Time {
+	return c.objectMeta().DeletionTimestamp
+}
+func (c *compactRequest) GetDeletionGracePeriodSeconds() *int64 {
+	return c.objectMeta().DeletionGracePeriodSeconds
+}
+func (c *compactRequest) GetLabels() map[string]string      { return c.objectMeta().Labels }
+func (c *compactRequest) GetAnnotations() map[string]string { return c.objectMeta().Annotations }
+func (c *compactRequest) GetFinalizers() []string           { return c.objectMeta().Finalizers }
+func (c *compactRequest) GetOwnerReferences() []metav1.OwnerReference {
+	return c.objectMeta().OwnerReferences
+}
+func (c *compactRequest) GetManagedFields() []metav1.ManagedFieldsEntry {
+	return c.objectMeta().ManagedFields
+}
+
+// set changes one metadata field of c: c keeps its whole metadata from then on.
+func (c *compactRequest) set(f func(*metav1.ObjectMeta)) {
+	m := c.objectMeta().DeepCopy()
+	f(m)
+	c.meta = m
+}
+
+func (c *compactRequest) SetNamespace(v string) {
+	c.set(func(m *metav1.ObjectMeta) { m.Namespace = v })
+}
+func (c *compactRequest) SetName(v string) { c.set(func(m *metav1.ObjectMeta) { m.Name = v }) }
+func (c *compactRequest) SetGenerateName(v string) {
+	c.set(func(m *metav1.ObjectMeta) { m.GenerateName = v })
+}
+func (c *compactRequest) SetUID(v types.UID) { c.set(func(m *metav1.ObjectMeta) { m.UID = v }) }
+func (c *compactRequest) SetResourceVersion(v string) {
+	c.set(func(m *metav1.ObjectMeta) { m.ResourceVersion = v })
+}
+func (c *compactRequest) SetGeneration(v int64) {
+	c.set(func(m *metav1.ObjectMeta) { m.Generation = v })
+}
+func (c *compactRequest) SetSelfLink(v string) { c.set(func(m *metav1.ObjectMeta) { m.SelfLink = v }) }
+func (c *compactRequest) SetCreationTimestamp(v metav1.Time) {
+	c.set(func(m *metav1.ObjectMeta) { m.CreationTimestamp = v })
+}
+func (c *compactRequest) SetDeletionTimestamp(v *metav1.Time) {
+	c.set(func(m *metav1.ObjectMeta) { m.DeletionTimestamp = v })
+}
+func (c *compactRequest) SetDeletionGracePeriodSeconds(v *int64) {
+	c.set(func(m *metav1.ObjectMeta) { m.DeletionGracePeriodSeconds = v })
+}
+func (c *compactRequest) SetLabels(v map[string]string) {
+	c.set(func(m *metav1.ObjectMeta) { m.Labels = v })
+}
+func (c *compactRequest) SetAnnotations(v map[string]string) {
+	c.set(func(m *metav1.ObjectMeta) { m.Annotations = v })
+}
+func (c *compactRequest) SetFinalizers(v []string) {
+	c.set(func(m *metav1.ObjectMeta) { m.Finalizers = v })
+}
+func (c *compactRequest) SetOwnerReferences(v []metav1.OwnerReference) {
+	c.set(func(m *metav1.ObjectMeta) { m.OwnerReferences = v })
+}
+func (c *compactRequest) SetManagedFields(v []metav1.ManagedFieldsEntry) {
+	c.set(func(m *metav1.ObjectMeta) { m.ManagedFields = v })
+}

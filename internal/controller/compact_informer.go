@@ -1,0 +1,204 @@
+package controller
+
+import (
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	toolscache "k8s.io/client-go/tools/cache"
+
+	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
+)
+
+// NewInformerFunc is the constructor of a shared index informer (controller-runtime's
+// cache.Options.NewInformer).
+type NewInformerFunc func(toolscache.ListerWatcher, runtime.Object, time.Duration, toolscache.Indexers) toolscache.SharedIndexInformer
+
+// CompactLockRequests returns newInformer, except that its LockRequest informer stores every
+// request compacted (compactRequest: about half the bytes) and hands out expanded ones: its
+// indexer's reads (what the cache reader lists and gets), its index functions and its event
+// handlers see *LockRequest, each a new object. Every other informer is newInformer's.
+func CompactLockRequests(newInformer NewInformerFunc) NewInformerFunc {
+	return func(lw toolscache.ListerWatcher, obj runtime.Object, resync time.Duration, indexers toolscache.Indexers) toolscache.SharedIndexInformer {
+		if _, ok := obj.(*locksv1.LockRequest); !ok {
+			return newInformer(lw, obj, resync, indexers)
+		}
+		ci := &compactInformer{}
+		ci.SharedIndexInformer = newInformer(lw, obj, resync, ci.wrapIndexers(indexers))
+		// Without a transform set later, requests are compacted as they come.
+		_ = ci.SharedIndexInformer.SetTransform(compactTransform(nil))
+		return ci
+	}
+}
+
+// compactInformer is a SharedIndexInformer of LockRequests that stores compactRequests.
+type compactInformer struct {
+	toolscache.SharedIndexInformer
+	memo expandMemo
+}
+
+// SetTransform sets the informer's transform to f, then compaction.
+func (ci *compactInformer) SetTransform(f toolscache.TransformFunc) error {
+	return ci.SharedIndexInformer.SetTransform(compactTransform(f))
+}
+
+// compactTransform applies f (when not nil) to a LockRequest, then compacts it. An object already
+// compacted (a resync hands the store's objects through the transform again) is left as it is.
+func compactTransform(f toolscache.TransformFunc) toolscache.TransformFunc {
+	return func(obj any) (any, error) {
+		if _, ok := obj.(*compactRequest); ok {
+			return obj, nil
+		}
+		if f != nil {
+			var err error
+			if obj, err = f(obj); err != nil {
+				return obj, err
+			}
+		}
+		return compactObject(obj), nil
+	}
+}
+
+func (ci *compactInformer) AddEventHandler(h toolscache.ResourceEventHandler) (toolscache.ResourceEventHandlerRegistration, error) {
+	return ci.SharedIndexInformer.AddEventHandler(expandingHandler{h})
+}
+
+func (ci *compactInformer) AddEventHandlerWithResyncPeriod(h toolscache.ResourceEventHandler, resync time.Duration) (toolscache.ResourceEventHandlerRegistration, error) {
+	return ci.SharedIndexInformer.AddEventHandlerWithResyncPeriod(expandingHandler{h}, resync)
+}
+
+func (ci *compactInformer) AddEventHandlerWithOptions(h toolscache.ResourceEventHandler, o toolscache.HandlerOptions) (toolscache.ResourceEventHandlerRegistration, error) {
+	return ci.SharedIndexInformer.AddEventHandlerWithOptions(expandingHandler{h}, o)
+}
+
+func (ci *compactInformer) AddIndexers(ix toolscache.Indexers) error {
+	return ci.SharedIndexInformer.AddIndexers(ci.wrapIndexers(ix))
+}
+
+func (ci *compactInformer) GetStore() toolscache.Store { return ci.GetIndexer() }
+
+func (ci *compactInformer) GetIndexer() toolscache.Indexer {
+	return compactIndexer{Indexer: ci.SharedIndexInformer.GetIndexer(), ci: ci}
+}
+
+// wrapIndexers returns index functions that see what ix's see without compaction.
+func (ci *compactInformer) wrapIndexers(ix toolscache.Indexers) toolscache.Indexers {
+	out := make(toolscache.Indexers, len(ix))
+	for name, f := range ix {
+		out[name] = func(obj any) ([]string, error) { return f(ci.memo.view(obj)) }
+	}
+	return out
+}
+
+// expandMemo keeps the last two expansions the index functions asked for: the store computes
+// every index of an object in turn, each for the old and the new object of an update.
+type expandMemo struct {
+	mu   sync.Mutex
+	from [2]*compactRequest
+	to   [2]*locksv1.LockRequest
+	next int
+}
+
+// view is obj expanded, for reading only.
+func (m *expandMemo) view(obj any) any {
+	c, ok := obj.(*compactRequest)
+	if !ok {
+		return expandObject(obj)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for i, f := range m.from {
+		if f == c {
+			return m.to[i]
+		}
+	}
+	lr := c.expand()
+	m.from[m.next], m.to[m.next] = c, lr
+	m.next = 1 - m.next
+	return lr
+}
+
+// compactObject is obj compacted when it is a LockRequest (or a tombstone of one).
+func compactObject(obj any) any {
+	switch o := obj.(type) {
+	case *locksv1.LockRequest:
+		return compactLockRequest(o)
+	case toolscache.DeletedFinalStateUnknown:
+		o.Obj = compactObject(o.Obj)
+		return o
+	}
+	return obj
+}
+
+// expandObject is obj expanded when it is compacted (or a tombstone of a compacted one).
+func expandObject(obj any) any {
+	switch o := obj.(type) {
+	case *compactRequest:
+		return o.expand()
+	case toolscache.DeletedFinalStateUnknown:
+		o.Obj = expandObject(o.Obj)
+		return o
+	}
+	return obj
+}
+
+func expandAll(objs []any) []any {
+	for i, o := range objs {
+		objs[i] = expandObject(o)
+	}
+	return objs
+}
+
+// expandingHandler hands its handler expanded requests.
+type expandingHandler struct {
+	inner toolscache.ResourceEventHandler
+}
+
+func (h expandingHandler) OnAdd(obj any, initial bool) { h.inner.OnAdd(expandObject(obj), initial) }
+func (h expandingHandler) OnUpdate(old, obj any) {
+	h.inner.OnUpdate(expandObject(old), expandObject(obj))
+}
+func (h expandingHandler) OnDelete(obj any) { h.inner.OnDelete(expandObject(obj)) }
+
+// compactIndexer is the informer's indexer as its readers see it: requests expanded.
+type compactIndexer struct {
+	toolscache.Indexer
+	ci *compactInformer
+}
+
+func (x compactIndexer) Add(obj any) error    { return x.Indexer.Add(compactObject(obj)) }
+func (x compactIndexer) Update(obj any) error { return x.Indexer.Update(compactObject(obj)) }
+func (x compactIndexer) Delete(obj any) error { return x.Indexer.Delete(compactObject(obj)) }
+func (x compactIndexer) List() []any          { return expandAll(x.Indexer.List()) }
+
+func (x compactIndexer) Replace(objs []any, rv string) error {
+	out := make([]any, len(objs))
+	for i, o := range objs {
+		out[i] = compactObject(o)
+	}
+	return x.Indexer.Replace(out, rv)
+}
+
+func (x compactIndexer) Get(obj any) (any, bool, error) {
+	o, ok, err := x.Indexer.Get(obj)
+	return expandObject(o), ok, err
+}
+
+func (x compactIndexer) GetByKey(key string) (any, bool, error) {
+	o, ok, err := x.Indexer.GetByKey(key)
+	return expandObject(o), ok, err
+}
+
+func (x compactIndexer) Index(name string, obj any) ([]any, error) {
+	objs, err := x.Indexer.Index(name, obj)
+	return expandAll(objs), err
+}
+
+func (x compactIndexer) ByIndex(name, value string) ([]any, error) {
+	objs, err := x.Indexer.ByIndex(name, value)
+	return expandAll(objs), err
+}
+
+func (x compactIndexer) AddIndexers(ix toolscache.Indexers) error {
+	return x.Indexer.AddIndexers(x.ci.wrapIndexers(ix))
+}
