@@ -154,6 +154,7 @@ func packConditions(conds []metav1.Condition) ([]packedCondition, bool) {
 		p.typ, p.status = index(conditionTypes, in.Type), index(conditionStatus, in.Status)
 		var ok bool
 		p.sec, p.nsec, p.loc, ok = packTime(in.LastTransitionTime.Time)
+		// guard:compact-condition-codes
 		if p.typ == 0 || p.status == 0 || !ok {
 			return nil, false
 		}
@@ -178,6 +179,7 @@ func packTime(t time.Time) (sec int64, nsec int32, loc uint8, ok bool) {
 	if t.Location() == time.UTC {
 		loc = locUTC
 	}
+	// guard:compact-time-exact
 	return sec, nsec, loc, unpackTime(sec, nsec, loc) == t
 }
 
@@ -192,12 +194,14 @@ func unpackTime(sec int64, nsec int32, loc uint8) time.Time {
 // packSeconds is packTime for a metav1.Time as JSON gives it: whole seconds, in time.Local.
 func packSeconds(t time.Time) (int64, bool) {
 	s := t.Unix()
+	// guard:compact-created-exact
 	return s, time.Unix(s, 0) == t
 }
 
 // packRV returns a resourceVersion as a number when it is one, written as strconv writes it.
 func packRV(rv string) (uint64, bool) {
 	n, err := strconv.ParseUint(rv, 10, 64)
+	// guard:compact-rv-exact
 	return n, err == nil && n != 0 && strconv.FormatUint(n, 10) == rv
 }
 
@@ -212,6 +216,7 @@ func packUID(uid types.UID) ([16]byte, bool) {
 	if _, err := hex.Decode(out[:], []byte(hexed)); err != nil {
 		return out, false
 	}
+	// guard:compact-uid-exact
 	return out, unpackUID(out) == uid
 }
 
@@ -251,6 +256,7 @@ func (c *compactRequest) expandSpec(s *locksv1.LockRequestSpec) {
 	}
 	s.Locks = []locksv1.LockTarget{c.target.Value()}
 	s.Holder.Owner, s.Holder.Pull, s.Command, s.Priority, s.Release = c.owner, c.pull, c.command, c.priority, c.release
+	// guard:compact-expand-copies
 	s.TTL, s.WaitTimeout = copyOf(c.ttl), copyOf(c.wait)
 }
 

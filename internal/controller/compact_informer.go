@@ -85,6 +85,7 @@ func (ci *compactInformer) GetIndexer() toolscache.Indexer {
 func (ci *compactInformer) wrapIndexers(ix toolscache.Indexers) toolscache.Indexers {
 	out := make(toolscache.Indexers, len(ix))
 	for name, f := range ix {
+		// guard:compact-index-expands
 		out[name] = func(obj any) ([]string, error) { return f(ci.memo.view(obj)) }
 	}
 	return out
@@ -155,10 +156,12 @@ type expandingHandler struct {
 }
 
 func (h expandingHandler) OnAdd(obj any, initial bool) { h.inner.OnAdd(expandObject(obj), initial) }
+func (h expandingHandler) OnDelete(obj any)            { h.inner.OnDelete(expandObject(obj)) }
+
 func (h expandingHandler) OnUpdate(old, obj any) {
+	// guard:compact-handler-expands
 	h.inner.OnUpdate(expandObject(old), expandObject(obj))
 }
-func (h expandingHandler) OnDelete(obj any) { h.inner.OnDelete(expandObject(obj)) }
 
 // compactIndexer is the informer's indexer as its readers see it: requests expanded.
 type compactIndexer struct {
@@ -196,6 +199,7 @@ func (x compactIndexer) Index(name string, obj any) ([]any, error) {
 
 func (x compactIndexer) ByIndex(name, value string) ([]any, error) {
 	objs, err := x.Indexer.ByIndex(name, value)
+	// guard:compact-reader-expands
 	return expandAll(objs), err
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -339,3 +340,68 @@ func TestCompactInformer(t *testing.T) {
 	h.mu.Lock()
 	check("tombstone", h.seen[len(h.seen)-1])
 }
+
+// TestCompactKeepsWhatItCannotPack: a request the packing cannot hold exactly is stored with
+// that part as it came (and expands to itself): times in another location or with a monotonic
+// reading, unknown condition types and statuses, uids and resourceVersions not as the API
+// server writes them, more or fewer targets and lock statuses than one, metadata beyond one
+// annotation.
+func TestCompactKeepsWhatItCannotPack(t *testing.T) {
+	zone := time.FixedZone("X", 3600)
+	cases := []struct {
+		name   string
+		change func(*locksv1.LockRequest)
+		kept   func(*compactRequest) bool
+	}{
+		{"a condition time in another location", func(lr *locksv1.LockRequest) {
+			lr.Status.Conditions[1].LastTransitionTime.Time = lr.Status.Conditions[1].LastTransitionTime.In(zone)
+		}, keptStatus},
+		{"a condition time with a monotonic reading", func(lr *locksv1.LockRequest) {
+			lr.Status.Conditions[0].LastTransitionTime = metav1.Now()
+		}, keptStatus},
+		{"a condition time in UTC", func(lr *locksv1.LockRequest) {
+			lr.Status.Conditions[2].LastTransitionTime.Time = lr.Status.Conditions[2].LastTransitionTime.UTC()
+		}, packedStatus},
+		{"a condition of an unknown type", func(lr *locksv1.LockRequest) { lr.Status.Conditions[3].Type = "Other" }, keptStatus},
+		{"a condition of an unknown status", func(lr *locksv1.LockRequest) { lr.Status.Conditions[3].Status = "Maybe" }, keptStatus},
+		{"an empty condition list", func(lr *locksv1.LockRequest) { lr.Status.Conditions = []metav1.Condition{} }, keptStatus},
+		{"no conditions", func(lr *locksv1.LockRequest) { lr.Status.Conditions = nil }, packedStatus},
+		{"two lock statuses", func(lr *locksv1.LockRequest) {
+			lr.Status.Locks = append(lr.Status.Locks, locksv1.LockStatus{Key: "k", Name: "n"})
+		}, keptStatus},
+		{"an empty lock status list", func(lr *locksv1.LockRequest) { lr.Status.Locks = []locksv1.LockStatus{} }, keptStatus},
+		{"two targets", func(lr *locksv1.LockRequest) {
+			lr.Spec.Locks = append(lr.Spec.Locks, locksv1.LockTarget{Repo: "other"})
+		}, keptSpec},
+		{"a holder URL", func(lr *locksv1.LockRequest) { lr.Spec.Holder.URL = "https://x" }, keptSpec},
+		{"a freeze bypass", func(lr *locksv1.LockRequest) { lr.Spec.BypassFreeze = &locksv1.FreezeBypass{Reason: "r"} }, keptSpec},
+		{"an upper-case uid", func(lr *locksv1.LockRequest) { lr.UID = types.UID(strings.ToUpper(string(lr.UID))) }, keptMeta},
+		{"a uid that is no UUID", func(lr *locksv1.LockRequest) { lr.UID = "uid-1" }, keptMeta},
+		{"a resourceVersion with a leading zero", func(lr *locksv1.LockRequest) { lr.ResourceVersion = "0101" }, keptMeta},
+		{"a resourceVersion that is no number", func(lr *locksv1.LockRequest) { lr.ResourceVersion = "abc" }, keptMeta},
+		{"a creation time with nanoseconds", func(lr *locksv1.LockRequest) {
+			lr.CreationTimestamp.Time = lr.CreationTimestamp.Add(time.Nanosecond)
+		}, keptMeta},
+		{"a creation time in UTC", func(lr *locksv1.LockRequest) { lr.CreationTimestamp.Time = lr.CreationTimestamp.UTC() }, keptMeta},
+		{"two annotations", func(lr *locksv1.LockRequest) { lr.Annotations["b"] = "c" }, keptMeta},
+		{"an empty annotation map", func(lr *locksv1.LockRequest) { lr.Annotations = map[string]string{} }, keptMeta},
+		{"no annotations", func(lr *locksv1.LockRequest) { lr.Annotations = nil }, packedMeta},
+		{"a finalizer", func(lr *locksv1.LockRequest) { lr.Finalizers = []string{"f"} }, keptMeta},
+		{"a deletion", func(lr *locksv1.LockRequest) { lr.DeletionTimestamp = &metav1.Time{Time: time.Unix(9, 0)} }, keptMeta},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			lr := packableRequest(t, 3, locksv1.PhasePending)
+			tc.change(lr)
+			if c := compactRoundTrip(t, tc.name, lr); !tc.kept(c) {
+				t.Errorf("stored as %+v", c)
+			}
+		})
+	}
+}
+
+func keptStatus(c *compactRequest) bool   { return c.status != nil && c.spec == nil && c.meta == nil }
+func packedStatus(c *compactRequest) bool { return c.status == nil && c.spec == nil && c.meta == nil }
+func keptSpec(c *compactRequest) bool     { return c.spec != nil && c.status == nil && c.meta == nil }
+func keptMeta(c *compactRequest) bool     { return c.meta != nil && c.spec == nil && c.status == nil }
+func packedMeta(c *compactRequest) bool   { return packedStatus(c) }
