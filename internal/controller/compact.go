@@ -1,8 +1,6 @@
 package controller
 
 import (
-	"encoding/hex"
-	"strconv"
 	"time"
 	"unique"
 
@@ -12,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
+	"github.com/turnstile-dev/turnstile/internal/packed"
 )
 
 // compactRequest is how the manager's cache stores a LockRequest: the same object in about half
@@ -39,13 +38,14 @@ type compactRequest struct {
 
 	target   unique.Handle[locksv1.LockTarget]
 	owner    string
+	url      string
 	pull     int64
 	command  string
 	priority locksv1.Priority
 	ttl      *metav1.Duration
 	wait     *metav1.Duration
-	// spec, when not nil, is the whole spec: more or fewer targets than one, or a holder, reason
-	// or freeze bypass beyond the owner and pull.
+	// spec, when not nil, is the whole spec: more or fewer targets than one, or a holder lease or
+	// session, a reason or a freeze bypass.
 	spec    *locksv1.LockRequestSpec
 	release bool
 
@@ -98,8 +98,8 @@ func compactLockRequest(lr *locksv1.LockRequest) *compactRequest {
 }
 
 func (c *compactRequest) packMeta(m *metav1.ObjectMeta) {
-	rv, rvOK := packRV(m.ResourceVersion)
-	uid, uidOK := packUID(m.UID)
+	rv, rvOK := packed.RV(m.ResourceVersion)
+	uid, uidOK := packed.UID(m.UID)
 	created, createdOK := packSeconds(m.CreationTimestamp.Time)
 	if !rvOK || !uidOK || !createdOK || m.GenerateName != "" || m.SelfLink != "" || m.DeletionTimestamp != nil ||
 		m.DeletionGracePeriodSeconds != nil || m.Labels != nil || m.OwnerReferences != nil || m.Finalizers != nil ||
@@ -114,12 +114,12 @@ func (c *compactRequest) packMeta(m *metav1.ObjectMeta) {
 }
 
 func (c *compactRequest) packSpec(s *locksv1.LockRequestSpec) {
-	if len(s.Locks) != 1 || s.Holder.URL != "" || s.Holder.Lease != "" || s.Holder.Session != "" || s.Reason != "" || s.BypassFreeze != nil {
+	if len(s.Locks) != 1 || s.Holder.Lease != "" || s.Holder.Session != "" || s.Reason != "" || s.BypassFreeze != nil {
 		c.spec = copyOf(s)
 		return
 	}
 	c.target = unique.Make(s.Locks[0])
-	c.owner, c.pull, c.command, c.priority = s.Holder.Owner, s.Holder.Pull, s.Command, s.Priority
+	c.owner, c.url, c.pull, c.command, c.priority = s.Holder.Owner, s.Holder.URL, s.Holder.Pull, s.Command, s.Priority
 	c.ttl, c.wait, c.release = s.TTL, s.WaitTimeout, s.Release
 }
 
@@ -198,33 +198,6 @@ func packSeconds(t time.Time) (int64, bool) {
 	return s, time.Unix(s, 0) == t
 }
 
-// packRV returns a resourceVersion as a number when it is one, written as strconv writes it.
-func packRV(rv string) (uint64, bool) {
-	n, err := strconv.ParseUint(rv, 10, 64)
-	// guard:compact-rv-exact
-	return n, err == nil && n != 0 && strconv.FormatUint(n, 10) == rv
-}
-
-// packUID returns a uid as its 16 bytes when it is a UUID written as the API server writes it.
-func packUID(uid types.UID) ([16]byte, bool) {
-	var out [16]byte
-	s := string(uid)
-	if len(s) != 36 || s[8] != '-' || s[13] != '-' || s[18] != '-' || s[23] != '-' {
-		return out, false
-	}
-	hexed := s[0:8] + s[9:13] + s[14:18] + s[19:23] + s[24:36]
-	if _, err := hex.Decode(out[:], []byte(hexed)); err != nil {
-		return out, false
-	}
-	// guard:compact-uid-exact
-	return out, unpackUID(out) == uid
-}
-
-func unpackUID(b [16]byte) types.UID {
-	h := hex.EncodeToString(b[:])
-	return types.UID(h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32])
-}
-
 // expand returns the LockRequest c was compacted from: a new object, nothing shared with c
 // that the caller could change.
 func (c *compactRequest) expand() *locksv1.LockRequest {
@@ -241,7 +214,7 @@ func (c *compactRequest) expandMeta(m *metav1.ObjectMeta) {
 		return
 	}
 	m.Name, m.Namespace, m.Generation = c.name, c.namespace, c.generation
-	m.ResourceVersion, m.UID = strconv.FormatUint(c.rv, 10), unpackUID(c.uid)
+	m.ResourceVersion, m.UID = packed.RVString(c.rv), packed.UIDString(c.uid)
 	m.CreationTimestamp = metav1.NewTime(time.Unix(c.created, 0))
 	if c.annotation != (unique.Handle[[2]string]{}) {
 		a := c.annotation.Value()
@@ -255,7 +228,8 @@ func (c *compactRequest) expandSpec(s *locksv1.LockRequestSpec) {
 		return
 	}
 	s.Locks = []locksv1.LockTarget{c.target.Value()}
-	s.Holder.Owner, s.Holder.Pull, s.Command, s.Priority, s.Release = c.owner, c.pull, c.command, c.priority, c.release
+	s.Holder = locksv1.Holder{Owner: c.owner, URL: c.url, Pull: c.pull}
+	s.Command, s.Priority, s.Release = c.command, c.priority, c.release
 	// guard:compact-expand-copies
 	s.TTL, s.WaitTimeout = copyOf(c.ttl), copyOf(c.wait)
 }

@@ -33,6 +33,7 @@ func packableRequest(t *testing.T, i int, phase locksv1.LockRequestPhase) *locks
 	lr.Labels, lr.OwnerReferences, lr.ManagedFields = nil, nil, nil
 	lr.Annotations = map[string]string{createdBy: "system:serviceaccount:ci:atlantis"}
 	lr.Spec.TTL = &metav1.Duration{Duration: time.Hour}
+	lr.Spec.Holder.URL = "https://github.com/org/infra/pull/7"
 	at := metav1.NewTime(time.Unix(5000, 0))
 	st := &lr.Status
 	st.Phase, st.ObservedGeneration, st.ArrivalRevision = phase, 1, int64(100+i)
@@ -373,7 +374,8 @@ func TestCompactKeepsWhatItCannotPack(t *testing.T) {
 		{"two targets", func(lr *locksv1.LockRequest) {
 			lr.Spec.Locks = append(lr.Spec.Locks, locksv1.LockTarget{Repo: "other"})
 		}, keptSpec},
-		{"a holder URL", func(lr *locksv1.LockRequest) { lr.Spec.Holder.URL = "https://x" }, keptSpec},
+		{"a holder URL", func(lr *locksv1.LockRequest) { lr.Spec.Holder.URL = "https://x" }, packedStatus},
+		{"a holder lease", func(lr *locksv1.LockRequest) { lr.Spec.Holder.Lease = "l" }, keptSpec},
 		{"a freeze bypass", func(lr *locksv1.LockRequest) { lr.Spec.BypassFreeze = &locksv1.FreezeBypass{Reason: "r"} }, keptSpec},
 		{"an upper-case uid", func(lr *locksv1.LockRequest) { lr.UID = types.UID(strings.ToUpper(string(lr.UID))) }, keptMeta},
 		{"a uid that is no UUID", func(lr *locksv1.LockRequest) { lr.UID = "uid-1" }, keptMeta},

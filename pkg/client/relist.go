@@ -13,6 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/turnstile-dev/turnstile/internal/packed"
 )
 
 // NewInformer is a shared index informer (controller-runtime's cache.Options.NewInformer) whose
@@ -53,10 +55,59 @@ type relister struct {
 
 // handed is what the relister keeps of an object handed to the reflector, read before it was
 // handed on: from then on the object is the informer's (its transform may change it in place,
-// from another goroutine).
+// from another goroutine). Its resourceVersion and uid are kept as numbers (internal/packed),
+// not as the decoded strings, which would keep an allocation of the object's alive for each
+// object in the store; one the API server did not write as it does is kept as it came.
 type handed struct {
+	rv  uint64
+	uid [16]byte
+	odd *oddHanded
+}
+
+// oddHanded is a resourceVersion and uid that internal/packed cannot hold.
+type oddHanded struct {
 	rv  string
 	uid types.UID
+}
+
+func handedOf(o runtime.Object) handed {
+	rv, id := resourceVersion(o), uidOf(o)
+	n, rvOK := packed.RV(rv)
+	u, uidOK := packed.UID(id)
+	if rvOK && uidOK {
+		return handed{rv: n, uid: u}
+	}
+	return handed{odd: &oddHanded{rv: rv, uid: id}}
+}
+
+func (h handed) resourceVersion() string {
+	if h.odd != nil {
+		return h.odd.rv
+	}
+	return packed.RVString(h.rv)
+}
+
+func (h handed) id() types.UID {
+	if h.odd != nil {
+		return h.odd.uid
+	}
+	return packed.UIDString(h.uid)
+}
+
+// sameUID and sameRV compare what two handed objects were.
+func (h handed) sameUID(o handed) bool {
+	if h.odd == nil && o.odd == nil {
+		// guard:relist-handed-uid
+		return h.uid == o.uid
+	}
+	return h.id() == o.id()
+}
+
+func (h handed) sameRV(o handed) bool {
+	if h.odd == nil && o.odd == nil {
+		return h.rv == o.rv
+	}
+	return h.resourceVersion() == o.resourceVersion()
 }
 
 func (r *relister) List(o metav1.ListOptions) (runtime.Object, error) {
@@ -83,7 +134,7 @@ func (r *relister) ListWithContext(ctx context.Context, o metav1.ListOptions) (r
 	}
 	for _, it := range items {
 		if k, err := cache.MetaNamespaceKeyFunc(it); err == nil {
-			r.pages[k] = handed{rv: resourceVersion(it), uid: uidOf(it)}
+			r.pages[k] = handedOf(it)
 		}
 	}
 	if acc, err := meta.ListAccessor(list); err == nil && acc.GetContinue() == "" {
@@ -149,17 +200,17 @@ func (r *relister) relist(ctx context.Context, since string) ([]watch.Event, err
 		if err != nil {
 			continue
 		}
-		rv, id := resourceVersion(it), uidOf(it)
-		now[k] = handed{rv: rv, uid: id}
+		h := handedOf(it)
+		now[k] = h
 		old, ok := r.known[k]
 		switch {
 		case !ok:
 			evs = append(evs, watch.Event{Type: watch.Added, Object: it})
 		// guard:relist-recreated-as-modified
-		case old.uid != id:
+		case !old.sameUID(h):
 			return nil, errDeletedMeanwhile
 		// guard:relist-modifies-unchanged
-		case old.rv != rv:
+		case !old.sameRV(h):
 			evs = append(evs, watch.Event{Type: watch.Modified, Object: it})
 		}
 	}
@@ -276,7 +327,7 @@ func (p *pump) run(ctx context.Context) {
 		// Read what is followed of the object before it is handed on: from then on it is the
 		// informer's, and its transform may change it from another goroutine.
 		k, kerr := cache.MetaNamespaceKeyFunc(ev.Object)
-		h := handed{rv: resourceVersion(ev.Object), uid: uidOf(ev.Object)}
+		h, rv := handedOf(ev.Object), resourceVersion(ev.Object)
 		endOfInitial := false
 		if ev.Type == watch.Bookmark {
 			if m, err := meta.Accessor(ev.Object); err == nil {
@@ -286,8 +337,8 @@ func (p *pump) run(ctx context.Context) {
 		if !p.send(ev) {
 			return
 		}
-		if h.rv != "" {
-			p.rv = h.rv
+		if rv != "" {
+			p.rv = rv
 		}
 		if p.pending != nil {
 			if ev.Type == watch.Bookmark {

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -165,4 +167,39 @@ func TestRelisting(t *testing.T) {
 			t.Errorf("got %v, want the 410", err)
 		}
 	})
+}
+
+// TestHanded: what the relister keeps of an object tells a change of resourceVersion and a
+// new uid apart, packed (as the API server writes them) or kept as they came.
+func TestHanded(t *testing.T) {
+	obj := func(rv, uid string) runtime.Object {
+		cm := &corev1.ConfigMap{}
+		cm.ResourceVersion, cm.UID = rv, types.UID(uid)
+		return cm
+	}
+	const u1, u2 = "2b7c1f3e-1111-4c2d-9a8b-000000000001", "2b7c1f3e-1111-4c2d-9a8b-000000000002"
+	cases := []struct {
+		a, b            runtime.Object
+		sameRV, sameUID bool
+	}{
+		{obj("10", u1), obj("10", u1), true, true},
+		{obj("10", u1), obj("11", u1), false, true},
+		{obj("10", u1), obj("10", u2), true, false},
+		{obj("10", "odd"), obj("10", "odd"), true, true},
+		{obj("10", "odd"), obj("11", "odd"), false, true},
+		{obj("010", u1), obj("10", u1), false, true},
+		{obj("10", strings.ToUpper(u1)), obj("10", u1), true, false},
+	}
+	for i, tc := range cases {
+		a, b := handedOf(tc.a), handedOf(tc.b)
+		if a.sameRV(b) != tc.sameRV || b.sameRV(a) != tc.sameRV || a.sameUID(b) != tc.sameUID || b.sameUID(a) != tc.sameUID {
+			t.Errorf("case %d: sameRV %t sameUID %t, want %t %t", i, a.sameRV(b), a.sameUID(b), tc.sameRV, tc.sameUID)
+		}
+		if got := a.resourceVersion(); got != tc.a.(*corev1.ConfigMap).ResourceVersion {
+			t.Errorf("case %d: resourceVersion %q", i, got)
+		}
+	}
+	if h := handedOf(obj("10", u1)); h.odd != nil {
+		t.Error("a resourceVersion and uid as the API server writes them are kept as strings")
+	}
 }
