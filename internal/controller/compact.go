@@ -35,6 +35,8 @@ type compactRequest struct {
 	// meta, when not nil, is the whole ObjectMeta: one the fields above cannot hold exactly.
 	meta *metav1.ObjectMeta
 	kind unique.Handle[metav1.TypeMeta]
+	// extra is what some requests have and most do not (nil: none of it).
+	extra *compactExtra
 
 	target   unique.Handle[locksv1.LockTarget]
 	owner    string
@@ -44,8 +46,7 @@ type compactRequest struct {
 	priority locksv1.Priority
 	ttl      *metav1.Duration
 	wait     *metav1.Duration
-	// spec, when not nil, is the whole spec: more or fewer targets than one, or a holder lease or
-	// session, a reason or a freeze bypass.
+	// spec, when not nil, is the whole spec: more or fewer targets than one, or a freeze bypass.
 	spec    *locksv1.LockRequestSpec
 	release bool
 
@@ -66,6 +67,22 @@ type compactRequest struct {
 	// status, when not nil, is the whole status: more locks than one, or a condition the codes
 	// cannot hold.
 	status *locksv1.LockRequestStatus
+}
+
+// compactExtra is what a request made for a workload or by `kubectl turnstile run` has beyond
+// a pipeline's: the workload it is for, its holder's Lease and session, a reason.
+type compactExtra struct {
+	owners         []metav1.OwnerReference
+	lease, session string
+	reason         string
+}
+
+// more is c's extra, made when it has none.
+func (c *compactRequest) more() *compactExtra {
+	if c.extra == nil {
+		c.extra = &compactExtra{}
+	}
+	return c.extra
 }
 
 // packedCondition is a metav1.Condition of a known type and status in 56 bytes instead of 96.
@@ -102,8 +119,8 @@ func (c *compactRequest) packMeta(m *metav1.ObjectMeta) {
 	uid, uidOK := packed.UID(m.UID)
 	created, createdOK := packSeconds(m.CreationTimestamp.Time)
 	if !rvOK || !uidOK || !createdOK || m.GenerateName != "" || m.SelfLink != "" || m.DeletionTimestamp != nil ||
-		m.DeletionGracePeriodSeconds != nil || m.Labels != nil || m.OwnerReferences != nil || m.Finalizers != nil ||
-		m.ManagedFields != nil || (m.Annotations != nil && len(m.Annotations) != 1) {
+		m.DeletionGracePeriodSeconds != nil || m.Labels != nil || (m.OwnerReferences != nil && len(m.OwnerReferences) == 0) ||
+		m.Finalizers != nil || m.ManagedFields != nil || (m.Annotations != nil && len(m.Annotations) != 1) {
 		c.meta = copyOf(m) // a copy: a pointer into lr would keep all of it
 		return
 	}
@@ -111,16 +128,23 @@ func (c *compactRequest) packMeta(m *metav1.ObjectMeta) {
 	for k, v := range m.Annotations {
 		c.annotation = unique.Make([2]string{k, v})
 	}
+	if m.OwnerReferences != nil {
+		c.more().owners = m.OwnerReferences
+	}
 }
 
 func (c *compactRequest) packSpec(s *locksv1.LockRequestSpec) {
-	if len(s.Locks) != 1 || s.Holder.Lease != "" || s.Holder.Session != "" || s.Reason != "" || s.BypassFreeze != nil {
+	if len(s.Locks) != 1 || s.BypassFreeze != nil {
 		c.spec = copyOf(s)
 		return
 	}
 	c.target = unique.Make(s.Locks[0])
 	c.owner, c.url, c.pull, c.command, c.priority = s.Holder.Owner, s.Holder.URL, s.Holder.Pull, s.Command, s.Priority
 	c.ttl, c.wait, c.release = s.TTL, s.WaitTimeout, s.Release
+	if s.Holder.Lease != "" || s.Holder.Session != "" || s.Reason != "" {
+		x := c.more()
+		x.lease, x.session, x.reason = s.Holder.Lease, s.Holder.Session, s.Reason
+	}
 }
 
 func (c *compactRequest) packStatus(st *locksv1.LockRequestStatus) {
@@ -216,10 +240,28 @@ func (c *compactRequest) expandMeta(m *metav1.ObjectMeta) {
 	m.Name, m.Namespace, m.Generation = c.name, c.namespace, c.generation
 	m.ResourceVersion, m.UID = packed.RVString(c.rv), packed.UIDString(c.uid)
 	m.CreationTimestamp = metav1.NewTime(time.Unix(c.created, 0))
-	if c.annotation != (unique.Handle[[2]string]{}) {
-		a := c.annotation.Value()
-		m.Annotations = map[string]string{a[0]: a[1]}
+	m.Annotations = c.annotations()
+	m.OwnerReferences = c.owners()
+}
+
+func (c *compactRequest) annotations() map[string]string {
+	if c.annotation == (unique.Handle[[2]string]{}) {
+		return nil
 	}
+	a := c.annotation.Value()
+	return map[string]string{a[0]: a[1]}
+}
+
+// owners is a copy of c's owner references (packed, or nil).
+func (c *compactRequest) owners() []metav1.OwnerReference {
+	if c.extra == nil || c.extra.owners == nil {
+		return nil
+	}
+	out := make([]metav1.OwnerReference, len(c.extra.owners))
+	for i := range c.extra.owners {
+		c.extra.owners[i].DeepCopyInto(&out[i])
+	}
+	return out
 }
 
 func (c *compactRequest) expandSpec(s *locksv1.LockRequestSpec) {
@@ -230,6 +272,9 @@ func (c *compactRequest) expandSpec(s *locksv1.LockRequestSpec) {
 	s.Locks = []locksv1.LockTarget{c.target.Value()}
 	s.Holder = locksv1.Holder{Owner: c.owner, URL: c.url, Pull: c.pull}
 	s.Command, s.Priority, s.Release = c.command, c.priority, c.release
+	if x := c.extra; x != nil {
+		s.Holder.Lease, s.Holder.Session, s.Reason = x.lease, x.session, x.reason
+	}
 	// guard:compact-expand-copies
 	s.TTL, s.WaitTimeout = copyOf(c.ttl), copyOf(c.wait)
 }
@@ -297,6 +342,9 @@ func (c *compactRequest) objectMeta() *metav1.ObjectMeta {
 	return m
 }
 
+// The getters read the packed fields without expanding (the store calls them on every write);
+// the fields packing leaves out are empty in a packed request.
+
 func (c *compactRequest) GetNamespace() string {
 	if c.meta != nil {
 		return c.meta.Namespace
@@ -311,28 +359,95 @@ func (c *compactRequest) GetName() string {
 	return c.name
 }
 
-func (c *compactRequest) GetResourceVersion() string { return c.objectMeta().ResourceVersion }
-func (c *compactRequest) GetUID() types.UID          { return c.objectMeta().UID }
-func (c *compactRequest) GetGeneration() int64       { return c.objectMeta().Generation }
-func (c *compactRequest) GetGenerateName() string    { return c.objectMeta().GenerateName }
-func (c *compactRequest) GetSelfLink() string        { return c.objectMeta().SelfLink }
+func (c *compactRequest) GetResourceVersion() string {
+	if c.meta != nil {
+		return c.meta.ResourceVersion
+	}
+	return packed.RVString(c.rv)
+}
+
+func (c *compactRequest) GetUID() types.UID {
+	if c.meta != nil {
+		return c.meta.UID
+	}
+	return packed.UIDString(c.uid)
+}
+
+func (c *compactRequest) GetGeneration() int64 {
+	if c.meta != nil {
+		return c.meta.Generation
+	}
+	return c.generation
+}
+
 func (c *compactRequest) GetCreationTimestamp() metav1.Time {
-	return c.objectMeta().CreationTimestamp
+	if c.meta != nil {
+		return c.meta.CreationTimestamp
+	}
+	return metav1.NewTime(time.Unix(c.created, 0))
 }
-func (c *compactRequest) GetDeletionTimestamp() *metav1.Time {
-	return c.objectMeta().DeletionTimestamp
+
+func (c *compactRequest) GetAnnotations() map[string]string {
+	if c.meta != nil {
+		return c.meta.Annotations
+	}
+	return c.annotations()
 }
-func (c *compactRequest) GetDeletionGracePeriodSeconds() *int64 {
-	return c.objectMeta().DeletionGracePeriodSeconds
-}
-func (c *compactRequest) GetLabels() map[string]string      { return c.objectMeta().Labels }
-func (c *compactRequest) GetAnnotations() map[string]string { return c.objectMeta().Annotations }
-func (c *compactRequest) GetFinalizers() []string           { return c.objectMeta().Finalizers }
+
 func (c *compactRequest) GetOwnerReferences() []metav1.OwnerReference {
-	return c.objectMeta().OwnerReferences
+	if c.meta != nil {
+		return c.meta.OwnerReferences
+	}
+	return c.owners()
 }
+
+func (c *compactRequest) GetGenerateName() string {
+	if c.meta != nil {
+		return c.meta.GenerateName
+	}
+	return ""
+}
+
+func (c *compactRequest) GetSelfLink() string {
+	if c.meta != nil {
+		return c.meta.SelfLink
+	}
+	return ""
+}
+
+func (c *compactRequest) GetDeletionTimestamp() *metav1.Time {
+	if c.meta != nil {
+		return c.meta.DeletionTimestamp
+	}
+	return nil
+}
+
+func (c *compactRequest) GetDeletionGracePeriodSeconds() *int64 {
+	if c.meta != nil {
+		return c.meta.DeletionGracePeriodSeconds
+	}
+	return nil
+}
+
+func (c *compactRequest) GetLabels() map[string]string {
+	if c.meta != nil {
+		return c.meta.Labels
+	}
+	return nil
+}
+
+func (c *compactRequest) GetFinalizers() []string {
+	if c.meta != nil {
+		return c.meta.Finalizers
+	}
+	return nil
+}
+
 func (c *compactRequest) GetManagedFields() []metav1.ManagedFieldsEntry {
-	return c.objectMeta().ManagedFields
+	if c.meta != nil {
+		return c.meta.ManagedFields
+	}
+	return nil
 }
 
 // set changes one metadata field of c: c keeps its whole metadata from then on.

@@ -1,8 +1,10 @@
 package controller
 
 import (
+	goruntime "runtime"
 	"sync"
 	"time"
+	"weak"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -34,7 +36,8 @@ func CompactLockRequests(newInformer NewInformerFunc) NewInformerFunc {
 // compactInformer is a SharedIndexInformer of LockRequests that stores compactRequests.
 type compactInformer struct {
 	toolscache.SharedIndexInformer
-	memo expandMemo
+	memo   expandMemo
+	groups expansionCache
 }
 
 // SetTransform sets the informer's transform to f, then compaction.
@@ -199,10 +202,71 @@ func (x compactIndexer) Index(name string, obj any) ([]any, error) {
 
 func (x compactIndexer) ByIndex(name, value string) ([]any, error) {
 	objs, err := x.Indexer.ByIndex(name, value)
+	if len(objs) >= groupSize {
+		return x.ci.groups.expandAll(objs), err
+	}
 	// guard:compact-reader-expands
 	return expandAll(objs), err
 }
 
 func (x compactIndexer) AddIndexers(ix toolscache.Indexers) error {
 	return x.Indexer.AddIndexers(x.ci.wrapIndexers(ix))
+}
+
+// A deep queue's requests are listed on every reconcile of its key (the lock controller lists
+// them from the cache without copying: client.UnsafeDisableDeepCopy). Expanding 1,000 requests
+// each time would cost 1.5 MB and about a millisecond a reconcile; an index lookup of groupSize
+// or more requests hands out expansions it keeps, each as long as the compact request it
+// expands is alive (the store's, until the request changes), groupMax of them at most. Like the
+// store's objects before compaction, they are shared: readers that do not copy must not change
+// them.
+const (
+	groupSize = 64
+	groupMax  = 16384
+)
+
+// expansionCache keeps expansions of compact requests, each until its request is collected.
+type expansionCache struct {
+	mu sync.Mutex
+	m  map[weak.Pointer[compactRequest]]*locksv1.LockRequest
+}
+
+func (e *expansionCache) expandAll(objs []any) []any {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.m == nil {
+		e.m = map[weak.Pointer[compactRequest]]*locksv1.LockRequest{}
+	}
+	for i, o := range objs {
+		c, ok := o.(*compactRequest)
+		if !ok {
+			objs[i] = expandObject(o)
+			continue
+		}
+		k := weak.Make(c)
+		lr, ok := e.m[k]
+		if !ok {
+			lr = c.expand()
+			if len(e.m) < groupMax {
+				e.m[k] = lr
+				goruntime.AddCleanup(c, e.forget, k)
+			}
+		}
+		objs[i] = lr
+	}
+	return objs
+}
+
+// forget drops the expansion of a collected compact request.
+func (e *expansionCache) forget(k weak.Pointer[compactRequest]) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	delete(e.m, k)
+}
+
+// size is how many expansions e keeps.
+func (e *expansionCache) size() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.m)
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	goruntime "runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -17,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
 	fcache "k8s.io/client-go/tools/cache/testing"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/randfill"
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
@@ -65,6 +67,17 @@ func compactRoundTrip(t *testing.T, what string, lr *locksv1.LockRequest) *compa
 	c := compactLockRequest(lr.DeepCopy())
 	if got := c.expand(); !reflect.DeepEqual(got, lr) {
 		t.Fatalf("%s: expanded differs from the request (-want +got):\n%s", what, cmp.Diff(lr, got))
+	}
+	// What the store and its key functions read through metav1.Object, without expanding.
+	var o metav1.Object = c
+	got := []any{o.GetName(), o.GetNamespace(), o.GetUID(), o.GetResourceVersion(), o.GetGeneration(), o.GetCreationTimestamp(),
+		o.GetGenerateName(), o.GetSelfLink(), o.GetDeletionTimestamp(), o.GetDeletionGracePeriodSeconds(), o.GetLabels(),
+		o.GetAnnotations(), o.GetOwnerReferences(), o.GetFinalizers(), o.GetManagedFields()}
+	want := []any{lr.GetName(), lr.GetNamespace(), lr.GetUID(), lr.GetResourceVersion(), lr.GetGeneration(), lr.GetCreationTimestamp(),
+		lr.GetGenerateName(), lr.GetSelfLink(), lr.GetDeletionTimestamp(), lr.GetDeletionGracePeriodSeconds(), lr.GetLabels(),
+		lr.GetAnnotations(), lr.GetOwnerReferences(), lr.GetFinalizers(), lr.GetManagedFields()}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("%s: metav1.Object differs (-want +got):\n%s", what, cmp.Diff(want, got))
 	}
 	return c
 }
@@ -375,7 +388,13 @@ func TestCompactKeepsWhatItCannotPack(t *testing.T) {
 			lr.Spec.Locks = append(lr.Spec.Locks, locksv1.LockTarget{Repo: "other"})
 		}, keptSpec},
 		{"a holder URL", func(lr *locksv1.LockRequest) { lr.Spec.Holder.URL = "https://x" }, packedStatus},
-		{"a holder lease", func(lr *locksv1.LockRequest) { lr.Spec.Holder.Lease = "l" }, keptSpec},
+		{"a holder lease, session and reason", func(lr *locksv1.LockRequest) {
+			lr.Spec.Holder.Lease, lr.Spec.Holder.Session, lr.Spec.Reason = "l", "s", "r"
+		}, packedStatus},
+		{"an owner reference", func(lr *locksv1.LockRequest) {
+			lr.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: "p", UID: "u", Controller: ptr.To(true)}}
+		}, packedStatus},
+		{"an empty owner reference list", func(lr *locksv1.LockRequest) { lr.OwnerReferences = []metav1.OwnerReference{} }, keptMeta},
 		{"a freeze bypass", func(lr *locksv1.LockRequest) { lr.Spec.BypassFreeze = &locksv1.FreezeBypass{Reason: "r"} }, keptSpec},
 		{"an upper-case uid", func(lr *locksv1.LockRequest) { lr.UID = types.UID(strings.ToUpper(string(lr.UID))) }, keptMeta},
 		{"a uid that is no UUID", func(lr *locksv1.LockRequest) { lr.UID = "uid-1" }, keptMeta},
@@ -407,3 +426,59 @@ func packedStatus(c *compactRequest) bool { return c.status == nil && c.spec == 
 func keptSpec(c *compactRequest) bool     { return c.spec != nil && c.status == nil && c.meta == nil }
 func keptMeta(c *compactRequest) bool     { return c.meta != nil && c.spec == nil && c.status == nil }
 func packedMeta(c *compactRequest) bool   { return packedStatus(c) }
+
+// TestCompactGroupsFollowChanges: a deep queue's index lookup hands out kept expansions — the
+// same ones while nothing changes, a new one for a request that changed, and none kept for a
+// request the store no longer holds.
+func TestCompactGroupsFollowChanges(t *testing.T) {
+	g := gomega.NewWithT(t)
+	inf := CompactLockRequests(func(lw toolscache.ListerWatcher, obj runtime.Object, resync time.Duration, ix toolscache.Indexers) toolscache.SharedIndexInformer {
+		return toolscache.NewSharedIndexInformer(lw, obj, resync, ix)
+	})(fcache.NewFakeControllerSource(), &locksv1.LockRequest{}, 0, toolscache.Indexers{toolscache.NamespaceIndex: toolscache.MetaNamespaceIndexFunc})
+	ci := inf.(*compactInformer)
+	store := inf.GetIndexer()
+	n := groupSize + 36
+	for i := range n {
+		if err := store.Add(packableRequest(t, i, locksv1.PhasePending)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	list := func() map[string]*locksv1.LockRequest {
+		objs, err := store.ByIndex(toolscache.NamespaceIndex, "team")
+		if err != nil || len(objs) != n {
+			t.Fatalf("ByIndex: %d, %v", len(objs), err)
+		}
+		out := map[string]*locksv1.LockRequest{}
+		for _, o := range objs {
+			lr := o.(*locksv1.LockRequest)
+			out[lr.Name] = lr
+		}
+		return out
+	}
+	first, again := list(), list()
+	for name, lr := range first {
+		if again[name] != lr {
+			t.Fatalf("%s expanded again though nothing changed", name)
+		}
+	}
+	changed := packableRequest(t, 5, locksv1.PhasePending)
+	changed.Status.QueuePosition, changed.ResourceVersion = 99, "777"
+	if err := store.Update(changed); err != nil {
+		t.Fatal(err)
+	}
+	after := list()
+	if got := after["r5"]; got == first["r5"] || !reflect.DeepEqual(got, changed) {
+		t.Fatalf("a changed request is handed out as it was:\n%s", cmp.Diff(changed, got))
+	}
+	if after["r6"] != first["r6"] {
+		t.Fatal("an unchanged request was expanded again")
+	}
+	for i := range n {
+		if err := store.Delete(packableRequest(t, i, locksv1.PhasePending)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first, again, after = nil, nil, nil
+	// The index functions' memo keeps the last two compact requests it expanded alive.
+	g.Eventually(func() int { goruntime.GC(); return ci.groups.size() }).Should(gomega.BeNumerically("<=", len(ci.memo.from)))
+}
