@@ -63,7 +63,7 @@ type compactRequest struct {
 	renewedAt     *metav1.Time
 	expiresAt     *metav1.Time
 	finishedAt    *metav1.Time
-	conds         []packedCondition
+	conds         packedConditions
 	// status, when not nil, is the whole status: more locks than one, or a condition the codes
 	// cannot hold.
 	status *locksv1.LockRequestStatus
@@ -85,13 +85,26 @@ func (c *compactRequest) more() *compactExtra {
 	return c.extra
 }
 
-// packedCondition is a metav1.Condition of a known type and status in 56 bytes instead of 96.
-type packedCondition struct {
-	typ, status, loc uint8
-	nsec             int32
-	sec              int64
-	observed         int64
-	reason, message  string
+// packedConditions are up to maxPacked conditions of known types and statuses: a type and
+// status code each, and what they say (reason, message, time, generation) once for the
+// conditions that say the same — a waiter's Granted, Ready and Reconciling say the same thing.
+type packedConditions struct {
+	n      uint8
+	heads  [maxPacked]conditionHead
+	bodies []conditionBody
+}
+
+const maxPacked = 4
+
+type conditionHead struct{ typ, status, body uint8 }
+
+// conditionBody is what a condition says, in 56 bytes: a metav1.Condition is 96.
+type conditionBody struct {
+	loc             uint8
+	nsec            int32
+	sec             int64
+	observed        int64
+	reason, message string
 }
 
 var (
@@ -162,28 +175,43 @@ func (c *compactRequest) packStatus(st *locksv1.LockRequestStatus) {
 	c.queuedAt, c.grantedAt, c.renewedAt, c.expiresAt, c.finishedAt = st.QueuedAt, st.GrantedAt, st.RenewedAt, st.ExpiresAt, st.FinishedAt
 }
 
-// packConditions packs conds when every one has a known type and status and a time the codes
-// hold exactly; a nil or empty list packs as itself (nil), an empty one does not.
-func packConditions(conds []metav1.Condition) ([]packedCondition, bool) {
+// packConditions packs conds when there are at most maxPacked, each of a known type and status
+// with a time the codes hold exactly; a nil list packs as itself, an empty one does not.
+func packConditions(conds []metav1.Condition) (packedConditions, bool) {
+	var out packedConditions
 	if conds == nil {
-		return nil, true
+		return out, true
 	}
-	if len(conds) == 0 {
-		return nil, false
+	if len(conds) == 0 || len(conds) > maxPacked {
+		return out, false
 	}
-	out := make([]packedCondition, len(conds))
+	out.n = uint8(len(conds))
+	var bodies [maxPacked]conditionBody
+	k := 0
 	for i := range conds {
 		in := &conds[i]
-		p := &out[i]
-		p.typ, p.status = index(conditionTypes, in.Type), index(conditionStatus, in.Status)
-		var ok bool
-		p.sec, p.nsec, p.loc, ok = packTime(in.LastTransitionTime.Time)
+		h := &out.heads[i]
+		h.typ, h.status = index(conditionTypes, in.Type), index(conditionStatus, in.Status)
+		sec, nsec, loc, ok := packTime(in.LastTransitionTime.Time)
 		// guard:compact-condition-codes
-		if p.typ == 0 || p.status == 0 || !ok {
-			return nil, false
+		if h.typ == 0 || h.status == 0 || !ok {
+			return out, false
 		}
-		p.observed, p.reason, p.message = in.ObservedGeneration, in.Reason, in.Message
+		body := conditionBody{loc: loc, nsec: nsec, sec: sec, observed: in.ObservedGeneration, reason: in.Reason, message: in.Message}
+		h.body = uint8(k)
+		for j, b := range bodies[:k] {
+			// guard:compact-condition-bodies
+			if b == body {
+				h.body = uint8(j)
+				break
+			}
+		}
+		if int(h.body) == k {
+			bodies[k] = body
+			k++
+		}
 	}
+	out.bodies = append([]conditionBody(nil), bodies[:k]...) // no room to spare
 	return out, true
 }
 
@@ -291,12 +319,13 @@ func (c *compactRequest) expandStatus(st *locksv1.LockRequestStatus) {
 	st.ArrivalRevision, st.Fences, st.ObservedGeneration = c.arrival, c.fences, c.observed
 	st.QueuedAt, st.GrantedAt, st.RenewedAt = copyOf(c.queuedAt), copyOf(c.grantedAt), copyOf(c.renewedAt)
 	st.ExpiresAt, st.FinishedAt = copyOf(c.expiresAt), copyOf(c.finishedAt)
-	if c.conds != nil {
-		st.Conditions = make([]metav1.Condition, len(c.conds))
-		for i, p := range c.conds {
+	if n := int(c.conds.n); n > 0 {
+		st.Conditions = make([]metav1.Condition, n)
+		for i, h := range c.conds.heads[:n] {
+			b := c.conds.bodies[h.body]
 			st.Conditions[i] = metav1.Condition{
-				Type: conditionTypes[p.typ], Status: conditionStatus[p.status], ObservedGeneration: p.observed,
-				LastTransitionTime: metav1.NewTime(unpackTime(p.sec, p.nsec, p.loc)), Reason: p.reason, Message: p.message,
+				Type: conditionTypes[h.typ], Status: conditionStatus[h.status], ObservedGeneration: b.observed,
+				LastTransitionTime: metav1.NewTime(unpackTime(b.sec, b.nsec, b.loc)), Reason: b.reason, Message: b.message,
 			}
 		}
 	}
