@@ -13,17 +13,17 @@ import (
 	"github.com/turnstile-dev/turnstile/internal/packed"
 )
 
-// compactRequest is how the manager's cache stores a LockRequest: the same object in about half
-// the bytes. A decoded LockRequest is a 600-byte struct (ObjectMeta alone is 232, mostly empty
-// strings) with four conditions of 96 bytes, a target of 80 and a lock status of 48 beside it;
-// a cluster of 100,000 waiting requests holds all of them. compactRequest keeps a waiting or
-// held request's fields packed: its one target and lock status shared with every request of
-// the key (unique handles), its uid and resourceVersion as numbers, its times as seconds, its
-// conditions as codes. What it cannot pack exactly it keeps as it came (meta, spec, status), so
-// every object is stored: expand gives back an object equal to the one compacted (DeepEqual,
-// times to their location), fresh for the caller to change. TestCompactRoundTrip fills every
-// field at random and checks that; TestCompactKnowsEveryField fails when the API type gains a
-// field this file does not know.
+// compactRequest is how the manager's cache stores a LockRequest: the same object in less than
+// half the bytes. A decoded LockRequest is a 600-byte struct (ObjectMeta alone is 232, mostly
+// empty strings) with four conditions of 96 bytes, a target of 80 and a lock status of 48 beside
+// it; a cluster of 100,000 waiting requests holds all of them. compactRequest keeps a waiting or
+// held request's fields packed: its one target shared with every request of the key (a unique
+// handle), its uid and resourceVersion as numbers, its creation time as seconds, its conditions
+// as codes with what they say once. What it cannot pack exactly it keeps as it came (meta, spec,
+// status), so every object is stored: expand gives back an object equal to the one compacted
+// (DeepEqual, times to their location), fresh for the caller to change. TestCompactEveryField
+// sets every field of the API type (found by reflection: a field added later too) and
+// TestCompactRoundTrip fills them at random; both check that.
 type compactRequest struct {
 	name       string
 	namespace  string
@@ -50,8 +50,12 @@ type compactRequest struct {
 	spec    *locksv1.LockRequestSpec
 	release bool
 
-	phase         locksv1.LockRequestPhase
-	lock          unique.Handle[locksv1.LockStatus]
+	phase locksv1.LockRequestPhase
+	// lock is the one lock status (hasLock); its strings are the shared ones (TrimLockRequest).
+	// Inline, not a unique handle: a holder's token makes its lock status its own, and the
+	// unique map's entries cost more than the 48 bytes.
+	lock          locksv1.LockStatus
+	hasLock       bool
 	queuePosition int32
 	blockedBy     string
 	fencingToken  int64
@@ -167,7 +171,7 @@ func (c *compactRequest) packStatus(st *locksv1.LockRequestStatus) {
 		return
 	}
 	if len(st.Locks) == 1 {
-		c.lock = unique.Make(st.Locks[0])
+		c.lock, c.hasLock = st.Locks[0], true
 	}
 	c.conds = conds
 	c.phase, c.queuePosition, c.blockedBy, c.fencingToken = st.Phase, st.QueuePosition, st.BlockedBy, st.FencingToken
@@ -312,8 +316,8 @@ func (c *compactRequest) expandStatus(st *locksv1.LockRequestStatus) {
 		c.status.DeepCopyInto(st)
 		return
 	}
-	if c.lock != (unique.Handle[locksv1.LockStatus]{}) {
-		st.Locks = []locksv1.LockStatus{c.lock.Value()}
+	if c.hasLock {
+		st.Locks = []locksv1.LockStatus{c.lock}
 	}
 	st.Phase, st.QueuePosition, st.BlockedBy, st.FencingToken = c.phase, c.queuePosition, c.blockedBy, c.fencingToken
 	st.ArrivalRevision, st.Fences, st.ObservedGeneration = c.arrival, c.fences, c.observed
