@@ -202,7 +202,8 @@ func (x compactIndexer) Index(name string, obj any) ([]any, error) {
 
 func (x compactIndexer) ByIndex(name, value string) ([]any, error) {
 	objs, err := x.Indexer.ByIndex(name, value)
-	if len(objs) >= groupSize {
+	// guard:compact-groups-key-index
+	if name == groupIndex && len(objs) >= groupSize {
 		return x.ci.groups.expandAll(objs), err
 	}
 	// guard:compact-reader-expands
@@ -215,15 +216,19 @@ func (x compactIndexer) AddIndexers(ix toolscache.Indexers) error {
 
 // A deep queue's requests are listed on every reconcile of its key (the lock controller lists
 // them from the cache without copying: client.UnsafeDisableDeepCopy). Expanding 1,000 requests
-// each time would cost 1.5 MB and about a millisecond a reconcile; an index lookup of groupSize
-// or more requests hands out expansions it keeps, each as long as the compact request it
-// expands is alive (the store's, until the request changes), groupMax of them at most. Like the
-// store's objects before compaction, they are shared: readers that do not copy must not change
-// them.
+// each time would cost 1.5 MB and about a millisecond a reconcile; a lookup of groupSize or more
+// requests in the key index hands out expansions it keeps, each as long as the compact request
+// it expands is alive (the store's, until the request changes), groupMax of them at most. Like
+// the store's objects before compaction, they are shared: readers that do not copy must not
+// change them. Other lookups (a namespace's requests, for the deadlock detector) are expanded
+// each time: kept, they would hold a namespace's worth of expansions for every namespace.
 const (
 	groupSize = 64
 	groupMax  = 16384
 )
+
+// groupIndex is the key index as the cache names it.
+var groupIndex = "field:" + IndexLockName
 
 // expansionCache keeps expansions of compact requests, each until its request is collected.
 type expansionCache struct {

@@ -427,14 +427,17 @@ func keptSpec(c *compactRequest) bool     { return c.spec != nil && c.status == 
 func keptMeta(c *compactRequest) bool     { return c.meta != nil && c.spec == nil && c.status == nil }
 func packedMeta(c *compactRequest) bool   { return packedStatus(c) }
 
-// TestCompactGroupsFollowChanges: a deep queue's index lookup hands out kept expansions — the
-// same ones while nothing changes, a new one for a request that changed, and none kept for a
-// request the store no longer holds.
+// TestCompactGroupsFollowChanges: a deep queue's key-index lookup hands out kept expansions —
+// the same ones while nothing changes, a new one for a request that changed, and none kept for
+// a request the store no longer holds; other lookups keep none.
 func TestCompactGroupsFollowChanges(t *testing.T) {
 	g := gomega.NewWithT(t)
 	inf := CompactLockRequests(func(lw toolscache.ListerWatcher, obj runtime.Object, resync time.Duration, ix toolscache.Indexers) toolscache.SharedIndexInformer {
 		return toolscache.NewSharedIndexInformer(lw, obj, resync, ix)
 	})(fcache.NewFakeControllerSource(), &locksv1.LockRequest{}, 0, toolscache.Indexers{toolscache.NamespaceIndex: toolscache.MetaNamespaceIndexFunc})
+	if err := inf.AddIndexers(toolscache.Indexers{groupIndex: func(any) ([]string, error) { return []string{"key"}, nil }}); err != nil {
+		t.Fatal(err)
+	}
 	ci := inf.(*compactInformer)
 	store := inf.GetIndexer()
 	n := groupSize + 36
@@ -444,7 +447,7 @@ func TestCompactGroupsFollowChanges(t *testing.T) {
 		}
 	}
 	list := func() map[string]*locksv1.LockRequest {
-		objs, err := store.ByIndex(toolscache.NamespaceIndex, "team")
+		objs, err := store.ByIndex(groupIndex, "key")
 		if err != nil || len(objs) != n {
 			t.Fatalf("ByIndex: %d, %v", len(objs), err)
 		}
@@ -454,6 +457,9 @@ func TestCompactGroupsFollowChanges(t *testing.T) {
 			out[lr.Name] = lr
 		}
 		return out
+	}
+	if _, err := store.ByIndex(toolscache.NamespaceIndex, "team"); err != nil || ci.groups.size() != 0 {
+		t.Fatalf("a namespace lookup kept %d expansions (%v)", ci.groups.size(), err)
 	}
 	first, again := list(), list()
 	for name, lr := range first {
