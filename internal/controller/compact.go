@@ -47,8 +47,7 @@ type compactRequest struct {
 	ttl      *metav1.Duration
 	wait     *metav1.Duration
 	// spec, when not nil, is the whole spec: more or fewer targets than one, or a freeze bypass.
-	spec    *locksv1.LockRequestSpec
-	release bool
+	spec *locksv1.LockRequestSpec
 
 	phase locksv1.LockRequestPhase
 	// lock is the one lock status (hasLock); its strings are the shared ones (TrimLockRequest).
@@ -56,6 +55,7 @@ type compactRequest struct {
 	// unique map's entries cost more than the 48 bytes.
 	lock          locksv1.LockStatus
 	hasLock       bool
+	release       bool // spec.release, beside hasLock: 416 bytes, not 448
 	queuePosition int32
 	blockedBy     string
 	fencingToken  int64
@@ -73,10 +73,12 @@ type compactRequest struct {
 	status *locksv1.LockRequestStatus
 }
 
-// compactExtra is what a request made for a workload or by `kubectl turnstile run` has beyond
-// a pipeline's: the workload it is for, its holder's Lease and session, a reason.
+// compactExtra is what a request made for a workload, by the Go client or by `kubectl
+// turnstile run` has beyond a pipeline's: the workload it is for, the prefix its name was
+// generated from, its holder's Lease and session, a reason.
 type compactExtra struct {
 	owners         []metav1.OwnerReference
+	generateName   string
 	lease, session string
 	reason         string
 }
@@ -135,7 +137,7 @@ func (c *compactRequest) packMeta(m *metav1.ObjectMeta) {
 	rv, rvOK := packed.RV(m.ResourceVersion)
 	uid, uidOK := packed.UID(m.UID)
 	created, createdOK := packSeconds(m.CreationTimestamp.Time)
-	if !rvOK || !uidOK || !createdOK || m.GenerateName != "" || m.SelfLink != "" || m.DeletionTimestamp != nil ||
+	if !rvOK || !uidOK || !createdOK || m.SelfLink != "" || m.DeletionTimestamp != nil ||
 		m.DeletionGracePeriodSeconds != nil || m.Labels != nil || (m.OwnerReferences != nil && len(m.OwnerReferences) == 0) ||
 		m.Finalizers != nil || m.ManagedFields != nil || (m.Annotations != nil && len(m.Annotations) != 1) {
 		c.meta = copyOf(m) // a copy: a pointer into lr would keep all of it
@@ -147,6 +149,9 @@ func (c *compactRequest) packMeta(m *metav1.ObjectMeta) {
 	}
 	if m.OwnerReferences != nil {
 		c.more().owners = m.OwnerReferences
+	}
+	if m.GenerateName != "" {
+		c.more().generateName = intern(m.GenerateName)
 	}
 }
 
@@ -274,6 +279,9 @@ func (c *compactRequest) expandMeta(m *metav1.ObjectMeta) {
 	m.CreationTimestamp = metav1.NewTime(time.Unix(c.created, 0))
 	m.Annotations = c.annotations()
 	m.OwnerReferences = c.owners()
+	if c.extra != nil {
+		m.GenerateName = c.extra.generateName
+	}
 }
 
 func (c *compactRequest) annotations() map[string]string {
@@ -437,6 +445,9 @@ func (c *compactRequest) GetOwnerReferences() []metav1.OwnerReference {
 func (c *compactRequest) GetGenerateName() string {
 	if c.meta != nil {
 		return c.meta.GenerateName
+	}
+	if c.extra != nil {
+		return c.extra.generateName
 	}
 	return ""
 }

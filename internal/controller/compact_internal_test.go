@@ -394,6 +394,7 @@ func TestCompactKeepsWhatItCannotPack(t *testing.T) {
 		{"an owner reference", func(lr *locksv1.LockRequest) {
 			lr.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: "p", UID: "u", Controller: ptr.To(true)}}
 		}, packedStatus},
+		{"a generated name", func(lr *locksv1.LockRequest) { lr.GenerateName = "lock-" }, packedStatus},
 		{"an empty owner reference list", func(lr *locksv1.LockRequest) { lr.OwnerReferences = []metav1.OwnerReference{} }, keptMeta},
 		{"a freeze bypass", func(lr *locksv1.LockRequest) { lr.Spec.BypassFreeze = &locksv1.FreezeBypass{Reason: "r"} }, keptSpec},
 		{"an upper-case uid", func(lr *locksv1.LockRequest) { lr.UID = types.UID(strings.ToUpper(string(lr.UID))) }, keptMeta},
