@@ -17,9 +17,11 @@ import (
 type NewInformerFunc func(toolscache.ListerWatcher, runtime.Object, time.Duration, toolscache.Indexers) toolscache.SharedIndexInformer
 
 // CompactLockRequests returns newInformer, except that its LockRequest informer stores every
-// request compacted (compactRequest: about half the bytes) and hands out expanded ones: its
+// request compacted (compactRequest: less than half the bytes) and hands out expanded ones: its
 // indexer's reads (what the cache reader lists and gets), its index functions and its event
-// handlers see *LockRequest, each a new object. Every other informer is newInformer's.
+// handlers see *LockRequest, a new object each time but for a deep queue's key lookup, whose
+// expansions are kept and shared as the store's objects were (expansionCache). Every other
+// informer is newInformer's.
 func CompactLockRequests(newInformer NewInformerFunc) NewInformerFunc {
 	return func(lw toolscache.ListerWatcher, obj runtime.Object, resync time.Duration, indexers toolscache.Indexers) toolscache.SharedIndexInformer {
 		if _, ok := obj.(*locksv1.LockRequest); !ok {
