@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"reflect"
 	"time"
 	"unique"
 
@@ -137,7 +138,7 @@ func (c *compactRequest) packMeta(m *metav1.ObjectMeta) {
 	rv, rvOK := packed.RV(m.ResourceVersion)
 	uid, uidOK := packed.UID(m.UID)
 	created, createdOK := packSeconds(m.CreationTimestamp.Time)
-	if !rvOK || !uidOK || !createdOK || m.SelfLink != "" || m.DeletionTimestamp != nil ||
+	if !rvOK || !uidOK || !createdOK || m.GetSelfLink() != "" || m.DeletionTimestamp != nil ||
 		m.DeletionGracePeriodSeconds != nil || m.Labels != nil || (m.OwnerReferences != nil && len(m.OwnerReferences) == 0) ||
 		m.Finalizers != nil || m.ManagedFields != nil || (m.Annotations != nil && len(m.Annotations) != 1) {
 		c.meta = copyOf(m) // a copy: a pointer into lr would keep all of it
@@ -241,7 +242,13 @@ func packTime(t time.Time) (sec int64, nsec int32, loc uint8, ok bool) {
 		loc = locUTC
 	}
 	// guard:compact-time-exact
-	return sec, nsec, loc, unpackTime(sec, nsec, loc) == t
+	return sec, nsec, loc, identical(unpackTime(sec, nsec, loc), t)
+}
+
+// identical: a and b are the same time.Time, location and monotonic reading too (what
+// reflect.DeepEqual compares, where Equal compares instants only).
+func identical(a, b time.Time) bool {
+	return reflect.DeepEqual(a, b)
 }
 
 func unpackTime(sec int64, nsec int32, loc uint8) time.Time {
@@ -256,7 +263,7 @@ func unpackTime(sec int64, nsec int32, loc uint8) time.Time {
 func packSeconds(t time.Time) (int64, bool) {
 	s := t.Unix()
 	// guard:compact-created-exact
-	return s, time.Unix(s, 0) == t
+	return s, identical(time.Unix(s, 0), t)
 }
 
 // expand returns the LockRequest c was compacted from: a new object, nothing shared with c
@@ -454,7 +461,7 @@ func (c *compactRequest) GetGenerateName() string {
 
 func (c *compactRequest) GetSelfLink() string {
 	if c.meta != nil {
-		return c.meta.SelfLink
+		return c.meta.GetSelfLink()
 	}
 	return ""
 }
@@ -515,7 +522,9 @@ func (c *compactRequest) SetResourceVersion(v string) {
 func (c *compactRequest) SetGeneration(v int64) {
 	c.set(func(m *metav1.ObjectMeta) { m.Generation = v })
 }
-func (c *compactRequest) SetSelfLink(v string) { c.set(func(m *metav1.ObjectMeta) { m.SelfLink = v }) }
+func (c *compactRequest) SetSelfLink(v string) {
+	c.set(func(m *metav1.ObjectMeta) { m.SetSelfLink(v) })
+}
 func (c *compactRequest) SetCreationTimestamp(v metav1.Time) {
 	c.set(func(m *metav1.ObjectMeta) { m.CreationTimestamp = v })
 }

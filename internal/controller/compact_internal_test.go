@@ -14,7 +14,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/onsi/gomega"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
 	fcache "k8s.io/client-go/tools/cache/testing"
@@ -230,9 +229,7 @@ func (h *recordingHandler) OnDelete(obj any)      { h.add(obj) }
 // reads it — the cache reader's gets and lists, index lookups, index functions, event handlers,
 // a tombstone's object — sees the trimmed *LockRequest; other informers are as they were.
 func TestCompactInformer(t *testing.T) {
-	newInformer := CompactLockRequests(func(lw toolscache.ListerWatcher, obj runtime.Object, resync time.Duration, ix toolscache.Indexers) toolscache.SharedIndexInformer {
-		return toolscache.NewSharedIndexInformer(lw, obj, resync, ix)
-	})
+	newInformer := CompactLockRequests(toolscache.NewSharedIndexInformer)
 	if _, ok := newInformer(fcache.NewFakeControllerSource(), &locksv1.ProjectLock{}, 0, toolscache.Indexers{}).(*compactInformer); ok {
 		t.Fatal("a ProjectLock informer compacts")
 	}
@@ -433,9 +430,7 @@ func packedMeta(c *compactRequest) bool   { return packedStatus(c) }
 // a request the store no longer holds; other lookups keep none.
 func TestCompactGroupsFollowChanges(t *testing.T) {
 	g := gomega.NewWithT(t)
-	inf := CompactLockRequests(func(lw toolscache.ListerWatcher, obj runtime.Object, resync time.Duration, ix toolscache.Indexers) toolscache.SharedIndexInformer {
-		return toolscache.NewSharedIndexInformer(lw, obj, resync, ix)
-	})(fcache.NewFakeControllerSource(), &locksv1.LockRequest{}, 0, toolscache.Indexers{toolscache.NamespaceIndex: toolscache.MetaNamespaceIndexFunc})
+	inf := CompactLockRequests(toolscache.NewSharedIndexInformer)(fcache.NewFakeControllerSource(), &locksv1.LockRequest{}, 0, toolscache.Indexers{toolscache.NamespaceIndex: toolscache.MetaNamespaceIndexFunc})
 	if err := inf.AddIndexers(toolscache.Indexers{groupIndex: func(any) ([]string, error) { return []string{"key"}, nil }}); err != nil {
 		t.Fatal(err)
 	}
@@ -485,7 +480,6 @@ func TestCompactGroupsFollowChanges(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	first, again, after = nil, nil, nil
 	// The index functions' memo keeps the last two compact requests it expanded alive.
 	g.Eventually(func() int { goruntime.GC(); return ci.groups.size() }).Should(gomega.BeNumerically("<=", len(ci.memo.from)))
 }
