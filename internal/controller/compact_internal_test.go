@@ -483,3 +483,15 @@ func TestCompactGroupsFollowChanges(t *testing.T) {
 	// The index functions' memo keeps the last two compact requests it expanded alive.
 	g.Eventually(func() int { goruntime.GC(); return ci.groups.size() }).Should(gomega.BeNumerically("<=", len(ci.memo.from)))
 }
+
+// TestCacheOptionsCompactRequests: the manager's cache (CacheOptions) stores LockRequests
+// compacted, and no other kind.
+func TestCacheOptionsCompactRequests(t *testing.T) {
+	newInformer := CacheOptions().NewInformer
+	if _, ok := newInformer(fcache.NewFakeControllerSource(), &locksv1.LockRequest{}, 0, toolscache.Indexers{}).(*compactInformer); !ok {
+		t.Error("the cache's LockRequest informer does not compact")
+	}
+	if _, ok := newInformer(fcache.NewFakeControllerSource(), &locksv1.ProjectLock{}, 0, toolscache.Indexers{}).(*compactInformer); ok {
+		t.Error("the cache's ProjectLock informer compacts")
+	}
+}

@@ -51,6 +51,7 @@ type SetupOptions struct {
 // Its informers relist at once when a watch is answered 410 Gone (pkg/client.NewInformer), not
 // after client-go's informer backoff: after an API server restart every watch is.
 func CacheOptions() cache.Options {
+	// guard:cache-compacts-requests
 	return cache.Options{DefaultTransform: trimTransform(), NewInformer: CompactLockRequests(turnstile.NewInformer)}
 }
 
