@@ -94,12 +94,7 @@ var _ = Describe("Holes in the grant protocol", func() {
 		create(MakeLockRequest("r", ns).Lock(app.Repo, app.Path, app.Workspace).Owner("bob", 0))
 
 		By("A crashes after creating the ProjectLock and listing R on it, before writing R")
-		a.view.CatchUp()
-		a.view.CrashAfter(2)
-		if _, err := a.reconcileKey(k); err != nil {
-			Expect(err).To(MatchError(lag.ErrCrashed))
-		}
-		a.view.Revive()
+		crashAfterListing(a, k)
 		a.restart(cfg)
 		syncHistory()
 		listed := history.Mark()
@@ -143,12 +138,7 @@ var _ = Describe("Holes in the grant protocol", func() {
 		create(w)
 
 		By("A crashes after creating the ProjectLock and listing R on it, before writing R")
-		a.view.CatchUp()
-		a.view.CrashAfter(2)
-		if _, err := a.reconcileKey(k); err != nil {
-			Expect(err).To(MatchError(lag.ErrCrashed))
-		}
-		a.view.Revive()
+		crashAfterListing(a, k)
 		syncHistory()
 		listed := history.Mark()
 		expectSafe(inv, ns, "A crashed mid-grant")
@@ -365,3 +355,14 @@ var _ = Describe("Holes in the grant protocol", func() {
 		Expect(phase(ns, "y")).To(Equal(locksv1.PhasePending))
 	})
 })
+
+// crashAfterListing: m, its cache current, decides k and crashes after its first two writes
+// (creating k's ProjectLock and listing the new holder on it), before writing the holder.
+func crashAfterListing(m *manager, k types.NamespacedName) {
+	m.view.CatchUp()
+	m.view.CrashAfter(2)
+	if _, err := m.reconcileKey(k); err != nil {
+		Expect(err).To(MatchError(lag.ErrCrashed))
+	}
+	m.view.Revive()
+}
