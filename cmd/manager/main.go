@@ -26,6 +26,7 @@ import (
 	"github.com/turnstile-dev/turnstile/internal/controller"
 	"github.com/turnstile-dev/turnstile/internal/deadlock"
 	"github.com/turnstile-dev/turnstile/internal/lockmetrics"
+	"github.com/turnstile-dev/turnstile/internal/memlimit"
 	"github.com/turnstile-dev/turnstile/internal/queue"
 	"github.com/turnstile-dev/turnstile/internal/sharding"
 	"github.com/turnstile-dev/turnstile/internal/workload"
@@ -54,6 +55,8 @@ type options struct {
 	membership                      sharding.Config
 	handover                        time.Duration
 	gateWorkloads                   bool
+	memoryRatio                     float64
+	memory                          memlimit.Limit
 }
 
 func parseFlags(args []string) (options, zap.Options, error) {
@@ -62,7 +65,7 @@ func parseFlags(args []string) (options, zap.Options, error) {
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "Usage of manager:")
 		fs.PrintDefaults()
-		fmt.Fprintln(fs.Output(), "\nThe Go runtime reads $GOMEMLIMIT, a soft memory limit: the chart sets it from the container's memory limit, so the heap is collected before the kernel kills the process.")
+		fmt.Fprintln(fs.Output(), "\n$MEMORY_LIMIT is the container's memory limit (the chart sets it from limits.memory): the Go runtime's soft memory limit is --memory-limit-ratio of it, so the heap is collected before the kernel kills the process. $GOMEMLIMIT, when set, is used instead.")
 	}
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "Address the metrics endpoint binds to; \"0\" disables it.")
 	fs.BoolVar(&o.metricsSecure, "metrics-secure", false, "Serve metrics over HTTPS with Kubernetes authentication and authorization (on in the deployed configuration).")
@@ -95,6 +98,7 @@ func parseFlags(args []string) (options, zap.Options, error) {
 	fs.DurationVar(&o.membership.Lapse, "membership-lapse", 3*time.Second, "How long a membership Lease may go unrenewed before the replica stops counting as a member and its keys move to the others.")
 	fs.DurationVar(&o.membership.Backup, "backup-delay", 300*time.Millisecond, "How long a replica waits before deciding a key another live replica owns: the longest a dead owner delays a hand-off before its membership lapses.")
 	fs.DurationVar(&o.handover, "shutdown-handover", time.Second, "With --active-active, how long a stopping replica keeps working after deleting its membership Lease, while the others take its keys over.")
+	fs.Float64Var(&o.memoryRatio, "memory-limit-ratio", memlimit.DefaultRatio, "The Go runtime's soft memory limit as a share of $MEMORY_LIMIT, the container's memory limit: the rest is room for the binary's code pages, which the runtime does not count. Ignored when $GOMEMLIMIT is set or $MEMORY_LIMIT is not.")
 	fs.BoolVar(&o.gateWorkloads, "gate-workloads", true, "Take the lock of every Pod and Job annotated locks.turnstile.dev/lock, and let it run once granted (docs/gated-workloads.md).")
 	zopts := zap.Options{Development: false}
 	zopts.BindFlags(fs)
@@ -115,6 +119,9 @@ func parseFlags(args []string) (options, zap.Options, error) {
 			return o, zopts, fmt.Errorf("--active-active: %w (set --membership-namespace, or $POD_NAMESPACE)", err)
 		}
 	}
+	if o.memoryRatio <= 0 || o.memoryRatio > 1 {
+		return o, zopts, fmt.Errorf("--memory-limit-ratio (%v) must be in (0, 1]", o.memoryRatio)
+	}
 	if o.cfg.DefaultTTL <= 0 || o.cfg.MaxTTL <= 0 || o.cfg.DefaultTTL > o.cfg.MaxTTL {
 		return o, zopts, fmt.Errorf("--default-ttl (%s) must be positive and at most --max-ttl (%s)", o.cfg.DefaultTTL, o.cfg.MaxTTL)
 	}
@@ -128,6 +135,13 @@ func main() {
 		os.Exit(2)
 	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zopts)))
+	// Before anything else allocates much: the runtime's soft limit from the container's.
+	limit, err := memlimit.Set(os.Getenv, o.memoryRatio, debug.SetMemoryLimit)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	o.memory = limit
 	if err := run(ctrl.SetupSignalHandler(), o); err != nil {
 		ctrl.Log.Error(err, "manager exited")
 		os.Exit(1)
@@ -202,11 +216,12 @@ func run(ctx context.Context, o options) error {
 	if err := addChecks(mgr); err != nil {
 		return err
 	}
-	// memoryLimit is GOMEMLIMIT as the runtime read it (the chart sets it from the container's
-	// memory limit); math.MaxInt64 when none is set.
+	// memoryLimit is the runtime's soft memory limit (math.MaxInt64 when there is none), from
+	// memoryLimitSource: $MEMORY_LIMIT, the container's limit (containerMemoryLimit) that the
+	// chart passes, times --memory-limit-ratio; or $GOMEMLIMIT.
 	log.Info("starting manager", "leaderElection", o.leaderElect, "activeActive", o.activeActive,
 		"identity", o.membership.Identity, "metrics", o.metricsAddr, "probes", o.probeAddr,
-		"memoryLimit", debug.SetMemoryLimit(-1))
+		"memoryLimit", debug.SetMemoryLimit(-1), "memoryLimitSource", o.memory.Source, "containerMemoryLimit", o.memory.Container)
 	return mgr.Start(ctx)
 }
 

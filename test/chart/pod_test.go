@@ -44,6 +44,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"sigs.k8s.io/yaml"
 
+	"github.com/turnstile-dev/turnstile/internal/memlimit"
 	"github.com/turnstile-dev/turnstile/internal/testing/framework"
 )
 
@@ -705,10 +706,10 @@ func runRendered(t *testing.T, binary, user string, values []string) {
 				return err
 			})
 		}
-		// The runtime took the container's memory limit as its own (GOMEMLIMIT): the manager
-		// logs the limit it runs under.
-		if want, ok := memoryLimit(t, container); ok && !strings.Contains(r.log.String(), `"memoryLimit":`+want) {
-			t.Errorf("pod %s does not run under its container's memory limit (%s bytes): no \"memoryLimit\":%s in its log", r.name, want, want)
+		// The runtime's soft limit is the share of the container's memory limit that the
+		// manager takes (MEMORY_LIMIT × --memory-limit-ratio): it logs the limit it runs under.
+		if want, ok := memoryLimit(t, container); ok && !strings.Contains(r.log.String(), `"memoryLimit":`+want+`,"memoryLimitSource":"MEMORY_LIMIT"`) {
+			t.Errorf("pod %s does not run under its share of its container's memory limit (%s bytes): no \"memoryLimit\":%s in its log", r.name, want, want)
 		}
 		if lines := forbiddenIn(r.log.String()); len(lines) > 0 {
 			t.Errorf("pod %s logged forbidden (the chart's RBAC lacks something):\n%s", r.name, strings.Join(lines, "\n"))
@@ -716,20 +717,36 @@ func runRendered(t *testing.T, binary, user string, values []string) {
 	}
 }
 
-// memoryLimit is the GOMEMLIMIT the container's env sets, resolved, and whether it sets one.
+// memoryLimit is the runtime's soft memory limit the container's env and args give the
+// manager, in bytes (MEMORY_LIMIT resolved, times the ratio of --memory-limit-ratio or its
+// default), and whether they give one.
 func memoryLimit(t *testing.T, container map[string]any) (string, bool) {
+	ratio := memlimit.DefaultRatio
+	args, _ := container["args"].([]any)
+	for _, a := range args {
+		if v, ok := strings.CutPrefix(fmt.Sprint(a), "--memory-limit-ratio="); ok {
+			var err error
+			if ratio, err = strconv.ParseFloat(v, 64); err != nil {
+				t.Fatalf("--memory-limit-ratio: %v", err)
+			}
+		}
+	}
 	entries, _ := container["env"].([]any)
 	for _, e := range entries {
 		m := e.(map[string]any)
-		if m["name"] != "GOMEMLIMIT" {
+		if m["name"] != memlimit.Env {
 			continue
 		}
 		from, _ := m["valueFrom"].(map[string]any)
 		v, err := resolveValueFrom(from, container, podOf{})
 		if err != nil {
-			t.Fatalf("GOMEMLIMIT: %v", err)
+			t.Fatalf("%s: %v", memlimit.Env, err)
 		}
-		return v, true
+		limit, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			t.Fatalf("%s=%q: %v", memlimit.Env, v, err)
+		}
+		return strconv.FormatInt(int64(float64(limit)*ratio), 10), true
 	}
 	return "", false
 }

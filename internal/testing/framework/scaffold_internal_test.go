@@ -53,7 +53,7 @@ func TestDownwardEnv(t *testing.T) {
 func TestContainerEnvResourceFieldRef(t *testing.T) {
 	ctr := corev1.Container{
 		Env: []corev1.EnvVar{
-			{Name: "GOMEMLIMIT", ValueFrom: &corev1.EnvVarSource{ResourceFieldRef: &corev1.ResourceFieldSelector{Resource: "limits.memory"}}},
+			{Name: "MEMORY_LIMIT", ValueFrom: &corev1.EnvVarSource{ResourceFieldRef: &corev1.ResourceFieldSelector{Resource: "limits.memory"}}},
 			{Name: "MEM_MI", ValueFrom: &corev1.EnvVarSource{ResourceFieldRef: &corev1.ResourceFieldSelector{Resource: "requests.memory", Divisor: resource.MustParse("1Mi")}}},
 			{Name: "CPUS", ValueFrom: &corev1.EnvVarSource{ResourceFieldRef: &corev1.ResourceFieldSelector{Resource: "limits.cpu"}}},
 		},
@@ -67,7 +67,7 @@ func TestContainerEnvResourceFieldRef(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The kubelet rounds up: 500m of a core is 1.
-	if diff := cmp.Diff([]string{"GOMEMLIMIT=402653184", "MEM_MI=64", "CPUS=1"}, got); diff != "" {
+	if diff := cmp.Diff([]string{"MEMORY_LIMIT=402653184", "MEM_MI=64", "CPUS=1"}, got); diff != "" {
 		t.Errorf("env (-want +got):\n%s", diff)
 	}
 	ctr.Resources = corev1.ResourceRequirements{}
