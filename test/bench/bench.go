@@ -31,6 +31,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -78,9 +79,14 @@ type Config struct {
 	// ScaleBaseline is another manager binary (e.g. built from main) the scale phase restarts
 	// on the same requests at every point, side by side; "" runs none.
 	ScaleBaseline string `json:"-"`
-	// MemLimit is the GOMEMLIMIT every manager runs with ("" none): the chart sets it from the
-	// container's memory limit.
+	// MemLimit is the container memory limit every manager runs under, a quantity ("256Mi";
+	// "" none): the manager under test gets it as the chart gives it (MEMORY_LIMIT, of which
+	// it sets the runtime's soft limit), a baseline as the chart before did (GOMEMLIMIT).
 	MemLimit string `json:"memLimit,omitempty"`
+	// Cgroup enforces MemLimit as a container does: each manager runs in a memory cgroup with
+	// that limit, which counts the binary's pages too (needs root and a cgroup hierarchy with
+	// the memory controller).
+	Cgroup bool `json:"cgroup,omitempty"`
 	// DetectionRounds alternate a manager with deadlock detection off and on; each round runs
 	// DetectionSamples hand-offs on the deepest queue and a grant throughput run of
 	// DetectionDuration.
@@ -151,7 +157,7 @@ func Full() Config {
 		ScaleKeys:         10000,
 		ScaleNamespaces:   1000,
 		ScalePoints:       []int{10000, 30000},
-		MemLimit:          "256MiB",
+		MemLimit:          "256Mi",
 		DetectionRounds:   2,
 		DetectionSamples:  150,
 		DetectionDuration: Duration(8 * time.Second),
@@ -590,4 +596,21 @@ func (d *Duration) UnmarshalText(b []byte) error {
 	v, err := time.ParseDuration(string(b))
 	*d = Duration(v)
 	return err
+}
+
+// memLimitBytes is MemLimit in bytes (0 for none). GOMEMLIMIT's spelling ("256MiB") is taken
+// as the quantity it names.
+func (c Config) memLimitBytes() (int64, error) {
+	if c.MemLimit == "" {
+		return 0, nil
+	}
+	s := c.MemLimit
+	if strings.HasSuffix(s, "iB") {
+		s = strings.TrimSuffix(s, "B")
+	}
+	q, err := resource.ParseQuantity(s)
+	if err != nil || q.Sign() <= 0 {
+		return 0, fmt.Errorf("memory limit %q: not a quantity such as 256Mi", c.MemLimit)
+	}
+	return q.Value(), nil
 }

@@ -163,6 +163,8 @@ type managerCounts struct {
 // procStats is the manager's memory.
 type procStats struct {
 	RSS, PeakRSS int64
+	// AnonRSS is the anonymous part of RSS (RssAnon), without the binary's file pages.
+	AnonRSS int64
 }
 
 // readProcStatus reads VmRSS and VmHWM (the peak) of pid.
@@ -186,6 +188,8 @@ func readProcStatus(pid int) (procStats, error) {
 			ps.RSS = kb * 1024
 		case "VmHWM:":
 			ps.PeakRSS = kb * 1024
+		case "RssAnon:":
+			ps.AnonRSS = kb * 1024
 		}
 	}
 	return ps, nil

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
+	"github.com/turnstile-dev/turnstile/internal/memlimit"
 	"github.com/turnstile-dev/turnstile/internal/testing/framework"
 )
 
@@ -35,7 +36,9 @@ const (
 
 // managerProc is the real manager binary.
 type managerProc struct {
-	p          *framework.Process
+	p *framework.Process
+	// container is the memory cgroup it runs in (Config.Cgroup), nil without one.
+	container  *container
 	metricsURL string
 	pprofURL   string // "" unless Config.ProfileSeconds is set
 	http       *http.Client
@@ -80,15 +83,39 @@ func (b *bench) launch(detection bool) error {
 	if b.binary != "" {
 		binary = b.binary
 	}
-	if b.cfg.MemLimit != "" {
-		// What the chart sets from the container's memory limit.
-		env = append(env, "GOMEMLIMIT="+b.cfg.MemLimit)
-	}
-	p, err := framework.StartProcessEnv(binary, b.kubeconfig, env, b.mgrLog, args...)
+	limit, err := b.cfg.memLimitBytes()
 	if err != nil {
 		return err
 	}
-	b.mgr = &managerProc{p: p, metricsURL: "http://" + addr + "/metrics", pprofURL: pprofURL,
+	var ctr *container
+	if limit > 0 {
+		// What each build's chart gives it from the container's memory limit: this one
+		// MEMORY_LIMIT (the manager takes --memory-limit-ratio of it), a baseline from before
+		// it GOMEMLIMIT, the whole limit.
+		name := memlimit.Env
+		if binary != b.cfg.Manager {
+			name = "GOMEMLIMIT"
+		}
+		env = append(env, name+"="+strconv.FormatInt(limit, 10))
+		if b.cfg.Cgroup {
+			if ctr, err = newContainer(fmt.Sprintf("turnstile-bench-%d-%d", os.Getpid(), b.names.Add(1)), limit); err != nil {
+				return err
+			}
+			if binary, args, err = ctr.command(binary, args); err != nil {
+				_ = ctr.remove()
+				return err
+			}
+			env = append(env, ctr.env())
+		}
+	}
+	p, err := framework.StartProcessEnv(binary, b.kubeconfig, env, b.mgrLog, args...)
+	if err != nil {
+		if ctr != nil {
+			_ = ctr.remove()
+		}
+		return err
+	}
+	b.mgr = &managerProc{p: p, container: ctr, metricsURL: "http://" + addr + "/metrics", pprofURL: pprofURL,
 		http: &http.Client{Timeout: 10 * time.Second}, detection: detection}
 	return nil
 }
@@ -303,7 +330,21 @@ func (b *bench) stopManager() error {
 	if err := m.p.Stop(30 * time.Second); err != nil {
 		return fmt.Errorf("stop manager: %w", err)
 	}
+	if m.container != nil {
+		return m.container.remove()
+	}
 	return nil
+}
+
+// exited is why the manager exited, with its cgroup's OOM kills when it ran in one.
+func (m *managerProc) exited(log string) error {
+	err := fmt.Errorf("the manager exited (see %s): %w", log, m.p.Err())
+	if m.container != nil {
+		if s, serr := m.container.stats(); serr == nil && s.OOMKills > 0 {
+			err = fmt.Errorf("%w: the kernel killed it at its memory limit (%d OOM kills in its cgroup, peak %d MiB)", err, s.OOMKills, s.PeakBytes>>20)
+		}
+	}
+	return err
 }
 
 // restartManager stops the manager and starts a new one.

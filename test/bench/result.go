@@ -125,6 +125,12 @@ func scaleGoals(curve []ScaleResult) []Goal {
 		goal("M2", fmt.Sprintf("manager peak RSS, MiB, start and settle on %s requests (fresh and restarted)", count(last.Requests)), float64(peak)/(1<<20), "<=", 256),
 		goal("M4", fmt.Sprintf("settle on %s requests ÷ the API server's write floor for the same writes", count(last.Requests)), ratio(last.ReconcileSeconds, last.WriteFloorSeconds), "<=", 2),
 	}
+	if c := last.Container; c != nil {
+		// A manager the kernel killed never settles, so no point would be recorded; this is the
+		// cgroup's own word that the limit held without a kill.
+		goals = append(goals, goal("M1c", fmt.Sprintf("OOM kills in a memory cgroup of %s MiB, settled on %s requests (anonymous memory then %s MiB, page cache %s MiB)",
+			mib(c.LimitBytes), count(last.Requests), mib(c.AnonBytes), mib(c.FileBytes)), float64(c.OOMKills), "<=", 0))
+	}
 	if first := fresh[0]; len(fresh) > 1 && last.Requests > first.Requests {
 		goals = append(goals, goal("M3", fmt.Sprintf("marginal RSS per request, KiB, %s → %s requests", count(first.Requests), count(last.Requests)),
 			float64(last.RSSBytes-first.RSSBytes)/1024/float64(last.Requests-first.Requests), "<=", 2))
@@ -253,6 +259,13 @@ func (r *Result) scaleRows(t *table) {
 		live := ""
 		if p.HeapLiveBytes > 0 {
 			live = fmt.Sprintf(" · live heap %s MiB", mib(p.HeapLiveBytes))
+		}
+		if p.AnonRSSBytes > 0 {
+			live += fmt.Sprintf(" · anonymous RSS %s MiB", mib(p.AnonRSSBytes))
+		}
+		if c := p.Container; c != nil {
+			live += fmt.Sprintf(" · cgroup of %s MiB: usage %s (anonymous %s, page cache %s), peak %s, %d reclaims at the limit, %d OOM kills",
+				mib(c.LimitBytes), mib(c.UsageBytes), mib(c.AnonBytes), mib(c.FileBytes), mib(c.PeakBytes), c.LimitHits, c.OOMKills)
 		}
 		t.add(fmt.Sprintf("Scale, %s: %s requests, %s keys, %s namespaces, %s", p.Manager, count(p.Requests), count(p.Keys), count(p.Namespaces), what),
 			fmt.Sprintf("settle %s s (write floor %s s) · first key %s s (list %s s) · RSS %s / peak %s / heap %s MiB (idle %s)%s",

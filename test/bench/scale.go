@@ -60,9 +60,15 @@ type ScaleResult struct {
 	// (go_memstats_heap_alloc_bytes after the heap profile's GC): what the requests cost, where
 	// HeapBytes also counts what the collector has yet to free (up to as much again, by GOGC).
 	// Only with Config.ProfileSeconds (the profile endpoint forces the collection).
-	HeapLiveBytes int64         `json:"heapLiveBytes,omitempty"`
-	IdleRSSBytes  int64         `json:"idleRSSBytes"`
-	DeadlockCheck DeadlockCheck `json:"deadlockCheck"`
+	HeapLiveBytes int64 `json:"heapLiveBytes,omitempty"`
+	// AnonRSSBytes is the part of RSSBytes that is the process's own memory (RssAnon): the
+	// rest is pages of its binary, which the kernel can drop and read again.
+	AnonRSSBytes int64 `json:"anonRSSBytes,omitempty"`
+	// Container is the account of the memory cgroup the manager ran in, limited to
+	// Config.MemLimit (Config.Cgroup); nil without one.
+	Container     *ContainerStats `json:"container,omitempty"`
+	IdleRSSBytes  int64           `json:"idleRSSBytes"`
+	DeadlockCheck DeadlockCheck   `json:"deadlockCheck"`
 }
 
 // DeadlockCheck times the manager's deadlock check on one scale namespace: the detector's own
@@ -265,7 +271,14 @@ func (b *bench) scalePoint(ctx context.Context, run *scaleRun, n int, binary str
 	// Let the garbage collector and the caches settle before reading memory.
 	time.Sleep(2 * time.Second)
 	ps := b.mgr.rss()
-	res.RSSBytes, res.PeakRSSBytes = ps.RSS, ps.PeakRSS
+	res.RSSBytes, res.PeakRSSBytes, res.AnonRSSBytes = ps.RSS, ps.PeakRSS, ps.AnonRSS
+	if b.mgr.container != nil {
+		s, err := b.mgr.container.stats()
+		if err != nil {
+			return res, err
+		}
+		res.Container = &s
+	}
 	if res.HeapBytes, err = b.mgr.heapInUse(ctx); err != nil {
 		return res, err
 	}
@@ -333,7 +346,7 @@ func (b *bench) waitReconciles(ctx context.Context, n int, drained bool, poll ti
 		}
 		select {
 		case <-b.mgr.p.Done():
-			return time.Time{}, fmt.Errorf("the manager exited (see %s): %w", b.mgrLog.Name(), b.mgr.p.Err())
+			return time.Time{}, b.mgr.exited(b.mgrLog.Name())
 		case <-ctx.Done():
 			return time.Time{}, ctx.Err()
 		case <-time.After(poll):

@@ -36,7 +36,8 @@ func main() {
 		pool      = flag.String("pool", "", "comma-separated results.json files of replicas-phase runs: print their rounds pooled, run nothing")
 		scaleBase = flag.String("scale-baseline", "", "another manager binary (e.g. built from main) the scale phase restarts on the same requests at every point, side by side")
 		scalePts  = flag.String("scale-points", "", "comma-separated request counts of the scale curve, ascending (default: the size's, 10000,30000,100000 for full); keys and namespaces keep their ratio to requests")
-		memLimit  = flag.String("mem-limit", "", "GOMEMLIMIT of every manager the bench starts (default: the size's, 256MiB for full, as the chart's limit would set it)")
+		memLimit  = flag.String("mem-limit", "", "the container memory limit of every manager the bench starts, as the chart passes it (default: the size's, 256Mi for full)")
+		cgroup    = flag.Bool("cgroup", false, "enforce --mem-limit as a container does: run each manager in a memory cgroup with that limit (needs root and the memory controller, cgroup v1 or v2)")
 		profile   = flag.Int("profile", 0, "seconds of manager CPU profile to record from the start of each back-to-back hand-off run into <out>/cpu-handoff-depth<N>.pprof, and of each deep-queue run of the replicas phase (0: none)")
 	)
 	flag.Parse()
@@ -68,6 +69,7 @@ func main() {
 	if *memLimit != "" {
 		cfg.MemLimit = *memLimit
 	}
+	cfg.Cgroup = *cgroup
 	if *scalePts != "" {
 		if err := setScalePoints(&cfg, *scalePts); err != nil {
 			fmt.Fprintln(os.Stderr, "--scale-points:", err)
