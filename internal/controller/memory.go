@@ -159,13 +159,56 @@ func intern(s string) string {
 	return unique.Make(s).Value()
 }
 
-// trimTransform is TrimLockRequest for LockRequests and the default transform (drop
-// managedFields) for everything else.
+// TrimProjectLock is the cache transform of ProjectLocks. The lock controller updates a
+// ProjectLock whole, so it drops nothing but managedFields (which an update ignores). It makes
+// the strings every lock shares (namespace, targets, mode, priorities, condition types,
+// reasons and fixed messages) point to one copy each, and cuts the queue's slice to its length:
+// a decoder grows it by doubling, so a queue of 9 entries held room for 16. It returns obj.
+func TrimProjectLock(obj any) (any, error) {
+	pl, ok := obj.(*locksv1.ProjectLock)
+	if !ok {
+		return obj, nil
+	}
+	// As in TrimLockRequest, every write changes something: a second trim writes nothing.
+	if pl.ManagedFields != nil {
+		pl.ManagedFields = nil
+	}
+	share(&pl.Namespace)
+	share(&pl.APIVersion)
+	share(&pl.Kind)
+	for i := range pl.Finalizers {
+		share(&pl.Finalizers[i])
+	}
+	t := &pl.Spec.LockTarget
+	share(&t.Repo)
+	share(&t.Path)
+	share(&t.Workspace)
+	share(&t.Project)
+	share((*string)(&t.Mode))
+	st := &pl.Status
+	share((*string)(&st.Mode))
+	// guard:trim-projectlock-queue-cap
+	if cap(st.Queue) > len(st.Queue) {
+		st.Queue = append(make([]locksv1.QueueEntry, 0, len(st.Queue)), st.Queue...)
+	}
+	for i := range st.Queue {
+		share((*string)(&st.Queue[i].Priority))
+	}
+	shareConditions(st.Conditions)
+	return pl, nil
+}
+
+// trimTransform is TrimLockRequest for LockRequests, TrimProjectLock for ProjectLocks and the
+// default transform (drop managedFields) for everything else.
 func trimTransform() toolscache.TransformFunc {
 	strip := cache.TransformStripManagedFields()
 	return func(obj any) (any, error) {
-		if _, ok := obj.(*locksv1.LockRequest); ok {
+		switch obj.(type) {
+		case *locksv1.LockRequest:
 			return TrimLockRequest(obj)
+		case *locksv1.ProjectLock:
+			// guard:trim-projectlocks
+			return TrimProjectLock(obj)
 		}
 		return strip(obj)
 	}

@@ -318,3 +318,85 @@ func TestBoundedRecorder(t *testing.T) {
 		t.Errorf("sent %d, dropped %d (counter %d): want 2 sent, 3 dropped", inner.n, drops, r.dropped.Load())
 	}
 }
+
+// scaleLock is a ProjectLock as the lock controller writes it for a key with a holder and
+// waiters waiting, read back as a client decodes it (every string its own copy, the queue's
+// slice grown by the decoder).
+func scaleLock(t *testing.T, key string, waiters int) *locksv1.ProjectLock {
+	pl := &locksv1.ProjectLock{}
+	pl.APIVersion, pl.Kind = locksv1.GroupVersion.String(), "ProjectLock"
+	pl.Namespace, pl.Name, pl.UID, pl.ResourceVersion = "team", key, types.UID("uid-"+key), "42"
+	pl.Finalizers = []string{"locks.turnstile.dev/holder"}
+	pl.Spec.LockTarget = locksv1.LockTarget{Repo: "org/infra", Path: key, Workspace: "default", Mode: locksv1.ModeExclusive}
+	pl.Status.Mode = locksv1.ModeExclusive
+	pl.Status.Holder = &locksv1.LockHolder{Owner: "alice", Pull: 7, Requests: []locksv1.HolderRequest{{Name: "r0", UID: "uid-0"}},
+		Since: metav1.NewTime(time.Unix(1000, 0))}
+	pl.Status.FencingToken = 3
+	for i := range waiters {
+		pl.Status.Queue = append(pl.Status.Queue, locksv1.QueueEntry{Request: fmt.Sprintf("r%d", i+1), Owner: fmt.Sprintf("owner%d", i+1),
+			Pull: int64(i + 1), Priority: locksv1.PriorityNormal})
+	}
+	pl.Status.QueueLength = int32(waiters)
+	pl.Status.Conditions = []metav1.Condition{
+		{Type: locksv1.ConditionReady, Status: metav1.ConditionTrue, Reason: "Held", Message: "held by pull #7 (alice)"},
+		{Type: locksv1.ConditionReconciling, Status: metav1.ConditionFalse, Reason: "Held", Message: "held by pull #7 (alice)"},
+	}
+	return roundTrip(t, pl)
+}
+
+// TestTrimProjectLock: the cache's ProjectLock is the one the API server returned, field for
+// field (the lock controller updates it whole), with the strings locks share shared and the
+// queue's slice no longer than the queue.
+func TestTrimProjectLock(t *testing.T) {
+	a, b := scaleLock(t, "prod", 9), scaleLock(t, "staging", 9)
+	if cap(a.Status.Queue) == len(a.Status.Queue) {
+		t.Fatalf("the decoder left the queue's slice exact (%d): the test shows nothing", cap(a.Status.Queue))
+	}
+	want := a.DeepCopy()
+	for _, pl := range []*locksv1.ProjectLock{a, b} {
+		// Through the cache's transform: ProjectLocks are trimmed there.
+		if _, err := trimTransform()(pl); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !reflect.DeepEqual(a, want) {
+		t.Fatalf("the trimmed ProjectLock differs:\n%+v\n%+v", a, want)
+	}
+	if cap(a.Status.Queue) != len(a.Status.Queue) {
+		t.Errorf("the queue holds room for %d entries, has %d", cap(a.Status.Queue), len(a.Status.Queue))
+	}
+	same := func(x, y string) bool { return unsafe.StringData(x) == unsafe.StringData(y) }
+	for what, pair := range map[string][2]string{
+		"namespace":        {a.Namespace, b.Namespace},
+		"repo":             {a.Spec.Repo, b.Spec.Repo},
+		"mode":             {string(a.Status.Mode), string(b.Status.Mode)},
+		"finalizer":        {a.Finalizers[0], b.Finalizers[0]},
+		"priority":         {string(a.Status.Queue[0].Priority), string(b.Status.Queue[8].Priority)},
+		"condition type":   {a.Status.Conditions[0].Type, b.Status.Conditions[0].Type},
+		"condition reason": {a.Status.Conditions[1].Reason, b.Status.Conditions[1].Reason},
+	} {
+		if !same(pair[0], pair[1]) {
+			t.Errorf("two locks' %s %q are two copies", what, pair[0])
+		}
+	}
+	if !same(a.Status.Conditions[0].Message, a.Status.Conditions[1].Message) {
+		t.Error("one lock's two conditions saying the same thing keep two copies")
+	}
+	// Trimmed again (an object the store holds, read meanwhile): no write, which -race checks.
+	before := a.DeepCopy()
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for range 200 {
+			_ = a.DeepCopy()
+		}
+	})
+	wg.Go(func() {
+		for range 200 {
+			_, _ = TrimProjectLock(a)
+		}
+	})
+	wg.Wait()
+	if !reflect.DeepEqual(a, before) {
+		t.Error("a second trim changed the ProjectLock")
+	}
+}
