@@ -165,6 +165,29 @@ func (b *bench) profile(ctx context.Context, name string) (wait func() error) {
 	}
 }
 
+// profileFromStart records a CPU profile of d into path as soon as the manager's pprof
+// endpoint answers (it starts serving within its first moments); the returned func waits for it.
+func (m *managerProc) profileFromStart(ctx context.Context, d time.Duration, path string) (wait func() error) {
+	done := make(chan error, 1)
+	go func() {
+		url := fmt.Sprintf("%s?seconds=%d", m.pprofURL, int(d.Round(time.Second)/time.Second))
+		for {
+			err := fetchProfile(ctx, url, path)
+			if err == nil || ctx.Err() != nil {
+				done <- err
+				return
+			}
+			select {
+			case <-m.p.Done():
+				done <- err
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}()
+	return func() error { return <-done }
+}
+
 func fetchProfile(ctx context.Context, url, path string) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {

@@ -239,6 +239,16 @@ func (b *bench) scalePoint(ctx context.Context, run *scaleRun, n int, binary str
 	if err := b.launch(true); err != nil {
 		return res, err
 	}
+	profiled := func() error { return nil }
+	if restart && b.mgr.pprofURL != "" {
+		// Where a cold start's time goes: a CPU profile from launch over about as long as the
+		// list took, and as much again.
+		name := fmt.Sprintf("cpu-coldstart-%d", n)
+		if binary != b.cfg.Manager {
+			name = "baseline-" + name
+		}
+		profiled = b.mgr.profileFromStart(ctx, time.Duration(2*res.ListSeconds*float64(time.Second))+time.Second, filepath.Join(b.cfg.OutDir, name+".pprof"))
+	}
 	poll := scrapeInterval(n)
 	first, err := b.waitReconciles(ctx, 1, false, poll)
 	if err != nil {
@@ -260,6 +270,9 @@ func (b *bench) scalePoint(ctx context.Context, run *scaleRun, n int, binary str
 		return res, err
 	}
 	res.ReconcileSeconds = settled.Sub(start).Seconds()
+	if err := profiled(); err != nil {
+		return res, err
+	}
 	if res.Writes, err = w.close(ctx); err != nil {
 		return res, err
 	}
