@@ -16,6 +16,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/api/resource"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -55,7 +56,7 @@ type options struct {
 	membership                      sharding.Config
 	handover                        time.Duration
 	gateWorkloads                   bool
-	memoryRatio                     float64
+	memoryReserve                   resource.Quantity
 	memory                          memlimit.Limit
 }
 
@@ -65,7 +66,7 @@ func parseFlags(args []string) (options, zap.Options, error) {
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "Usage of manager:")
 		fs.PrintDefaults()
-		fmt.Fprintln(fs.Output(), "\n$MEMORY_LIMIT is the container's memory limit (the chart sets it from limits.memory): the Go runtime's soft memory limit is --memory-limit-ratio of it, so the heap is collected before the kernel kills the process. $GOMEMLIMIT, when set, is used instead.")
+		fmt.Fprintln(fs.Output(), "\n$MEMORY_LIMIT is the container's memory limit (the chart sets it from limits.memory): the Go runtime's soft memory limit is that less --memory-limit-reserve, so the heap is collected before the container runs out. $GOMEMLIMIT, when set, is used instead.")
 	}
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "Address the metrics endpoint binds to; \"0\" disables it.")
 	fs.BoolVar(&o.metricsSecure, "metrics-secure", false, "Serve metrics over HTTPS with Kubernetes authentication and authorization (on in the deployed configuration).")
@@ -98,7 +99,8 @@ func parseFlags(args []string) (options, zap.Options, error) {
 	fs.DurationVar(&o.membership.Lapse, "membership-lapse", 3*time.Second, "How long a membership Lease may go unrenewed before the replica stops counting as a member and its keys move to the others.")
 	fs.DurationVar(&o.membership.Backup, "backup-delay", 300*time.Millisecond, "How long a replica waits before deciding a key another live replica owns: the longest a dead owner delays a hand-off before its membership lapses.")
 	fs.DurationVar(&o.handover, "shutdown-handover", time.Second, "With --active-active, how long a stopping replica keeps working after deleting its membership Lease, while the others take its keys over.")
-	fs.Float64Var(&o.memoryRatio, "memory-limit-ratio", memlimit.DefaultRatio, "The Go runtime's soft memory limit as a share of $MEMORY_LIMIT, the container's memory limit: the rest is room for the binary's code pages, which the runtime does not count. Ignored when $GOMEMLIMIT is set or $MEMORY_LIMIT is not.")
+	o.memoryReserve = *resource.NewQuantity(memlimit.DefaultReserve, resource.BinarySI)
+	fs.Var(quantityFlag{&o.memoryReserve}, "memory-limit-reserve", "What the Go runtime's soft memory limit leaves of $MEMORY_LIMIT, the container's memory limit, for what the runtime does not count: the binary's page cache, which the container is charged for too (at most half the limit is left). Ignored when $GOMEMLIMIT is set or $MEMORY_LIMIT is not.")
 	fs.BoolVar(&o.gateWorkloads, "gate-workloads", true, "Take the lock of every Pod and Job annotated locks.turnstile.dev/lock, and let it run once granted (docs/gated-workloads.md).")
 	zopts := zap.Options{Development: false}
 	zopts.BindFlags(fs)
@@ -119,8 +121,8 @@ func parseFlags(args []string) (options, zap.Options, error) {
 			return o, zopts, fmt.Errorf("--active-active: %w (set --membership-namespace, or $POD_NAMESPACE)", err)
 		}
 	}
-	if o.memoryRatio <= 0 || o.memoryRatio > 1 {
-		return o, zopts, fmt.Errorf("--memory-limit-ratio (%v) must be in (0, 1]", o.memoryRatio)
+	if o.memoryReserve.Sign() < 0 {
+		return o, zopts, fmt.Errorf("--memory-limit-reserve (%s) must not be negative", o.memoryReserve.String())
 	}
 	if o.cfg.DefaultTTL <= 0 || o.cfg.MaxTTL <= 0 || o.cfg.DefaultTTL > o.cfg.MaxTTL {
 		return o, zopts, fmt.Errorf("--default-ttl (%s) must be positive and at most --max-ttl (%s)", o.cfg.DefaultTTL, o.cfg.MaxTTL)
@@ -136,7 +138,7 @@ func main() {
 	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zopts)))
 	// Before anything else allocates much: the runtime's soft limit from the container's.
-	limit, err := memlimit.Set(os.Getenv, o.memoryRatio, debug.SetMemoryLimit)
+	limit, err := memlimit.Set(os.Getenv, o.memoryReserve.Value(), debug.SetMemoryLimit)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
@@ -146,6 +148,25 @@ func main() {
 		ctrl.Log.Error(err, "manager exited")
 		os.Exit(1)
 	}
+}
+
+// quantityFlag is a flag given as a resource quantity ("64Mi").
+type quantityFlag struct{ q *resource.Quantity }
+
+func (f quantityFlag) String() string {
+	if f.q == nil {
+		return ""
+	}
+	return f.q.String()
+}
+
+func (f quantityFlag) Set(s string) error {
+	q, err := resource.ParseQuantity(s)
+	if err != nil {
+		return fmt.Errorf("not a quantity such as 64Mi: %w", err)
+	}
+	*f.q = q
+	return nil
 }
 
 // policyFlag is --deadlock-victim: parsed into a deadlock.Policy once, and its default shown
@@ -218,7 +239,7 @@ func run(ctx context.Context, o options) error {
 	}
 	// memoryLimit is the runtime's soft memory limit (math.MaxInt64 when there is none), from
 	// memoryLimitSource: $MEMORY_LIMIT, the container's limit (containerMemoryLimit) that the
-	// chart passes, times --memory-limit-ratio; or $GOMEMLIMIT.
+	// chart passes, less --memory-limit-reserve; or $GOMEMLIMIT.
 	log.Info("starting manager", "leaderElection", o.leaderElect, "activeActive", o.activeActive,
 		"identity", o.membership.Identity, "metrics", o.metricsAddr, "probes", o.probeAddr,
 		"memoryLimit", debug.SetMemoryLimit(-1), "memoryLimitSource", o.memory.Source, "containerMemoryLimit", o.memory.Container)

@@ -350,13 +350,15 @@ func (b *bench) stopManager() error {
 	b.peers = nil
 	m := b.mgr
 	b.mgr = nil
-	if err := m.p.Stop(30 * time.Second); err != nil {
-		return fmt.Errorf("stop manager: %w", err)
+	err := m.p.Stop(30 * time.Second)
+	if err != nil {
+		err = fmt.Errorf("stop manager: %w", err)
 	}
 	if m.container != nil {
-		return m.container.remove()
+		// Also when it had exited already: the cgroup goes with it.
+		err = errors.Join(err, m.container.remove())
 	}
-	return nil
+	return err
 }
 
 // exited is why the manager exited, with its cgroup's OOM kills when it ran in one.

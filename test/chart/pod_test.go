@@ -718,17 +718,18 @@ func runRendered(t *testing.T, binary, user string, values []string) {
 }
 
 // memoryLimit is the runtime's soft memory limit the container's env and args give the
-// manager, in bytes (MEMORY_LIMIT resolved, times the ratio of --memory-limit-ratio or its
-// default), and whether they give one.
+// manager, in bytes (MEMORY_LIMIT resolved, less --memory-limit-reserve or its default, as
+// memlimit.Set takes it), and whether they give one.
 func memoryLimit(t *testing.T, container map[string]any) (string, bool) {
-	ratio := memlimit.DefaultRatio
+	reserve := int64(memlimit.DefaultReserve)
 	args, _ := container["args"].([]any)
 	for _, a := range args {
-		if v, ok := strings.CutPrefix(fmt.Sprint(a), "--memory-limit-ratio="); ok {
-			var err error
-			if ratio, err = strconv.ParseFloat(v, 64); err != nil {
-				t.Fatalf("--memory-limit-ratio: %v", err)
+		if v, ok := strings.CutPrefix(fmt.Sprint(a), "--memory-limit-reserve="); ok {
+			q, err := resource.ParseQuantity(v)
+			if err != nil {
+				t.Fatalf("--memory-limit-reserve: %v", err)
 			}
+			reserve = q.Value()
 		}
 	}
 	entries, _ := container["env"].([]any)
@@ -742,11 +743,11 @@ func memoryLimit(t *testing.T, container map[string]any) (string, bool) {
 		if err != nil {
 			t.Fatalf("%s: %v", memlimit.Env, err)
 		}
-		limit, err := strconv.ParseInt(v, 10, 64)
+		limit, err := memlimit.Set(func(k string) string { return map[string]string{memlimit.Env: v}[k] }, reserve, func(int64) int64 { return 0 })
 		if err != nil {
 			t.Fatalf("%s=%q: %v", memlimit.Env, v, err)
 		}
-		return strconv.FormatInt(int64(float64(limit)*ratio), 10), true
+		return strconv.FormatInt(limit.Bytes, 10), true
 	}
 	return "", false
 }
