@@ -264,7 +264,7 @@ func newManager(o options) (ctrl.Manager, error) {
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        controller.NewScheme(),
-		Cache:                         controller.CacheOptions(),
+		Cache:                         controller.CacheOptions(cfg),
 		Metrics:                       metricsOpts,
 		HealthProbeBindAddress:        o.probeAddr,
 		PprofBindAddress:              o.pprofAddr,

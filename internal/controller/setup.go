@@ -7,6 +7,9 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -49,10 +52,18 @@ type SetupOptions struct {
 // (TrimLockRequest): the annotations no decision reads go, shared strings are stored once.
 //
 // Its informers relist at once when a watch is answered 410 Gone (pkg/client.NewInformer), not
-// after client-go's informer backoff: after an API server restart every watch is.
-func CacheOptions() cache.Options {
+// after client-go's informer backoff: after an API server restart every watch is. The
+// LockRequest informer stores compact requests (CompactLockRequests) and watches the API
+// server of cfg through a decoder that reads each event once (WatchLockRequestsWith).
+func CacheOptions(cfg *rest.Config) cache.Options {
+	start, err := lockRequestWatch(cfg)
+	if err != nil {
+		// A config no client can be made of: the manager made of it fails first, on the same
+		// error; were it to get here, every watch of LockRequests fails with it.
+		start = func(context.Context, metav1.ListOptions) (watch.Interface, error) { return nil, err }
+	}
 	// guard:cache-compacts-requests
-	return cache.Options{DefaultTransform: trimTransform(), NewInformer: CompactLockRequests(turnstile.NewInformer)}
+	return cache.Options{DefaultTransform: trimTransform(), NewInformer: CompactLockRequests(WatchLockRequestsWith(start, turnstile.NewInformer))}
 }
 
 // CachesSynced is a readiness check: ready once the cache has started and every informer

@@ -41,7 +41,7 @@ func startManagerAsServiceAccount() {
 	cfg.QPS, cfg.Burst = 1000, 2000
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 framework.Scheme,
-		Cache:                  controller.CacheOptions(),
+		Cache:                  controller.CacheOptions(cfg),
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},

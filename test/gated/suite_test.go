@@ -97,7 +97,7 @@ func startManager() {
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 framework.Scheme,
-		Cache:                  controller.CacheOptions(),
+		Cache:                  controller.CacheOptions(cfg),
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},

@@ -171,7 +171,7 @@ func (e *Env) StartManager(o controller.SetupOptions) (*Manager, error) {
 	cfg.QPS, cfg.Burst = 1000, 2000
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 Scheme,
-		Cache:                  controller.CacheOptions(),
+		Cache:                  controller.CacheOptions(cfg),
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 		// Tests run several managers in one process (two at once, or one after a "crash").

@@ -1,0 +1,204 @@
+package watchjson_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
+
+	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
+	"github.com/turnstile-dev/turnstile/internal/testing/framework"
+	"github.com/turnstile-dev/turnstile/internal/watchjson"
+)
+
+var env *framework.Env
+
+func TestMain(m *testing.M) { os.Exit(run(m)) }
+
+func run(m *testing.M) int {
+	var err error
+	if env, err = framework.Start(""); err != nil {
+		fmt.Fprintf(os.Stderr, "start control plane: %v\n", err)
+		return 1
+	}
+	defer func() { _ = env.Stop() }()
+	return m.Run()
+}
+
+var gvk = locksv1.GroupVersion.WithKind("LockRequest")
+
+// clientGoWatch is the watch controller-runtime's cache starts for a typed informer: its REST
+// client for the kind, client-go's Request.Watch and its decoder.
+func clientGoWatch(t *testing.T, httpClient *http.Client) func(context.Context, metav1.ListOptions) (watch.Interface, error) {
+	t.Helper()
+	c, err := apiutil.RESTClientForGVK(gvk, false, false, env.Config, serializer.NewCodecFactory(framework.Scheme), httpClient)
+	if err != nil {
+		t.Fatal(err)
+	}
+	params := runtime.NewParameterCodec(framework.Scheme)
+	return func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+		opts.Watch = true
+		return c.Get().Resource("lockrequests").VersionedParams(&opts, params).Watch(ctx)
+	}
+}
+
+// seen is an event as a reflector reads it.
+type seen struct {
+	Type   watch.EventType
+	Object runtime.Object
+}
+
+// take reads n events of w, or fails after a while.
+func take(t *testing.T, w watch.Interface, n int) []seen {
+	t.Helper()
+	var out []seen
+	timeout := time.After(30 * time.Second)
+	for len(out) < n {
+		select {
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				t.Fatalf("the watch ended after %d of %d events", len(out), n)
+			}
+			out = append(out, seen{ev.Type, ev.Object})
+		case <-timeout:
+			t.Fatalf("%d of %d events in 30 s", len(out), n)
+		}
+	}
+	return out
+}
+
+// TestWatchAsClientGo: the same watches, through client-go's decoder and through this one,
+// hand a reflector the same events — a watch list's initial events and its end bookmark, then
+// creates, status writes and deletes; and a watch from a resourceVersion the API server no
+// longer has fails the same way.
+func TestWatchAsClientGo(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	httpClient, err := rest.HTTPClientFor(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fast, err := watchjson.New[locksv1.LockRequest](env.Config, httpClient, framework.Scheme, gvk, "lockrequests")
+	if err != nil {
+		t.Fatal(err)
+	}
+	slow := clientGoWatch(t, httpClient)
+	k := env.Client
+
+	var reqs []*locksv1.LockRequest
+	for i := range 6 {
+		lr := &locksv1.LockRequest{}
+		lr.Namespace, lr.Name = "default", fmt.Sprintf("w%d", i)
+		lr.Labels = map[string]string{"pull": fmt.Sprint(i)}
+		lr.Annotations = map[string]string{"note": "ünïcödé \"quoted\"\nand a newline"}
+		lr.Spec.Locks = []locksv1.LockTarget{{Repo: "org/infra", Path: fmt.Sprintf("p%d", i%2), Workspace: "default"}}
+		lr.Spec.Holder = locksv1.Holder{Owner: "alice", Pull: int64(i)}
+		lr.Spec.Command = "apply"
+		if err := k.Create(ctx, lr); err != nil {
+			t.Fatal(err)
+		}
+		reqs = append(reqs, lr)
+	}
+	reqs[0].Status.Phase = locksv1.PhasePending
+	reqs[0].Status.Conditions = []metav1.Condition{{Type: locksv1.ConditionGranted, Status: metav1.ConditionFalse, Reason: "Queued", Message: "waiting",
+		LastTransitionTime: metav1.NewTime(time.Unix(1700000000, 0))}}
+	if err := k.Status().Update(ctx, reqs[0]); err != nil {
+		t.Fatal(err)
+	}
+
+	// A watch list, as a reflector starts one: every object, then the bookmark that ends the
+	// initial events.
+	opts := metav1.ListOptions{SendInitialEvents: new(true), ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan, AllowWatchBookmarks: true}
+	got := map[string][]seen{}
+	watches := map[string]watch.Interface{}
+	for name, start := range map[string]func(context.Context, metav1.ListOptions) (watch.Interface, error){"client-go": slow, "watchjson": fast.Watch} {
+		w, err := start(ctx, opts)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		defer w.Stop()
+		watches[name] = w
+		got[name] = take(t, w, len(reqs)+1)
+	}
+	if diff := cmp.Diff(got["client-go"], got["watchjson"]); diff != "" {
+		t.Fatalf("initial events (-client-go +watchjson):\n%s", diff)
+	}
+	last := got["watchjson"][len(reqs)]
+	if bm, ok := last.Object.(*locksv1.LockRequest); last.Type != watch.Bookmark || !ok || bm.Annotations[metav1.InitialEventsAnnotationKey] != "true" {
+		t.Fatalf("the initial events end with %s %#v, not the bookmark", last.Type, last.Object)
+	}
+
+	// Then changes: a create, a status write, a delete.
+	extra := reqs[1].DeepCopy()
+	extra.Name, extra.ResourceVersion, extra.UID = "w-extra", "", ""
+	if err := k.Create(ctx, extra); err != nil {
+		t.Fatal(err)
+	}
+	reqs[2].Status.Phase = locksv1.PhaseGranted
+	reqs[2].Status.FencingToken = 7
+	if err := k.Status().Update(ctx, reqs[2]); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Delete(ctx, reqs[3]); err != nil {
+		t.Fatal(err)
+	}
+	changes := map[string][]seen{}
+	for name, w := range watches {
+		changes[name] = withoutBookmarks(t, w, 3)
+	}
+	if diff := cmp.Diff(changes["client-go"], changes["watchjson"]); diff != "" {
+		t.Fatalf("changes (-client-go +watchjson):\n%s", diff)
+	}
+	if types := []watch.EventType{changes["watchjson"][0].Type, changes["watchjson"][1].Type, changes["watchjson"][2].Type}; !cmp.Equal(types, []watch.EventType{watch.Added, watch.Modified, watch.Deleted}) {
+		t.Errorf("change types %v", types)
+	}
+
+	// A resourceVersion from before the API server's watch cache began: both refuse it alike,
+	// at the start or as an ERROR event.
+	old := metav1.ListOptions{ResourceVersion: "1", AllowWatchBookmarks: true}
+	outcome := map[string]string{}
+	for name, start := range map[string]func(context.Context, metav1.ListOptions) (watch.Interface, error){"client-go": slow, "watchjson": fast.Watch} {
+		w, err := start(ctx, old)
+		if err != nil {
+			outcome[name] = fmt.Sprintf("refused: %s %v", apierrors.ReasonForError(err), apierrors.IsResourceExpired(err) || apierrors.IsGone(err))
+			continue
+		}
+		ev := take(t, w, 1)[0]
+		w.Stop()
+		st, _ := ev.Object.(*metav1.Status)
+		if st == nil {
+			outcome[name] = fmt.Sprintf("event %s %T", ev.Type, ev.Object)
+			continue
+		}
+		outcome[name] = fmt.Sprintf("event %s: %s %d", ev.Type, st.Reason, st.Code)
+	}
+	if outcome["client-go"] != outcome["watchjson"] {
+		t.Errorf("a watch from resourceVersion 1: client-go %q, watchjson %q", outcome["client-go"], outcome["watchjson"])
+	}
+	t.Logf("a watch from resourceVersion 1: %s", outcome["watchjson"])
+}
+
+// withoutBookmarks reads the next n events of w that are not bookmarks (the API server sends
+// those when it likes).
+func withoutBookmarks(t *testing.T, w watch.Interface, n int) []seen {
+	t.Helper()
+	var out []seen
+	for len(out) < n {
+		ev := take(t, w, 1)[0]
+		if ev.Type != watch.Bookmark {
+			out = append(out, ev)
+		}
+	}
+	return out
+}
