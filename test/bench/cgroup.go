@@ -160,10 +160,11 @@ func (c *container) stats() (ContainerStats, error) {
 	return s, nil
 }
 
-// remove deletes the cgroup once its process has gone.
+// remove deletes the cgroup once its process has gone: up to 30 s, as a process killed while
+// its cgroup thrashes takes a while to give its memory back.
 func (c *container) remove() error {
 	var err error
-	for range 50 {
+	for range 300 {
 		if err = os.Remove(c.dir); err == nil || errors.Is(err, os.ErrNotExist) {
 			return nil
 		}
