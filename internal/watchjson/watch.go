@@ -11,6 +11,15 @@
 // one decode of the line into {type, object *T} is the whole event: the line is read twice
 // (validated, decoded), not seven times. An ERROR event, whose object is a Status, is decoded
 // again as one.
+//
+// Only streams framed as kube-apiserver frames them are read: one compact event a line. A
+// proxy that re-encodes a watch (pretty-printing it, or putting two events on a line) makes
+// every watch end in a decoding error and the informer relist. Where client-go would decode
+// something kube-apiserver does not send, this decoder fails closed: an object of another
+// kind ends the watch (client-go's reflector skips it), and so does a line that is not one
+// event. One difference stays: an event with two "object" keys, which no encoder writes, is
+// decoded as encoding/json decodes a repeated key into a pointer (the second merged into the
+// first), where client-go keeps the second.
 package watchjson
 
 import (
@@ -21,6 +30,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -49,7 +59,17 @@ type Watcher[T any, PT Object[T]] struct {
 	resource string
 	gvk      schema.GroupVersionKind
 	params   runtime.ParameterCodec
+	// userAgent is sent with each watch: the transport of a shared HTTP client would send its
+	// own config's, and the API server's audit log tells this watch apart by it.
+	userAgent string
+	// retries and retryWait: a watch whose connection fails before the server answers is
+	// tried again, as client-go's Request.Watch tries it (10 times, 1 s apart).
+	retries   int
+	retryWait time.Duration
 }
+
+// UserAgentSuffix marks this package's watches in the API server's audit log.
+const UserAgentSuffix = " watchjson"
 
 // New is a Watcher of resource (e.g. "lockrequests") of kind gvk, through a REST client made
 // from cfg that shares httpClient's connections; scheme encodes its query parameters and
@@ -70,21 +90,40 @@ func New[T any, PT Object[T]](cfg *rest.Config, httpClient *http.Client, scheme 
 	if err != nil {
 		return nil, err
 	}
-	return &Watcher[T, PT]{client: client, resource: resource, gvk: gvk, params: runtime.NewParameterCodec(scheme)}, nil
+	agent := cfg.UserAgent
+	if agent == "" {
+		agent = rest.DefaultKubernetesUserAgent()
+	}
+	return &Watcher[T, PT]{client: client, resource: resource, gvk: gvk, params: runtime.NewParameterCodec(scheme),
+		userAgent: agent + UserAgentSuffix, retries: 10, retryWait: time.Second}, nil
 }
 
 // Watch starts a watch with opts (Watch is set), cluster-wide, as controller-runtime's cache
 // starts one for an informer without a namespace or selectors. When the connection fails
-// before the server answers (EOF, a timeout) it returns a watch that has ended, as client-go
-// does, and the reflector starts again.
+// before the server answers (EOF, a timeout) it tries again, as client-go's Request.Watch does,
+// and then returns a watch that has ended, and the reflector starts again. Without the tries,
+// a watch list that ends at once falls back to a full list.
 func (w *Watcher[T, PT]) Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
 	opts.Watch = true
-	body, err := w.client.Get().Resource(w.resource).VersionedParams(&opts, w.params).Stream(ctx)
-	if err != nil {
-		if utilnet.IsProbableEOF(err) || utilnet.IsTimeout(err) {
+	var body io.ReadCloser
+	for try := 0; ; try++ {
+		var err error
+		body, err = w.client.Get().Resource(w.resource).VersionedParams(&opts, w.params).SetHeader("User-Agent", w.userAgent).Stream(ctx)
+		if err == nil {
+			break
+		}
+		if !utilnet.IsProbableEOF(err) && !utilnet.IsTimeout(err) {
+			return nil, err
+		}
+		// guard:watchjson-retries
+		if try >= w.retries {
 			return watch.NewEmptyWatch(), nil
 		}
-		return nil, err
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(w.retryWait):
+		}
 	}
 	return watch.NewStreamWatcher(newDecoder[T, PT](body, w.gvk),
 		// As client-go's: 500 says the cause is not known.
@@ -97,6 +136,7 @@ type decoder[T any, PT Object[T]] struct {
 	r    *bufio.Reader
 	gvk  schema.GroupVersionKind
 	long []byte // a line longer than r's buffer, gathered
+	eof  bool   // the stream has ended (its last line, without a newline, was handed out)
 }
 
 func newDecoder[T any, PT Object[T]](body io.ReadCloser, gvk schema.GroupVersionKind) *decoder[T, PT] {
@@ -117,12 +157,20 @@ func (d *decoder[T, PT]) Decode() (watch.EventType, runtime.Object, error) {
 		return "", nil, err
 	}
 	var ev event[T]
+	// A type error in the object (a Status decoded as *T) does not stop the decoding, so an
+	// ERROR event's type is read either way; a line that is not JSON is refused before any.
 	decodeErr := kjson.UnmarshalCaseSensitivePreserveInts(line, &ev)
-	if ev.Type == watch.Error || (decodeErr != nil && eventType(line) == watch.Error) {
+	if decodeErr != nil && d.eof {
+		// The stream ended within its last event, as client-go's framer reports it: the
+		// reflector watches again from the last event it got.
+		return "", nil, io.ErrUnexpectedEOF
+	}
+	if ev.Type == watch.Error {
 		var st event[metav1.Status]
 		if err := kjson.UnmarshalCaseSensitivePreserveInts(line, &st); err != nil {
 			return "", nil, fmt.Errorf("unable to decode watch event: %w", err)
 		}
+		// guard:watchjson-error-object
 		if st.Object == nil {
 			return "", nil, errors.New("unable to decode watch event: an ERROR event without an object")
 		}
@@ -141,6 +189,8 @@ func (d *decoder[T, PT]) Decode() (watch.EventType, runtime.Object, error) {
 		return "", nil, fmt.Errorf("unable to decode watch event: a %s event without an object", ev.Type)
 	}
 	obj := PT(ev.Object)
+	// A watch of one resource is sent objects of its kind only; anything else ends the watch
+	// (client-go's reflector would skip it and go on).
 	// guard:watchjson-kind
 	if gvk := obj.GetObjectKind().GroupVersionKind(); gvk != d.gvk {
 		return "", nil, fmt.Errorf("unable to decode watch event: a %s event of %v, want %v", ev.Type, gvk, d.gvk)
@@ -149,36 +199,32 @@ func (d *decoder[T, PT]) Decode() (watch.EventType, runtime.Object, error) {
 	return ev.Type, obj, nil
 }
 
-// eventType is the type of the event line holds, when its object did not decode.
-func eventType(line []byte) watch.EventType {
-	var ev struct {
-		Type watch.EventType `json:"type"`
-	}
-	_ = kjson.UnmarshalCaseSensitivePreserveInts(line, &ev)
-	return ev.Type
-}
-
-// next is the next non-empty line, without its newline. It is valid until the next call.
+// next is the next non-empty line, without its newline. It is valid until the next call. A
+// last line without a newline is handed out too (d.eof then says so), as client-go's framer,
+// which reads JSON values, not lines, would hand out a last complete event.
 func (d *decoder[T, PT]) next() ([]byte, error) {
 	for {
+		if d.eof {
+			return nil, io.EOF
+		}
 		line, err := d.r.ReadSlice('\n')
 		if errors.Is(err, bufio.ErrBufferFull) {
 			d.long = append(d.long[:0], line...)
 			for errors.Is(err, bufio.ErrBufferFull) {
+				line, err = d.r.ReadSlice('\n')
+				d.long = append(d.long, line...)
+				// guard:watchjson-max-line
 				if len(d.long) > maxLine {
 					return nil, fmt.Errorf("a watch event longer than %d bytes", maxLine)
 				}
-				line, err = d.r.ReadSlice('\n')
-				d.long = append(d.long, line...)
 			}
 			line = d.long
 		}
 		if err != nil {
-			if errors.Is(err, io.EOF) && len(bytes.TrimSpace(line)) > 0 {
-				// The stream ended within an event.
-				return nil, io.ErrUnexpectedEOF
+			if !errors.Is(err, io.EOF) {
+				return nil, err
 			}
-			return nil, err
+			d.eof = true
 		}
 		// guard:watchjson-skips-blank
 		if line = bytes.TrimSpace(line); len(line) > 0 {
