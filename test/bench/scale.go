@@ -215,6 +215,57 @@ func lastApplied(lr *locksv1.LockRequest) error {
 	return nil
 }
 
+// readMemory records the settled manager's memory in res: RSS, the cgroup's account, the heap,
+// and with profiling a heap profile and the live heap.
+func (b *bench) readMemory(ctx context.Context, res *ScaleResult, n int, binary string, restart bool) error {
+	// Let the garbage collector and the caches settle before reading memory.
+	time.Sleep(2 * time.Second)
+	ps := b.mgr.rss()
+	res.RSSBytes, res.PeakRSSBytes, res.AnonRSSBytes = ps.RSS, ps.PeakRSS, ps.AnonRSS
+	if b.mgr.container != nil {
+		s, err := b.mgr.container.stats()
+		if err != nil {
+			return err
+		}
+		res.Container = &s
+	}
+	var err error
+	if res.HeapBytes, err = b.mgr.heapInUse(ctx); err != nil {
+		return err
+	}
+	if b.mgr.pprofURL == "" {
+		return nil
+	}
+	name := fmt.Sprintf("heap-scale-%d-%s.pprof", n, map[bool]string{false: "fresh", true: "restart"}[restart])
+	if binary != b.cfg.Manager {
+		name = "baseline-" + name
+	}
+	// gc=1: the profile, and the heap read after it, are of what survives a collection.
+	if err := fetchProfile(ctx, strings.TrimSuffix(b.mgr.pprofURL, "profile")+"heap?gc=1", filepath.Join(b.cfg.OutDir, name)); err != nil {
+		return err
+	}
+	c, err := b.mgr.counts(ctx)
+	if err != nil {
+		return err
+	}
+	res.HeapLiveBytes = int64(c.heapAlloc)
+	return nil
+}
+
+// coldStartProfile starts, on a restart with profiling, a CPU profile of the manager from its
+// launch, over about as long as the list took and as much again: where a cold start's time
+// goes. The returned func waits for it.
+func (b *bench) coldStartProfile(ctx context.Context, n int, binary string, restart bool, listSeconds float64) (wait func() error) {
+	if !restart || b.mgr.pprofURL == "" {
+		return func() error { return nil }
+	}
+	name := fmt.Sprintf("cpu-coldstart-%d", n)
+	if binary != b.cfg.Manager {
+		name = "baseline-" + name
+	}
+	return b.mgr.profileFromStart(ctx, time.Duration(2*listSeconds*float64(time.Second))+time.Second, filepath.Join(b.cfg.OutDir, name+".pprof"))
+}
+
 // scalePoint starts binary on the first n requests and measures it until it settles.
 func (b *bench) scalePoint(ctx context.Context, run *scaleRun, n int, binary string, restart bool) (ScaleResult, error) {
 	keys := run.shape.keys(n)
@@ -239,16 +290,7 @@ func (b *bench) scalePoint(ctx context.Context, run *scaleRun, n int, binary str
 	if err := b.launch(true); err != nil {
 		return res, err
 	}
-	profiled := func() error { return nil }
-	if restart && b.mgr.pprofURL != "" {
-		// Where a cold start's time goes: a CPU profile from launch over about as long as the
-		// list took, and as much again.
-		name := fmt.Sprintf("cpu-coldstart-%d", n)
-		if binary != b.cfg.Manager {
-			name = "baseline-" + name
-		}
-		profiled = b.mgr.profileFromStart(ctx, time.Duration(2*res.ListSeconds*float64(time.Second))+time.Second, filepath.Join(b.cfg.OutDir, name+".pprof"))
-	}
+	profiled := b.coldStartProfile(ctx, n, binary, restart, res.ListSeconds)
 	poll := scrapeInterval(n)
 	first, err := b.waitReconciles(ctx, 1, false, poll)
 	if err != nil {
@@ -281,34 +323,8 @@ func (b *bench) scalePoint(ctx context.Context, run *scaleRun, n int, binary str
 	if res.RawWritesPerSec > 0 {
 		res.WriteFloorSeconds = (res.Writes.Controller + res.Writes.Events) / res.RawWritesPerSec
 	}
-	// Let the garbage collector and the caches settle before reading memory.
-	time.Sleep(2 * time.Second)
-	ps := b.mgr.rss()
-	res.RSSBytes, res.PeakRSSBytes, res.AnonRSSBytes = ps.RSS, ps.PeakRSS, ps.AnonRSS
-	if b.mgr.container != nil {
-		s, err := b.mgr.container.stats()
-		if err != nil {
-			return res, err
-		}
-		res.Container = &s
-	}
-	if res.HeapBytes, err = b.mgr.heapInUse(ctx); err != nil {
+	if err := b.readMemory(ctx, &res, n, binary, restart); err != nil {
 		return res, err
-	}
-	if b.mgr.pprofURL != "" {
-		name := fmt.Sprintf("heap-scale-%d-%s.pprof", n, map[bool]string{false: "fresh", true: "restart"}[restart])
-		if binary != b.cfg.Manager {
-			name = "baseline-" + name
-		}
-		// gc=1: the profile, and the heap read after it, are of what survives a collection.
-		if err := fetchProfile(ctx, strings.TrimSuffix(b.mgr.pprofURL, "profile")+"heap?gc=1", filepath.Join(b.cfg.OutDir, name)); err != nil {
-			return res, err
-		}
-		c, err := b.mgr.counts(ctx)
-		if err != nil {
-			return res, err
-		}
-		res.HeapLiveBytes = int64(c.heapAlloc)
 	}
 	if !restart && binary == b.cfg.Manager {
 		b.step("deadlock check on a scale namespace")
