@@ -264,7 +264,8 @@ func newManager(o options) (ctrl.Manager, error) {
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        controller.NewScheme(),
-		Cache:                         controller.CacheOptions(cfg),
+		Cache:                         controller.CacheOptions(),
+		NewCache:                      controller.NewCache,
 		Metrics:                       metricsOpts,
 		HealthProbeBindAddress:        o.probeAddr,
 		PprofBindAddress:              o.pprofAddr,

@@ -15,7 +15,6 @@ import (
 	"github.com/onsi/gomega"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	fcache "k8s.io/client-go/tools/cache/testing"
 	"k8s.io/utils/ptr"
@@ -488,7 +487,7 @@ func TestCompactGroupsFollowChanges(t *testing.T) {
 // TestCacheOptionsCompactRequests: the manager's cache (CacheOptions) stores LockRequests
 // compacted, and no other kind.
 func TestCacheOptionsCompactRequests(t *testing.T) {
-	newInformer := CacheOptions(&rest.Config{Host: "https://127.0.0.1:1"}).NewInformer
+	newInformer := CacheOptions().NewInformer
 	if _, ok := newInformer(fcache.NewFakeControllerSource(), &locksv1.LockRequest{}, 0, toolscache.Indexers{}).(*compactInformer); !ok {
 		t.Error("the cache's LockRequest informer does not compact")
 	}

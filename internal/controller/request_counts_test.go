@@ -16,7 +16,7 @@ import (
 // of every request: on a real informer they follow creates, decisions and deletes.
 var _ = Describe("Request counts", func() {
 	It("follow a real informer through grants, waits and deletes", func() {
-		c, err := cache.New(env.Config, cache.Options{Scheme: framework.Scheme, DefaultTransform: controller.CacheOptions(env.Config).DefaultTransform})
+		c, err := cache.New(env.Config, cache.Options{Scheme: framework.Scheme, DefaultTransform: controller.CacheOptions().DefaultTransform})
 		Expect(err).NotTo(HaveOccurred())
 		inf, err := c.GetInformer(ctx, &locksv1.LockRequest{})
 		Expect(err).NotTo(HaveOccurred())

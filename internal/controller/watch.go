@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"net/http"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,15 +20,18 @@ type WatchFunc func(ctx context.Context, opts metav1.ListOptions) (watch.Interfa
 
 // lockRequestWatch is a watch of every LockRequest through internal/watchjson, which reads each
 // event once where client-go's decoder reads it about seven times (on a cold start at 100,000
-// requests, half the manager's CPU), over a connection of its own to the API server of cfg.
-func lockRequestWatch(cfg *rest.Config) (WatchFunc, error) {
+// requests, half the manager's CPU), at the API server of cfg through httpClient (the
+// manager's; one of its own when nil).
+func lockRequestWatch(cfg *rest.Config, httpClient *http.Client) (WatchFunc, error) {
 	scheme := runtime.NewScheme()
 	if err := locksv1.AddToScheme(scheme); err != nil {
 		return nil, err
 	}
-	httpClient, err := rest.HTTPClientFor(cfg)
-	if err != nil {
-		return nil, err
+	if httpClient == nil {
+		var err error
+		if httpClient, err = rest.HTTPClientFor(cfg); err != nil {
+			return nil, err
+		}
 	}
 	w, err := watchjson.New[locksv1.LockRequest](cfg, httpClient, scheme, locksv1.GroupVersion.WithKind("LockRequest"), "lockrequests")
 	if err != nil {
@@ -39,7 +43,7 @@ func lockRequestWatch(cfg *rest.Config) (WatchFunc, error) {
 // WatchLockRequestsWith makes newInformer's LockRequest informers watch through start instead
 // of their ListerWatcher's watch; lists, and every other kind, are left as they are. start
 // watches every LockRequest, unfiltered: what controller-runtime's watch is for an informer of a
-// cache without namespaces or selectors, which CacheOptions is (TestCacheOptionsWatchOnce).
+// cache that does not scope LockRequests, which NewCache refuses to make.
 func WatchLockRequestsWith(start WatchFunc, newInformer NewInformerFunc) NewInformerFunc {
 	return func(lw toolscache.ListerWatcher, obj runtime.Object, resync time.Duration, indexers toolscache.Indexers) toolscache.SharedIndexInformer {
 		if _, ok := obj.(*locksv1.LockRequest); !ok {

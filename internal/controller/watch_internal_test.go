@@ -5,33 +5,48 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/onsi/gomega"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
+	"github.com/turnstile-dev/turnstile/internal/watchjson"
 )
 
-// TestCacheOptionsWatchOnce: the manager's cache watches LockRequests through watchjson, at the
-// API server of its config, and lists them (and watches everything else) as controller-runtime
-// does. That watch is every LockRequest, unfiltered, which is what controller-runtime's would
-// be only for a cache without namespaces or selectors: CacheOptions sets none.
-func TestCacheOptionsWatchOnce(t *testing.T) {
-	var ownWatches atomic.Int32
+// TestNewCacheWatchesOnce: the manager's cache (NewCache with CacheOptions) lists LockRequests
+// as controller-runtime does and watches them through watchjson, at the API server of its
+// config.
+func TestNewCacheWatchesOnce(t *testing.T) {
+	var ownWatches, theirWatches, lists atomic.Int32
 	server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/apis/locks.turnstile.dev/v1alpha1/lockrequests" || r.URL.Query().Get("watch") != "true" {
+		if r.URL.Path != "/apis/locks.turnstile.dev/v1alpha1/lockrequests" {
 			http.Error(w, "not here", http.StatusNotFound)
 			return
 		}
-		ownWatches.Add(1)
 		w.Header().Set("Content-Type", "application/json")
+		if r.URL.Query().Get("watch") != "true" {
+			lists.Add(1)
+			fmt.Fprint(w, `{"apiVersion":"locks.turnstile.dev/v1alpha1","kind":"LockRequestList","metadata":{"resourceVersion":"5"},"items":[]}`)
+			return
+		}
+		if !strings.HasSuffix(r.UserAgent(), watchjson.UserAgentSuffix) {
+			theirWatches.Add(1)
+		} else {
+			ownWatches.Add(1)
+		}
 		// The end of a watch list's initial events (none), then nothing until the client goes.
 		fmt.Fprintf(w, `{"type":"BOOKMARK","object":{"apiVersion":"locks.turnstile.dev/v1alpha1","kind":"LockRequest","metadata":{"resourceVersion":"5","annotations":{%q:"true"}}}}`+"\n", metav1.InitialEventsAnnotationKey)
 		w.(http.Flusher).Flush()
@@ -39,31 +54,71 @@ func TestCacheOptionsWatchOnce(t *testing.T) {
 	}))
 	defer server.Close()
 
-	opts := CacheOptions(&rest.Config{Host: server.URL})
-	if opts.DefaultNamespaces != nil || opts.DefaultLabelSelector != nil || opts.DefaultFieldSelector != nil || opts.ByObject != nil {
-		t.Fatal("the cache's options filter what it watches: the LockRequest watch of watchjson does not")
+	opts := CacheOptions()
+	opts.Scheme = runtime.NewScheme()
+	if err := locksv1.AddToScheme(opts.Scheme); err != nil {
+		t.Fatal(err)
 	}
-	var theirWatches atomic.Int32
-	lw := &toolscache.ListWatch{
-		ListWithContextFunc: func(context.Context, metav1.ListOptions) (runtime.Object, error) {
-			return &locksv1.LockRequestList{ListMeta: metav1.ListMeta{ResourceVersion: "5"}}, nil
-		},
-		WatchFuncWithContext: func(context.Context, metav1.ListOptions) (watch.Interface, error) {
-			theirWatches.Add(1)
-			return watch.NewFake(), nil
-		},
+	mapper := meta.NewDefaultRESTMapper(nil)
+	mapper.Add(locksv1.GroupVersion.WithKind("LockRequest"), meta.RESTScopeNamespace)
+	opts.Mapper = mapper
+	c, err := NewCache(&rest.Config{Host: server.URL}, opts)
+	if err != nil {
+		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	inf := opts.NewInformer(lw, &locksv1.LockRequest{}, 0, toolscache.Indexers{})
-	go inf.RunWithContext(ctx)
+	inf, err := c.GetInformer(ctx, &locksv1.LockRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := inf.(*compactInformer); !ok {
+		t.Errorf("the LockRequest informer is a %T, not compacting", inf)
+	}
+	go func() { _ = c.Start(ctx) }()
 	g := gomega.NewWithT(t)
 	g.Eventually(func() bool { return inf.HasSynced() && ownWatches.Load() > 0 }).WithTimeout(10*time.Second).Should(gomega.BeTrue(),
-		"the LockRequest informer synced and watched at the config's API server")
-	if ownWatches.Load() == 0 || theirWatches.Load() != 0 {
-		t.Errorf("LockRequest watches: %d through watchjson at the config's API server, %d through controller-runtime's; want 1 and 0", ownWatches.Load(), theirWatches.Load())
+		func() string {
+			return fmt.Sprintf("the LockRequest informer synced (%t) and watched through watchjson (%d; %d lists, %d other watches)", inf.HasSynced(), ownWatches.Load(), lists.Load(), theirWatches.Load())
+		})
+	if theirWatches.Load() != 0 {
+		t.Errorf("%d LockRequest watches through client-go's decoder; want none", theirWatches.Load())
 	}
+}
 
+// TestNewCacheRefusesScopedRequests: a cache that would hold only some LockRequests is refused
+// (its list would keep to the scope, watchjson's watch would not); scoping another kind is not.
+func TestNewCacheRefusesScopedRequests(t *testing.T) {
+	cfg := &rest.Config{Host: "https://127.0.0.1:1"}
+	for name, scope := range map[string]func(*cache.Options){
+		"namespaces":       func(o *cache.Options) { o.DefaultNamespaces = map[string]cache.Config{"team": {}} },
+		"a label selector": func(o *cache.Options) { o.DefaultLabelSelector = labels.Everything() },
+		"a field selector": func(o *cache.Options) { o.DefaultFieldSelector = fields.Everything() },
+		"LockRequests' own namespaces": func(o *cache.Options) {
+			o.ByObject = map[client.Object]cache.ByObject{&locksv1.LockRequest{}: {Namespaces: map[string]cache.Config{"team": {}}}}
+		},
+		"LockRequests' own selector": func(o *cache.Options) {
+			o.ByObject = map[client.Object]cache.ByObject{&locksv1.LockRequest{}: {Label: labels.Everything()}}
+		},
+	} {
+		opts := CacheOptions()
+		scope(&opts)
+		if _, err := NewCache(cfg, opts); err == nil {
+			t.Errorf("a cache scoped by %s was made", name)
+		}
+	}
+	opts := CacheOptions()
+	opts.Scheme = runtime.NewScheme()
+	if err := locksv1.AddToScheme(opts.Scheme); err != nil {
+		t.Fatal(err)
+	}
+	plMapper := meta.NewDefaultRESTMapper(nil)
+	plMapper.Add(locksv1.GroupVersion.WithKind("ProjectLock"), meta.RESTScopeNamespace)
+	opts.Mapper = plMapper
+	opts.ByObject = map[client.Object]cache.ByObject{&locksv1.ProjectLock{}: {Label: labels.Everything()}}
+	if _, err := NewCache(cfg, opts); err != nil {
+		t.Errorf("a cache that scopes ProjectLocks only: %v", err)
+	}
 }
 
 // TestWatchLockRequestsWith: a LockRequest informer lists through its ListerWatcher and
@@ -100,16 +155,10 @@ func TestWatchLockRequestsWith(t *testing.T) {
 	if _, err := with.WatchWithContext(context.Background(), metav1.ListOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := got.Watch(metav1.ListOptions{}); err != nil {
-		t.Fatal(err)
-	}
 	if _, err := with.ListWithContext(context.Background(), metav1.ListOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := got.List(metav1.ListOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if started != 2 || theirs != 0 || listed != 2 {
-		t.Errorf("a LockRequest informer's watches: %d through start, %d through its ListerWatcher; lists %d; want 2, 0, 2", started, theirs, listed)
+	if started != 1 || theirs != 0 || listed != 1 {
+		t.Errorf("a LockRequest informer's watches: %d through start, %d through its ListerWatcher; lists %d; want 1, 0, 1", started, theirs, listed)
 	}
 }

@@ -73,7 +73,8 @@ func startReplica(id, ns string, backup time.Duration, configure ...func(*rest.C
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 framework.Scheme,
-		Cache:                  controller.CacheOptions(cfg),
+		Cache:                  controller.CacheOptions(),
+		NewCache:               controller.NewCache,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},

@@ -143,7 +143,8 @@ func startInProcess(o replicaOptions) (*inProcess, error) {
 	turnstile.BoundRetryAfter(cfg, time.Second)
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 framework.Scheme,
-		Cache:                  controller.CacheOptions(cfg),
+		Cache:                  controller.CacheOptions(),
+		NewCache:               controller.NewCache,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},

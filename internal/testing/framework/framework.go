@@ -171,7 +171,8 @@ func (e *Env) StartManager(o controller.SetupOptions) (*Manager, error) {
 	cfg.QPS, cfg.Burst = 1000, 2000
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 Scheme,
-		Cache:                  controller.CacheOptions(cfg),
+		Cache:                  controller.CacheOptions(),
+		NewCache:               controller.NewCache,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 		// Tests run several managers in one process (two at once, or one after a "crash").
