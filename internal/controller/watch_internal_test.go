@@ -54,15 +54,7 @@ func TestNewCacheWatchesOnce(t *testing.T) {
 	}))
 	defer server.Close()
 
-	opts := CacheOptions()
-	opts.Scheme = runtime.NewScheme()
-	if err := locksv1.AddToScheme(opts.Scheme); err != nil {
-		t.Fatal(err)
-	}
-	mapper := meta.NewDefaultRESTMapper(nil)
-	mapper.Add(locksv1.GroupVersion.WithKind("LockRequest"), meta.RESTScopeNamespace)
-	opts.Mapper = mapper
-	c, err := NewCache(&rest.Config{Host: server.URL}, opts)
+	c, err := NewCache(&rest.Config{Host: server.URL}, offlineCacheOptions(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,6 +78,23 @@ func TestNewCacheWatchesOnce(t *testing.T) {
 	}
 }
 
+// offlineCacheOptions are CacheOptions with a scheme and a REST mapper of Turnstile's kinds, so
+// a cache is made without asking an API server for its discovery.
+func offlineCacheOptions(t *testing.T) cache.Options {
+	t.Helper()
+	opts := CacheOptions()
+	opts.Scheme = runtime.NewScheme()
+	if err := locksv1.AddToScheme(opts.Scheme); err != nil {
+		t.Fatal(err)
+	}
+	mapper := meta.NewDefaultRESTMapper(nil)
+	for _, kind := range []string{"LockRequest", "ProjectLock"} {
+		mapper.Add(locksv1.GroupVersion.WithKind(kind), meta.RESTScopeNamespace)
+	}
+	opts.Mapper = mapper
+	return opts
+}
+
 // TestNewCacheRefusesScopedRequests: a cache that would hold only some LockRequests is refused
 // (its list would keep to the scope, watchjson's watch would not); scoping another kind is not.
 func TestNewCacheRefusesScopedRequests(t *testing.T) {
@@ -107,14 +116,7 @@ func TestNewCacheRefusesScopedRequests(t *testing.T) {
 			t.Errorf("a cache scoped by %s was made", name)
 		}
 	}
-	opts := CacheOptions()
-	opts.Scheme = runtime.NewScheme()
-	if err := locksv1.AddToScheme(opts.Scheme); err != nil {
-		t.Fatal(err)
-	}
-	plMapper := meta.NewDefaultRESTMapper(nil)
-	plMapper.Add(locksv1.GroupVersion.WithKind("ProjectLock"), meta.RESTScopeNamespace)
-	opts.Mapper = plMapper
+	opts := offlineCacheOptions(t)
 	opts.ByObject = map[client.Object]cache.ByObject{&locksv1.ProjectLock{}: {Label: labels.Everything()}}
 	if _, err := NewCache(cfg, opts); err != nil {
 		t.Errorf("a cache that scopes ProjectLocks only: %v", err)
