@@ -55,11 +55,7 @@ func TrimLockRequest(obj any) (any, error) {
 	share(&lr.APIVersion)
 	share(&lr.Kind)
 	for i := range lr.Spec.Locks {
-		t := &lr.Spec.Locks[i]
-		share(&t.Repo)
-		share(&t.Path)
-		share(&t.Workspace)
-		share(&t.Project)
+		shareTarget(&lr.Spec.Locks[i])
 	}
 	share(&lr.Spec.Command)
 	share((*string)(&lr.Spec.Priority))
@@ -118,6 +114,16 @@ func shareBlockedBy(st *locksv1.LockRequestStatus) {
 			return
 		}
 	}
+}
+
+// shareTarget makes the strings of a lock target, which every request and the ProjectLock of a
+// key repeat, point to one copy each.
+func shareTarget(t *locksv1.LockTarget) {
+	share(&t.Repo)
+	share(&t.Path)
+	share(&t.Workspace)
+	share(&t.Project)
+	share((*string)(&t.Mode))
 }
 
 // share makes *p the one shared copy of its string, writing *p only when it is not that copy.
@@ -179,12 +185,7 @@ func TrimProjectLock(obj any) (any, error) {
 	for i := range pl.Finalizers {
 		share(&pl.Finalizers[i])
 	}
-	t := &pl.Spec.LockTarget
-	share(&t.Repo)
-	share(&t.Path)
-	share(&t.Workspace)
-	share(&t.Project)
-	share((*string)(&t.Mode))
+	shareTarget(&pl.Spec.LockTarget)
 	st := &pl.Status
 	share((*string)(&st.Mode))
 	// guard:trim-projectlock-queue-cap

@@ -100,9 +100,29 @@ func dropPageCache(path string) error {
 	return unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED)
 }
 
+// cgroupFiles are where each hierarchy keeps a cgroup's account: the files of a single
+// number, the keys of memory.stat, and the file and keys of its events.
+type cgroupFiles struct {
+	usage, peak, hits string // a number each ("" for hits: an event below)
+	anon, file        string // keys of memory.stat
+	events            string
+	hitsKey, oomKey   string // keys of events
+}
+
+var (
+	cgroupV1 = cgroupFiles{usage: "memory.usage_in_bytes", peak: "memory.max_usage_in_bytes", hits: "memory.failcnt",
+		anon: "rss", file: "cache", events: "memory.oom_control", oomKey: "oom_kill"}
+	cgroupV2 = cgroupFiles{usage: "memory.current", peak: "memory.peak",
+		anon: "anon", file: "file", events: "memory.events", hitsKey: "max", oomKey: "oom_kill"}
+)
+
 // stats reads the cgroup's account.
 func (c *container) stats() (ContainerStats, error) {
-	s := ContainerStats{LimitBytes: c.limit}
+	files := cgroupV1
+	if c.v2 {
+		files = cgroupV2
+	}
+	// read parses a file of one number, or of "key number" lines.
 	read := func(file string) (map[string]int64, int64, error) {
 		data, err := os.ReadFile(filepath.Join(c.dir, file))
 		if err != nil {
@@ -121,43 +141,29 @@ func (c *container) stats() (ContainerStats, error) {
 		}
 		return fields, single, nil
 	}
+	s := ContainerStats{LimitBytes: c.limit}
 	var err error
-	var stat, events map[string]int64
-	if c.v2 {
-		if _, s.UsageBytes, err = read("memory.current"); err != nil {
-			return s, err
-		}
-		if _, s.PeakBytes, err = read("memory.peak"); err != nil {
-			return s, err
-		}
-		if stat, _, err = read("memory.stat"); err != nil {
-			return s, err
-		}
-		if events, _, err = read("memory.events"); err != nil {
-			return s, err
-		}
-		s.AnonBytes, s.FileBytes = stat["anon"], stat["file"]
-		s.LimitHits, s.OOMKills = events["max"], events["oom_kill"]
-		return s, nil
-	}
-	if _, s.UsageBytes, err = read("memory.usage_in_bytes"); err != nil {
+	if _, s.UsageBytes, err = read(files.usage); err != nil {
 		return s, err
 	}
-	if _, s.PeakBytes, err = read("memory.max_usage_in_bytes"); err != nil {
+	if _, s.PeakBytes, err = read(files.peak); err != nil {
 		return s, err
 	}
-	if _, s.LimitHits, err = read("memory.failcnt"); err != nil {
+	stat, _, err := read("memory.stat")
+	if err != nil {
 		return s, err
 	}
-	if stat, _, err = read("memory.stat"); err != nil {
+	events, _, err := read(files.events)
+	if err != nil {
 		return s, err
 	}
-	if events, _, err = read("memory.oom_control"); err != nil {
-		return s, err
+	s.AnonBytes, s.FileBytes, s.OOMKills = stat[files.anon], stat[files.file], events[files.oomKey]
+	if files.hits != "" {
+		_, s.LimitHits, err = read(files.hits)
+	} else {
+		s.LimitHits = events[files.hitsKey]
 	}
-	s.AnonBytes, s.FileBytes = stat["rss"], stat["cache"]
-	s.OOMKills = events["oom_kill"]
-	return s, nil
+	return s, err
 }
 
 // remove deletes the cgroup once its process has gone: up to 30 s, as a process killed while
