@@ -27,10 +27,12 @@ func CompactLockRequests(newInformer NewInformerFunc) NewInformerFunc {
 		if _, ok := obj.(*locksv1.LockRequest); !ok {
 			return newInformer(lw, obj, resync, indexers)
 		}
-		ci := &compactInformer{}
+		ci := &compactInformer{resync: resync}
 		ci.SharedIndexInformer = newInformer(lw, obj, resync, ci.wrapIndexers(indexers))
 		// Without a transform set later, requests are compacted as they come.
 		_ = ci.SharedIndexInformer.SetTransform(compactTransform(nil))
+		// The informer has not started: the fanout's registration cannot fail.
+		ci.fan, _ = newFanout(ci.SharedIndexInformer)
 		return ci
 	}
 }
@@ -38,6 +40,8 @@ func CompactLockRequests(newInformer NewInformerFunc) NewInformerFunc {
 // compactInformer is a SharedIndexInformer of LockRequests that stores compactRequests.
 type compactInformer struct {
 	toolscache.SharedIndexInformer
+	resync time.Duration // the handlers' resync period by default
+	fan    *fanout
 	memo   expandMemo
 	groups expansionCache
 }
@@ -64,16 +68,31 @@ func compactTransform(f toolscache.TransformFunc) toolscache.TransformFunc {
 	}
 }
 
+// AddEventHandler adds h to the informer's fanout.
 func (ci *compactInformer) AddEventHandler(h toolscache.ResourceEventHandler) (toolscache.ResourceEventHandlerRegistration, error) {
-	return ci.SharedIndexInformer.AddEventHandler(expandingHandler{h})
+	return ci.AddEventHandlerWithOptions(h, toolscache.HandlerOptions{})
 }
 
 func (ci *compactInformer) AddEventHandlerWithResyncPeriod(h toolscache.ResourceEventHandler, resync time.Duration) (toolscache.ResourceEventHandlerRegistration, error) {
-	return ci.SharedIndexInformer.AddEventHandlerWithResyncPeriod(expandingHandler{h}, resync)
+	return ci.AddEventHandlerWithOptions(h, toolscache.HandlerOptions{ResyncPeriod: &resync})
 }
 
+// AddEventHandlerWithOptions adds h to the informer's fanout; a handler asking for a resync
+// period of its own gets a listener of its own from client-go.
 func (ci *compactInformer) AddEventHandlerWithOptions(h toolscache.ResourceEventHandler, o toolscache.HandlerOptions) (toolscache.ResourceEventHandlerRegistration, error) {
+	// guard:fanout-handlers
+	if o.ResyncPeriod == nil || *o.ResyncPeriod == ci.resync {
+		return ci.fan.add(h)
+	}
 	return ci.SharedIndexInformer.AddEventHandlerWithOptions(expandingHandler{h}, o)
+}
+
+// RemoveEventHandler removes a handler added to the fanout or given to client-go.
+func (ci *compactInformer) RemoveEventHandler(reg toolscache.ResourceEventHandlerRegistration) error {
+	if ci.fan.remove(reg) {
+		return nil
+	}
+	return ci.SharedIndexInformer.RemoveEventHandler(reg)
 }
 
 func (ci *compactInformer) AddIndexers(ix toolscache.Indexers) error {
@@ -164,7 +183,7 @@ func (h expandingHandler) OnAdd(obj any, initial bool) { h.inner.OnAdd(expandObj
 func (h expandingHandler) OnDelete(obj any)            { h.inner.OnDelete(expandObject(obj)) }
 
 func (h expandingHandler) OnUpdate(old, obj any) {
-	// guard:compact-handler-expands
+	// guard:compact-own-resync-expands
 	h.inner.OnUpdate(expandObject(old), expandObject(obj))
 }
 
