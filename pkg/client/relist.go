@@ -42,15 +42,84 @@ func Relisting(lw cache.ListerWatcher, example runtime.Object) interface {
 	cache.ListerWatcher
 	cache.ListerWatcherWithContext
 } {
-	return &relister{lw: cache.ToListerWatcherWithContext(lw), example: example, known: map[string]handed{}}
+	return &relister{lw: cache.ToListerWatcherWithContext(lw), example: example, known: newHandedSet()}
 }
 
 type relister struct {
 	lw      cache.ListerWatcherWithContext
 	example runtime.Object
 	mu      sync.Mutex
-	known   map[string]handed // the reflector's store, as handed to it
-	pages   map[string]handed // a paged list being handed on
+	known   *handedSet // the reflector's store, as handed to it
+	pages   *handedSet // a paged list being handed on
+}
+
+// handedSet is what the relister keeps of the objects in a store: an object whose uid and
+// resourceVersion are as the API server writes them by its uid (a uid names one object, under
+// one name, for its life), its resourceVersion as a number: 24 bytes a map entry, where a key
+// string and its entry took about 100 (at 100,000 requests, 11.6 MiB of the manager's heap).
+// Any other object by its key, as it came.
+type handedSet struct {
+	packed map[[16]byte]uint64
+	odd    map[string]handed
+}
+
+func newHandedSet() *handedSet {
+	return &handedSet{packed: map[[16]byte]uint64{}, odd: map[string]handed{}}
+}
+
+// put records an object: what was read of it, and its key when it is odd.
+func (f *handedSet) put(k string, h handed) {
+	if h.odd == nil {
+		f.packed[h.uid] = h.rv
+		return
+	}
+	f.odd[k] = h
+}
+
+// remove forgets a deleted object.
+func (f *handedSet) remove(k string, h handed) {
+	if h.odd == nil {
+		delete(f.packed, h.uid)
+		return
+	}
+	delete(f.odd, k)
+}
+
+// get is what was recorded of the object h was read from (by its uid, or by its key k): for a
+// packed one, an object of its uid; for an odd one, whatever had its key.
+func (f *handedSet) get(k string, h handed) (handed, bool) {
+	if h.odd == nil {
+		rv, ok := f.packed[h.uid]
+		return handed{rv: rv, uid: h.uid}, ok
+	}
+	old, ok := f.odd[k]
+	return old, ok
+}
+
+// missing reports whether an object f holds is not in now.
+func (f *handedSet) missing(now *handedSet) bool {
+	for uid := range f.packed {
+		// guard:relist-follows-by-uid
+		if _, ok := now.packed[uid]; !ok {
+			return true
+		}
+	}
+	for k := range f.odd {
+		if _, ok := now.odd[k]; !ok {
+			return true
+		}
+	}
+	return false
+}
+
+// keyOf is the key a followed object is kept under: its namespace/name when h is odd, else
+// none (ok false: it has no key).
+func keyOf(o runtime.Object, h handed) (string, bool) {
+	if h.odd == nil {
+		return "", true
+	}
+	k, err := cache.MetaNamespaceKeyFunc(o)
+	return k, err == nil
 }
 
 // handed is what the relister keeps of an object handed to the reflector, read before it was
@@ -130,11 +199,12 @@ func (r *relister) ListWithContext(ctx context.Context, o metav1.ListOptions) (r
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if o.Continue == "" || r.pages == nil {
-		r.pages = map[string]handed{}
+		r.pages = newHandedSet()
 	}
 	for _, it := range items {
-		if k, err := cache.MetaNamespaceKeyFunc(it); err == nil {
-			r.pages[k] = handedOf(it)
+		h := handedOf(it)
+		if k, ok := keyOf(it, h); ok {
+			r.pages.put(k, h)
 		}
 	}
 	if acc, err := meta.ListAccessor(list); err == nil && acc.GetContinue() == "" {
@@ -156,7 +226,7 @@ func (r *relister) WatchWithContext(ctx context.Context, o metav1.ListOptions) (
 	}
 	p := &pump{r: r, in: w, out: make(chan watch.Event), stop: make(chan struct{}), initial: initial, rv: o.ResourceVersion}
 	if initial {
-		p.pending = map[string]handed{}
+		p.pending = newHandedSet()
 	}
 	go p.run(ctx)
 	return p, nil
@@ -193,16 +263,16 @@ func (r *relister) relist(ctx context.Context, since string) ([]watch.Event, err
 	m.SetResourceVersion(acc.GetResourceVersion())
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	now := map[string]handed{}
+	now := newHandedSet()
 	var evs []watch.Event
 	for _, it := range items {
-		k, err := cache.MetaNamespaceKeyFunc(it)
-		if err != nil {
+		h := handedOf(it)
+		k, ok := keyOf(it, h)
+		if !ok {
 			continue
 		}
-		h := handedOf(it)
-		now[k] = h
-		old, ok := r.known[k]
+		now.put(k, h)
+		old, ok := r.known.get(k, h)
 		switch {
 		case !ok:
 			evs = append(evs, watch.Event{Type: watch.Added, Object: it})
@@ -214,11 +284,9 @@ func (r *relister) relist(ctx context.Context, since string) ([]watch.Event, err
 			evs = append(evs, watch.Event{Type: watch.Modified, Object: it})
 		}
 	}
-	for k := range r.known {
-		// guard:relist-invents-deletions
-		if _, ok := now[k]; !ok {
-			return nil, errDeletedMeanwhile
-		}
+	// guard:relist-invents-deletions
+	if r.known.missing(now) {
+		return nil, errDeletedMeanwhile
 	}
 	r.known = now
 	return append(evs, watch.Event{Type: watch.Bookmark, Object: mark}), nil
@@ -248,7 +316,7 @@ func resourceVersion(o runtime.Object) string {
 
 // see records an event the reflector was handed: its type, its object's key and what was read
 // of it before it was handed on (ok false: it has no key).
-func (r *relister) see(t watch.EventType, k string, ok bool, h handed, into map[string]handed) {
+func (r *relister) see(t watch.EventType, k string, ok bool, h handed, into *handedSet) {
 	if !ok {
 		return
 	}
@@ -259,9 +327,9 @@ func (r *relister) see(t watch.EventType, k string, ok bool, h handed, into map[
 	}
 	switch t {
 	case watch.Added, watch.Modified:
-		into[k] = h
+		into.put(k, h)
 	case watch.Deleted:
-		delete(into, k)
+		into.remove(k, h)
 	}
 }
 
@@ -272,9 +340,9 @@ type pump struct {
 	out     chan watch.Event
 	stop    chan struct{}
 	once    sync.Once
-	initial bool              // a watch list: its ADDED events are the whole store
-	pending map[string]handed // the watch list's objects until its initial-events-end
-	rv      string            // the last resourceVersion handed on
+	initial bool       // a watch list: its ADDED events are the whole store
+	pending *handedSet // the watch list's objects until its initial-events-end
+	rv      string     // the last resourceVersion handed on
 }
 
 func (p *pump) Stop()                          { p.once.Do(func() { close(p.stop) }) }
@@ -326,8 +394,8 @@ func (p *pump) run(ctx context.Context) {
 		}
 		// Read what is followed of the object before it is handed on: from then on it is the
 		// informer's, and its transform may change it from another goroutine.
-		k, kerr := cache.MetaNamespaceKeyFunc(ev.Object)
 		h, rv := handedOf(ev.Object), resourceVersion(ev.Object)
+		k, keyed := keyOf(ev.Object, h)
 		endOfInitial := false
 		if ev.Type == watch.Bookmark {
 			if m, err := meta.Accessor(ev.Object); err == nil {
@@ -349,10 +417,10 @@ func (p *pump) run(ctx context.Context) {
 				}
 				continue
 			}
-			p.r.see(ev.Type, k, kerr == nil, h, p.pending)
+			p.r.see(ev.Type, k, keyed, h, p.pending)
 			continue
 		}
-		p.r.see(ev.Type, k, kerr == nil, h, nil)
+		p.r.see(ev.Type, k, keyed, h, nil)
 	}
 }
 

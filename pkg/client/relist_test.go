@@ -99,15 +99,7 @@ func TestRelisting(t *testing.T) {
 	}
 	end := lr("", "11")
 	end.Annotations = map[string]string{metav1.InitialEventsAnnotationKey: "true"}
-	cases := []struct {
-		name    string
-		list    bool // the reflector listed first (else it watch-listed)
-		watches []any
-		now     []*locksv1.LockRequest
-		listErr error
-		want    []string
-		since   string // the relist's resourceVersion, at least as fresh as what the reflector saw
-	}{
+	cases := []relistTest{
 		{name: "the watch request answered 410", list: true, watches: []any{gone},
 			now:  []*locksv1.LockRequest{lr("a", "5"), lr("b", "1"), lr("c", "6")},
 			want: []string{"MODIFIED a@5", "ADDED c@6", "BOOKMARK @12"}, since: "10/NotOlderThan"},
@@ -132,33 +124,18 @@ func TestRelisting(t *testing.T) {
 			listErr: errors.New("connection refused"),
 			want:    []string{"ERROR too old resource version: 10 (12)"}},
 	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			s := &server{objects: []*locksv1.LockRequest{lr("a", "1"), lr("b", "1")}, rv: "10", watches: tc.watches}
-			r := Relisting(s, &locksv1.LockRequest{})
-			ctx := context.Background()
-			opts := metav1.ListOptions{ResourceVersion: "10"}
-			if tc.list {
-				if _, err := r.ListWithContext(ctx, metav1.ListOptions{}); err != nil {
-					t.Fatal(err)
-				}
-			} else {
-				opts = metav1.ListOptions{SendInitialEvents: ptr.To(true), ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan}
+	// Each case twice: uids as the API server writes them (the relister keeps objects by uid),
+	// and uids it cannot pack (kept by key, as they came).
+	for _, packedUIDs := range []bool{false, true} {
+		for _, tc := range cases {
+			name := tc.name + ", uids kept as they came"
+			if packedUIDs {
+				name = tc.name + ", packed uids"
 			}
-			s.objects, s.rv, s.listErr = tc.now, "12", tc.listErr
-			var got []string
-			if w, err := r.WatchWithContext(ctx, opts); err != nil {
-				got = []string{"WATCH ERROR " + err.Error()}
-			} else {
-				got = drain(w)
-			}
-			if diff := cmp.Diff(tc.want, got); diff != "" {
-				t.Errorf("events (-want +got):\n%s", diff)
-			}
-			if relist := s.listed[len(s.listed)-1]; tc.since != "" && relist != tc.since {
-				t.Errorf("relisted at %q, want %q", relist, tc.since)
-			}
-		})
+			t.Run(name, func(t *testing.T) {
+				relistCase(t, packedUIDs, tc)
+			})
+		}
 	}
 	t.Run("a 410 from a watch list is the reflector's to handle", func(t *testing.T) {
 		s := &server{watches: []any{gone}}
@@ -167,6 +144,74 @@ func TestRelisting(t *testing.T) {
 			t.Errorf("got %v, want the 410", err)
 		}
 	})
+}
+
+// asAPIServerUID is a uid as the API server writes it, made from a short test uid.
+func asAPIServerUID(uid types.UID) types.UID {
+	if uid == "" {
+		return ""
+	}
+	return types.UID(fmt.Sprintf("00000000-0000-4000-8000-%012x", []byte(uid)))
+}
+
+// relistTest is a case of TestRelisting: the reflector lists (list) or watch-lists a and b at
+// 10, the server then holds now at 12, and its watches answer watches.
+type relistTest struct {
+	name    string
+	list    bool // the reflector listed first (else it watch-listed)
+	watches []any
+	now     []*locksv1.LockRequest
+	listErr error
+	want    []string
+	since   string // the relist's resourceVersion, at least as fresh as what the reflector saw
+}
+
+// relistCase runs tc, with uids as the API server writes them when packedUIDs.
+func relistCase(t *testing.T, packedUIDs bool, tc relistTest) {
+	objs := []*locksv1.LockRequest{lr("a", "1"), lr("b", "1")}
+	if packedUIDs {
+		all := append(append([]*locksv1.LockRequest{}, objs...), tc.now...)
+		for _, w := range tc.watches {
+			evs, _ := w.([]watch.Event)
+			for _, ev := range evs {
+				if o, ok := ev.Object.(*locksv1.LockRequest); ok {
+					all = append(all, o)
+				}
+			}
+		}
+		for _, o := range all {
+			if !strings.HasPrefix(string(o.UID), "00000000-") {
+				o.UID = asAPIServerUID(o.UID)
+			}
+		}
+		if h := handedOf(objs[0]); h.odd != nil {
+			t.Fatalf("uid %s is not packed", objs[0].UID)
+		}
+	}
+	s := &server{objects: objs, rv: "10", watches: tc.watches}
+	r := Relisting(s, &locksv1.LockRequest{})
+	ctx := context.Background()
+	opts := metav1.ListOptions{ResourceVersion: "10"}
+	if tc.list {
+		if _, err := r.ListWithContext(ctx, metav1.ListOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		opts = metav1.ListOptions{SendInitialEvents: ptr.To(true), ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan}
+	}
+	s.objects, s.rv, s.listErr = tc.now, "12", tc.listErr
+	var got []string
+	if w, err := r.WatchWithContext(ctx, opts); err != nil {
+		got = []string{"WATCH ERROR " + err.Error()}
+	} else {
+		got = drain(w)
+	}
+	if diff := cmp.Diff(tc.want, got); diff != "" {
+		t.Errorf("events (-want +got):\n%s", diff)
+	}
+	if relist := s.listed[len(s.listed)-1]; tc.since != "" && relist != tc.since {
+		t.Errorf("relisted at %q, want %q", relist, tc.since)
+	}
 }
 
 // TestHanded: what the relister keeps of an object tells a change of resourceVersion and a
