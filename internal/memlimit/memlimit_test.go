@@ -18,7 +18,7 @@ func TestSet(t *testing.T) {
 		wantErr bool
 	}{
 		{name: "the chart's: the container's limit in bytes, less the reserve", env: map[string]string{Env: "402653184"}, reserve: DefaultReserve,
-			want: Limit{Bytes: 320 * mi, Source: Env, Container: 384 * mi}, set: []int64{320 * mi}},
+			want: Limit{Bytes: 336 * mi, Source: Env, Container: 384 * mi}, set: []int64{336 * mi}},
 		{name: "a quantity", env: map[string]string{Env: "256Mi"}, reserve: 16 * mi,
 			want: Limit{Bytes: 240 * mi, Source: Env, Container: 256 * mi}, set: []int64{240 * mi}},
 		{name: "no reserve: the container's limit itself", env: map[string]string{Env: "128Mi"}, reserve: 0,
