@@ -68,7 +68,7 @@ func TestSetRuntime(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if now := debug.SetMemoryLimit(-1); now != 960<<20 || got.Bytes != now {
-		t.Errorf("runtime limit %d, Set said %d; want %d", now, got.Bytes, 960<<20)
+	if now := debug.SetMemoryLimit(-1); now != 1024<<20-DefaultReserve || got.Bytes != now {
+		t.Errorf("runtime limit %d, Set said %d; want %d", now, got.Bytes, 1024<<20-DefaultReserve)
 	}
 }
