@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"context"
 	goruntime "runtime"
 	"sync"
 	"time"
@@ -85,6 +86,17 @@ func (ci *compactInformer) AddEventHandlerWithOptions(h toolscache.ResourceEvent
 		return ci.fan.add(h)
 	}
 	return ci.SharedIndexInformer.AddEventHandlerWithOptions(expandingHandler{h}, o)
+}
+
+// Run and RunWithContext run the informer; a handler added from then on is replayed the store.
+func (ci *compactInformer) Run(stop <-chan struct{}) {
+	ci.fan.start()
+	ci.SharedIndexInformer.Run(stop)
+}
+
+func (ci *compactInformer) RunWithContext(ctx context.Context) {
+	ci.fan.start()
+	ci.SharedIndexInformer.RunWithContext(ctx)
 }
 
 // RemoveEventHandler removes a handler added to the fanout or given to client-go.

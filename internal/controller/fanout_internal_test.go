@@ -123,7 +123,7 @@ func storeState(inf toolscache.SharedIndexInformer) map[string]string {
 // TestFanoutOneListener: the handlers of the LockRequest informer, added before it starts and
 // after it has synced, are one listener of client-go's informer, so the store is never replayed
 // into a buffer of client-go's; each gets what it would from client-go: a handler added after
-// the sync gets the store as initial adds (expanded requests), synced at once, then every
+// the sync gets the store as initial adds (expanded requests), synced once replayed, then every
 // event; a removed handler gets nothing more. A handler asking for a resync period of its own
 // gets its own listener, and expanded requests too.
 func TestFanoutOneListener(t *testing.T) {
@@ -152,11 +152,14 @@ func TestFanoutOneListener(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !reg.HasSynced() {
-			t.Fatal("a handler added after the sync is not synced when added")
+		if !toolscache.WaitForCacheSync(ctx.Done(), reg.HasSynced) {
+			t.Fatal("a handler added after the sync did not sync")
 		}
-		if h.initial != 50 || len(h.state()) != 50 {
-			t.Fatalf("a handler added after the sync: %d initial adds, %d requests, want 50", h.initial, len(h.state()))
+		h.mu.Lock()
+		initial := h.initial
+		h.mu.Unlock()
+		if initial != 50 || len(h.state()) != 50 {
+			t.Fatalf("a handler added after the sync: %d initial adds, %d requests, want 50", initial, len(h.state()))
 		}
 		late, regs = append(late, h), append(regs, reg)
 	}
@@ -341,4 +344,111 @@ func TestFanoutReplayHoldsEvents(t *testing.T) {
 	}
 	<-seen
 	gomega.NewWithT(t).Eventually(h.state).Should(gomega.Equal(storeState(inf)))
+}
+
+// pointers records the objects a handler is handed, by request.
+type pointers struct {
+	mu   sync.Mutex
+	objs map[string][]*locksv1.LockRequest
+	gate    chan struct{} // when not nil, the first add closes entered and waits for it
+	entered chan struct{}
+	once    sync.Once
+}
+
+func (p *pointers) OnAdd(obj any, _ bool) {
+	if p.gate != nil {
+		p.once.Do(func() {
+			close(p.entered)
+			<-p.gate
+		})
+	}
+	p.record(obj)
+}
+func (p *pointers) OnUpdate(_, obj any) { p.record(obj) }
+func (p *pointers) OnDelete(obj any)    { p.record(obj) }
+
+func (p *pointers) record(obj any) {
+	lr := obj.(*locksv1.LockRequest)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.objs == nil {
+		p.objs = map[string][]*locksv1.LockRequest{}
+	}
+	p.objs[lr.Name] = append(p.objs[lr.Name], lr)
+}
+
+func (p *pointers) last(name string) *locksv1.LockRequest {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if objs := p.objs[name]; len(objs) > 0 {
+		return objs[len(objs)-1]
+	}
+	return nil
+}
+
+// TestFanoutSharesExpansions: handlers that join while a replay runs are replayed together,
+// each request expanded once for them all, and every handler is handed one expansion of an
+// event.
+func TestFanoutSharesExpansions(t *testing.T) {
+	src := fcache.NewFakeControllerSource()
+	for i := range 20 {
+		lr := packableRequest(t, i, locksv1.PhasePending)
+		lr.ResourceVersion = ""
+		src.Add(lr)
+	}
+	inf, _ := fanoutInformer(t, src, 0)
+	early := &pointers{}
+	if _, err := inf.AddEventHandler(early); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	go inf.RunWithContext(ctx)
+	if !toolscache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		t.Fatal("not synced")
+	}
+	// The first late handler's replay waits at its first add; two more join meanwhile.
+	first := &pointers{gate: make(chan struct{}), entered: make(chan struct{})}
+	r1, err := inf.AddEventHandler(first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-first.entered
+	b, c := &pointers{}, &pointers{}
+	r2, err := inf.AddEventHandler(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r3, err := inf.AddEventHandler(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	close(first.gate)
+	for _, r := range []toolscache.ResourceEventHandlerRegistration{r1, r2, r3} {
+		if !toolscache.WaitFor(ctx, "handler", r.HasSyncedChecker()) {
+			t.Fatal("a handler did not sync")
+		}
+	}
+	name := packableRequest(t, 3, locksv1.PhasePending).Name
+	if b.last(name) == nil || b.last(name) != c.last(name) {
+		t.Fatal("handlers replayed together were handed different expansions of a request")
+	}
+	if b.last(name) == first.last(name) {
+		t.Fatal("a handler replayed before the others shares their expansion")
+	}
+	lr := packableRequest(t, 3, locksv1.PhasePending)
+	lr.Status.QueuePosition = 5
+	src.Modify(lr)
+	g := gomega.NewWithT(t)
+	for _, p := range []*pointers{early, first, b, c} {
+		g.Eventually(func() int32 {
+			if o := p.last(name); o != nil {
+				return o.Status.QueuePosition
+			}
+			return 0
+		}).Should(gomega.Equal(int32(5)))
+	}
+	if got := early.last(name); got != first.last(name) || got != b.last(name) || got != c.last(name) {
+		t.Fatal("the handlers were handed different expansions of one event")
+	}
 }
