@@ -47,15 +47,15 @@ func (l *listeningInformer) count() int {
 	return l.listeners
 }
 
-// fanoutInformer is a started compacting LockRequest informer over src, and the client-go
+// fanoutInformer is a compacting LockRequest informer over src (no resync), and the client-go
 // informer under it.
-func fanoutInformer(t *testing.T, src *fcache.FakeControllerSource, resync time.Duration) (toolscache.SharedIndexInformer, *listeningInformer) {
+func fanoutInformer(t *testing.T, src *fcache.FakeControllerSource) (toolscache.SharedIndexInformer, *listeningInformer) {
 	t.Helper()
 	var under *listeningInformer
 	inf := CompactLockRequests(func(lw toolscache.ListerWatcher, obj runtime.Object, resync time.Duration, ix toolscache.Indexers) toolscache.SharedIndexInformer {
 		under = &listeningInformer{SharedIndexInformer: toolscache.NewSharedIndexInformer(lw, obj, resync, ix)}
 		return under
-	})(src, &locksv1.LockRequest{}, resync, toolscache.Indexers{})
+	})(src, &locksv1.LockRequest{}, 0, toolscache.Indexers{})
 	return inf, under
 }
 
@@ -133,7 +133,7 @@ func TestFanoutOneListener(t *testing.T) {
 		lr.ResourceVersion = ""
 		src.Add(lr)
 	}
-	inf, under := fanoutInformer(t, src, 0)
+	inf, under := fanoutInformer(t, src)
 	early := newLastSeen()
 	if _, err := inf.AddEventHandler(early); err != nil {
 		t.Fatal(err)
@@ -224,7 +224,7 @@ func TestFanoutLosesNoEvent(t *testing.T) {
 		lr.ResourceVersion = ""
 		src.Add(lr)
 	}
-	inf, _ := fanoutInformer(t, src, 0)
+	inf, _ := fanoutInformer(t, src)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	go inf.RunWithContext(ctx)
@@ -320,7 +320,7 @@ func TestFanoutReplayHoldsEvents(t *testing.T) {
 		lr.ResourceVersion = ""
 		src.Add(lr)
 	}
-	inf, _ := fanoutInformer(t, src, 0)
+	inf, _ := fanoutInformer(t, src)
 	seen := make(chan struct{})
 	var seenOnce sync.Once
 	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{UpdateFunc: func(_, obj any) {
@@ -348,8 +348,8 @@ func TestFanoutReplayHoldsEvents(t *testing.T) {
 
 // pointers records the objects a handler is handed, by request.
 type pointers struct {
-	mu   sync.Mutex
-	objs map[string][]*locksv1.LockRequest
+	mu      sync.Mutex
+	objs    map[string][]*locksv1.LockRequest
 	gate    chan struct{} // when not nil, the first add closes entered and waits for it
 	entered chan struct{}
 	once    sync.Once
@@ -396,7 +396,7 @@ func TestFanoutSharesExpansions(t *testing.T) {
 		lr.ResourceVersion = ""
 		src.Add(lr)
 	}
-	inf, _ := fanoutInformer(t, src, 0)
+	inf, _ := fanoutInformer(t, src)
 	early := &pointers{}
 	if _, err := inf.AddEventHandler(early); err != nil {
 		t.Fatal(err)
