@@ -164,15 +164,11 @@ func (f *fanout) remove(reg toolscache.ResourceEventHandlerRegistration) bool {
 
 // OnAdd, OnUpdate and OnDelete hand an event to every handler.
 func (f *fanout) OnAdd(obj any, initial bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if len(f.handlers) == 0 {
-		return
-	}
-	lr := expandObject(obj)
-	for _, fh := range f.handlers {
-		fh.h.OnAdd(lr, initial)
-	}
+	f.handOn(obj, func(h toolscache.ResourceEventHandler, lr any) { h.OnAdd(lr, initial) })
+}
+
+func (f *fanout) OnDelete(obj any) {
+	f.handOn(obj, func(h toolscache.ResourceEventHandler, lr any) { h.OnDelete(lr) })
 }
 
 func (f *fanout) OnUpdate(old, obj any) {
@@ -188,7 +184,8 @@ func (f *fanout) OnUpdate(old, obj any) {
 	}
 }
 
-func (f *fanout) OnDelete(obj any) {
+// handOn calls call for every handler with one expansion of obj.
+func (f *fanout) handOn(obj any, call func(toolscache.ResourceEventHandler, any)) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if len(f.handlers) == 0 {
@@ -196,7 +193,7 @@ func (f *fanout) OnDelete(obj any) {
 	}
 	lr := expandObject(obj)
 	for _, fh := range f.handlers {
-		fh.h.OnDelete(lr)
+		call(fh.h, lr)
 	}
 }
 

@@ -59,6 +59,30 @@ func fanoutInformer(t *testing.T, src *fcache.FakeControllerSource) (toolscache.
 	return inf, under
 }
 
+// requestSource is a source of n waiting requests.
+func requestSource(t *testing.T, n int) *fcache.FakeControllerSource {
+	t.Helper()
+	src := fcache.NewFakeControllerSource()
+	for i := range n {
+		lr := packableRequest(t, i, locksv1.PhasePending)
+		lr.ResourceVersion = ""
+		src.Add(lr)
+	}
+	return src
+}
+
+// runSynced runs inf until the test ends and waits for it to sync.
+func runSynced(t *testing.T, inf toolscache.SharedIndexInformer) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	t.Cleanup(cancel)
+	go inf.RunWithContext(ctx)
+	if !toolscache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		t.Fatal("not synced")
+	}
+	return ctx
+}
+
 // lastSeen records, per request, the last object its handler was handed (nil: deleted).
 type lastSeen struct {
 	mu      sync.Mutex
@@ -127,23 +151,13 @@ func storeState(inf toolscache.SharedIndexInformer) map[string]string {
 // event; a removed handler gets nothing more. A handler asking for a resync period of its own
 // gets its own listener, and expanded requests too.
 func TestFanoutOneListener(t *testing.T) {
-	src := fcache.NewFakeControllerSource()
-	for i := range 50 {
-		lr := packableRequest(t, i, locksv1.PhasePending)
-		lr.ResourceVersion = ""
-		src.Add(lr)
-	}
+	src := requestSource(t, 50)
 	inf, under := fanoutInformer(t, src)
 	early := newLastSeen()
 	if _, err := inf.AddEventHandler(early); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	go inf.RunWithContext(ctx)
-	if !toolscache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
-		t.Fatal("not synced")
-	}
+	ctx := runSynced(t, inf)
 	var late []*lastSeen
 	var regs []toolscache.ResourceEventHandlerRegistration
 	for range 6 {
@@ -218,19 +232,9 @@ func TestFanoutOneListener(t *testing.T) {
 // TestFanoutLosesNoEvent: handlers added while the store changes as fast as it can end with
 // what the store holds: no event falls between a handler's replay and the events after it.
 func TestFanoutLosesNoEvent(t *testing.T) {
-	src := fcache.NewFakeControllerSource()
-	for i := range 200 {
-		lr := packableRequest(t, i, locksv1.PhasePending)
-		lr.ResourceVersion = ""
-		src.Add(lr)
-	}
+	src := requestSource(t, 200)
 	inf, _ := fanoutInformer(t, src)
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	go inf.RunWithContext(ctx)
-	if !toolscache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
-		t.Fatal("not synced")
-	}
+	runSynced(t, inf)
 	done := make(chan struct{})
 	tick := make(chan struct{}, 20) // a handler is added every 150 changes, while they go on
 	go func() {
@@ -314,12 +318,7 @@ func (b *blockingReplay) OnAdd(obj any, initial bool) {
 // TestFanoutReplayHoldsEvents: a change made while a handler's replay runs, after the replay
 // listed the store, reaches that handler too.
 func TestFanoutReplayHoldsEvents(t *testing.T) {
-	src := fcache.NewFakeControllerSource()
-	for i := range 3 {
-		lr := packableRequest(t, i, locksv1.PhasePending)
-		lr.ResourceVersion = ""
-		src.Add(lr)
-	}
+	src := requestSource(t, 3)
 	inf, _ := fanoutInformer(t, src)
 	seen := make(chan struct{})
 	var seenOnce sync.Once
@@ -330,12 +329,7 @@ func TestFanoutReplayHoldsEvents(t *testing.T) {
 	}}); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	go inf.RunWithContext(ctx)
-	if !toolscache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
-		t.Fatal("not synced")
-	}
+	runSynced(t, inf)
 	changed := packableRequest(t, 1, locksv1.PhasePending)
 	changed.Status.QueuePosition = 99
 	h := &blockingReplay{lastSeen: newLastSeen(), change: func() { src.Modify(changed.DeepCopy()) }, seen: seen}
@@ -390,23 +384,13 @@ func (p *pointers) last(name string) *locksv1.LockRequest {
 // each request expanded once for them all, and every handler is handed one expansion of an
 // event.
 func TestFanoutSharesExpansions(t *testing.T) {
-	src := fcache.NewFakeControllerSource()
-	for i := range 20 {
-		lr := packableRequest(t, i, locksv1.PhasePending)
-		lr.ResourceVersion = ""
-		src.Add(lr)
-	}
+	src := requestSource(t, 20)
 	inf, _ := fanoutInformer(t, src)
 	early := &pointers{}
 	if _, err := inf.AddEventHandler(early); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	go inf.RunWithContext(ctx)
-	if !toolscache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
-		t.Fatal("not synced")
-	}
+	ctx := runSynced(t, inf)
 	// The first late handler's replay waits at its first add; two more join meanwhile.
 	first := &pointers{gate: make(chan struct{}), entered: make(chan struct{})}
 	r1, err := inf.AddEventHandler(first)
