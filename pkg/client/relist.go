@@ -68,43 +68,43 @@ func newHandedSet() *handedSet {
 }
 
 // put records an object: what was read of it, and its key when it is odd.
-func (f *handedSet) put(k string, h handed) {
+func (s *handedSet) put(k string, h handed) {
 	if h.odd == nil {
-		f.packed[h.uid] = h.rv
+		s.packed[h.uid] = h.rv
 		return
 	}
-	f.odd[k] = h
+	s.odd[k] = h
 }
 
 // remove forgets a deleted object.
-func (f *handedSet) remove(k string, h handed) {
+func (s *handedSet) remove(k string, h handed) {
 	if h.odd == nil {
-		delete(f.packed, h.uid)
+		delete(s.packed, h.uid)
 		return
 	}
-	delete(f.odd, k)
+	delete(s.odd, k)
 }
 
 // get is what was recorded of the object h was read from (by its uid, or by its key k): for a
 // packed one, an object of its uid; for an odd one, whatever had its key.
-func (f *handedSet) get(k string, h handed) (handed, bool) {
+func (s *handedSet) get(k string, h handed) (handed, bool) {
 	if h.odd == nil {
-		rv, ok := f.packed[h.uid]
+		rv, ok := s.packed[h.uid]
 		return handed{rv: rv, uid: h.uid}, ok
 	}
-	old, ok := f.odd[k]
+	old, ok := s.odd[k]
 	return old, ok
 }
 
-// missing reports whether an object f holds is not in now.
-func (f *handedSet) missing(now *handedSet) bool {
-	for uid := range f.packed {
+// missing reports whether an object s holds is not in now.
+func (s *handedSet) missing(now *handedSet) bool {
+	for uid := range s.packed {
 		// guard:relist-follows-by-uid
 		if _, ok := now.packed[uid]; !ok {
 			return true
 		}
 	}
-	for k := range f.odd {
+	for k := range s.odd {
 		if _, ok := now.odd[k]; !ok {
 			return true
 		}
@@ -112,8 +112,8 @@ func (f *handedSet) missing(now *handedSet) bool {
 	return false
 }
 
-// keyOf is the key a followed object is kept under: its namespace/name when h is odd, else
-// none (ok false: it has no key).
+// keyOf is the key an object is kept under in a handedSet: its namespace/name when h is odd,
+// else none (ok false: it has no key).
 func keyOf(o runtime.Object, h handed) (string, bool) {
 	if h.odd == nil {
 		return "", true
