@@ -328,6 +328,9 @@ RELEASE_REPO ?= $(CURDIR)
 RELEASE_COMMIT ?= HEAD
 # true builds a tree with uncommitted changes (the tests' builds; never a real release).
 RELEASE_ALLOW_DIRTY ?= false
+# Some of the platforms only (e.g. linux/amd64): test/release's build of the previous release,
+# which its upgrade runs on this machine; never a real release.
+RELEASE_PLATFORMS ?=
 RELEASE_TOOL := $(BIN)/turnstile-release
 
 .PHONY: release
@@ -335,4 +338,4 @@ release: $(HELM) ## Build the release into dist/ (VERSION=vX.Y.Z): multi-arch OC
 	@test -n "$(VERSION)" || { echo "make release needs VERSION=vX.Y.Z (e.g. make release VERSION=v0.2.0)"; exit 1; }
 	cd hack/release && go build -o $(RELEASE_TOOL) .
 	$(RELEASE_TOOL) --version $(VERSION) --source $(RELEASE_SOURCE) --repo $(RELEASE_REPO) --commit $(RELEASE_COMMIT) \
-	  --out $(DIST) --image $(RELEASE_IMAGE) --download-url '$(RELEASE_DOWNLOAD_URL)' --helm $(HELM) --allow-dirty=$(RELEASE_ALLOW_DIRTY)
+	  --out $(DIST) --image $(RELEASE_IMAGE) --download-url '$(RELEASE_DOWNLOAD_URL)' --helm $(HELM) --allow-dirty=$(RELEASE_ALLOW_DIRTY) --platforms '$(RELEASE_PLATFORMS)'

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -33,6 +34,26 @@ var (
 		{"darwin", "amd64"}, {"darwin", "arm64"}, {"linux", "amd64"}, {"linux", "arm64"}, {"windows", "amd64"}, {"windows", "arm64"},
 	}
 )
+
+// restrictPlatforms keeps only the named platforms (--platforms); at least one must be an
+// image platform, so that there is an image.
+func restrictPlatforms(names []string) error {
+	keep := func(list []platform) []platform {
+		var out []platform
+		for _, p := range list {
+			if slices.Contains(names, p.String()) {
+				out = append(out, p)
+			}
+		}
+		return out
+	}
+	image, plugin := keep(imagePlatforms), keep(pluginPlatforms)
+	if len(image) == 0 || len(plugin) < len(names) {
+		return fmt.Errorf("--platforms %v: name release platforms (%v), at least one of the image's %v", names, pluginPlatforms, imagePlatforms)
+	}
+	imagePlatforms, pluginPlatforms = image, plugin
+	return nil
+}
 
 const (
 	managerPkg = "./cmd/manager"

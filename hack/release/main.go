@@ -61,6 +61,8 @@ type options struct {
 	since       string // release notes start after this ref (default: the last tag)
 	allowDirty  bool   // build a source tree with uncommitted changes
 	jobs        int    // go builds at once
+	// platforms restricts the release to some of its platforms (GOOS/GOARCH); empty: all.
+	platforms []string
 }
 
 func parseFlags(args []string) (options, error) {
@@ -78,6 +80,7 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.since, "since", "", "Release notes list the commits after this ref (default: the last tag before the commit; all commits when there is none).")
 	fs.BoolVar(&o.allowDirty, "allow-dirty", false, "Build even though the source tree has uncommitted changes (tests; never a real release).")
 	fs.IntVar(&o.jobs, "jobs", min(2, runtime.NumCPU()), "How many go builds run at once.")
+	platforms := fs.String("platforms", "", "Build only these of the release's platforms (e.g. linux/amd64), for a test that needs no more; default all. Never for a real release.")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -89,6 +92,12 @@ func parseFlags(args []string) (options, error) {
 	}
 	if o.repo == "" {
 		o.repo = o.source
+	}
+	if *platforms != "" {
+		o.platforms = strings.Split(*platforms, ",")
+		if err := restrictPlatforms(o.platforms); err != nil {
+			return o, err
+		}
 	}
 	if strings.ContainsAny(o.image, "@") || strings.Count(o.image[strings.LastIndex(o.image, "/")+1:], ":") > 0 {
 		return o, fmt.Errorf("--image %q: a repository, without tag or digest", o.image)

@@ -343,3 +343,18 @@ func TestSBOMIsValidCycloneDX(t *testing.T) {
 		t.Errorf("specVersion %v (%v)", raw["specVersion"], err)
 	}
 }
+
+func TestRestrictPlatforms(t *testing.T) {
+	defer func(image, plugin []platform) { imagePlatforms, pluginPlatforms = image, plugin }(imagePlatforms, pluginPlatforms)
+	for _, bad := range [][]string{{"darwin/arm64"}, {"linux/amd64", "plan9/amd64"}} {
+		if err := restrictPlatforms(bad); err == nil {
+			t.Errorf("--platforms %v passed", bad)
+		}
+	}
+	if err := restrictPlatforms([]string{"linux/arm64"}); err != nil {
+		t.Fatal(err)
+	}
+	if len(imagePlatforms) != 1 || len(pluginPlatforms) != 1 || imagePlatforms[0] != (platform{"linux", "arm64"}) {
+		t.Errorf("kept %v and %v", imagePlatforms, pluginPlatforms)
+	}
+}

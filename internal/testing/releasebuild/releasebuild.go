@@ -21,6 +21,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
 	"syscall"
@@ -143,7 +144,7 @@ func HeadFromCopy(dir, version string) (Release, error) {
 }
 
 // Previous is the previous release: the pinned commit's tree (git archive), built by this
-// tree's make release. Without that commit in the checkout it returns ErrNoHistory, saying
+// tree's make release for linux on this machine's architecture. Without that commit in the checkout it returns ErrNoHistory, saying
 // how to get it.
 func Previous() (Release, error) {
 	root, err := framework.RepoRoot()
@@ -192,7 +193,11 @@ func Previous() (Release, error) {
 		if err := untar.Wait(); err != nil {
 			return fmt.Errorf("untar git archive %s: %w\n%s", commit, err, stderr.String())
 		}
-		return makeRelease(root, root, "VERSION="+version, "DIST="+dist, "RELEASE_SOURCE="+src, "RELEASE_COMMIT="+commit)
+		// This machine's platform only: the upgrade runs the previous manager here, and the
+		// other platforms' builds would cost minutes for nothing (the working tree's release is
+		// built, and compared, for all of them).
+		return makeRelease(root, root, "VERSION="+version, "DIST="+dist, "RELEASE_SOURCE="+src, "RELEASE_COMMIT="+commit,
+			"RELEASE_PLATFORMS=linux/"+runtime.GOARCH)
 	})
 }
 
