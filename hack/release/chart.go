@@ -141,7 +141,8 @@ func normalizeTarGz(data []byte, mtime time.Time) ([]byte, error) {
 	return out.Bytes(), nil
 }
 
-// copyTree copies the regular files and directories under src to dst.
+// copyTree copies the files and directories under src to dst; a symbolic link to a file
+// (config/grafana's link into the chart) is copied as the file it names.
 func copyTree(src, dst string) error {
 	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -152,18 +153,20 @@ func copyTree(src, dst string) error {
 			return err
 		}
 		target := filepath.Join(dst, rel)
-		switch {
-		case d.IsDir():
+		if d.IsDir() {
 			return os.MkdirAll(target, 0o755)
-		case d.Type().IsRegular():
-			data, err := os.ReadFile(p)
-			if err != nil {
-				return err
-			}
-			return os.WriteFile(target, data, 0o644)
-		case d.Type()&fs.ModeSymlink != 0:
-			return fmt.Errorf("%s is a symbolic link: the release copies regular files only", strings.TrimPrefix(p, src))
 		}
-		return nil
+		fi, err := os.Stat(p) // through a link
+		if err != nil {
+			return err
+		}
+		if !fi.Mode().IsRegular() {
+			return fmt.Errorf("%s is not a regular file (%v): the release copies files only", strings.TrimPrefix(p, src), fi.Mode())
+		}
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(target, data, 0o644)
 	})
 }

@@ -70,10 +70,10 @@ func renderNotes(o options, m meta, digest v1.Hash, since string, commits []comm
 	fmt.Fprintf(&b, "# Turnstile %s\n\nBuilt from commit %s (%s).\n\n", m.version, m.commit, m.epoch.Format("2006-01-02 15:04 UTC"))
 	b.WriteString("## Artifacts\n\n")
 	for _, row := range [][2]string{
-		{"Manager image (linux/amd64, linux/arm64)", "`" + ref + "`"},
+		{"Manager image (" + platformList(imagePlatforms) + ")", "`" + ref + "`"},
 		{"Helm chart, the image pinned by digest", "`" + chartFile(m) + "`"},
 		{"Install bundle for `kubectl apply --server-side -f`", "`" + bundleFile + "`"},
-		{"kubectl plugin (linux, darwin, windows; amd64, arm64)", "`" + pluginName + "_" + m.version + "_OS_ARCH.tar.gz` (`.zip` on Windows); krew manifest `" + krewFile + "`"},
+		{"kubectl plugin (" + platformList(pluginPlatforms) + ")", "`" + pluginName + "_" + m.version + "_OS_ARCH.tar.gz` (`.zip` on Windows); krew manifest `" + krewFile + "`"},
 		{"SBOMs (CycloneDX " + sbomSpec.String() + ")", "`" + imageSBOMFile + "`, `" + pluginSBOMFile + "`"},
 		{"Checksums", "`" + sumsFile + "` (`sha256sum -c " + sumsFile + "`)"},
 	} {
@@ -81,7 +81,7 @@ func renderNotes(o options, m meta, digest v1.Hash, since string, commits []comm
 	}
 	fmt.Fprintf(&b, "\nInstalling, upgrading and verifying the digests and SBOMs: %s/blob/%s/docs/install.md\n\n", projectURL, m.version)
 	if since == "" {
-		fmt.Fprintf(&b, "## Changes (first release: all %d commits)\n", len(commits))
+		fmt.Fprintf(&b, "## Changes (the first release: every commit, %d)\n", len(commits))
 	} else {
 		fmt.Fprintf(&b, "## Changes since %s (%d commits)\n", since, len(commits))
 	}
@@ -107,4 +107,12 @@ func renderNotes(o options, m meta, digest v1.Hash, since string, commits []comm
 		fmt.Fprintf(&b, "\n### %s\n\n%s\n", a, strings.Join(groups[a], "\n"))
 	}
 	return b.String()
+}
+
+func platformList(ps []platform) string {
+	names := make([]string, 0, len(ps))
+	for _, p := range ps {
+		names = append(names, p.String())
+	}
+	return strings.Join(names, ", ")
 }

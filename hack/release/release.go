@@ -78,6 +78,8 @@ func run(ctx context.Context, o options, log io.Writer) error {
 	}
 	for _, s := range steps {
 		if err := step(s.name, s.f); err != nil {
+			// No half release: out was empty or an earlier release when this began.
+			_ = os.RemoveAll(o.out)
 			return err
 		}
 	}
