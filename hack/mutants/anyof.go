@@ -13,3 +13,11 @@ func init() {
 		}},
 	)
 }
+
+func init() {
+	mutants = append(mutants,
+		mutant{name: "deadlock-any-of-holders-reread", pkg: safety, focus: "full shared key", guard: "a deadlock through an any-of hop fails a victim only while every other holder of its key still holds it, re-read live", edits: []edit{
+			{"deadlock-any-of-holders-reread", "		if !held {\n", "		if false && !held {\n"},
+		}},
+	)
+}
