@@ -343,3 +343,26 @@ func TestKeeperStopsASuspendedTreeGracefully(t *testing.T) {
 		t.Error("the suspended tree never handled SIGTERM: it was killed after the grace")
 	}
 }
+
+// TestRunContinuesAStoppedKeeper: a keeper stopped by pid (SIGSTOP cannot be caught) could not
+// stop the tree at the deadline; run, watching it, continues it and says so.
+func TestRunContinuesAStoppedKeeper(t *testing.T) {
+	kr := startTestKeeper(t, time.Second, `echo up > $D/up; while [ ! -e $D/go ]; do sleep 0.05; done`)
+	kr.waitUp(t)
+	pid := kr.k.cmd.Process.Pid
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, pid, func(p proctree.Proc) bool { return p.State == 'T' }, "stopped")
+	var said bytes.Buffer
+	rn := &runner{stderr: &said}
+	rn.keeperStopped(kr.k)
+	waitState(t, pid, func(p proctree.Proc) bool { return p.State != 'T' }, "continued by run")
+	if !strings.Contains(said.String(), "was stopped; continuing it") {
+		t.Errorf("run said %q, want it to say it continued the keeper", said.String())
+	}
+	if err := os.WriteFile(filepath.Join(kr.dir, "go"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	kr.wait(t)
+}

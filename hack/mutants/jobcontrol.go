@@ -13,7 +13,7 @@ func init() {
 		mutant{name: "run-stopped-tree-continued", pkg: runPlugin, focus: "run:TestKeeperStopsASuspendedTreeGracefully", guard: "a suspended tree that must stop is continued after SIGTERM, so it shuts down within the grace", edits: []edit{
 			{"run-stopped-tree-continued", "	k.signalTree(syscall.SIGCONT)\n", ""},
 		}},
-		mutant{name: "run-keeper-continued", pkg: "./test/e2e/", focus: "stopped keeper", guard: "run continues a keeper something stopped, so that it can still stop the tree at the deadline", edits: []edit{
+		mutant{name: "run-keeper-continued", pkg: runPlugin, focus: "run:TestRunContinuesAStoppedKeeper", guard: "run continues a keeper something stopped, so that it can still stop the tree at the deadline", edits: []edit{
 			{"run-keeper-continued", "	if err == nil && p.State == 'T' {\n", "	if false && err == nil && p.State == 'T' {\n"},
 		}},
 	)

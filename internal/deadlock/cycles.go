@@ -271,6 +271,9 @@ func (g *Graph) shorten(cycle []arc) Cycle {
 // one at least, and every cycle among them is a deadlock. With only all-of arcs, the cycles are
 // the plain graph's: what is let go is on no cycle.
 func (g *Graph) blocked() *Graph {
+	if !g.anyOf {
+		return g
+	}
 	n := len(g.ids)
 	// need[v] counts v's unmet waits; wait[a] is the first arc of a's wait (an any-of wait's
 	// arcs are adjacent: one waiter's, on one key).

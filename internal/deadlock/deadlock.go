@@ -137,6 +137,9 @@ type Graph struct {
 	// allocations and gives the garbage collector nothing to scan.
 	arcs  []arc
 	start []int
+	// anyOf is set when some arc is an any-of wait's: only then does FindCycles reduce the
+	// graph first (with all-of waits only, the cycles are the plain graph's).
+	anyOf bool
 }
 
 // arc is an edge in node numbers: the waiter is keys[key].Queue[pos]. Edges are made from arcs
@@ -235,6 +238,7 @@ func Build(keys []KeyState) *Graph {
 				// A waiter waits for the holders of the key: for every one of them, or, where
 				// any one leaving lets it in, for any of them.
 				anyOf := letInByAnyOne(ks, w)
+				g.anyOf = g.anyOf || anyOf
 				for _, h := range holders {
 					if h != n {
 						arcs = append(arcs, arc{from: n, to: h, key: i, pos: pos, holds: true, anyOf: anyOf})
