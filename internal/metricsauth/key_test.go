@@ -132,7 +132,7 @@ func TestBoundTokenScrapes(t *testing.T) {
 	}
 	pod, err := cs.CoreV1().Pods("default").Create(ctx, &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "prometheus-0"},
-		Spec: corev1.PodSpec{ServiceAccountName: "prometheus", Containers: []corev1.Container{{Name: "prometheus", Image: "prometheus"}}},
+		Spec:       corev1.PodSpec{ServiceAccountName: "prometheus", Containers: []corev1.Container{{Name: "prometheus", Image: "prometheus"}}},
 	}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)

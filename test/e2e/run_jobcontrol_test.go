@@ -212,4 +212,3 @@ var _ = Describe("kubectl turnstile run under job control", func() {
 		Eventually(a, 30*time.Second).Should(gexec.Exit(76))
 	})
 })
-
