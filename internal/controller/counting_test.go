@@ -80,6 +80,8 @@ var _ = Describe("Counting locks", func() {
 		create(upgrade(0, 1))
 		expectPhase(ns, "up0", locksv1.PhaseGranted)
 		create(upgrade(1, 3), upgrade(2, 3))
+		expectPhase(ns, "up1", locksv1.PhasePending)
+		expectPhase(ns, "up2", locksv1.PhasePending)
 		consistentlyPhase(ns, "up1", locksv1.PhasePending, time.Second)
 		Expect(get(ns, "up2").Status.Phase).To(Equal(locksv1.PhasePending))
 		Expect(projectLock(ns, vpc).Status.MaxHolders).To(BeEquivalentTo(1))
