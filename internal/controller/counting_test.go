@@ -76,6 +76,23 @@ var _ = Describe("Counting locks", func() {
 		}
 	})
 
+	It("hands slots that open at once to as many waiters, each counted grant decided on its own", func() {
+		// Alice holds alone (maxHolders 1); bob and carol wait with maxHolders 3, High (no aging
+		// step requeues the key). Her request is deleted: one event. Each counted grant has a
+		// ProjectLock write to itself, and the key is decided again at once for the waiter it left:
+		// nothing else wakes it (mutant counting-decides-again).
+		create(upgrade(0, 1))
+		expectPhase(ns, "up0", locksv1.PhaseGranted)
+		for i := 1; i <= 2; i++ {
+			create(req(fmt.Sprintf("up%d", i), ns).Owner(fmt.Sprintf("cluster-%d", i), 0).MaxHolders(3).Priority(locksv1.PriorityHigh).Obj())
+			expectPhase(ns, fmt.Sprintf("up%d", i), locksv1.PhasePending)
+		}
+		deleteRequest(ns, "up0")
+		expectPhase(ns, "up1", locksv1.PhaseGranted)
+		expectPhase(ns, "up2", locksv1.PhaseGranted)
+		Expect(keyToken("up2")).NotTo(Equal(keyToken("up1")))
+	})
+
 	It("keeps every holder's bound when requests on one key disagree", func() {
 		create(upgrade(0, 1))
 		expectPhase(ns, "up0", locksv1.PhaseGranted)
