@@ -30,7 +30,10 @@ func init() {
 		mutant{name: "counting-deferred-not-full", pkg: queuePkg, focus: "run:TestCountingDeferredIsNotBusy", guard: "a newcomer left for the next decision (it could hold) is not turned away by the queue cap", edits: []edit{
 			{"counting-deferred-not-full", "		if !e.stamped && !e.deferred {", "		if !e.stamped {"},
 		}},
-		mutant{name: "counting-decides-again", pkg: controls, focus: "Counting locks", guard: "after a counted grant that had the write to itself, the key is decided again at once (no event wakes it)", edits: []edit{
+		// The plan's contract (DecidesAgain after More), killed by the queue's table: the controller
+		// suite's "Counting locks" does not notice it yet — something else decides the key again
+		// there (to be found, then this mutant moves to the controller suite).
+		mutant{name: "counting-decides-again", pkg: queuePkg, focus: "run:TestCountingAtMostN", guard: "after a counted grant that had the write to itself, the plan says decide the key again at once", edits: []edit{
 			{"counting-decides-again", "return d.CreateLock || d.Again || d.More }", "return d.CreateLock || d.Again }"},
 		}},
 	)
