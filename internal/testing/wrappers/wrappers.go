@@ -81,6 +81,18 @@ func (w *LockRequestWrapper) Shared() *LockRequestWrapper {
 	return w
 }
 
+// MaxHolders asks for every target added so far as a counting lock: Shared, held beside at most
+// n requests, itself included.
+func (w *LockRequestWrapper) MaxHolders(n int32) *LockRequestWrapper {
+	locks := make([]locksv1.LockTarget, len(w.Spec.Locks))
+	for i, t := range w.Spec.Locks {
+		t.Mode, t.MaxHolders = locksv1.ModeShared, n
+		locks[i] = t
+	}
+	w.Spec.Locks = locks
+	return w
+}
+
 // Owner sets the holder identity.
 func (w *LockRequestWrapper) Owner(owner string, pull int64) *LockRequestWrapper {
 	w.Spec.Holder.Owner, w.Spec.Holder.Pull = owner, pull
