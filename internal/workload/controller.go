@@ -163,24 +163,9 @@ func (r *Reconciler) workloadsOf(_ context.Context, o client.Object) []reconcile
 // name. It acts only on requests it made (their stamp): another's request never moves it, and
 // is never deleted.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	self, err := r.self.get(ctx)
+	ours, others, err := r.requests(ctx, req.NamespacedName)
 	if err != nil {
 		return ctrl.Result{}, err
-	}
-	var ours []made
-	var others [2]*locksv1.LockRequest
-	for i, n := range RequestNames(r.kind.name(), req.Name) {
-		lr := &locksv1.LockRequest{}
-		if err := r.client.Get(ctx, client.ObjectKey{Namespace: req.Namespace, Name: n}, lr); apierrors.IsNotFound(err) {
-			continue
-		} else if err != nil {
-			return ctrl.Result{}, err
-		}
-		if uid, ok := madeFor(lr, self, r.kind.name(), req.Name); ok {
-			ours = append(ours, made{lr: lr, uid: uid})
-		} else {
-			others[i] = lr
-		}
 	}
 	obj, err := r.object(ctx, req.NamespacedName, len(ours) > 0)
 	if err != nil {
@@ -207,6 +192,31 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	rr, err := r.reconcileWorkload(ctx, obj, mine, earlier, others)
 	return sooner(res, rr), err
+}
+
+// requests are the requests at the request names of the workload key names (from the cache):
+// those the manager made for a workload of that name, and, by name, those of others.
+func (r *Reconciler) requests(ctx context.Context, key client.ObjectKey) ([]made, [2]*locksv1.LockRequest, error) {
+	var ours []made
+	var others [2]*locksv1.LockRequest
+	self, err := r.self.get(ctx)
+	if err != nil {
+		return nil, others, err
+	}
+	for i, n := range RequestNames(r.kind.name(), key.Name) {
+		lr := &locksv1.LockRequest{}
+		if err := r.client.Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: n}, lr); apierrors.IsNotFound(err) {
+			continue
+		} else if err != nil {
+			return nil, others, err
+		}
+		if uid, ok := madeFor(lr, self, r.kind.name(), key.Name); ok {
+			ours = append(ours, made{lr: lr, uid: uid})
+		} else {
+			others[i] = lr
+		}
+	}
+	return ours, others, nil
 }
 
 // object reads the workload from the gated cache, or, when the cache does not have it and the
@@ -502,31 +512,9 @@ func (r *Reconciler) create(ctx context.Context, obj client.Object, others [2]*l
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	gvk, err := r.client.GroupVersionKindFor(obj)
+	lr, err := r.newRequest(obj, spec, self)
 	if err != nil {
 		return ctrl.Result{}, err
-	}
-	holder := r.holder(obj)
-	lr := &locksv1.LockRequest{
-		ObjectMeta: metav1.ObjectMeta{
-			Namespace: obj.GetNamespace(),
-			Labels:    map[string]string{LabelWorkloadKind: r.kind.name(), LabelWorkloadName: labelValue(obj.GetName())},
-			Annotations: map[string]string{
-				AnnotationCreatedBy:   self,
-				AnnotationWorkload:    r.kind.name() + "/" + obj.GetName(),
-				AnnotationWorkloadUID: string(obj.GetUID()),
-			},
-		},
-		Spec: locksv1.LockRequestSpec{
-			Locks:    spec.Locks,
-			Holder:   holder,
-			Command:  spec.Command,
-			Priority: spec.Priority,
-			Reason:   fit(fmt.Sprintf("%s %s/%s", gvk.Kind, obj.GetNamespace(), obj.GetName()), maxReason),
-		},
-	}
-	if spec.TTL != nil {
-		lr.Spec.TTL = &metav1.Duration{Duration: *spec.TTL}
 	}
 	var taken []string
 	for i, n := range RequestNames(r.kind.name(), obj.GetName()) {
@@ -539,7 +527,7 @@ func (r *Reconciler) create(ctx context.Context, obj client.Object, others [2]*l
 		err := r.client.Create(ctx, lr.DeepCopy())
 		switch {
 		case err == nil:
-			r.recorder.Eventf(obj, lr, corev1.EventTypeNormal, ReasonWaiting, "Request", "waiting for lock request %s (owner %s)", n, holder.Owner)
+			r.recorder.Eventf(obj, lr, corev1.EventTypeNormal, ReasonWaiting, "Request", "waiting for lock request %s (owner %s)", n, lr.Spec.Holder.Owner)
 			return ctrl.Result{}, nil
 		case apierrors.IsAlreadyExists(err):
 			// The cache has not seen it yet: whose is it?
@@ -561,8 +549,40 @@ func (r *Reconciler) create(ctx context.Context, obj client.Object, others [2]*l
 	r.recorder.Eventf(obj, nil, corev1.EventTypeWarning, ReasonNameTaken, "Request",
 		"the names of its lock request are taken by requests the Turnstile manager did not make: %s; the %s stays held until one of them is deleted",
 		strings.Join(taken, ", "), r.kind.name())
-	// A request at the second name tells nothing of the workload's name when it goes: look again.
+	// A request's going wakes the workload whose name it has (workloadsOf), but a name cut to fit
+	// (a workload's name of about 240 characters or more) cannot be read back: look again.
 	return ctrl.Result{RequeueAfter: time.Minute}, nil
+}
+
+// newRequest is the request the manager makes for obj, without its name: for the workload's
+// creator, its own session, the annotations' locks, and the manager's stamp.
+func (r *Reconciler) newRequest(obj client.Object, spec Spec, self string) (*locksv1.LockRequest, error) {
+	gvk, err := r.client.GroupVersionKindFor(obj)
+	if err != nil {
+		return nil, err
+	}
+	lr := &locksv1.LockRequest{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: obj.GetNamespace(),
+			Labels:    map[string]string{LabelWorkloadKind: r.kind.name(), LabelWorkloadName: labelValue(obj.GetName())},
+			Annotations: map[string]string{
+				AnnotationCreatedBy:   self,
+				AnnotationWorkload:    r.kind.name() + "/" + obj.GetName(),
+				AnnotationWorkloadUID: string(obj.GetUID()),
+			},
+		},
+		Spec: locksv1.LockRequestSpec{
+			Locks:    spec.Locks,
+			Holder:   r.holder(obj),
+			Command:  spec.Command,
+			Priority: spec.Priority,
+			Reason:   fit(fmt.Sprintf("%s %s/%s", gvk.Kind, obj.GetNamespace(), obj.GetName()), maxReason),
+		},
+	}
+	if spec.TTL != nil {
+		lr.Spec.TTL = &metav1.Duration{Duration: *spec.TTL}
+	}
+	return lr, nil
 }
 
 // stop stops a workload that lost its lock (why says how): a Pod is deleted; a Job is
