@@ -352,8 +352,40 @@ func (d *DeadlockDetector) reread(ctx context.Context, namespace string, c deadl
 		if !held {
 			return nil, d.cachedHolderRequest(ctx, namespace, lockNames[e.Key], e.Waiter.Request), nil
 		}
+		if moved, err := d.rereadAnyOf(ctx, reader, namespace, lockNames[e.Key], e); moved != "" || err != nil {
+			return nil, moved, err
+		}
 	}
 	return live, "", nil
+}
+
+// rereadAnyOf checks, past the cache, the rest of an any-of hop (e.AnyOf): each other holder
+// of the key it waits for still holds it (one leaving would let the waiter in), and still waits
+// by the request that blocked it in the snapshot. It returns the name of a request that moved on,
+// or "".
+func (d *DeadlockDetector) rereadAnyOf(ctx context.Context, reader client.Reader, namespace, lockName string, e deadlock.Edge) (string, error) {
+	for _, b := range e.AnyOf {
+		held, err := stillHolds(ctx, reader, namespace, lockName, b.Identity)
+		if err != nil {
+			return "", err
+		}
+		// guard:deadlock-any-of-holders-reread
+		if !held {
+			return d.cachedHolderRequest(ctx, namespace, lockName, e.Waiter.Request), nil
+		}
+		var lr locksv1.LockRequest
+		switch err := reader.Get(ctx, client.ObjectKey{Namespace: namespace, Name: b.Waiter.Request}, &lr); {
+		case apierrors.IsNotFound(err):
+			return b.Waiter.Request, nil
+		case err != nil:
+			return "", fmt.Errorf("re-read deadlock cycle member %s/%s: %w", namespace, b.Waiter.Request, err)
+		}
+		ref, waits := queue.FirstUnheld(&lr)
+		if lr.Status.Phase != locksv1.PhasePending || !isLive(&lr) || lr.Spec.Holder.ID() != b.Identity || !waits || ref.Key != b.Key {
+			return b.Waiter.Request, nil
+		}
+	}
+	return "", nil
 }
 
 // stillHolds reports whether, read by reader, the ProjectLock name lists id as its holder with

@@ -237,6 +237,9 @@ func (m *Membership) observe(o any, deleted bool) {
 		o, deleted = t.Obj, true
 	}
 	l, ok := o.(*coordinationv1.Lease)
+	// A Lease labelled member in a namespace a team may write to is no member: only the
+	// manager's namespace holds members (docs/threat-model.md).
+	// guard:membership-own-namespace
 	if !ok || l.Namespace != m.cfg.Namespace || l.Labels[LabelRole] != RoleMember {
 		return
 	}

@@ -12,6 +12,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
@@ -258,6 +259,25 @@ spec:
 
 		By("alice still releases her request: an update that keeps the bypass is not checked")
 		Expect(patch(t.alice, mine.DeepCopy(), release)).To(Succeed())
+	})
+
+	It("a requester cannot join the managers' membership: no Lease in the manager's namespace, and a member-labelled one in her own is only hers", func() {
+		t := newTeam()
+		member := func(ns string) *coordinationv1.Lease {
+			return &coordinationv1.Lease{
+				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "turnstile-member-intruder", Labels: map[string]string{"locks.turnstile.dev/role": "member"}},
+				Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To("intruder"), LeaseDurationSeconds: ptr.To[int32](15), RenewTime: ptr.To(metav1.NewMicroTime(time.Now()))},
+			}
+		}
+		err := t.alice.Create(ctx, member("turnstile-system"))
+		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "RBAC: %v", err)
+		err = t.dana.Create(ctx, member("turnstile-system"))
+		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "a namespace admin elsewhere either: %v", err)
+		By("in her own namespace she may make one (any requester may create Leases there): the membership reads only the manager's namespace (internal/sharding TestObserveOnlyTheManagersNamespace), and it is hers alone to change")
+		mine := member(t.ns)
+		Expect(t.alice.Create(ctx, mine)).To(Succeed())
+		Expect(mine.Annotations).To(HaveKeyWithValue(createdBy, "alice"))
+		Expect(apierrors.IsForbidden(t.bob.Delete(ctx, mine.DeepCopy()))).To(BeTrue())
 	})
 
 	It("a holder Lease is kept by whoever created it: another requester can neither delete nor take it over", func() {
