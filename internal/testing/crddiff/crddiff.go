@@ -13,8 +13,10 @@
 //   - adds, removes or changes a default (defaults are applied to stored objects when read);
 //   - tightens validation: a new required field, a removed enum value or a new enum, a lower
 //     maximum or higher minimum (values, lengths, items, properties), a new or changed
-//     pattern or format, nullable removed, a new or changed CEL rule, a changed composition
-//     (allOf, anyOf, oneOf, not).
+//     pattern or format, nullable removed, a new or changed CEL rule (unless it holds for
+//     every object without the fields added beside it, which no stored object has: a rule
+//     `!has(self.maxHolders) || ...` for a new maxHolders), a changed composition (allOf,
+//     anyOf, oneOf, not).
 //
 // Loosening (a new optional field, a higher maximum, a removed rule) is not reported. Compare
 // the other way round (new to old) to see what a downgrade would break.
@@ -28,6 +30,11 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/google/cel-go/common"
+	"github.com/google/cel-go/common/ast"
+	"github.com/google/cel-go/common/operators"
+	"github.com/google/cel-go/common/types"
+	"github.com/google/cel-go/parser"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 )
 
@@ -260,15 +267,108 @@ func (w *walker) bounds(o, n *apiextensionsv1.JSONSchemaProps, path string) {
 }
 
 // rules: a CEL rule of the new schema that the old one did not have, word for word, may
-// refuse a stored object's next update.
+// refuse a stored object's next update, unless it holds for every object the old schema
+// stored (holdsWithout: it says nothing about an object without the fields added here).
 func (w *walker) rules(o, n *apiextensionsv1.JSONSchemaProps, path string) {
-	for _, r := range n.XValidations {
-		if !slices.ContainsFunc(o.XValidations, func(or apiextensionsv1.ValidationRule) bool {
-			return or.Rule == r.Rule && isTrue(or.OptionalOldSelf) == isTrue(r.OptionalOldSelf)
-		}) {
-			w.add(path, "validation rule added or changed: %s", r.Rule)
+	var added []string
+	if !isTrue(o.XPreserveUnknownFields) {
+		for name := range n.Properties {
+			if _, ok := o.Properties[name]; !ok {
+				added = append(added, name)
+			}
 		}
 	}
+	for _, r := range n.XValidations {
+		if slices.ContainsFunc(o.XValidations, func(or apiextensionsv1.ValidationRule) bool {
+			return or.Rule == r.Rule && isTrue(or.OptionalOldSelf) == isTrue(r.OptionalOldSelf)
+		}) {
+			continue
+		}
+		if holdsWithout(r.Rule, added) {
+			continue
+		}
+		w.add(path, "validation rule added or changed: %s", r.Rule)
+	}
+}
+
+// holdsWithout reports whether a CEL rule is true of every object that has none of the
+// fields absent (fields of this node that the old schema did not have: the API server pruned
+// them from every object it stored under the old one). It parses the rule with CEL's own
+// parser and reads has(self.F) of an absent field as false, then folds !, &&, || and ?: over
+// the constants: only a rule that folds to true holds, such as
+// `!has(self.maxHolders) || self.mode == 'Shared'` for a maxHolders new in this version. Any
+// other rule, or one that does not parse, may refuse a stored object, and is reported.
+func holdsWithout(rule string, absent []string) bool {
+	if len(absent) == 0 {
+		return false
+	}
+	p, err := parser.NewParser(parser.Macros(parser.HasMacro))
+	if err != nil {
+		return false
+	}
+	tree, errs := p.Parse(common.NewTextSource(rule))
+	if len(errs.GetErrors()) > 0 {
+		return false
+	}
+	v, known := fold(tree.Expr(), absent)
+	return known && v
+}
+
+// fold evaluates e where it can from constants and has(self.F) of absent fields: the value,
+// and whether it is known.
+func fold(e ast.Expr, absent []string) (value, known bool) {
+	switch e.Kind() {
+	case ast.LiteralKind:
+		b, ok := e.AsLiteral().(types.Bool)
+		return bool(b), ok
+	case ast.SelectKind:
+		s := e.AsSelect()
+		if s.IsTestOnly() && s.Operand().Kind() == ast.IdentKind && s.Operand().AsIdent() == "self" && slices.Contains(absent, s.FieldName()) {
+			return false, true
+		}
+		return false, false
+	case ast.CallKind:
+	default:
+		return false, false
+	}
+	c := e.AsCall()
+	args := c.Args()
+	switch c.FunctionName() {
+	case operators.LogicalNot:
+		if len(args) != 1 {
+			return false, false
+		}
+		v, ok := fold(args[0], absent)
+		return !v, ok
+	case operators.LogicalOr, operators.LogicalAnd:
+		// a || b is true when either is true, false when both are; && the other way round.
+		// (CEL's || and && are commutative, errors absorbed by a deciding operand.)
+		decides := c.FunctionName() == operators.LogicalOr
+		all := true
+		for _, a := range args {
+			v, ok := fold(a, absent)
+			if ok && v == decides {
+				return decides, true
+			}
+			all = all && ok
+		}
+		return !decides, all
+	case operators.Conditional:
+		if len(args) != 3 {
+			return false, false
+		}
+		// Only a known condition: one that is not may be an error, which is the result.
+		cond, ok := fold(args[0], absent)
+		switch {
+		case !ok:
+			return false, false
+		case cond:
+			return fold(args[1], absent)
+		default:
+			return fold(args[2], absent)
+		}
+	}
+	return false, false
 }
 
 // fields: a removed field is pruned from stored objects; a newly required one refuses them.

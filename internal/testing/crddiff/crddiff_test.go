@@ -105,6 +105,32 @@ func TestCompare(t *testing.T) {
 			`v1alpha1 .spec.locks[*].repo: validation rule added or changed: !self.contains('_')`,
 			`v1alpha1 .spec.priority: enum value "Critical" removed`,
 		}},
+		"a field added with rules that hold without it": {func(c map[string]any) {
+			item := schemaAt(c, "spec.locks.[*]")
+			item["properties"].(map[string]any)["weight"] = map[string]any{"type": "integer"}
+			item["x-kubernetes-validations"] = append(item["x-kubernetes-validations"].([]any),
+				map[string]any{"rule": "!has(self.weight) || (has(self.mode) && self.mode == 'Shared')"},
+				map[string]any{"rule": "has(self.weight) ? self.weight > 0 : true"},
+				map[string]any{"rule": "!(has(self.weight) && self.weight > 100)"})
+		}, nil},
+		"a field added with rules that refuse objects without it": {func(c map[string]any) {
+			item := schemaAt(c, "spec.locks.[*]")
+			item["properties"].(map[string]any)["weight"] = map[string]any{"type": "integer"}
+			item["x-kubernetes-validations"] = append(item["x-kubernetes-validations"].([]any),
+				// Absent, weight makes each of these false or an error: stored objects fail them.
+				map[string]any{"rule": "has(self.weight) && self.weight > 0"},
+				map[string]any{"rule": "self.weight > 0 || !has(self.weight) && self.mode == 'Shared'"},
+				map[string]any{"rule": "(self.path != '' ? true : true) || !has(self.weight) && false"},
+				// A guard of a field the old schema had says nothing about stored objects.
+				map[string]any{"rule": "!has(self.project) || size(self.project) > 1"},
+				map[string]any{"rule": "!has(self.weight) ||"})
+		}, []string{
+			`v1alpha1 .spec.locks[*]: validation rule added or changed: !has(self.project) || size(self.project) > 1`,
+			`v1alpha1 .spec.locks[*]: validation rule added or changed: !has(self.weight) ||`,
+			`v1alpha1 .spec.locks[*]: validation rule added or changed: (self.path != '' ? true : true) || !has(self.weight) && false`,
+			`v1alpha1 .spec.locks[*]: validation rule added or changed: has(self.weight) && self.weight > 0`,
+			`v1alpha1 .spec.locks[*]: validation rule added or changed: self.weight > 0 || !has(self.weight) && self.mode == 'Shared'`,
+		}},
 		"a type changed": {func(c map[string]any) {
 			schemaAt(c, "spec.priority")["type"] = "integer"
 		}, []string{`v1alpha1 .spec.priority: type changed from "string" to "integer"`}},
@@ -146,5 +172,28 @@ func TestCompareBothWays(t *testing.T) {
 	down := Compare(changed, old)
 	if len(down) != 1 || down[0].String() != "v1alpha1 .spec.intent: field removed" {
 		t.Errorf("downgrade: %v", down)
+	}
+}
+
+// TestCompareGuardWhereUnknownFieldsWereKept: a node that kept unknown fields did not prune a
+// field it did not know, so a stored object may have the field the new schema adds, and a
+// rule guarded by its absence may refuse it.
+func TestCompareGuardWhereUnknownFieldsWereKept(t *testing.T) {
+	preserve := func(c map[string]any) { schemaAt(c, "spec.locks.[*]")["x-kubernetes-preserve-unknown-fields"] = true }
+	old := mutated(t, preserve)
+	changed := mutated(t, func(c map[string]any) {
+		preserve(c)
+		item := schemaAt(c, "spec.locks.[*]")
+		item["properties"].(map[string]any)["weight"] = map[string]any{"type": "integer"}
+		item["x-kubernetes-validations"] = append(item["x-kubernetes-validations"].([]any),
+			map[string]any{"rule": "!has(self.weight) || self.weight > 0"})
+	})
+	var got []string
+	for _, c := range Compare(old, changed) {
+		got = append(got, c.String())
+	}
+	want := []string{"v1alpha1 .spec.locks[*]: validation rule added or changed: !has(self.weight) || self.weight > 0"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("changes (-want +got):\n%s", diff)
 	}
 }
