@@ -29,6 +29,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
+	"github.com/turnstile-dev/turnstile/internal/whoami"
 )
 
 // Event reasons on the workload.
@@ -54,7 +55,9 @@ type Reconciler struct {
 	workloads client.Reader // the gated-only cache of Pods and Jobs
 	live      client.Reader // the API server itself
 	recorder  events.EventRecorder
-	clock     clock.PassiveClock // when renewals are due
+	// self is the manager's user name, recorded as the creator of the requests it makes.
+	self  whoami.Cache
+	clock clock.PassiveClock // when renewals are due
 }
 
 // Option configures the workload controllers.
@@ -346,6 +349,11 @@ func (r *Reconciler) create(ctx context.Context, obj client.Object, key client.O
 	}
 	if spec.TTL != nil {
 		lr.Spec.TTL = &metav1.Duration{Duration: *spec.TTL}
+	}
+	// The manager creates it for the workload's creator, as a delegate: recorded as its creator,
+	// as the mutating admission policy would (where it does not run, the validating one requires it).
+	if err := r.self.Stamp(ctx, r.client, lr); err != nil {
+		return err
 	}
 	if err := r.client.Create(ctx, lr); err != nil {
 		if apierrors.IsAlreadyExists(err) {
