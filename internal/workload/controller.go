@@ -352,6 +352,7 @@ func (r *Reconciler) create(ctx context.Context, obj client.Object, key client.O
 	}
 	// The manager creates it for the workload's creator, as a delegate: recorded as its creator,
 	// as the mutating admission policy would (where it does not run, the validating one requires it).
+	// guard:workload-records-creator
 	if err := r.self.Stamp(ctx, r.client, lr); err != nil {
 		return err
 	}
