@@ -50,6 +50,11 @@ type Waiter struct {
 	// exclusive holder, or for the exclusive waiter ahead of it (writer preference), never for
 	// shared holders or shared waiters ahead of it.
 	Shared bool
+	// KeptOut is true when a counting bound keeps a Shared waiter out (issue #45): the key's
+	// holders are as many as its own maxHolders, or the lowest among theirs, allows. It waits
+	// for any one of them to leave, and, as the grant order keeps FIFO at the bound, the shared
+	// waiters behind it wait for it as for a writer.
+	KeptOut bool
 }
 
 // KeyState is one lock key as the controller sees it.
@@ -231,7 +236,7 @@ func Build(keys []KeyState) *Graph {
 				// Writer preference: it waits for the exclusive waiter ahead of it.
 				arcs = append(arcs, arc{from: n, to: writer, key: i, pos: pos})
 			// guard:deadlock-shared-cap-no-edge
-			case w.Shared && ks.Holder == nil && !ks.Full:
+			case w.Shared && ks.Holder == nil && !ks.Full && !w.KeptOut:
 				// Shared holders (or none) with room, and no writer ahead: it waits for
 				// nobody here.
 			default:
@@ -246,7 +251,8 @@ func Build(keys []KeyState) *Graph {
 				}
 			}
 			ahead = n
-			if !w.Shared {
+			// guard:deadlock-kept-out-blocks-behind
+			if !w.Shared || w.KeptOut {
 				writer = n
 			}
 		}
@@ -259,10 +265,14 @@ func Build(keys []KeyState) *Graph {
 // letInByAnyOne reports whether w, at the head of what waits for ks's holders, is let in by any
 // one of them leaving (an any-of wait) rather than only once all of them have: a shared waiter
 // on a key whose shared places are all taken (Full) waits for one place, which any shared
-// holder frees. Counting keys (at most N holders) wait the same way at their limit.
+// holder frees. A waiter a counting bound keeps out (KeptOut) waits the same way: when every
+// bound agrees, any one holder leaving lets it in; when its own bound is lower than theirs it
+// needs several to leave, and any-of is the weaker claim (it can miss such a deadlock, never
+// name a false one).
 func letInByAnyOne(ks KeyState, w Waiter) bool {
 	// guard:deadlock-any-of
-	return w.Shared && ks.Holder == nil && ks.Full
+	// guard:deadlock-counting-any-of
+	return w.Shared && ks.Holder == nil && (ks.Full || w.KeptOut)
 }
 
 // collectIdentities numbers every identity that holds or waits on g's keys, in identity order,

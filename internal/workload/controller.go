@@ -6,7 +6,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -29,7 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
-	turnstile "github.com/turnstile-dev/turnstile/pkg/client"
+	"github.com/turnstile-dev/turnstile/internal/whoami"
 )
 
 // Event reasons on the workload.
@@ -66,7 +65,7 @@ type Reconciler struct {
 	live      client.Reader // the API server itself
 	recorder  events.EventRecorder
 	clock     clock.PassiveClock // when renewals are due
-	self      *identity          // the manager's user name: the creator its own requests carry
+	self      *whoami.Cache      // the manager's user name: the creator its own requests carry
 }
 
 // Option configures the workload controllers.
@@ -78,7 +77,7 @@ func WithClock(c clock.PassiveClock) Option { return func(r *Reconciler) { r.clo
 // WithIdentity sets the manager's user name, which is otherwise asked of the API server
 // (a SelfSubjectReview, as kubectl auth whoami) before the first reconcile.
 func WithIdentity(user string) Option {
-	return func(r *Reconciler) { r.self = &identity{name: user} }
+	return func(r *Reconciler) { r.self = whoami.Known(user) }
 }
 
 // SetupWithManager registers the Pod and Job controllers. Pods and Jobs are read from a cache
@@ -98,7 +97,7 @@ func SetupWithManager(mgr ctrl.Manager, opts ...Option) error {
 		return err
 	}
 	recorder := mgr.GetEventRecorder("turnstile-workloads")
-	self := &identity{ask: func(ctx context.Context) (string, error) { return turnstile.WhoAmI(ctx, mgr.GetClient()) }}
+	self := &whoami.Cache{}
 	for _, k := range []kind{podKind{}, jobKind{}} {
 		r := &Reconciler{kind: k, client: mgr.GetClient(), workloads: gated, live: mgr.GetAPIReader(), recorder: recorder, clock: clock.RealClock{}, self: self}
 		for _, o := range opts {
@@ -115,26 +114,6 @@ func SetupWithManager(mgr ctrl.Manager, opts ...Option) error {
 		}
 	}
 	return nil
-}
-
-// identity is the manager's user name, asked once.
-type identity struct {
-	mu   sync.Mutex
-	name string
-	ask  func(context.Context) (string, error)
-}
-
-func (i *identity) get(ctx context.Context) (string, error) {
-	i.mu.Lock()
-	defer i.mu.Unlock()
-	if i.name == "" {
-		name, err := i.ask(ctx)
-		if err != nil {
-			return "", fmt.Errorf("who the manager is: %w", err)
-		}
-		i.name = name
-	}
-	return i.name, nil
 }
 
 // workloadsOf maps a LockRequest to the workloads of this kind it may concern: the one its
@@ -199,7 +178,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 func (r *Reconciler) requests(ctx context.Context, key client.ObjectKey) ([]made, [2]*locksv1.LockRequest, error) {
 	var ours []made
 	var others [2]*locksv1.LockRequest
-	self, err := r.self.get(ctx)
+	self, err := r.self.Name(ctx, r.client)
 	if err != nil {
 		return nil, others, err
 	}
@@ -351,7 +330,7 @@ func (r *Reconciler) unrequested(ctx context.Context, obj client.Object, earlier
 // requestGone stops a workload that was let go and has no request of the manager's any more,
 // once the API server confirms it: a cache that lags may not show a request that exists.
 func (r *Reconciler) requestGone(ctx context.Context, obj client.Object) error {
-	self, err := r.self.get(ctx)
+	self, err := r.self.Name(ctx, r.client)
 	if err != nil {
 		return err
 	}
@@ -508,7 +487,7 @@ func (r *Reconciler) create(ctx context.Context, obj client.Object, others [2]*l
 		r.recorder.Eventf(obj, nil, corev1.EventTypeWarning, ReasonInvalid, "Validate", "%s; the %s stays held until it is fixed", err, r.kind.name())
 		return ctrl.Result{}, nil
 	}
-	self, err := r.self.get(ctx)
+	self, err := r.self.Name(ctx, r.client)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -566,6 +545,9 @@ func (r *Reconciler) newRequest(obj client.Object, spec Spec, self string) (*loc
 			Namespace: obj.GetNamespace(),
 			Labels:    map[string]string{LabelWorkloadKind: r.kind.name(), LabelWorkloadName: labelValue(obj.GetName())},
 			Annotations: map[string]string{
+				// Recorded as the request's creator, as the mutating admission policy would (where
+				// it does not run, the validating one requires it), and the manager's stamp.
+				// guard:workload-records-creator
 				AnnotationCreatedBy:   self,
 				AnnotationWorkload:    r.kind.name() + "/" + obj.GetName(),
 				AnnotationWorkloadUID: string(obj.GetUID()),

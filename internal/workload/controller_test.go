@@ -22,6 +22,7 @@ import (
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
 	"github.com/turnstile-dev/turnstile/internal/testing/framework"
+	"github.com/turnstile-dev/turnstile/internal/whoami"
 )
 
 // These tests run the Reconciler itself against a real kube-apiserver and etcd, without the
@@ -86,7 +87,7 @@ func (v cacheView) Get(ctx context.Context, key client.ObjectKey, obj client.Obj
 // through cached.
 func reconciler(k kind, c, cached client.Client) (*Reconciler, *events.FakeRecorder) {
 	recorder := events.NewFakeRecorder(100)
-	return &Reconciler{kind: k, client: cached, workloads: c, live: c, recorder: recorder, clock: clock.RealClock{}, self: &identity{name: self}}, recorder
+	return &Reconciler{kind: k, client: cached, workloads: c, live: c, recorder: recorder, clock: clock.RealClock{}, self: whoami.Known(self)}, recorder
 }
 
 func reconcileOnce(t *testing.T, r *Reconciler, obj client.Object) {

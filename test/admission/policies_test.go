@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
+	"github.com/turnstile-dev/turnstile/internal/compat"
 	"github.com/turnstile-dev/turnstile/internal/testing/wrappers"
 )
 
@@ -60,6 +61,9 @@ var _ = Describe("Who may do what", func() {
 	})
 
 	It("a requester's requests are their own: the owner is filled in when unset, and naming someone else is denied", func() {
+		if !mutating {
+			Skip("no MutatingAdmissionPolicy here: nothing is filled in; test/validatingonly proves what is required instead")
+		}
 		t := newTeam()
 		By("owner unset: the API server fills in alice, and records her as the creator")
 		lr := request(t.ns, "unset", "")
@@ -161,10 +165,18 @@ spec:
 		By("alice renews and releases it; nobody can rewrite who created it")
 		Expect(patch(t.alice, lr.DeepCopy(), renew)).To(Succeed())
 		Expect(patch(t.alice, lr.DeepCopy(), release)).To(Succeed())
-		Expect(patch(t.alice, lr, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"annotations":{"locks.turnstile.dev/created-by":"bob"}}}`)))).To(Succeed())
-		Expect(lr.Annotations).To(HaveKeyWithValue(createdBy, "alice"), "the mutating policy puts the creator back")
-		Expect(patch(t.alice, lr, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"annotations":{"locks.turnstile.dev/created-by":null}}}`)))).To(Succeed())
-		Expect(lr.Annotations).To(HaveKeyWithValue(createdBy, "alice"))
+		rewrite := client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"annotations":{"locks.turnstile.dev/created-by":"bob"}}}`))
+		remove := client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"annotations":{"locks.turnstile.dev/created-by":null}}}`))
+		if mutating {
+			Expect(patch(t.alice, lr, rewrite)).To(Succeed())
+			Expect(lr.Annotations).To(HaveKeyWithValue(createdBy, "alice"), "the mutating policy puts the creator back")
+			Expect(patch(t.alice, lr, remove)).To(Succeed())
+			Expect(lr.Annotations).To(HaveKeyWithValue(createdBy, "alice"))
+		} else {
+			const fixed = "metadata.annotations[locks.turnstile.dev/created-by] records who created the request and cannot be changed or removed; create a new LockRequest instead"
+			expectDenied(patch(t.alice, lr.DeepCopy(), rewrite), denial(lockRequestRef("alices"), "turnstile-lockrequest-changes", fixed))
+			expectDenied(patch(t.alice, lr.DeepCopy(), remove), denial(lockRequestRef("alices"), "turnstile-lockrequest-changes", fixed))
+		}
 		Expect(t.alice.Delete(ctx, lr)).To(Succeed())
 
 		By("dana, the namespace's admin, releases and deletes anyone's request")
@@ -284,8 +296,16 @@ spec:
 		t := newTeam()
 		lease := holderLease(t.ns, "runner")
 		lease.Annotations = map[string]string{createdBy: "bob"}
-		Expect(t.alice.Create(ctx, lease)).To(Succeed())
-		Expect(lease.Annotations).To(HaveKeyWithValue(createdBy, "alice"), "the creator is stamped, whatever the request said")
+		if mutating {
+			Expect(t.alice.Create(ctx, lease)).To(Succeed())
+			Expect(lease.Annotations).To(HaveKeyWithValue(createdBy, "alice"), "the creator is stamped, whatever the request said")
+		} else {
+			Expect(t.alice.Create(ctx, lease)).To(MatchError(ContainSubstring("ValidatingAdmissionPolicy 'turnstile-holder-lease-creator'")),
+				"a forged creator is refused where it is not stamped")
+			lease = holderLease(t.ns, "runner")
+			Expect(t.alice.Create(ctx, lease)).To(Succeed())
+			Expect(lease.Annotations).To(HaveKeyWithValue(createdBy, "alice"))
+		}
 
 		why := func(verb string) string {
 			return denial(`leases.coordination.k8s.io "runner"`, "turnstile-holder-lease",
@@ -365,6 +385,20 @@ spec:
 		DeferCleanup(func() { _ = admin.Delete(ctx, crb) })
 		Expect(patch(as("frank", "platform-team"), freeze, lock)).To(Succeed())
 		Expect(freeze.Spec.Locked).To(BeTrue())
+	})
+})
+
+var _ = Describe("The manager's admission probe", func() {
+	It("finds the mutating policies where they are installed, and only the validating ones where they are not", func() {
+		t := newTeam()
+		user, groups := serviceAccount("turnstile-system", "turnstile-controller-manager")
+		mode, err := compat.Probe(ctx, rawAs(user, groups...), t.ns)
+		Expect(err).NotTo(HaveOccurred())
+		want := compat.AdmissionValidatingOnly
+		if mutating {
+			want = compat.AdmissionMutating
+		}
+		Expect(mode).To(Equal(want))
 	})
 })
 

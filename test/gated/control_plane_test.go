@@ -358,6 +358,14 @@ spec:
 				},
 			},
 		}
+		if !mutating {
+			// Nothing is filled in: the CronJob's Jobs must carry what the policy would give
+			// them, as the CronJob controller's identity (the user the controller manager runs as).
+			tmpl := &cj.Spec.JobTemplate
+			tmpl.Labels = map[string]string{workload.LabelGated: "true"}
+			tmpl.Annotations[workload.AnnotationCreatedBy] = "turnstile-admin"
+			tmpl.Spec.Suspend = ptr.To(true)
+		}
 		Expect(admin.Create(ctx, cj)).To(Succeed())
 		DeferCleanup(func() { _ = admin.Delete(ctx, cj) })
 		cronJobs := func() []batchv1.Job {

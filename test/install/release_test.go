@@ -22,10 +22,10 @@ var _ = Describe("Installed from a release's packaged chart (helm install)", Ord
 	var r releasebuild.Release
 	BeforeAll(func() { r = release() })
 	describeInstall(installPath{
-		manifests: func() string {
-			return run(helmBin, "template", "turnstile", r.Chart(), "--namespace", "turnstile-system")
+		manifests: func(b framework.Bundle) string {
+			return run(helmBin, append([]string{"template", "turnstile", r.Chart(), "--namespace", "turnstile-system"}, capabilities(b)...)...)
 		},
-		dryRunOnly:      func() []string { return nil },
+		dryRunOnly:      func(framework.Bundle) []string { return nil },
 		createNamespace: true,
 		install: func(c *cluster) {
 			kubeconfig := framework.AdminKubeconfig(c.env)
@@ -41,8 +41,8 @@ var _ = Describe("Installed from a release's install.yaml (kubectl apply --serve
 	var r releasebuild.Release
 	BeforeAll(func() { r = release() })
 	describeInstall(installPath{
-		manifests:  func() string { return readFile(r.Bundle()) },
-		dryRunOnly: func() []string { return nil },
+		manifests:  func(framework.Bundle) string { return readFile(r.Bundle()) },
+		dryRunOnly: func(framework.Bundle) []string { return nil },
 		manager:    func() string { return releaseManager(r) },
 	})
 })
