@@ -6,7 +6,9 @@
 //     index's digest, which everything below pins;
 //   - turnstile-X.Y.Z.tgz: the chart, its values' image.digest set to that digest;
 //   - install.yaml: the install bundle (config/default built by kustomize, the image pinned by
-//     digest) for kubectl apply --server-side;
+//     digest) for kubectl apply --server-side on Kubernetes 1.36 and later, and
+//     install-validating-only.yaml and install-mutating-v1beta1.yaml, the same of
+//     config/overlays/* for 1.33 to 1.35;
 //   - kubectl-turnstile_vX.Y.Z_OS_ARCH.tar.gz (.zip on Windows) for linux, darwin and windows
 //     on amd64 and arm64, and turnstile.krew.yaml, the krew plugin manifest;
 //   - turnstile-image.cdx.json and kubectl-turnstile.cdx.json: CycloneDX SBOMs, from the

@@ -72,7 +72,7 @@ func renderNotes(o options, m meta, digest v1.Hash, since string, commits []comm
 	for _, row := range [][2]string{
 		{"Manager image (" + platformList(imagePlatforms) + ")", "`" + ref + "`"},
 		{"Helm chart, the image pinned by digest", "`" + chartFile(m) + "`"},
-		{"Install bundle for `kubectl apply --server-side -f`", "`" + bundleFile + "`"},
+		{"Install bundles for `kubectl apply --server-side -f`", bundleList(o)},
 		{"kubectl plugin (" + platformList(pluginPlatforms) + ")", "`" + pluginName + "_" + m.version + "_OS_ARCH.tar.gz` (`.zip` on Windows); krew manifest `" + krewFile + "`"},
 		{"SBOMs (CycloneDX " + sbomSpec.String() + ")", "`" + imageSBOMFile + "`, `" + pluginSBOMFile + "`"},
 		{"Checksums", "`" + sumsFile + "` (`sha256sum -c " + sumsFile + "`)"},
@@ -115,4 +115,16 @@ func platformList(ps []platform) string {
 		names = append(names, p.String())
 	}
 	return strings.Join(names, ", ")
+}
+
+// bundleList names each install bundle and the clusters it is for.
+func bundleList(o options) string {
+	var parts []string
+	for _, b := range bundles {
+		if _, err := os.Stat(filepath.Join(o.out, b.file)); err != nil {
+			continue // not in a source from before its overlay
+		}
+		parts = append(parts, "`"+b.file+"` ("+b.clusters+")")
+	}
+	return strings.Join(parts, "; ")
 }

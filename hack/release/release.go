@@ -70,7 +70,7 @@ func run(ctx context.Context, o options, log io.Writer) error {
 		{"go build (8 binaries)", func() (err error) { bins, err = buildAll(ctx, o, m, filepath.Join(work, "build"), log); return err }},
 		{"image", func() (err error) { img, err = writeImage(o, m, bins); return err }},
 		{"chart", func() error { return writeChart(ctx, o, m, img.digest, work) }},
-		{"install bundle", func() error { return writeBundle(o, img.digest, work) }},
+		{"install bundles", func() error { return writeBundles(o, img.digest, work) }},
 		{"plugin archives, krew", func() error { return writePlugin(o, m, bins) }},
 		{"SBOMs", func() error { return writeSBOMs(o, m, bins, img) }},
 		{"release notes", func() error { return writeNotes(ctx, o, m, img.digest) }},

@@ -37,11 +37,11 @@ var _ = Describe("Installed from a release's packaged chart (helm install)", Ord
 	})
 })
 
-var _ = Describe("Installed from a release's install.yaml (kubectl apply --server-side)", Ordered, func() {
+var _ = Describe("Installed from a release's install bundle (kubectl apply --server-side)", Ordered, func() {
 	var r releasebuild.Release
 	BeforeAll(func() { r = release() })
 	describeInstall(installPath{
-		manifests:  func(framework.Bundle) string { return readFile(r.Bundle()) },
+		manifests:  func(b framework.Bundle) string { return readFile(r.BundleFor(b)) },
 		dryRunOnly: func(framework.Bundle) []string { return nil },
 		manager:    func() string { return releaseManager(r) },
 	})

@@ -219,11 +219,19 @@ func TestChartAndBundlePinTheImage(t *testing.T) {
 			t.Errorf("the packaged chart has %s", name)
 		}
 	}
-	for name, text := range map[string]string{
-		"helm template " + filepath.Base(r.Chart()): run(t, root, nil, helm(t), "template", "turnstile", r.Chart(), "-n", "turnstile-system"),
-		"install.yaml": readFile(t, r.Bundle()),
-	} {
-		objs, err := framework.ParseManifests(text)
+	// Each way to install, and the MutatingAdmissionPolicy version it installs ("": none, the
+	// validating-only set): the chart as helm install renders it where the cluster serves v1,
+	// and the bundle docs/install.md names for each range of Kubernetes versions.
+	type rendering struct{ text, mutating string }
+	renderings := map[string]rendering{
+		"helm template " + filepath.Base(r.Chart()): {run(t, root, nil, helm(t), "template", "turnstile", r.Chart(), "-n", "turnstile-system",
+			"--api-versions", "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy"), "v1"},
+	}
+	for _, b := range []framework.Bundle{{Mutating: "v1"}, {Mutating: "v1beta1"}, {Mutating: ""}} {
+		renderings[filepath.Base(r.BundleFor(b))] = rendering{readFile(t, r.BundleFor(b)), b.Mutating}
+	}
+	for name, rd := range renderings {
+		objs, err := framework.ParseManifests(rd.text)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -231,6 +239,11 @@ func TestChartAndBundlePinTheImage(t *testing.T) {
 		kinds := map[string]int{}
 		for _, o := range objs {
 			kinds[o.Kind()]++
+			if o.Kind() == "MutatingAdmissionPolicy" {
+				if got := fmt.Sprint(o["apiVersion"]); got != "admissionregistration.k8s.io/"+rd.mutating {
+					t.Errorf("%s has a MutatingAdmissionPolicy %s, want %q", name, got, rd.mutating)
+				}
+			}
 			if o.Kind() != "Deployment" {
 				continue
 			}
@@ -241,13 +254,16 @@ func TestChartAndBundlePinTheImage(t *testing.T) {
 		if !cmp.Equal(images, []string{want}) {
 			t.Errorf("%s runs %v, want [%s]", name, images, want)
 		}
-		for _, kind := range []string{"CustomResourceDefinition", "ClusterRole", "ValidatingAdmissionPolicy", "MutatingAdmissionPolicy", "ServiceAccount", "Deployment"} {
+		for _, kind := range []string{"CustomResourceDefinition", "ClusterRole", "ValidatingAdmissionPolicy", "ServiceAccount", "Deployment"} {
 			if kinds[kind] == 0 {
 				t.Errorf("%s has no %s", name, kind)
 			}
 		}
-		if name == "install.yaml" && kinds["Namespace"] != 1 {
-			t.Errorf("install.yaml creates %d namespaces, want its own one", kinds["Namespace"])
+		if (kinds["MutatingAdmissionPolicy"] > 0) != (rd.mutating != "") {
+			t.Errorf("%s has %d MutatingAdmissionPolicies, want them as %q (none for \"\")", name, kinds["MutatingAdmissionPolicy"], rd.mutating)
+		}
+		if !strings.HasPrefix(name, "helm ") && kinds["Namespace"] != 1 {
+			t.Errorf("%s creates %d namespaces, want its own one", name, kinds["Namespace"])
 		}
 	}
 }

@@ -59,8 +59,21 @@ func (r Release) ChartVersion() string { return strings.TrimPrefix(r.Version, "v
 // Chart is the packaged chart's path.
 func (r Release) Chart() string { return filepath.Join(r.Dir, "turnstile-"+r.ChartVersion()+".tgz") }
 
-// Bundle is the install bundle's path.
+// Bundle is the install bundle's path: config/default's, for Kubernetes 1.36 and later.
 func (r Release) Bundle() string { return filepath.Join(r.Dir, "install.yaml") }
+
+// BundleFor is the install bundle docs/install.md tells a user of b's cluster to apply: the
+// release's build of the kustomize directory framework.BundleFor picks for it.
+func (r Release) BundleFor(b framework.Bundle) string {
+	switch b.Mutating {
+	case "v1":
+		return r.Bundle()
+	case "v1beta1":
+		return filepath.Join(r.Dir, "install-mutating-v1beta1.yaml")
+	default:
+		return filepath.Join(r.Dir, "install-validating-only.yaml")
+	}
+}
 
 // ImageLayout is the image's OCI layout directory.
 func (r Release) ImageLayout() string { return filepath.Join(r.Dir, "image") }
