@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/turnstile-dev/turnstile/internal/testing/framework"
 	"github.com/turnstile-dev/turnstile/internal/testing/kubelet"
 )
 
@@ -54,7 +55,11 @@ func TestDeploymentRunsAsRendered(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			const namespace = "turnstile-system"
 			kubelet.Run(t, kubelet.Deployment{
-				Objects: render(t, "turnstile", namespace, args...), Namespace: namespace, Image: img,
+				// helm install renders with what the cluster serves (discovery); so does this test.
+				Render: func(capabilities []string) []framework.Manifest {
+					return render(t, "turnstile", namespace, append(capabilities, args...)...)
+				},
+				Namespace: namespace, Image: img,
 				Kubectl: kubectl(t), Sample: filepath.Join(root, "config", "samples", "locks_v1alpha1_lockrequest.yaml"),
 			})
 		})

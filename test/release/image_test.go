@@ -23,12 +23,15 @@ func TestImageRunsAsShipped(t *testing.T) {
 	c := img.config.Config
 	t.Logf("image %s, linux/%s: user %s, entrypoint %q, unpacked into %s", img.indexDigest, runtime.GOARCH, c.User, c.Entrypoint, img.root)
 	const namespace = "turnstile-system"
-	objs, err := framework.ParseManifests(run(t, root, nil, helm(t), "template", "turnstile", r.Chart(), "-n", namespace))
-	if err != nil {
-		t.Fatal(err)
-	}
 	replicas := kubelet.Run(t, kubelet.Deployment{
-		Objects: objs, Namespace: namespace, Kubectl: kubectl(t),
+		Render: func(capabilities []string) []framework.Manifest {
+			objs, err := framework.ParseManifests(run(t, root, nil, helm(t), append([]string{"template", "turnstile", r.Chart(), "-n", namespace}, capabilities...)...))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return objs
+		},
+		Namespace: namespace, Kubectl: kubectl(t),
 		Image:  kubelet.Image{Root: img.root, User: c.User, Env: c.Env, Entrypoint: c.Entrypoint, Cmd: c.Cmd},
 		Sample: filepath.Join(root, "config", "samples", "locks_v1alpha1_lockrequest.yaml"),
 	})

@@ -22,6 +22,8 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/yaml"
 
 	"github.com/turnstile-dev/turnstile/internal/memlimit"
@@ -31,10 +33,12 @@ import (
 // Deployment is a rendered install (helm template of the chart) whose manager Deployment is
 // started here, from Image.
 type Deployment struct {
-	// Objects are the rendered manifests. Everything but the Deployment is installed, as helm
-	// install would (except prometheus-operator's kinds, which this control plane lacks); the
-	// Deployment's pods are started by Run.
-	Objects   []framework.Manifest
+	// Render renders the manifests (helm template) given the flags that stand for what helm
+	// install learns from the fresh control plane's discovery (Capabilities), so that the
+	// chart's .Capabilities choices render as on that cluster. Everything but the Deployment is
+	// installed, as helm install would (except prometheus-operator's kinds, which this control
+	// plane lacks); the Deployment's pods are started by Run.
+	Render    func(capabilities []string) []framework.Manifest
 	Namespace string
 	Image     Image
 	// Kubectl is the real kubectl binary.
@@ -73,9 +77,11 @@ func (r *Replica) running() error {
 func Run(t *testing.T, d Deployment) []*Replica {
 	t.Helper()
 	r := &run{t: t, d: d}
-	r.prepare()
 	r.startControlPlane()
-	install(t, d, r.kc)
+	// helm install renders with what the cluster serves (discovery); so does this.
+	r.objects = d.Render(Capabilities(t, r.env.Config))
+	r.prepare()
+	install(t, r.objects, d.Namespace, r.kc)
 	r.startPods()
 	r.probeAll("")
 	t.Logf("pods ready on their probes %v", r.probes)
@@ -100,6 +106,7 @@ func Run(t *testing.T, d Deployment) []*Replica {
 type run struct {
 	t          *testing.T
 	d          Deployment
+	objects    []framework.Manifest
 	dep        framework.Manifest
 	podSpec    map[string]any
 	container  map[string]any
@@ -117,7 +124,7 @@ type run struct {
 func (r *run) prepare() {
 	t := r.t
 	t.Helper()
-	r.dep = findDeployment(t, r.d.Objects)
+	r.dep = findDeployment(t, r.objects)
 	r.podSpec = r.dep.Path("spec", "template", "spec").(map[string]any)
 	r.container = r.podSpec["containers"].([]any)[0].(map[string]any)
 	r.replicas = int(r.dep.Path("spec", "replicas").(float64))
@@ -264,10 +271,10 @@ func findDeployment(t *testing.T, objs []framework.Manifest) framework.Manifest 
 
 // install applies everything rendered that this control plane serves, as `helm install`
 // would, except the Deployment: the test is its kubelet.
-func install(t *testing.T, d Deployment, kc func(stdin string, args ...string) string) {
+func install(t *testing.T, objects []framework.Manifest, namespace string, kc func(stdin string, args ...string) string) {
 	t.Helper()
 	var manifests bytes.Buffer
-	for _, o := range d.Objects {
+	for _, o := range objects {
 		if o.Kind() == "Deployment" || strings.HasPrefix(fmt.Sprint(o["apiVersion"]), "monitoring.coreos.com/") {
 			continue
 		}
@@ -278,7 +285,7 @@ func install(t *testing.T, d Deployment, kc func(stdin string, args ...string) s
 		manifests.WriteString("---\n")
 		manifests.Write(data)
 	}
-	kc("", "create", "namespace", d.Namespace)
+	kc("", "create", "namespace", namespace)
 	kc(manifests.String(), "apply", "--server-side", "-f", "-")
 	kc("", "wait", "--for=condition=Established", "--timeout=60s", "crd/lockrequests.locks.turnstile.dev", "crd/projectlocks.locks.turnstile.dev", "crd/commandlocks.locks.turnstile.dev")
 }
@@ -404,4 +411,33 @@ func randomSuffix(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)[:n]
+}
+
+// Capabilities are the helm template flags that stand for what helm install learns from the
+// cluster's discovery: its version, and every group/version and group/version/Kind it serves
+// (as helm's own capabilities list them), so `.Capabilities` choices render as on that cluster.
+func Capabilities(t *testing.T, cfg *rest.Config) []string {
+	t.Helper()
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	version, err := dc.ServerVersion()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, lists, err := dc.ServerGroupsAndResources()
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"--kube-version", version.GitVersion}
+	for _, l := range lists {
+		args = append(args, "--api-versions", l.GroupVersion)
+		for _, r := range l.APIResources {
+			if !strings.Contains(r.Name, "/") {
+				args = append(args, "--api-versions", l.GroupVersion+"/"+r.Kind)
+			}
+		}
+	}
+	return args
 }
