@@ -20,7 +20,10 @@ import (
 
 var _ = Describe("Installed from a release's packaged chart (helm install)", Ordered, func() {
 	var r releasebuild.Release
-	BeforeAll(func() { r = release() })
+	var manager string
+	// The image is unpacked before the specs: a TempDir made in one spec goes with it, and
+	// every spec of the container runs this manager.
+	BeforeAll(func() { r = release(); manager = releaseManager(r) })
 	describeInstall(installPath{
 		manifests: func(b framework.Bundle) string {
 			return run(helmBin, append([]string{"template", "turnstile", r.Chart(), "--namespace", "turnstile-system"}, capabilities(b)...)...)
@@ -33,17 +36,20 @@ var _ = Describe("Installed from a release's packaged chart (helm install)", Ord
 			Expect(run(helmBin, "status", "turnstile", "--namespace", "turnstile-system", "--kubeconfig", kubeconfig)).
 				To(ContainSubstring("STATUS: deployed"))
 		},
-		manager: func() string { return releaseManager(r) },
+		manager: func() string { return manager },
 	})
 })
 
 var _ = Describe("Installed from a release's install bundle (kubectl apply --server-side)", Ordered, func() {
 	var r releasebuild.Release
-	BeforeAll(func() { r = release() })
+	var manager string
+	// The image is unpacked before the specs: a TempDir made in one spec goes with it, and
+	// every spec of the container runs this manager.
+	BeforeAll(func() { r = release(); manager = releaseManager(r) })
 	describeInstall(installPath{
 		manifests:  func(b framework.Bundle) string { return readFile(r.BundleFor(b)) },
 		dryRunOnly: func(framework.Bundle) []string { return nil },
-		manager:    func() string { return releaseManager(r) },
+		manager:    func() string { return manager },
 	})
 })
 
@@ -57,7 +63,8 @@ func release() releasebuild.Release {
 }
 
 // releaseManager is the manager of the release's image for this machine: the image index read
-// from the OCI layout, the platform's layers unpacked.
+// from the OCI layout, the platform's layers unpacked into a TempDir that lasts as long as the
+// node that calls it (call it in BeforeAll).
 func releaseManager(r releasebuild.Release) string {
 	GinkgoHelper()
 	l, err := oci.Open(r.ImageLayout())
