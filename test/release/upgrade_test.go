@@ -249,7 +249,15 @@ func (c *cluster) startManager(binary, name string) *managerProc {
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	args := framework.OutsideClusterArgs(ctr.Args, framework.FreeAddr(), framework.FreeAddr())
+	metricsAddr, err := framework.FreeLoopbackAddr()
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	probeAddr, err := framework.FreeLoopbackAddr()
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	args := framework.OutsideClusterArgs(ctr.Args, metricsAddr, probeAddr)
 	p, err := framework.StartProcessLogFileEnv(binary, kubeconfig, filepath.Join(c.dir, name+".log"), env, args...)
 	if err != nil {
 		c.t.Fatal(err)
@@ -283,9 +291,15 @@ func (c *cluster) waitMembers(g *gomega.WithT, ms ...*managerProc) {
 		if err := c.env.Client.List(c.ctx, &leases, client.InNamespace(systemNS), client.MatchingLabels{"locks.turnstile.dev/role": "member"}); err != nil {
 			return nil, err
 		}
+		// A replica's Lease is turnstile-member-<identity>, its identity the pod's name and a
+		// suffix of its own process (a restarted pod is a new member).
 		var names []string
 		for _, l := range leases.Items {
-			names = append(names, l.Name)
+			name := strings.TrimPrefix(l.Name, "turnstile-member-")
+			if i := strings.LastIndex(name, "-"); i > 0 {
+				name = name[:i]
+			}
+			names = append(names, name)
 		}
 		sort.Strings(names)
 		return names, nil
