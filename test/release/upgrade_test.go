@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/onsi/gomega"
+	"github.com/onsi/gomega/format"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -103,6 +104,7 @@ const (
 
 func upgradeWithLocksHeld(t *testing.T, from, to releasebuild.Release, toLogsVersion bool) {
 	g := gomega.NewWithT(t)
+	format.MaxLength = 0 // a changed state is printed whole: which lock, which token
 	g.SetDefaultEventuallyTimeout(settle)
 	g.SetDefaultEventuallyPollingInterval(50 * time.Millisecond)
 	fromBin, toBin := managerOf(t, from), managerOf(t, to)
