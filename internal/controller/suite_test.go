@@ -3,14 +3,19 @@ package controller_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"strconv"
 	"testing"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	"go.uber.org/zap/zapcore"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
 	"github.com/turnstile-dev/turnstile/internal/controller"
@@ -52,6 +57,15 @@ func testOptions() controller.SetupOptions {
 }
 
 var _ = BeforeSuite(func() {
+	// TURNSTILE_TEST_LOG=FILE writes the managers' logs there, at TURNSTILE_TEST_LOG_V (the key
+	// trace is at 2): to follow a key that stood still.
+	if path := os.Getenv("TURNSTILE_TEST_LOG"); path != "" {
+		f, err := os.Create(path)
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(f.Close)
+		v, _ := strconv.Atoi(os.Getenv("TURNSTILE_TEST_LOG_V"))
+		ctrl.SetLogger(zap.New(zap.WriteTo(f), zap.Level(zapcore.Level(-v)), func(o *zap.Options) { o.TimeEncoder = zapcore.RFC3339NanoTimeEncoder }))
+	}
 	env = framework.StartEnv()
 	k8s = env.Client
 	options = testOptions()

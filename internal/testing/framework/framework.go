@@ -165,11 +165,12 @@ type Manager struct {
 	done   chan error
 }
 
-// StartManager runs the Turnstile controllers in-process until Stop, with the given options.
-func (e *Env) StartManager(o controller.SetupOptions) (*Manager, error) {
+// StartManager runs the Turnstile controllers in-process until Stop, with the given options;
+// with changes, the manager's options changed by each (a test's client that delays writes).
+func (e *Env) StartManager(o controller.SetupOptions, changes ...func(*ctrl.Options)) (*Manager, error) {
 	cfg := rest.CopyConfig(e.Config)
 	cfg.QPS, cfg.Burst = 1000, 2000
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+	mo := ctrl.Options{
 		Scheme:                 Scheme,
 		Cache:                  controller.CacheOptions(),
 		NewCache:               controller.NewCache,
@@ -177,7 +178,11 @@ func (e *Env) StartManager(o controller.SetupOptions) (*Manager, error) {
 		HealthProbeBindAddress: "0",
 		// Tests run several managers in one process (two at once, or one after a "crash").
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
-	})
+	}
+	for _, change := range changes {
+		change(&mo)
+	}
+	mgr, err := ctrl.NewManager(cfg, mo)
 	if err != nil {
 		return nil, err
 	}
