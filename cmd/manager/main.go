@@ -52,6 +52,7 @@ type options struct {
 	deadlockPolicy                  deadlock.Policy
 	deadlockScan                    time.Duration
 	deadlockDetection               bool
+	undecidedBound                  time.Duration
 	activeActive                    bool
 	membership                      sharding.Config
 	handover                        time.Duration
@@ -91,6 +92,7 @@ func parseFlags(args []string) (options, zap.Options, error) {
 	fs.BoolVar(&o.flags.DisableGlobalApplyLock, "disable-global-apply-lock", false, "Ignore CommandLocks for apply (like Atlantis --disable-global-apply-lock).")
 	fs.Var(policyFlag{&o.deadlockPolicy}, "deadlock-victim", "Which request of a deadlock cycle fails: newest, oldest or lowest-priority.")
 	fs.DurationVar(&o.deadlockScan, "deadlock-scan-interval", 30*time.Second, "Period of the full deadlock scan (a safety net; cycles are also checked when a request starts waiting). 0 disables the scan.")
+	fs.DurationVar(&o.undecidedBound, "undecided-key-bound", controller.DefaultUndecidedBound, "How long a lock key may show work (a release asked for, a grant to write, an expiry, a free key with waiters, a request without a status) without a decision before the watchdog decides it from a live read, emits an Undecided event and counts it in turnstile_undecided_keys_total. The watchdog looks every third of this, at the cache only. 0 turns it off.")
 	fs.BoolVar(&o.deadlockDetection, "deadlock-detection", true, "Detect wait-for cycles and fail one victim per cycle (see --deadlock-victim). false turns detection off: a cycle then lasts until a waitTimeout or ttl ends it.")
 	fs.BoolVar(&o.activeActive, "active-active", false, "Run every replica active: the owner of a key (rendezvous hashing over the live members) decides it at once, every other replica --backup-delay later, so a dead replica delays hand-offs by about that much. Excludes --leader-elect.")
 	fs.StringVar(&o.membership.Namespace, "membership-namespace", os.Getenv("POD_NAMESPACE"), "Namespace of the membership Leases of --active-active (default: $POD_NAMESPACE).")
@@ -109,6 +111,9 @@ func parseFlags(args []string) (options, zap.Options, error) {
 	}
 	if o.leaderElect && (o.retryPeriod <= 0 || o.retryPeriod >= o.renewDeadline || o.renewDeadline >= o.leaseDuration) {
 		return o, zopts, fmt.Errorf("leader election needs 0 < --leader-elect-retry-period (%s) < --leader-elect-renew-deadline (%s) < --leader-elect-lease-duration (%s)", o.retryPeriod, o.renewDeadline, o.leaseDuration)
+	}
+	if o.undecidedBound < 0 {
+		return o, zopts, fmt.Errorf("--undecided-key-bound must not be negative (0 turns the watchdog off), got %s", o.undecidedBound)
 	}
 	if o.activeActive {
 		if o.leaderElect {
@@ -214,6 +219,7 @@ func run(ctx context.Context, o options) error {
 		PositionRefreshRate: o.refreshRate,
 		DeadlockPolicy:      o.deadlockPolicy,
 		DeadlockScan:        o.deadlockScan,
+		UndecidedBound:      o.undecidedBound,
 		Registry:            metrics.Registry,
 
 		DisableDeadlockDetection: !o.deadlockDetection,

@@ -20,5 +20,29 @@ func init() {
 		mutant{name: "deadline-from-the-read", pkg: controls, focus: "run:TestDeadlineCountsFromTheRead", guard: "a decision's deadline is requeued for what is left of it after the plan's writes", edits: []edit{
 			{"deadline-from-the-read", "	if d.RequeueAfter > 0 {\n", "	if false && d.RequeueAfter > 0 {\n"},
 		}},
+		mutant{name: "watchdog-undecided-request", pkg: controls, focus: "run:TestPendingWork", guard: "the watchdog sees a request without a status as work of the key it waits in", edits: []edit{
+			{"watchdog-undecided-request", `case lr.Status.Phase == "" && waits && ref.Name == name:`, `case false && lr.Status.Phase == "" && waits && ref.Name == name:`},
+		}},
+		mutant{name: "watchdog-release", pkg: controls, focus: "run:TestPendingWork", guard: "the watchdog sees a holder asked to release as work", edits: []edit{
+			{"watchdog-release", "case held && lr.Spec.Release:", "case false && held && lr.Spec.Release:"},
+		}},
+		mutant{name: "watchdog-expiry", pkg: controls, focus: "run:TestPendingWork", guard: "the watchdog sees a grant past its expiry as work", edits: []edit{
+			{"watchdog-expiry", "case lr.Status.Phase == locksv1.PhaseGranted && held && lr.Status.ExpiresAt != nil", "case false && lr.Status.Phase == locksv1.PhaseGranted && held && lr.Status.ExpiresAt != nil"},
+		}},
+		mutant{name: "watchdog-gone-holder", pkg: controls, focus: "run:TestPendingWork", guard: "the watchdog sees a listed holder that is gone as work", edits: []edit{
+			{"watchdog-gone-holder", "case !ok:", "case false && !ok:"},
+		}},
+		mutant{name: "watchdog-final-holder", pkg: controls, focus: "run:TestPendingWork", guard: "the watchdog sees a listed holder that is final as work", edits: []edit{
+			{"watchdog-final-holder", "case lr.Status.Phase.IsFinal():", "case false && lr.Status.Phase.IsFinal():"},
+		}},
+		mutant{name: "watchdog-unwritten-grant", pkg: controls, focus: "run:TestPendingWork", guard: "the watchdog sees a grant the ProjectLock lists and its request does not show as work", edits: []edit{
+			{"watchdog-unwritten-grant", "case !lr.Status.Phase.IsFinal() && !holds(lr, name):", "case false && !lr.Status.Phase.IsFinal() && !holds(lr, name):"},
+		}},
+		mutant{name: "watchdog-free-key", pkg: controls, focus: "run:TestPendingWork", guard: "the watchdog sees a free key with a waiter queued behind nobody as work", edits: []edit{
+			{"watchdog-free-key", "if !lock.Status.Held() {", "if false && !lock.Status.Held() {"},
+		}},
+		mutant{name: "watchdog-decides-live", pkg: controls, focus: "worker hangs in a write", guard: "the watchdog decides an undecided key itself, from a live read, not only wakes it", edits: []edit{
+			{"watchdog-decides-live", "if _, err := w.r.decide(ctx, req, true); err != nil {", "if err := error(nil); err != nil {"},
+		}},
 	)
 }

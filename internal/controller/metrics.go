@@ -35,6 +35,12 @@ type Metrics struct {
 	Bypasses *prometheus.CounterVec
 	// EventsDropped counts Kubernetes events over the recorder's budget (memory.go).
 	EventsDropped prometheus.Counter
+	// UndecidedKeys counts the keys the watchdog found with work no decision had reached for
+	// longer than --undecided-key-bound, by where the key was then (watchdog.go).
+	UndecidedKeys *prometheus.CounterVec
+	// LongestUndecided is how long the key with work that has waited longest for a decision
+	// has waited, as of the watchdog's last look.
+	LongestUndecided prometheus.Gauge
 }
 
 var latencyBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600}
@@ -91,10 +97,23 @@ func NewMetrics(reg prometheus.Registerer, requests ...*RequestCounts) *Metrics 
 		EventsDropped: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "turnstile_events_dropped_total", Help: "Kubernetes events not sent because they exceeded the recorder's budget (the request's status says the same).",
 		}),
+		UndecidedKeys: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "turnstile_undecided_keys_total",
+			Help: "Keys found with work (a release asked for, a grant to write, an expiry, a free key with waiters, an undecided request) that no decision had reached for longer than --undecided-key-bound, and decided from a live read, by where the key was: queued (waiting for a worker), working (held by a worker), idle (neither: nothing would have decided it).",
+		}, []string{"where"}),
+		LongestUndecided: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "turnstile_undecided_seconds", Help: "How long the key with work that has waited longest for a decision has waited, as of the watchdog's last look (0: every key with work was decided).",
+		}),
+	}
+	// Every place a key can be is exported from the start, at 0: the alert's increase() then
+	// counts the first undecided key too.
+	for _, where := range []string{"queued", "working", "idle"} {
+		m.UndecidedKeys.WithLabelValues(where)
 	}
 	if reg != nil {
 		reg.MustRegister(m.QueueDepth, m.GrantLatency, m.WaitDuration, m.HoldDuration, m.Grants, m.Finished,
-			m.Conflicts, m.PlanWrites, m.StepConflicts, m.Demoted, m.Deadlocks, m.DeadlockChecks, m.FrozenCommand, m.Blocked, m.Bypasses, m.EventsDropped)
+			m.Conflicts, m.PlanWrites, m.StepConflicts, m.Demoted, m.Deadlocks, m.DeadlockChecks, m.FrozenCommand, m.Blocked, m.Bypasses, m.EventsDropped,
+			m.UndecidedKeys, m.LongestUndecided)
 		if len(requests) > 0 {
 			reg.MustRegister(&phaseCollector{counts: requests[0]})
 		}

@@ -53,8 +53,18 @@ func testOptions() controller.SetupOptions {
 		Retention:      4 * time.Second,
 		DeadlockPolicy: deadlock.PolicyNewest,
 		DeadlockScan:   2 * time.Second,
+		UndecidedBound: undecidedBound,
 	}
 }
+
+// undecidedBound is the suite's --undecided-key-bound: a third of the default, so the bound the
+// churn specs assert (undecidedLimit) is tight.
+const undecidedBound = 10 * time.Second
+
+// undecidedLimit is the longest a key with work may go undecided, as a client sees it: the
+// watchdog looks every third of the bound and finds it past the bound, then decides it; a
+// decision on a loaded API server takes a few writes of up to a second each.
+const undecidedLimit = 2 * undecidedBound
 
 var _ = BeforeSuite(func() {
 	// TURNSTILE_TEST_LOG=FILE writes the managers' logs there, at TURNSTILE_TEST_LOG_V (the key

@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -243,5 +245,50 @@ var _ = Describe("The waiters of a plan are told at once", Ordered, func() {
 		for _, name := range burst {
 			expectPhase(ns, name, locksv1.PhasePending)
 		}
+	})
+})
+
+var _ = Describe("The watchdog", Ordered, func() {
+	// A short bound, so the spec is quick: users have the flag (--undecided-key-bound).
+	const bound = 2 * time.Second
+	var gate *writeGate
+	BeforeAll(func() {
+		gate = newWriteGate()
+		o := options
+		o.UndecidedBound = bound
+		startGatedManager(gate, o)
+	})
+
+	It("decides, from a live read, a key whose worker hangs in a write, and says so", func() {
+		ns := newNamespace()
+		create(req("a", ns).Owner("alice", 1).Obj())
+		expectPhase(ns, "a", locksv1.PhaseGranted)
+		create(req("b", ns).Owner("bob", 2).Obj())
+		expectPhase(ns, "b", locksv1.PhasePending)
+
+		// The hand-off to b: its grant write hangs, and the worker with it. The ProjectLock
+		// lists b; b does not know: the key has work no worker will do.
+		gate.hangFirstGrant("b")
+		release(ns, "a")
+		Eventually(gate.waiting, timeout).Should(Receive(Equal("b")))
+		expectPhase(ns, "a", locksv1.PhaseReleased)
+
+		Eventually(phaseOf(ns, "b"), 3*bound+timeout, interval).Should(Equal(locksv1.PhaseGranted), "the watchdog should grant b")
+		pl := projectLock(ns, vpc)
+		Expect(get(ns, "b").Status.FencingToken).To(Equal(pl.Status.FencingToken))
+		Eventually(func() []string {
+			var evs eventsv1.EventList
+			Expect(k8s.List(ctx, &evs, client.InNamespace(ns))).To(Succeed())
+			var out []string
+			for _, e := range evs.Items {
+				if e.Reason == controller.ReasonUndecided && e.Regarding.Name == pl.Name {
+					out = append(out, e.Note)
+				}
+			}
+			return out
+		}, timeout, interval).Should(ContainElement(And(
+			ContainSubstring("the grant of b (listed by the ProjectLock, not written)"),
+			ContainSubstring("held by a worker"),
+			ContainSubstring("decided from a live read"))))
 	})
 })
