@@ -42,7 +42,7 @@ func init() {
 			{"watchdog-free-key", "if !lock.Status.Held() {", "if false && !lock.Status.Held() {"},
 		}},
 		mutant{name: "watchdog-decides-live", pkg: controls, focus: "worker hangs in a write", guard: "the watchdog decides an undecided key itself, from a live read, not only wakes it", edits: []edit{
-			{"watchdog-decides-live", "if _, err := w.r.decide(ctx, req, true); err != nil {", "if err := error(nil); err != nil {"},
+			{"watchdog-decides-live", "if _, err := w.r.decide(dctx, req, true); err != nil {", "if err := error(nil); err != nil { _ = dctx"},
 		}},
 	)
 }
