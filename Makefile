@@ -151,6 +151,15 @@ SOAK_STEPS ?= 5000
 soak: k8s-bins ## The safety simulation with a long budget (SOAK_SEEDS, SOAK_STEPS): 3 managers on lagging caches.
 	TURNSTILE_SIM_SEEDS=$(SOAK_SEEDS) TURNSTILE_SIM_STEPS=$(SOAK_STEPS) go test -v -count=1 -timeout 0 ./test/safety/ -ginkgo.focus "seeded simulation" -ginkgo.v | grep -a -E "seed [0-9]+:|simulation:|FAIL|Expected|^ok"
 
+# The liveness soak (issue #47): the churn specs and every fault class in turns, under CPU
+# pressure, reporting the longest time a key with work went undecided (hack/soak-undecided.sh).
+SOAK_MINUTES ?= 60
+SOAK_HOGS ?= 2
+
+.PHONY: soak-undecided
+soak-undecided: k8s-bins build ## The churn specs and the fault classes in turns for SOAK_MINUTES (60) beside SOAK_HOGS (2) busy loops: the longest time a key with work went undecided.
+	SOAK_MINUTES=$(SOAK_MINUTES) SOAK_HOGS=$(SOAK_HOGS) SOAK_OUT=$(BIN)/soak-undecided TURNSTILE_MANAGER=$(BIN)/manager hack/soak-undecided.sh
+
 # The fault matrix (test/faults): every fault class x FAULTS_SEEDS x FAULTS_REPLICAS manager
 # replicas, judged from the clients' records; FAULTS_FOCUS narrows it to classes (a regexp of
 # their names, e.g. FAULTS_FOCUS="API server"). `make test` runs one seed per class.
