@@ -109,30 +109,36 @@ func parseFlags(args []string) (options, zap.Options, error) {
 	if err := fs.Parse(args); err != nil {
 		return o, zopts, err
 	}
+	err := o.validate()
+	return o, zopts, err
+}
+
+// validate checks the flags together, once parsed, and fills in what defaults to others.
+func (o *options) validate() error {
 	if o.leaderElect && (o.retryPeriod <= 0 || o.retryPeriod >= o.renewDeadline || o.renewDeadline >= o.leaseDuration) {
-		return o, zopts, fmt.Errorf("leader election needs 0 < --leader-elect-retry-period (%s) < --leader-elect-renew-deadline (%s) < --leader-elect-lease-duration (%s)", o.retryPeriod, o.renewDeadline, o.leaseDuration)
+		return fmt.Errorf("leader election needs 0 < --leader-elect-retry-period (%s) < --leader-elect-renew-deadline (%s) < --leader-elect-lease-duration (%s)", o.retryPeriod, o.renewDeadline, o.leaseDuration)
 	}
 	if o.undecidedBound < 0 {
-		return o, zopts, fmt.Errorf("--undecided-key-bound must not be negative (0 turns the watchdog off), got %s", o.undecidedBound)
+		return fmt.Errorf("--undecided-key-bound must not be negative (0 turns the watchdog off), got %s", o.undecidedBound)
 	}
 	if o.activeActive {
 		if o.leaderElect {
-			return o, zopts, errors.New("--active-active and --leader-elect exclude each other: pick one")
+			return errors.New("--active-active and --leader-elect exclude each other: pick one")
 		}
 		if o.membership.Identity == "" {
 			o.membership.Identity = defaultIdentity()
 		}
 		if err := o.membership.Validate(); err != nil {
-			return o, zopts, fmt.Errorf("--active-active: %w (set --membership-namespace, or $POD_NAMESPACE)", err)
+			return fmt.Errorf("--active-active: %w (set --membership-namespace, or $POD_NAMESPACE)", err)
 		}
 	}
 	if o.memoryReserve.Sign() < 0 {
-		return o, zopts, fmt.Errorf("--memory-limit-reserve (%s) must not be negative", o.memoryReserve.String())
+		return fmt.Errorf("--memory-limit-reserve (%s) must not be negative", o.memoryReserve.String())
 	}
 	if o.cfg.DefaultTTL <= 0 || o.cfg.MaxTTL <= 0 || o.cfg.DefaultTTL > o.cfg.MaxTTL {
-		return o, zopts, fmt.Errorf("--default-ttl (%s) must be positive and at most --max-ttl (%s)", o.cfg.DefaultTTL, o.cfg.MaxTTL)
+		return fmt.Errorf("--default-ttl (%s) must be positive and at most --max-ttl (%s)", o.cfg.DefaultTTL, o.cfg.MaxTTL)
 	}
-	return o, zopts, nil
+	return nil
 }
 
 func main() {
