@@ -4,8 +4,6 @@ package main
 // once and yielding to new work, deadlines counted from the read, and the watchdog that decides
 // a key no decision reached. In a file of their own so the list above stays the grant path's.
 
-const queuePkg = "./internal/queue/"
-
 func init() {
 	mutants = append(mutants,
 		mutant{name: "refresh-after-decisions", pkg: queuePkg, focus: "run:TestDecisionsBeforeRefreshes", guard: "a waiter's first status is planned before every position refresh", edits: []edit{
