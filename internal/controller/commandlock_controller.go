@@ -108,6 +108,7 @@ func (r *CommandLockReconciler) Reconcile(ctx context.Context, req reconcile.Req
 			}
 			return reconcile.Result{}, fmt.Errorf("update commandlock %s status: %w", cl.Name, err)
 		}
+		r.recordBreakGlass(obj, cl.Status.Admission)
 		switch {
 		case inForce && !wasInForce:
 			r.recorder.Eventf(obj, nil, "Warning", locksv1.ReasonFrozen, "Freeze", "%s", meta.FindStatusCondition(st.Conditions, locksv1.ConditionLocked).Message)
@@ -266,6 +267,7 @@ func CommandLockStatus(cl *locksv1.CommandLock, requests []locksv1.LockRequest, 
 		}
 	}
 	setInvalidWindows(&st, now)
+	st.Admission = AdmissionStatus(cl, requests, flags, now)
 	st.ActiveHolders, st.BlockedRequests = 0, 0
 	for i := range requests {
 		lr := &requests[i]
