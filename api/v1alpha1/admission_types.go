@@ -124,6 +124,13 @@ type AdmissionStatus struct {
 	// +kubebuilder:validation:MaxItems=16
 	Intervals []FreezeInterval `json:"intervals,omitempty"`
 
+	// manager is the user name the Turnstile manager writes as: its own writes (it ungates Pods
+	// and Jobs) pass every write freeze. Named here by the manager, not by a permission: Flux's
+	// and Argo CD's controllers often have cluster-admin, which has every permission.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	Manager string `json:"manager,omitempty"`
+
 	// bypasses are the break-glass grants in force: granted LockRequests of this command with
 	// spec.bypassFreeze. Their owners' writes in their namespace pass until the grant expires.
 	// +optional

@@ -23,6 +23,7 @@ import (
 	"github.com/turnstile-dev/turnstile/internal/queue"
 	"github.com/turnstile-dev/turnstile/internal/sharding"
 	"github.com/turnstile-dev/turnstile/internal/window"
+	turnstile "github.com/turnstile-dev/turnstile/pkg/client"
 )
 
 // CommandLockReconciler reports a freeze's effect: how many granted holders of the command are
@@ -39,6 +40,8 @@ type CommandLockReconciler struct {
 	// thaws its command) still gets its Thaw event.
 	mu     sync.Mutex
 	frozen map[string]types.UID
+	// identity is the user name this manager writes as (status.admission.manager), asked once.
+	identity string
 }
 
 var _ reconcile.Reconciler = (*CommandLockReconciler)(nil)
@@ -97,6 +100,14 @@ func (r *CommandLockReconciler) Reconcile(ctx context.Context, req reconcile.Req
 			st = CommandLockStatus(&cl, list.Items, r.flags, now, granting)
 		}
 	}
+	if st.Admission != nil {
+		user, err := r.whoAmI(ctx)
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+		// guard:freeze-names-the-manager
+		st.Admission.Manager = user
+	}
 	wasInForce := meta.IsStatusConditionTrue(cl.Status.Conditions, locksv1.ConditionLocked)
 
 	if !equality.Semantic.DeepEqual(cl.Status, st) {
@@ -127,6 +138,21 @@ func (r *CommandLockReconciler) Reconcile(ctx context.Context, req reconcile.Req
 	// An until still ahead, or a window's next transition: wake up then and write it, so the
 	// keys grant or hold back by what the store says.
 	return reconcile.Result{RequeueAfter: nextWakeUp(&cl, now)}, nil
+}
+
+// whoAmI is the user name the manager writes as, asked of the API server once (a
+// SelfSubjectReview): the write freeze's policy lets it through by that name.
+func (r *CommandLockReconciler) whoAmI(ctx context.Context) (string, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.identity == "" {
+		user, err := turnstile.WhoAmI(ctx, r.client)
+		if err != nil {
+			return "", fmt.Errorf("who is the manager (status.admission.manager): %w", err)
+		}
+		r.identity = user
+	}
+	return r.identity, nil
 }
 
 // nextWakeUp is how long until cl's status next changes by the clock alone: its until (while
