@@ -502,8 +502,11 @@ var _ = Describe("Write freezes by window", func() {
 		}
 		Expect(inside).To(BeNumerically(">", 10))
 		Expect(outside).To(BeNumerically(">", 10))
-		Expect(attempts).To(ContainElement(And(HaveField("refused", false), HaveField("at", BeTemporally(">=", closes)))),
-			"no create was admitted after the close, with no manager")
+		admittedAfter := false
+		for _, a := range attempts {
+			admittedAfter = admittedAfter || (!a.refused && !a.at.Before(closes))
+		}
+		Expect(admittedAfter).To(BeTrue(), "no create was admitted after the close, with no manager")
 
 		By("a manager again: it judges the close, and updates and deletes are admitted")
 		stopManager = runManagerAsServiceAccount()
