@@ -52,12 +52,22 @@ func AdmissionStatus(cl *locksv1.CommandLock, requests []locksv1.LockRequest, fl
 	return st
 }
 
+// rejudgeAfter is how old a judgement may grow before the manager makes it again, also when no
+// edge passed: half the horizon, so that while a manager runs the policy never reaches the
+// end of what was judged (past it, everything in scope is frozen) - a window whose next edge is
+// weeks away is judged again every 4 days.
+const rejudgeAfter = window.AheadHorizon / 2
+
 // stale reports whether the stored judgement must be made again at now.
 func stale(cl *locksv1.CommandLock, stored *locksv1.AdmissionStatus, now time.Time) bool {
 	if stored == nil || stored.JudgedAt == nil || cl.Status.ObservedGeneration != cl.Generation {
 		return true
 	}
 	judged := stored.JudgedAt.Time
+	// guard:admission-rejudged-before-horizon
+	if !now.Before(judged.Add(rejudgeAfter)) {
+		return true
+	}
 	passed := func(t time.Time) bool { return t.After(judged) && !t.After(now) }
 	if cl.Spec.Until != nil && passed(cl.Spec.Until.Time) {
 		return true
@@ -97,6 +107,16 @@ func bypasses(cl *locksv1.CommandLock, requests []locksv1.LockRequest, flags que
 		out = out[:32] // the CRD's bound; the rest wait for a place (their owners are told by why)
 	}
 	return out
+}
+
+// admissionWakeUp is when cl's write freeze must be judged again by the clock alone (zero:
+// never): rejudgeAfter past the stored judgement. The windows' edges wake the reconciler
+// anyway (nextWakeUp).
+func admissionWakeUp(cl *locksv1.CommandLock) time.Time {
+	if a := cl.Status.Admission; cl.Spec.Admission != nil && a != nil && a.JudgedAt != nil {
+		return a.JudgedAt.Add(rejudgeAfter)
+	}
+	return time.Time{}
 }
 
 // newBypasses are the grants in now that were not in before (by request and expiry): each is a

@@ -136,7 +136,9 @@ func (r *CommandLockReconciler) Reconcile(ctx context.Context, req reconcile.Req
 	r.remember(cl.Name, cl.UID, inForce)
 
 	// An until still ahead, or a window's next transition: wake up then and write it, so the
-	// keys grant or hold back by what the store says.
+	// keys grant or hold back by what the store says. Judged by the status just written: the
+	// write freeze's judgement is rejudged by its own age.
+	cl.Status = st
 	return reconcile.Result{RequeueAfter: nextWakeUp(&cl, now)}, nil
 }
 
@@ -156,13 +158,18 @@ func (r *CommandLockReconciler) whoAmI(ctx context.Context) (string, error) {
 }
 
 // nextWakeUp is how long until cl's status next changes by the clock alone: its until (while
-// the manual freeze is in force) or its windows' next transition; zero when nothing is due.
+// the manual freeze is in force), its windows' next transition, or its write freeze's
+// judgement growing old; zero when nothing is due.
 func nextWakeUp(cl *locksv1.CommandLock, now time.Time) time.Duration {
 	var next time.Time
 	if queue.IsLockInForce(cl, now) && cl.Spec.Until != nil {
 		next = cl.Spec.Until.Time
 	}
 	if _, t := window.Judge(cl.Spec.Windows, now); !t.IsZero() && (next.IsZero() || t.Before(next)) {
+		next = t
+	}
+	// guard:admission-rejudged-before-horizon/2
+	if t := admissionWakeUp(cl); !t.IsZero() && (next.IsZero() || t.Before(next)) {
 		next = t
 	}
 	if next.IsZero() {
