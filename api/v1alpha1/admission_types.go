@@ -110,8 +110,10 @@ type AdmissionSubjects struct {
 // grants in force.
 type AdmissionStatus struct {
 	// judgedAt is when the manager last judged the windows. A delete carries no time of its
-	// own, so the API server judges it as of judgedAt: a window that opens or closes while no
-	// manager runs changes deletes only once a manager judges again (docs/freeze-admission.md).
+	// own, so the API server judges it as of judgedAt, and an update as of judgedAt and the
+	// time it stamps on it: a window that opens while no manager runs refuses deletes only once
+	// a manager judges again, and one that closes keeps refusing updates and deletes until then
+	// (docs/freeze-admission.md).
 	// +optional
 	JudgedAt *metav1.Time `json:"judgedAt,omitempty"`
 
