@@ -199,17 +199,28 @@ func refusedCommandLock(text string) (string, bool) {
 	return m[1], true
 }
 
+// refusedWrite is the write a refusal names ("update of configmaps app in namespace shop by
+// alice"): what stands between the last ": " before " is refused;" and it. The policy's message
+// is "... (REASON)WHEN: WHAT by USER is refused; ...": WHEN (" since ... until ...", with or
+// without a window) and REASON may hold ": ", WHAT and USER do not.
+func refusedWrite(text string) string {
+	i := strings.Index(text, " is refused;")
+	if i < 0 {
+		return ""
+	}
+	j := strings.LastIndex(text[:i], ": ")
+	if j < 0 {
+		return ""
+	}
+	return strings.TrimSpace(text[j+2 : i])
+}
+
 // explainRefusal explains a write freeze's refusal: the CommandLock it names, whether it is in
 // force now and why, whom and what it freezes, and how to get past it.
 func explainRefusal(ctx context.Context, c ctrlclient.Client, text string, out io.Writer) error {
 	name, _ := refusedCommandLock(text)
-	if i := strings.Index(text, "denied request: "); i >= 0 {
-		text = text[i+len("denied request: "):]
-	}
-	if i := strings.Index(text, " is refused;"); i >= 0 {
-		if j := strings.Index(text, "): "); j >= 0 && j < i {
-			fmt.Fprintf(out, "refused: %s\n", strings.TrimSpace(text[j+3:i]))
-		}
+	if w := refusedWrite(text); w != "" {
+		fmt.Fprintf(out, "refused: %s\n", w)
 	}
 	var cl locksv1.CommandLock
 	if err := c.Get(ctx, ctrlclient.ObjectKey{Name: name}, &cl); err != nil {
