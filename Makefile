@@ -6,6 +6,11 @@ SHELL := /usr/bin/env bash -o pipefail
 
 ## Pinned versions
 KUBE_VERSION ?= 1.36.3
+# The support range (docs/install.md, "Supported Kubernetes versions"): the newest patch of each
+# minor that the Go module proxy serves. make test-versions builds and tests every one.
+KUBE_VERSIONS ?= 1.33.13 1.34.4 1.35.4 1.36.3 1.37.2 1.38.0-beta.0
+# The oldest and the newest of the range: what CI runs beside KUBE_VERSION (make test-versions-ci).
+KUBE_VERSIONS_CI ?= 1.33.13 1.38.0-beta.0
 ETCD_VERSION ?= 3.6.16
 CONTROLLER_TOOLS_VERSION ?= v0.23.0
 GOLANGCI_LINT_VERSION ?= v2.15.0
@@ -113,6 +118,20 @@ verify-generated: manifests generate ## Fail if generated files are out of date.
 .PHONY: test
 test: k8s-bins build helm helm-unittest ## Unit + envtest + e2e tests (real kube-apiserver, etcd, kubectl, helm); prints a summary.
 	hack/test.sh
+
+# SUITES=ci runs the subset that differs by version (install, admission, gated, faults, watch);
+# BETA=0 skips the second run of 1.34 and 1.35 with MutatingAdmissionPolicy v1beta1 enabled.
+SUITES ?= full
+BETA ?= 1
+
+.PHONY: test-versions
+test-versions: build helm ## Per Kubernetes version in KUBE_VERSIONS: installs, admission, deployed, e2e, gated, API-server faults, watch (hack/test-versions.sh; table in bin/versions/summary.md).
+	@$(MAKE) --no-print-directory k8s-bins-versions KUBE_VERSIONS="$(KUBE_VERSIONS)"
+	SUITES=$(SUITES) BETA=$(BETA) hack/test-versions.sh $(KUBE_VERSIONS)
+
+.PHONY: test-versions-ci
+test-versions-ci: ## What CI runs beside make test: SUITES=ci BETA=0 on the oldest and newest versions (KUBE_VERSIONS_CI).
+	@$(MAKE) --no-print-directory test-versions KUBE_VERSIONS="$(KUBE_VERSIONS_CI)" SUITES=ci BETA=0
 
 .PHONY: test-chart
 test-chart: helm helm-unittest ## Only the chart: helm lint --strict and the helm-unittest suites (make test runs both too).
@@ -255,6 +274,13 @@ promtool: ## Install promtool (Debian's prometheus package, as root) when it is 
 .PHONY: k8s-bins
 k8s-bins: ## Build kube-apiserver, etcd, kubectl, kube-scheduler and kube-controller-manager from the Go module proxy (cached in ./bin/k8s).
 	@KUBE_VERSION=$(KUBE_VERSION) ETCD_VERSION=$(ETCD_VERSION) CONTROL_PLANE=1 hack/build-k8s-bins.sh $(K8S_BIN)
+
+# One version at a time, niced: each is several minutes of both cores (bin/k8s/<v>/.build-times).
+.PHONY: k8s-bins-versions
+k8s-bins-versions: ## Build the control-plane binaries of every version in KUBE_VERSIONS (cached in ./bin/k8s/<version>-<os>-<arch>).
+	@for v in $(KUBE_VERSIONS); do \
+	  KUBE_VERSION=$$v ETCD_VERSION=$(ETCD_VERSION) CONTROL_PLANE=1 nice -n 10 hack/build-k8s-bins.sh $(BIN)/k8s/$$v-$(shell go env GOOS)-$(shell go env GOARCH) || exit 1; \
+	done
 
 $(CONTROLLER_GEN):
 	GOBIN=$(BIN) go install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_TOOLS_VERSION)

@@ -43,12 +43,17 @@ configs=(
 	"shared|-DNMGR=1 -DSHR_REQS=5 -DIDC=2 -DKA=1 -DKB=1 -DKC=1 -DINIT_REQS=3 -DCREATE_REQS=4 -DREL_REQS=7 -DCMD_REQS=0|1 manager (crashes, stale views), shared mode: A reads k1, B waits to write it, C arrives to read it; any of them released: no exclusive holder beside another holder, tokens increase from readers to the writer and back (issue #31)"
 	"shared-2|$two -DSYMM=1 $calm -DSHR_REQS=5 -DIDC=2 -DKA=1 -DKB=1 -DKC=1 -DINIT_REQS=3 -DCREATE_REQS=4 -DREL_REQS=7 -DCMD_REQS=0|2 managers racing (no crashes, overlay always on), shared mode as in shared"
 	"shared-starve|-DPROGRESS=1 -DSTARVE=1 -DNMGR=1 -DCRASH=0 -DOVERLAY=1 -DMIDREFRESH=0 -DSHR_REQS=5 -DIDC=2 -DKA=1 -DKB=1 -DKC=1 -DINIT_REQS=7 -DREL_REQS=0 -DCMD_REQS=0|writer preference (LTL, weak fairness): readers A and C release and ask again forever; the writer B waiting behind A is granted (no starvation)"
+	# counting locks (issue #45): A, B and C of three identities, Shared with a limit
+	"counting|-DNMGR=1 -DSHR_REQS=7 -DIDC=2 -DLIMA=2 -DLIMB=2 -DLIMC=2 -DKA=1 -DKB=1 -DKC=1 -DINIT_REQS=3 -DCREATE_REQS=4 -DREL_REQS=7 -DCMD_REQS=0|1 manager (crashes, stale views), counting: A and B of two identities hold k1 with limit 2, C of a third arrives; any of them released: at most 2 hold, each counted grant's token above every token before it (issue #45)"
+	"counting-2|$two -DSYMM=1 $calm -DSHR_REQS=7 -DIDC=2 -DLIMA=2 -DLIMB=2 -DLIMC=2 -DKA=1 -DKB=1 -DKC=1 -DINIT_REQS=7 -DREL_REQS=3 -DCMD_REQS=0|2 managers racing (no crashes, overlay always on), counting: A, B and C wait for k1 with limit 2 from the start, A or B released"
+	"counting-mixed|-DNMGR=1 -DSHR_REQS=7 -DIDC=2 -DLIMA=1 -DLIMB=2 -DLIMC=0 -DKA=1 -DKB=1 -DKC=1 -DINIT_REQS=3 -DCREATE_REQS=4 -DREL_REQS=7 -DCMD_REQS=0|1 manager (crashes, stale views), limits that disagree on one key: A with limit 1, B with limit 2, C a reader with none; any of them released: every holder's limit holds, readers' tokens above counted ones"
 	"progress-membership|-DPROGRESS=1 $two -DDIE=1 -DOVERLAY=1 -DMIDREFRESH=0 -DKA=1 -DKB=1 -DINIT_REQS=3 -DREL_REQS=1 -DFU_BUDGET=1 -DCMD_REQS=0|progress: 2 managers (crashes), one may die for good mid-decision: the survivor alone still hands A's release to B"
 )
 full_configs=(
 	"forceunlock-full|$two -DSYMM=1 -DKA=1 -DKB=1 -DINIT_REQS=3 -DREL_REQS=3 -DFU_BUDGET=1 -DCMD_REQS=0|forceunlock, with both requests released"
 	"progress-freeze|-DPROGRESS=1 $two $calm -DKA=1 -DKB=1 -DINIT_REQS=3 -DREL_REQS=2 -DCMD_REQS=1 -DFREEZE=1 -DTHAW=1|progress: 2 managers and the CommandLock reconciler, a freeze and a thaw"
 	"freeze-gone-full|$two -DKA=1 -DKB=1 -DKC=1 -DINIT_REQS=7 -DREL_REQS=0 -DDEL_REQS=4 -DCMD_REQS=1 -DFREEZE=1 -DTHAW=0 -DOVERLAY=1 -DMIDREFRESH=0|freeze-gone, with crashes"
+	"counting-2-full|$two -DSYMM=1 $calm -DSHR_REQS=7 -DIDC=2 -DLIMA=2 -DLIMB=2 -DLIMC=2 -DKA=1 -DKB=1 -DKC=1 -DINIT_REQS=3 -DCREATE_REQS=4 -DREL_REQS=7 -DCMD_REQS=0|counting-2 with C created later and any of them released"
 	# membership changes (issue #18): crashes, restarts on stale views, one manager dying for good
 	"membership|$two -DDIE=1 -DKA=1 -DKB=1 -DINIT_REQS=3 -DREL_REQS=1 -DFU_BUDGET=1 -DCMD_REQS=0|2 managers (crashes, restarts on stale views, views moving mid-decision, overlay or not), one of which may die for good; A then B on k1, A released, a force-unlock"
 )
@@ -65,6 +70,9 @@ mutations=(
 	"9|freeze"
 	"10|shared"
 	"11|shared-starve"
+	"12|counting"
+	"13|counting-mixed"
+	"14|counting"
 )
 
 # Other models, each checked exhaustively like the configurations above:

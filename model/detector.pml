@@ -21,11 +21,19 @@
  * change landing between two detectors' live reads lets each fail a different member
  * (configuration D-window; expected to be refuted).
  *
+ * ANYOF=1 adds an any-of wait (issue 41): b waits on a full shared key held by a and by c, and is
+ * let in by either leaving. c is blocked in the deadlock (CST 0) or free (CST 1), and may leave at
+ * any moment (its place released by its owner, an admin, its ttl); the manager then grants b
+ * some time later. A detector may fail a victim only if, at its live read, the deadlock was real:
+ * c blocked and still holding.
+ *
  * Mutations (-DMUTATION=n):
  *   1 (D0)  the old detector: the victim from the cache, ranked by the detector's own clock
  *           (a clock past a's aging step lifts a level with b), written with the cached rv
  *   2 (D1)  no live re-read: the victim from the cache's stored fields, with the cached rv
  *   3 (D2)  the live re-read kept, but the victim ranked by the detector's clock
+ *   4 (A0)  with ANYOF: the old graph, b waits for every holder (a cycle through a whatever c does)
+ *   5 (A1)  with ANYOF: the live re-read checks the cycle's members, not the any-of hop's c
  */
 
 #ifndef MUTATION
@@ -38,8 +46,24 @@
 #define WINDOW 0
 #endif
 
+#ifndef ANYOF
+#define ANYOF 0
+#endif
+#ifndef CST
+#define CST 0
+#endif
+
 #define WAITING 0
 #define FAILED  1
+#define GRANTED 2
+/* c's states (ANYOF) */
+#define BLOCKED 0
+#define FREE    1
+#define LEFT    2
+
+byte cst;                    /* c, in the store */
+byte vc[2];                  /* c, in each detector's cache */
+bit  real[2];                /* at the detector's live read, the deadlock was real */
 
 /* the store */
 byte ph[2], rv[2], pr[2];
@@ -56,6 +80,7 @@ byte victims;
 #define RANK(s, i, tilt) ((s)[i] + (((i) == 0 && (tilt)) -> 1 : 0))
 
 inline refresh(d) {
+	vc[d] = cst;
 	V(vph, d, 0) = ph[0]; V(vrv, d, 0) = rv[0]; V(vpr, d, 0) = pr[0];
 	V(vph, d, 1) = ph[1]; V(vrv, d, 1) = rv[1]; V(vpr, d, 1) = pr[1]
 }
@@ -68,9 +93,22 @@ inline choose(d, pa, pb) {
 	ra = 0; rb = 0
 }
 
+/* the cache shows a deadlock: both wait and, through the any-of hop, c is blocked too */
+#if ANYOF && MUTATION != 4
+#define CACHED_CYCLE(d) (V(vph, d, 0) == WAITING && V(vph, d, 1) == WAITING && vc[d] == BLOCKED)
+#else
+#define CACHED_CYCLE(d) (V(vph, d, 0) == WAITING && V(vph, d, 1) == WAITING)
+#endif
+#if ANYOF && MUTATION != 5 && MUTATION != 4
+#define LIVE_ANYOF (cst == BLOCKED)
+#else
+#define LIVE_ANYOF true
+#endif
+
 inline decide(d) {
+	real[d] = (ph[0] == WAITING && ph[1] == WAITING && (!ANYOF || cst == BLOCKED));
 	if
-	:: V(vph, d, 0) == WAITING && V(vph, d, 1) == WAITING ->
+	:: CACHED_CYCLE(d) ->
 #if MUTATION == 1
 		choose(d, V(vpr, d, 0) + clk[d], V(vpr, d, 1));
 		prv[d] = V(vrv, d, vic[d]);
@@ -82,7 +120,7 @@ inline decide(d) {
 #else
 		/* the live re-read */
 		if
-		:: ph[0] == WAITING && ph[1] == WAITING ->
+		:: ph[0] == WAITING && ph[1] == WAITING && LIVE_ANYOF ->
 #if MUTATION == 3
 			choose(d, pr[0] + clk[d], pr[1]);
 #else
@@ -103,6 +141,8 @@ inline decide(d) {
 }
 
 inline write(d) {
+	/* a victim only for a deadlock that was real when the detector read it live */
+	assert(real[d]);
 	if
 	:: rv[vic[d]] == prv[d] ->
 		assert(ph[vic[d]] == WAITING);
@@ -135,8 +175,18 @@ proctype User() {
 	od
 }
 
+/* c leaves the full key at any moment; the manager grants b some time after */
+proctype Carol() {
+	do
+	:: d_step { cst != LEFT -> cst = LEFT; printf("@@ c leaves the full key\n") }
+	:: d_step { cst == LEFT && ph[1] == WAITING -> ph[1] = GRANTED; rv[1]++; printf("@@ b is granted c's place\n") }
+	:: cst == LEFT && ph[1] != WAITING -> break
+	od
+}
+
 init {
 	d_step {
+		cst = CST;
 		pr[0] = 0; pr[1] = 1;     /* a Low, b Normal */
 		rv[0] = 1; rv[1] = 1;
 		chg = CHG;
@@ -144,5 +194,9 @@ init {
 	}
 	/* the clocks: D1's is past a's aging step, D0's is not */
 	clk[1] = 1;
+#if ANYOF
+	atomic { run Det(0); run Det(1); run User(); run Carol() }
+#else
 	atomic { run Det(0); run Det(1); run User() }
+#endif
 }

@@ -31,6 +31,10 @@
  *  10  shared beside exclusive: an exclusive request joins shared holders, and a shared one an
  *      exclusive holder (the compatibility check taken out; issue #31)
  *  11  no writer preference: a shared request passes the exclusive waiter ahead of it
+ *  12  no limit: a counted request joins however many hold the key (issue #45)
+ *  13  the joiner's own limit only: a counted request joins holders whose own limit is lower
+ *  14  counted grants share a write: a counted request is granted (or re-issued) in the same
+ *      ProjectLock write as another grant, so the two show one token
  *
  * Shared mode (issue #31, -DSHR_REQS=mask): the requests in the mask ask for their keys in
  * Shared mode. ME then reads: no exclusive holder beside a holder of another identity (shared
@@ -41,6 +45,19 @@
  * (arr[], renamed 1..NR), which writer preference reads. -DSTARVE=1 (with PROGRESS=1) runs the
  * shared readers as processes that release what they hold and ask again, forever, under weak
  * fairness, and checks that the waiting writer B is granted (ltl starve).
+ *
+ * Counting locks (issue #45, -DLIMA/-DLIMB/-DLIMC=n, with the request in SHR_REQS): a Shared
+ * request with a limit n holds only while at most n requests hold the key, counting itself,
+ * whatever their identities. Requests on one key may disagree: a request joins only if the
+ * holders would then number at most the lowest limit among them and itself (CN below). A
+ * counted grant has a ProjectLock write of its own: no other request is granted or re-issued
+ * in that write, so its token is unique; a waiter the limit keeps out stops the waiters behind
+ * it, as an exclusive one does (FIFO at the limit). The monitor then also checks
+ *   CN  counting: the non-final requests holding k, and H(k), number at most the lowest limit
+ *       among them;
+ * and TM reads, for a counted request first seen holding k: its per-key token is above every
+ * per-key token any request of k showed before and every token an exclusive holder showed, and
+ * every later holder's token is above it.
  *
  * Modelling conventions
  *  - Every action is one d_step: one API call (a write, or a refresh of one view), or the
@@ -156,6 +173,26 @@
 #ifndef STARVE
 #define STARVE 0
 #endif
+/* counting locks (issue #45): the limit of A, B and C on the holders of their keys; 0: none
+   (in the code, a Shared request without a limit counts to MaxSharedHolders, far above NR) */
+#ifndef LIMA
+#define LIMA 0
+#endif
+#ifndef LIMB
+#define LIMB 0
+#endif
+#ifndef LIMC
+#define LIMC 0
+#endif
+#if LIMA || LIMB || LIMC
+#define COUNTING 1
+#else
+#define COUNTING 0
+#endif
+/* which property the monitor asserts for counting (CN) */
+#ifndef CHECK_CN
+#define CHECK_CN 1
+#endif
 /* 1: membership changes (issue #18): the last manager may also die for good, in the middle of a
    decision or between two, while the environment runs; a crash without DIE is a restart with
    the view it had (stale) and no memory of gone holders. Active-active routing only decides
@@ -209,6 +246,9 @@
    order (k1 first). */
 #define ID(r)       ((r) == 1 -> 1 : ((r) == 2 -> IDC : 0))
 #define SHR(r)      HAS(SHR_REQS, r)
+#define LIM(r)      ((r) == 0 -> LIMA : ((r) == 1 -> LIMB : LIMC))
+#define LIMITED(r)  (LIM(r) != 0)
+#define LIM_REQS    ((LIMA != 0) | ((LIMB != 0) << 1) | ((LIMC != 0) << 2))
 #define KEYS(r)     ((r) == 0 -> KA : ((r) == 1 -> KB : KC))
 #define BIT(x)      (1 << (x))
 #define HAS(m, x)   (((m) >> (x)) & 1)
@@ -313,6 +353,7 @@ bool wB;                 /* STARVE: the writer B waits for k1 */
 hidden byte i, j, sk, kk, sel, w, what, H, stays, unconf, fin, dem, cand, hid, joiners, newH, tk, mx;
 hidden byte frz, tl, unk, newid, again, ci, cj, cn, clast, ot, oT, sw, cmpc, tmp;
 hidden byte blk, sjoin, rk, nid, exm;
+hidden byte stp, ng, rm, lm, hc, cmp;
 hidden byte cu[MAXV + 1];
 hidden byte rn[5];
 hidden PLock tpl;        /* the decision's inputs: the view (or a live read) of PL(k) ... */
@@ -610,8 +651,12 @@ inline observeS(k, r, t, T) {
 	:: !HAS(obs[k], r) ->
 		if
 		:: SHR(r) && !(t > exMax[k] && t >= shMax[k]) ->
-			printf("@@ VIOLATION TM on k%d: shared %c shows token %d, not above %d an exclusive holder showed or below %d a shared one did\n",
+			printf("@@ VIOLATION TM on k%d: shared %c shows token %d, not above %d an exclusive or counted holder showed or below %d a shared one did\n",
 				k + 1, RN(r), RT(t), RT(exMax[k]), RT(shMax[k]));
+			assert(false)
+		:: SHR(r) && LIMITED(r) && !(t > shMax[k]) ->
+			printf("@@ VIOLATION TM on k%d: counted %c shows token %d, not above %d an earlier shared holder showed\n",
+				k + 1, RN(r), RT(t), RT(shMax[k]));
 			assert(false)
 		:: !SHR(r) && !(t > anyMax[k] && T > anyMax[k]) ->
 			printf("@@ VIOLATION TM on k%d: exclusive %c shows token %d (request-level %d), an earlier holder showed %d\n",
@@ -627,6 +672,11 @@ inline observeS(k, r, t, T) {
 	if
 	:: SHR(r) -> shMax[k] = MAX(shMax[k], t)
 	:: else -> exMax[k] = MAX(exMax[k], t); exMax[k] = MAX(exMax[k], T)
+	fi;
+	/* a counted token is unique: every later holder's is above it, as above an exclusive one */
+	if
+	:: SHR(r) && LIMITED(r) -> exMax[k] = MAX(exMax[k], t)
+	:: else
 	fi
 #else
 	skip
@@ -695,6 +745,46 @@ inline monitor() {
 #endif
 			fi
 		}
+#if COUNTING && CHECK_CN
+		/* CN: the holders of k in the store, and H(k), number at most their lowest limit */
+		hc = 0; lm = 0;
+		for (i : 0 .. NR - 1) {
+			if
+			:: ACTIVE(rq[i]) && HELD(rq[i], kk) ->
+				hc++;
+				if
+				:: LIMITED(i) && (lm == 0 || LIM(i) < lm) -> lm = LIM(i)
+				:: else
+				fi
+			:: else
+			fi
+		}
+		if
+		:: lm != 0 && hc > lm ->
+			printf("@@ VIOLATION CN: %d requests hold k%d, one of them with limit %d\n", hc, kk + 1, lm);
+			assert(false)
+		:: else
+		fi;
+		hc = 0; lm = 0;
+		for (i : 0 .. NR - 1) {
+			if
+			:: pl[kk].ex == 1 && HAS(pl[kk].H, i) ->
+				hc++;
+				if
+				:: LIMITED(i) && (lm == 0 || LIM(i) < lm) -> lm = LIM(i)
+				:: else
+				fi
+			:: else
+			fi
+		}
+		if
+		:: lm != 0 && hc > lm ->
+			printf("@@ VIOLATION CN: H(k%d) lists %d requests, one of them with limit %d\n", kk + 1, hc, lm);
+			assert(false)
+		:: else
+		fi;
+		hc = 0; lm = 0;
+#endif
 	}
 #if CHECK_DR
 	if
@@ -855,13 +945,24 @@ inline plan(m, k, pref, kn) {
 		/* Shared mode (internal/queue admit): in arrival order, a candidate of the one identity
 		   that holds the whole set joins at once (re-entrant); any other joins if compatible (a
 		   free key; a shared request beside shared holders), until the first exclusive
-		   candidate that cannot: nobody behind it passes (writer preference). */
+		   candidate that cannot: nobody behind it passes (writer preference).
+		   Counting (issue #45): a candidate joins only with room (rm): the holders with it
+		   number at most the lowest limit among them and itself; one the limit keeps out stops
+		   everyone behind it. A counted grant has the write to itself (stp, ng): it is granted
+		   only if nothing else is granted or re-issued in this write, and nothing is after it;
+		   a counted holder re-issued now goes alone. */
 		newH = stays; blk = 0;
+#if COUNTING && MUTATION != 14
+		stp = ((unconf & LIM_REQS) != 0);
+		ng = (unconf != 0);
+#else
+		stp = 0; ng = 0;
+#endif
 		for (rk : 1 .. NR) {
 			for (i : 0 .. NR - 1) {
 				if
 				:: HAS(cand, i) && arr[i] == rk ->
-					nid = (newH != 0); exm = 0;
+					nid = (newH != 0); exm = 0; hc = 0; lm = LIM(i);
 					for (j : 0 .. NR - 1) {
 						if
 						:: HAS(newH, j) && ID(j) != ID(i) -> nid = 0
@@ -870,20 +971,44 @@ inline plan(m, k, pref, kn) {
 						if
 						:: HAS(newH, j) && !SHR(j) -> exm = 1
 						:: else
+						fi;
+						if
+						:: HAS(newH, j) ->
+							hc++;
+#if MUTATION != 13
+							if
+							:: LIMITED(j) && (lm == 0 || LIM(j) < lm) -> lm = LIM(j)
+							:: else
+							fi
+#else
+							skip
+#endif
+						:: else
 						fi
 					}
-					if
-					:: nid -> newH = newH | BIT(i)
-					:: !nid && blk -> skip
-#if MUTATION == 10
-					:: !nid && !blk -> newH = newH | BIT(i)
+#if COUNTING && MUTATION != 12
+					rm = (lm == 0 || hc < lm);
 #else
-					:: !nid && !blk && (newH == 0 || (SHR(i) && !exm)) -> newH = newH | BIT(i)
-#if MUTATION == 11
-					:: !nid && !blk && !(newH == 0 || (SHR(i) && !exm)) -> skip
-#else
-					:: !nid && !blk && !(newH == 0 || (SHR(i) && !exm)) -> blk = !SHR(i)
+					rm = 1;
 #endif
+#if MUTATION == 10
+					cmp = 1;
+#else
+					cmp = (newH == 0 || (SHR(i) && !exm));
+#endif
+					if
+					:: stp -> skip
+					:: !stp && (nid || (!blk && cmp)) && rm ->
+						if
+						:: LIMITED(i) && ng -> stp = 1   /* it waits for a write of its own */
+						:: else -> newH = newH | BIT(i); ng = 1; stp = (LIMITED(i) && COUNTING && MUTATION != 14)
+						fi
+					:: !stp && (nid || (!blk && cmp)) && !rm -> blk = 1
+					:: !stp && !nid && blk -> skip
+#if MUTATION == 11
+					:: !stp && !nid && !blk && !cmp -> skip
+#else
+					:: !stp && !nid && !blk && !cmp -> blk = !SHR(i)
 #endif
 					fi
 				:: else
@@ -893,7 +1018,7 @@ inline plan(m, k, pref, kn) {
 		joiners = newH & (255 - stays);
 		/* requests joining shared holders that stay get a new token too */
 		sjoin = (stays != 0 && joiners != 0 && (stays & SHR_REQS) == stays);
-		j = 0; rk = 0; nid = 0; exm = 0; blk = 0;
+		j = 0; rk = 0; nid = 0; exm = 0; blk = 0; stp = 0; ng = 0; rm = 0; lm = 0; hc = 0; cmp = 0;
 #else
 		/* The holder identity: the staying members', else a grantable waiter's. Re-entrancy:
 		   every grantable waiter of that identity joins H(k) at once. */

@@ -8,6 +8,7 @@ import (
 // spec never changes. A key has no mode: the holders' modes are in the status.
 // +kubebuilder:validation:XValidation:rule="self == oldSelf",message="a ProjectLock's key is immutable"
 // +kubebuilder:validation:XValidation:rule="!has(self.mode)",message="a ProjectLock's key has no mode; a LockRequest's spec.locks[].mode says how it holds the key, and the ProjectLock's status.mode how it is held"
+// +kubebuilder:validation:XValidation:rule="!has(self.maxHolders)",message="a ProjectLock's key has no maxHolders; a LockRequest's spec.locks[].maxHolders bounds the holders it holds beside, and the ProjectLock's status.maxHolders shows the lowest bound of its holders"
 type ProjectLockSpec struct {
 	LockTarget `json:",inline"`
 }
@@ -110,7 +111,8 @@ func (h SharedHolder) ID() HolderID {
 }
 
 // MaxSharedHolders is the most requests that hold one key in Shared mode at once (the bound of
-// ProjectLock.status.sharedHolders); the next Shared request waits until one leaves.
+// ProjectLock.status.sharedHolders, and of spec.locks[].maxHolders); the next Shared request
+// waits until one leaves.
 const MaxSharedHolders = 100
 
 // QueueEntry is one waiting request, as shown in ProjectLock.status.queue.
@@ -157,6 +159,11 @@ type ProjectLockStatus struct {
 	// +optional
 	HolderCount int32 `json:"holderCount,omitempty"`
 
+	// maxHolders is the lowest spec.locks[].maxHolders among the holders (a counting lock):
+	// nobody joins them while holderCount is at it. Unset when no holder has one, or free.
+	// +optional
+	MaxHolders int32 `json:"maxHolders,omitempty"`
+
 	// fencingToken is the token of the latest grant: the resourceVersion of this ProjectLock
 	// that the grant's write replaced. It strictly increases from one holder to the next, also
 	// across deletion and re-creation of the ProjectLock (resourceVersions of one resource only
@@ -201,6 +208,7 @@ type ProjectLockStatus struct {
 // +kubebuilder:printcolumn:name="Project",type=string,JSONPath=`.spec.project`
 // +kubebuilder:printcolumn:name="Mode",type=string,JSONPath=`.status.mode`
 // +kubebuilder:printcolumn:name="Holders",type=integer,JSONPath=`.status.holderCount`
+// +kubebuilder:printcolumn:name="Max",type=integer,JSONPath=`.status.maxHolders`,description="A counting lock: at most this many hold it at once (the lowest maxHolders of its holders)"
 // +kubebuilder:printcolumn:name="Holder",type=string,JSONPath=`.status.holder.owner`
 // +kubebuilder:printcolumn:name="Pull",type=integer,JSONPath=`.status.holder.pull`
 // +kubebuilder:printcolumn:name="Session",type=string,JSONPath=`.status.holder.session`,description="The holder's session: a gated workload's pod/NAME or job/NAME, a run's run-ID"

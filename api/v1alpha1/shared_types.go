@@ -4,6 +4,7 @@ package v1alpha1
 // one Atlantis project. Its key is repo/path/workspace, plus /project when project is set, so two
 // projects that share a directory and workspace lock independently.
 // +kubebuilder:validation:XValidation:rule="!has(self.project) || size(self.project) > 0",message="project, when set, must not be empty"
+// +kubebuilder:validation:XValidation:rule="!has(self.maxHolders) || (has(self.mode) && self.mode == 'Shared')",message="maxHolders makes a Shared lock a counting lock: set mode: Shared with it, or leave maxHolders out"
 type LockTarget struct {
 	// repo is the repository in owner/name form, e.g. "acme/infra". Nested groups
 	// (GitLab's group/subgroup/name) are allowed; "." and ".." are no segment names.
@@ -48,6 +49,18 @@ type LockTarget struct {
 	// ProjectLock shows its holders' modes in its status.
 	// +optional
 	Mode LockMode `json:"mode,omitempty"`
+
+	// maxHolders makes a Shared target a counting lock: the request holds the key only while at
+	// most maxHolders requests hold it, itself included, whatever their identities ("at most 3
+	// clusters upgrade at a time"). Requests on one key may ask different numbers: every
+	// holder's own bound holds, so a request joins only if the holders would then number at
+	// most the lowest maxHolders among them and itself. Each counted grant has a fencing token
+	// of its own, above every token granted on the key before it. Needs mode Shared; 1 to 100.
+	// Unset: a Shared request holds beside up to 100 (the most that hold one key).
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	MaxHolders int32 `json:"maxHolders,omitempty"`
 }
 
 // LockMode is how a request holds a lock target.

@@ -350,7 +350,7 @@ func explainLock(ctx context.Context, c ctrlclient.Client, body io.Writer, lr *l
 		}
 		fmt.Fprintln(body)
 	case len(pl.Status.SharedHolders) > 0:
-		explainShared(body, pl.Status.SharedHolders)
+		explainShared(body, pl.Status.SharedHolders, pl.Status.MaxHolders)
 	default:
 		fmt.Fprintln(body, "free")
 	}
@@ -369,9 +369,10 @@ func explainLock(ctx context.Context, c ctrlclient.Client, body io.Writer, lr *l
 	return listed, nil
 }
 
-// explainShared writes a key's shared holders, each with its own token.
-func explainShared(body io.Writer, hs []locksv1.SharedHolder) {
-	fmt.Fprintf(body, "held shared by %d:", len(hs))
+// explainShared writes a key's shared holders, each with its own token, and for a counting lock
+// how many may hold it.
+func explainShared(body io.Writer, hs []locksv1.SharedHolder, maxHolders int32) {
+	fmt.Fprintf(body, "held shared by %d%s:", len(hs), ofAtMost(maxHolders))
 	for i, h := range hs {
 		sep := ","
 		if i == 0 {

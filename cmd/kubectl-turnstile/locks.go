@@ -34,6 +34,7 @@ type requestFlags struct {
 	reason      string
 	from        string
 	shared      bool
+	maxHolders  int32
 }
 
 func (f *requestFlags) bind(fs *pflag.FlagSet) {
@@ -49,6 +50,7 @@ func (f *requestFlags) bind(fs *pflag.FlagSet) {
 	fs.DurationVar(&f.waitTimeout, "wait-timeout", 0, "Give up after waiting this long; 0s fails at once if the lock is busy (default: wait until interrupted).")
 	fs.StringVar(&f.reason, "reason", "", "Why the lock is taken, told to everyone waiting: \"locked by pull #100 (alice): migrating state\".")
 	fs.BoolVar(&f.shared, "shared", false, "Take every lock in Shared mode: held together with other shared requests (e.g. plans), while an exclusive one (an apply) waits for them and then holds alone; a shared request never passes an exclusive one waiting ahead of it.")
+	fs.Int32Var(&f.maxHolders, "max-holders", 0, "Take every lock as a counting lock: Shared, held only while at most N requests hold it, this one included (--max-holders 3: at most three clusters upgrade at once); each holder gets a fencing token of its own. Implies --shared. 1 to 100.")
 	bindFrom(fs, &f.from)
 }
 
@@ -118,9 +120,13 @@ func (f *requestFlags) request(cmd *cobra.Command) (client.Request, error) {
 	default:
 		return r, errors.New("name at least one lock with --lock REPO:PATH[:WORKSPACE[:PROJECT]] (or take it from a pipeline with --from)")
 	}
-	if f.shared {
+	if cmd.Flags().Changed("max-holders") && (f.maxHolders < 1 || f.maxHolders > locksv1.MaxSharedHolders) {
+		return r, fmt.Errorf("--max-holders %d: want 1 to %d, the most requests that may hold a lock at once", f.maxHolders, locksv1.MaxSharedHolders)
+	}
+	if f.shared || f.maxHolders > 0 {
 		for i := range r.Locks {
 			r.Locks[i].Mode = locksv1.ModeShared
+			r.Locks[i].MaxHolders = f.maxHolders
 		}
 	}
 	if cmd.Flags().Changed("wait-timeout") {
@@ -192,7 +198,7 @@ func newLocksCmd(g *globals) *cobra.Command {
 					reason = holderReason(h, pl.Namespace, reasons)
 				}
 				if len(pl.Status.SharedHolders) > 0 {
-					holder, expires, reason = sharedHoldersText(pl.Status.SharedHolders, pl.Namespace, reasons)
+					holder, expires, reason = sharedHoldersText(pl.Status.SharedHolders, pl.Status.MaxHolders, pl.Namespace, reasons)
 				}
 				if all {
 					fmt.Fprintf(w, "%s\t", pl.Namespace)
@@ -216,9 +222,9 @@ func holderReason(h *locksv1.LockHolder, ns string, reasons map[ctrlclient.Objec
 	return ""
 }
 
-// sharedHoldersText is what `locks` shows of a key held in Shared mode: every holder, the
-// latest expiry and the first reason given.
-func sharedHoldersText(hs []locksv1.SharedHolder, ns string, reasons map[ctrlclient.ObjectKey]string) (holder, expires, reason string) {
+// sharedHoldersText is what `locks` shows of a key held in Shared mode: every holder (and, for a
+// counting lock, how many may hold it), the latest expiry and the first reason given.
+func sharedHoldersText(hs []locksv1.SharedHolder, maxHolders int32, ns string, reasons map[ctrlclient.ObjectKey]string) (holder, expires, reason string) {
 	names := make([]string, 0, len(hs))
 	var latest *metav1.Time
 	for _, h := range hs {
@@ -230,11 +236,19 @@ func sharedHoldersText(hs []locksv1.SharedHolder, ns string, reasons map[ctrlcli
 			reason = reasons[ctrlclient.ObjectKey{Namespace: ns, Name: h.Request.Name}]
 		}
 	}
-	holder = fmt.Sprintf("shared by %d: %s", len(hs), strings.Join(names, ", "))
+	holder = fmt.Sprintf("shared by %d%s: %s", len(hs), ofAtMost(maxHolders), strings.Join(names, ", "))
 	if latest != nil {
 		expires = latest.UTC().Format(time.RFC3339)
 	}
 	return holder, expires, reason
+}
+
+// ofAtMost is " of at most N" for a counting lock (a ProjectLock's status.maxHolders), else "".
+func ofAtMost(maxHolders int32) string {
+	if maxHolders == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" of at most %d", maxHolders)
 }
 
 func newAcquireCmd(g *globals) *cobra.Command {

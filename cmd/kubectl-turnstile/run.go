@@ -238,7 +238,54 @@ func runCommand(cmd *cobra.Command, g *globals, f *requestFlags, o runOptions, a
 	base := context.WithoutCancel(cmd.Context())
 
 	rn := &runner{stderr: stderr, c: c, ns: ns, o: o, sigs: sigs}
+	tstp := make(chan os.Signal, 1)
+	signal.Notify(tstp, syscall.SIGTSTP)
+	defer signal.Stop(tstp)
+	go rn.jobControl(tstp)
 	return exitError{code: rn.run(base, r, askTimeout, args)}
+}
+
+// jobControl is Ctrl-Z (SIGTSTP from the terminal): run suspends the command's tree through its
+// keeper, as the terminal would suspend a foreground job, then stops itself, so the shell gets
+// its prompt back; fg or bg continues run, which resumes the tree. The keeper, in a session of
+// its own, is not stopped: it still stops the tree at the deadline run gave it, so a job
+// suspended longer than the lease allows loses its locks without outliving them (docs/run.md,
+// "Job control").
+func (rn *runner) jobControl(tstp <-chan os.Signal) {
+	for range tstp {
+		k := rn.currentKeeper()
+		if k != nil {
+			k.send("suspend")
+		}
+		_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+		// Continued (fg, bg or a SIGCONT).
+		if k != nil {
+			k.send("resume")
+		}
+	}
+}
+
+func (rn *runner) currentKeeper() *keeper {
+	rn.mu.Lock()
+	defer rn.mu.Unlock()
+	return rn.k
+}
+
+func (rn *runner) setKeeper(k *keeper) {
+	rn.mu.Lock()
+	rn.k = k
+	rn.mu.Unlock()
+}
+
+// keeperStopped continues the keeper if something stopped it (a SIGSTOP by pid): stopped, it
+// could not stop the tree at the deadline should run stop too, or its renewals fail.
+func (rn *runner) keeperStopped(k *keeper) {
+	p, err := proctree.Read(k.cmd.Process.Pid)
+	// guard:run-keeper-continued
+	if err == nil && p.State == 'T' {
+		rn.say("warning: the keeper (pid %d) was stopped; continuing it: it stops the command if the locks cannot be renewed", p.PID)
+		_ = syscall.Kill(p.PID, syscall.SIGCONT)
+	}
 }
 
 // holderSession is the run's spec.holder.session. One run, one holder: a fresh session unless
@@ -288,6 +335,7 @@ type runner struct {
 
 	mu        sync.Mutex
 	expiresAt time.Time // the grant's expiry as last seen; zero if unknown
+	k         *keeper   // the keeper while the command runs
 }
 
 func (rn *runner) say(format string, a ...any) { fmt.Fprintf(rn.stderr, format+"\n", a...) }
@@ -564,6 +612,8 @@ func (rn *runner) runTree(ctx context.Context, lock *client.Lock, ttl time.Durat
 		rn.say("error: %v", err)
 		return exitRunFailed, false
 	}
+	rn.setKeeper(k)
+	defer rn.setKeeper(nil)
 	sent := rn.deadline()
 	k.send("deadline %d", sent.UnixNano())
 
@@ -600,6 +650,7 @@ loop:
 		case err := <-lost:
 			t.stop(fmt.Errorf("holder lease lost while the command ran: %w", err))
 		case <-tick.C:
+			rn.keeperStopped(k)
 			if d := rn.deadline(); !d.Equal(sent) {
 				sent = d
 				k.send("deadline %d", d.UnixNano())

@@ -21,7 +21,8 @@ import (
 // releases the locks only after the keeper has exited. It talks to `run` over two pipes:
 //
 //	fd 3, run → keeper:  "deadline UNIXNANO" (stop the tree by then), "signal N" (forward N),
-//	                     "stop WHY" (the lock was lost); EOF (run died) stops the tree as well.
+//	                     "stop WHY" (the lock was lost), "suspend" and "resume" (Ctrl-Z and
+//	                     fg/bg of run); EOF (run died) stops the tree as well.
 //	fd 4, keeper → run:  "started PID", "exec CODE MESSAGE" (the command could not start),
 //	                     "exited CODE", "signaled N", "deadline" (it stopped the tree for the
 //	                     deadline).
@@ -29,6 +30,12 @@ import (
 // A separate process survives `run` being killed: it then stops the tree (SIGTERM, SIGKILL
 // after the grace) well before the holder Lease can lapse, as it does at the deadline `run`
 // gives it if renewals fail.
+//
+// The keeper runs in a session of its own (setsid), so nothing that stops `run` stops it: not
+// the terminal's job control (Ctrl-Z, SIGTTIN, SIGTTOU go to run's process group), not a SIGSTOP
+// of run's process group. A stopped `run` sends no more deadlines, so the keeper stops the tree
+// by the last one, before the lease can lapse. A stopped keeper is continued by `run`, which
+// watches it (docs/run.md, "Job control").
 const (
 	keeperCtlFD    = 3
 	keeperStatusFD = 4
@@ -61,9 +68,9 @@ func runKeeper(grace time.Duration, args []string) int {
 		say("exec 125 %v", err)
 		return 0
 	}
-	// run forwards SIGINT, SIGTERM and SIGHUP on the control pipe: the keeper receives them
-	// itself only as a member of run's process group (a Ctrl-C at a terminal), where run got
-	// them too. Caught (not ignored: an ignored signal would stay ignored in the command).
+	// run forwards SIGINT, SIGTERM and SIGHUP on the control pipe: in a session of its own, the
+	// keeper receives them itself only when sent to it by pid. Caught (not ignored: an ignored
+	// signal would stay ignored in the command).
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 
@@ -154,9 +161,13 @@ func (k *keeperLoop) signalTree(sig syscall.Signal) {
 	_, _ = proctree.Signal(os.Getpid(), k.pid, !k.mainReaped, sig)
 }
 
-// stop sends SIGTERM to the tree and SIGKILL after the grace (once).
+// stop sends SIGTERM to the tree and SIGKILL after the grace (once). A tree suspended by Ctrl-Z
+// is continued after the signal, as a shell's kill of a stopped job does, so that it can act on
+// it within the grace.
 func (k *keeperLoop) stop(sig syscall.Signal) {
 	k.signalTree(sig)
+	// guard:run-stopped-tree-continued
+	k.signalTree(syscall.SIGCONT)
 	if !k.stopping {
 		k.stopping = true
 		// guard:run-no-sigkill-after-grace
@@ -234,6 +245,13 @@ func (k *keeperLoop) control(ev keeperEvent) {
 		}
 	case strings.HasPrefix(ev.line, "stop"):
 		k.stop(syscall.SIGTERM)
+	case ev.line == "suspend" && !k.stopping:
+		// Ctrl-Z of run: the command's tree is suspended as a foreground job is. The deadline
+		// still runs: suspended past it, the tree is stopped for good.
+		// guard:run-ctrl-z-suspends-tree
+		k.signalTree(syscall.SIGTSTP)
+	case ev.line == "resume":
+		k.signalTree(syscall.SIGCONT)
 	}
 }
 
@@ -274,6 +292,9 @@ func startKeeper(grace time.Duration, args []string, env []string) (*keeper, err
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.ExtraFiles = []*os.File{ctlR, stW} // fds 3 and 4
 	cmd.Env = env
+	// Out of reach of whatever stops run: the terminal's job control, a signal to run's group.
+	// guard:run-keeper-own-session
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	err = cmd.Start()
 	_ = ctlR.Close()
 	_ = stW.Close()

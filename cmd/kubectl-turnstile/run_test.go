@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -257,4 +258,111 @@ func TestKeeperReportsACommandThatCannotRun(t *testing.T) {
 	if !strings.HasPrefix(line, "exec 127 ") {
 		t.Errorf("status = %q, want exec 127 (not found)", line)
 	}
+}
+
+// TestKeeperOwnSession: the keeper, and the command under it, are out of reach of what stops
+// run: another session (no terminal's job control) and another process group than run's.
+func TestKeeperOwnSession(t *testing.T) {
+	kr := startTestKeeper(t, time.Second, `echo up > $D/up; while [ ! -e $D/go ]; do sleep 0.05; done`)
+	kr.waitUp(t)
+	self, err := proctree.Read(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := proctree.Read(kr.k.cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k.SID == self.SID || k.PGID == self.PGID {
+		t.Errorf("the keeper is in run's session %d / group %d (its own: %d / %d): Ctrl-Z or a SIGSTOP of run's group stops it too", self.SID, self.PGID, k.SID, k.PGID)
+	}
+	if err := os.WriteFile(filepath.Join(kr.dir, "go"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	kr.wait(t)
+}
+
+// suspendedTree starts a keeper on a command that counts while it runs, and suspends it as run
+// does on Ctrl-Z; it returns the keeper and the command's pid.
+func suspendedTree(t *testing.T, grace time.Duration) (*keeperRun, int) {
+	t.Helper()
+	kr := startTestKeeper(t, grace, `trap "echo TERM > $D/term; exit 0" TERM; echo up > $D/up; while :; do echo x >> $D/count; sleep 0.05; done`)
+	var pid int
+	select {
+	case l := <-kr.lines:
+		if _, err := fmt.Sscanf(l, "started %d", &pid); err != nil {
+			t.Fatalf("first status %q", l)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the command did not start")
+	}
+	kr.waitUp(t)
+	kr.k.send("suspend")
+	waitState(t, pid, func(p proctree.Proc) bool { return p.State == 'T' }, "suspended")
+	return kr, pid
+}
+
+// waitState waits until pid's state satisfies ok.
+func waitState(t *testing.T, pid int, ok func(proctree.Proc) bool, what string) {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	tick := time.NewTicker(10 * time.Millisecond) // /proc has no event to wait on
+	defer tick.Stop()
+	for {
+		p, err := proctree.Read(pid)
+		if err == nil && ok(p) {
+			return
+		}
+		select {
+		case <-deadline:
+			t.Fatalf("pid %d never %s (state %c, %v)", pid, what, p.State, err)
+		case <-tick.C:
+		}
+	}
+}
+
+// TestKeeperSuspendsAndResumesTheTree: Ctrl-Z of run suspends the command as the terminal would
+// suspend a foreground job; fg resumes it.
+func TestKeeperSuspendsAndResumesTheTree(t *testing.T) {
+	kr, pid := suspendedTree(t, 5*time.Second)
+	kr.k.send("resume")
+	waitState(t, pid, func(p proctree.Proc) bool { return p.State != 'T' }, "resumed")
+	kr.k.send("stop")
+	kr.wait(t)
+}
+
+// TestKeeperStopsASuspendedTreeGracefully: a suspended tree that must stop (the deadline, a lost
+// lock) is continued after SIGTERM, so it shuts down within the grace instead of being killed.
+func TestKeeperStopsASuspendedTreeGracefully(t *testing.T) {
+	kr, _ := suspendedTree(t, 10*time.Second)
+	kr.k.send("deadline %d", time.Now().Add(100*time.Millisecond).UnixNano())
+	if diff := cmp.Diff([]string{"deadline", "exited 0"}, kr.wait(t)); diff != "" {
+		t.Errorf("status (-want +got):\n%s", diff)
+	}
+	if kr.file("term") != "TERM" {
+		t.Error("the suspended tree never handled SIGTERM: it was killed after the grace")
+	}
+}
+
+// TestRunContinuesAStoppedKeeper: a keeper stopped by pid (SIGSTOP cannot be caught) could not
+// stop the tree at the deadline; run, watching it, continues it and says so.
+func TestRunContinuesAStoppedKeeper(t *testing.T) {
+	kr := startTestKeeper(t, time.Second, `echo up > $D/up; while [ ! -e $D/go ]; do sleep 0.05; done`)
+	kr.waitUp(t)
+	pid := kr.k.cmd.Process.Pid
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, pid, func(p proctree.Proc) bool { return p.State == 'T' }, "stopped")
+	var said bytes.Buffer
+	rn := &runner{stderr: &said}
+	rn.keeperStopped(kr.k)
+	waitState(t, pid, func(p proctree.Proc) bool { return p.State != 'T' }, "continued by run")
+	if !strings.Contains(said.String(), "was stopped; continuing it") {
+		t.Errorf("run said %q, want it to say it continued the keeper", said.String())
+	}
+	if err := os.WriteFile(filepath.Join(kr.dir, "go"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	kr.wait(t)
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/spf13/cobra"
@@ -34,6 +35,43 @@ func TestSharedFlag(t *testing.T) {
 		for _, l := range r.Locks {
 			if l.Mode != tc.want {
 				t.Errorf("%v: %s mode %q, want %q", tc.args, l.Path, l.Mode, tc.want)
+			}
+		}
+	}
+}
+
+// TestMaxHoldersFlag: --max-holders N asks for every lock as a counting lock (Shared, at most N
+// holders); a number the API would refuse is refused before anything is sent.
+func TestMaxHoldersFlag(t *testing.T) {
+	for _, tc := range []struct {
+		args    []string
+		want    int32
+		wantErr string
+	}{
+		{args: []string{"-l", "acme/fleet:upgrade", "-l", "acme/fleet:dns", "--max-holders", "3"}, want: 3},
+		{args: []string{"-l", "acme/fleet:upgrade", "-l", "acme/fleet:dns", "--shared", "--max-holders", "1"}, want: 1},
+		{args: []string{"-l", "acme/fleet:upgrade", "--max-holders", "0"}, wantErr: "--max-holders 0: want 1 to 100"},
+		{args: []string{"-l", "acme/fleet:upgrade", "--max-holders", "101"}, wantErr: "--max-holders 101: want 1 to 100"},
+	} {
+		var f requestFlags
+		cmd := &cobra.Command{Use: "x"}
+		f.bind(cmd.Flags())
+		if err := cmd.Flags().Parse(tc.args); err != nil {
+			t.Fatal(err)
+		}
+		r, err := f.request(cmd)
+		if tc.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("%v: error %v, want %q", tc.args, err, tc.wantErr)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range r.Locks {
+			if l.Mode != locksv1.ModeShared || l.MaxHolders != tc.want {
+				t.Errorf("%v: %s mode %q maxHolders %d, want Shared, %d", tc.args, l.Path, l.Mode, l.MaxHolders, tc.want)
 			}
 		}
 	}

@@ -17,12 +17,14 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/client-go/discovery"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/turnstile-dev/turnstile/internal/compat"
 	"github.com/turnstile-dev/turnstile/internal/controller"
 	"github.com/turnstile-dev/turnstile/internal/deadlock"
 	"github.com/turnstile-dev/turnstile/internal/lockmetrics"
@@ -206,6 +208,10 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
+	reporter, err := reportCluster(mgr, log)
+	if err != nil {
+		return err
+	}
 	setup := controller.SetupOptions{
 		Queue:               o.cfg,
 		Freeze:              o.flags,
@@ -237,6 +243,9 @@ func run(ctx context.Context, o options) error {
 	if err := addChecks(mgr); err != nil {
 		return err
 	}
+	if err := mgr.Add(reporter); err != nil {
+		return err
+	}
 	// memoryLimit is the runtime's soft memory limit (math.MaxInt64 when there is none), from
 	// memoryLimitSource: $MEMORY_LIMIT, the container's limit (containerMemoryLimit) that the
 	// chart passes, less --memory-limit-reserve; or $GOMEMLIMIT.
@@ -244,6 +253,39 @@ func run(ctx context.Context, o options) error {
 		"identity", o.membership.Identity, "metrics", o.metricsAddr, "probes", o.probeAddr,
 		"memoryLimit", debug.SetMemoryLimit(-1), "memoryLimitSource", o.memory.Source, "containerMemoryLimit", o.memory.Container)
 	return mgr.Start(ctx)
+}
+
+// reportCluster says, in one line, which Kubernetes version the manager runs on and what of
+// Turnstile's it serves, and refuses to go on, saying what to do, when Turnstile's CRDs are
+// missing (rather than a controller's "no matches for kind"). The Reporter it returns then
+// records the same as an Event on the manager's Pod and the turnstile_cluster_info metric,
+// with the admission policies it finds running (compat.Probe).
+func reportCluster(mgr ctrl.Manager, log logr.Logger) (*compat.Reporter, error) {
+	dc, err := discovery.NewDiscoveryClientForConfig(mgr.GetConfig())
+	if err != nil {
+		return nil, err
+	}
+	cluster, err := compat.Discover(dc)
+	if err != nil {
+		return nil, err
+	}
+	log.Info("kubernetes", "version", cluster.Version.String(), "supported", cluster.Version.Supported(), "range", compat.Range(),
+		"mutatingAdmissionPolicy", cluster.MutatingDescription())
+	if err := cluster.CheckInstalled(); err != nil {
+		return nil, err
+	}
+	ns := os.Getenv("POD_NAMESPACE")
+	if ns == "" {
+		ns = "default"
+	}
+	return compat.NewReporter(metrics.Registry, &compat.Reporter{
+		Cluster:   cluster,
+		Client:    mgr.GetClient(),
+		Namespace: ns,
+		Recorder:  mgr.GetEventRecorder("turnstile"),
+		Regarding: compat.Pod(os.Getenv("POD_NAMESPACE"), os.Getenv("POD_NAME")),
+		Log:       ctrl.Log.WithName("cluster"),
+	})
 }
 
 // newManager makes the controller-runtime manager: its client, cache, metrics endpoint,

@@ -505,8 +505,19 @@ func admissionObject(b *strings.Builder, doc []byte, first bool) error {
 	if !first {
 		b.WriteString("---\n")
 	}
-	b.WriteString(leadingComments(doc))
 	apiVersion, _ := o["apiVersion"].(string)
+	mutating := strings.HasPrefix(kind, "Mutating")
+	if mutating {
+		// Installed only where the cluster serves MutatingAdmissionPolicy, as the version it
+		// serves (turnstile.mutatingAdmissionPolicyVersion); filled.yaml's checks stand in
+		// for them elsewhere. Their fields are the same in v1beta1 and v1.
+		if apiVersion != mutatingGroup+"/v1" {
+			return fmt.Errorf("%s %s: apiVersion %s: the chart carries %s/v1 (and installs it as the version the cluster serves)", kind, objName, apiVersion, mutatingGroup)
+		}
+		b.WriteString("{{- if include \"turnstile.mutatingAdmissionPolicyVersion\" . }}\n")
+		apiVersion = mutatingGroup + `/{{ include "turnstile.mutatingAdmissionPolicyVersion" . }}`
+	}
+	b.WriteString(leadingComments(doc))
 	admissionMetadata(b, apiVersion, kind, name, md)
 	if kind == "ConfigMap" {
 		if md["namespace"] == nil {
@@ -514,8 +525,17 @@ func admissionObject(b *strings.Builder, doc []byte, first bool) error {
 		}
 		return paramsData(b, objName, o)
 	}
-	return admissionSpec(b, kind, objName, o)
+	if err := admissionSpec(b, kind, objName, o); err != nil {
+		return err
+	}
+	if mutating {
+		b.WriteString("{{- end }}\n")
+	}
+	return nil
 }
+
+// mutatingGroup is MutatingAdmissionPolicy's API group.
+const mutatingGroup = "admissionregistration.k8s.io"
 
 // admissionMetadata writes an object's head: its kind, its chart name, the release's
 // namespace if it had one, and the chart's labels with its own.
@@ -618,7 +638,7 @@ func paramsData(b *strings.Builder, objName string, o map[string]any) error {
 	}
 	b.WriteString("data:\n")
 	for _, k := range slices.Sorted(maps.Keys(stringMap(data))) {
-		if !valuesKey.MatchString(k) || k == "enabled" {
+		if !valuesKey.MatchString(k) || k == "enabled" || k == "mutating" {
 			return fmt.Errorf("ConfigMap %s: data key %q cannot be a value admissionPolicies.%s", objName, k, k)
 		}
 		fmt.Fprintf(b, "  %s: {{ .Values.admissionPolicies.%s | quote }}\n", k, k)

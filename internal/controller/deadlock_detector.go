@@ -352,8 +352,40 @@ func (d *DeadlockDetector) reread(ctx context.Context, namespace string, c deadl
 		if !held {
 			return nil, d.cachedHolderRequest(ctx, namespace, lockNames[e.Key], e.Waiter.Request), nil
 		}
+		if moved, err := d.rereadAnyOf(ctx, reader, namespace, lockNames[e.Key], e); moved != "" || err != nil {
+			return nil, moved, err
+		}
 	}
 	return live, "", nil
+}
+
+// rereadAnyOf checks, past the cache, the rest of an any-of hop (e.AnyOf): each other holder
+// of the key it waits for still holds it (one leaving would let the waiter in), and still waits
+// by the request that blocked it in the snapshot. It returns the name of a request that moved on,
+// or "".
+func (d *DeadlockDetector) rereadAnyOf(ctx context.Context, reader client.Reader, namespace, lockName string, e deadlock.Edge) (string, error) {
+	for _, b := range e.AnyOf {
+		held, err := stillHolds(ctx, reader, namespace, lockName, b.Identity)
+		if err != nil {
+			return "", err
+		}
+		// guard:deadlock-any-of-holders-reread
+		if !held {
+			return d.cachedHolderRequest(ctx, namespace, lockName, e.Waiter.Request), nil
+		}
+		var lr locksv1.LockRequest
+		switch err := reader.Get(ctx, client.ObjectKey{Namespace: namespace, Name: b.Waiter.Request}, &lr); {
+		case apierrors.IsNotFound(err):
+			return b.Waiter.Request, nil
+		case err != nil:
+			return "", fmt.Errorf("re-read deadlock cycle member %s/%s: %w", namespace, b.Waiter.Request, err)
+		}
+		ref, waits := queue.FirstUnheld(&lr)
+		if lr.Status.Phase != locksv1.PhasePending || !isLive(&lr) || lr.Spec.Holder.ID() != b.Identity || !waits || ref.Key != b.Key {
+			return b.Waiter.Request, nil
+		}
+	}
+	return "", nil
 }
 
 // stillHolds reports whether, read by reader, the ProjectLock name lists id as its holder with
@@ -500,6 +532,8 @@ func WaitsFor(locks []locksv1.ProjectLock, reqs []locksv1.LockRequest, freezes q
 		holder  *deadlock.Identity
 		shared  []deadlock.Identity
 		full    bool
+		count   int   // live shared holders, when every listed one is live
+		bound   int32 // the lowest maxHolders among them (status.maxHolders)
 		waiting []*locksv1.LockRequest
 	}
 	keys := map[string]*keyInfo{}
@@ -516,6 +550,7 @@ func WaitsFor(locks []locksv1.ProjectLock, reqs []locksv1.LockRequest, freezes q
 		k := get(pl.Name)
 		k.key = lockkey.String(pl.Spec.LockTarget)
 		k.shared, k.full = sharedIdentities(pl, live)
+		k.count, k.bound = countingBound(pl, live)
 		h := pl.Status.Holder
 		if h == nil {
 			continue
@@ -552,10 +587,13 @@ func WaitsFor(locks []locksv1.ProjectLock, reqs []locksv1.LockRequest, freezes q
 	for name, k := range keys {
 		st := deadlock.KeyState{Key: k.key, Holder: k.holder, Shared: k.shared, Full: k.full}
 		for _, w := range queue.Order(name, k.waiting, now, cfg) {
+			shared := queue.SharedOn(w.Request, name)
 			st.Queue = append(st.Queue, deadlock.Waiter{
 				Identity: w.Request.Spec.Holder.ID(),
 				Request:  w.Request.Name, Priority: w.Priority, Arrival: w.Arrival,
-				Shared: queue.SharedOn(w.Request, name),
+				Shared: shared,
+				// guard:deadlock-counting-kept-out
+				KeptOut: shared && keptOut(k.count, k.bound, queue.MaxHoldersOn(w.Request, name)),
 			})
 		}
 		states = append(states, st)
@@ -600,6 +638,31 @@ func (d *DeadlockDetector) fail(ctx context.Context, namespace string, victim de
 		}
 	}
 	return nil
+}
+
+// countingBound is how many requests hold pl Shared and the lowest maxHolders among them, as pl
+// records it (status.maxHolders), when every one it lists is live; (0, 0) when one is gone, as
+// the record may be that holder's bound: a deadlock the detector cannot be sure of then waits
+// for the lock controller's next write (missed for a scan, never named falsely).
+func countingBound(pl *locksv1.ProjectLock, live map[string]bool) (int, int32) {
+	for _, h := range pl.Status.SharedHolders {
+		if !live[h.Request.UID] {
+			return 0, 0
+		}
+	}
+	return len(pl.Status.SharedHolders), pl.Status.MaxHolders
+}
+
+// keptOut reports whether a Shared waiter whose own maxHolders is own (0: none) is kept out of
+// a key that count requests hold with holders the lowest maxHolders among them: whether the
+// holders are as many as the lower of the two bounds allows, as the grant decision judges it
+// (queue's withinBounds).
+func keptOut(count int, holders, own int32) bool {
+	low := own
+	if holders > 0 && (low == 0 || holders < low) {
+		low = holders
+	}
+	return low > 0 && int32(count) >= low
 }
 
 // sharedIdentities are the identities of pl's live shared holders (each once), and whether

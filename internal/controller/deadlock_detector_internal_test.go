@@ -488,3 +488,42 @@ func TestSharedIdentitiesFull(t *testing.T) {
 		t.Fatalf("100 live shared holders: not full")
 	}
 }
+
+// TestKeptOut: a Shared waiter is kept out of a counting key when its holders are as many as the
+// lower of its own maxHolders and theirs allows; a departed holder makes the count unsure, and
+// nobody is kept out on it.
+func TestKeptOut(t *testing.T) {
+	cases := map[string]struct {
+		count        int
+		holders, own int32
+		want         bool
+	}{
+		"at a bound everyone agrees on":            {count: 2, holders: 2, own: 2, want: true},
+		"below it":                                 {count: 1, holders: 2, own: 2},
+		"its own bound, holders without one":       {count: 2, own: 2, want: true},
+		"the holders' bound, a waiter without one": {count: 3, holders: 3, want: true},
+		"the holders' bound with room":             {count: 2, holders: 3},
+		"its own bound is the lower":               {count: 2, holders: 3, own: 1, want: true},
+		"the holders' bound is the lower":          {count: 2, holders: 2, own: 5, want: true},
+		"no bound at all":                          {count: 7},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if got := keptOut(tc.count, tc.holders, tc.own); got != tc.want {
+				t.Errorf("keptOut(%d, %d, %d) = %v, want %v", tc.count, tc.holders, tc.own, got, tc.want)
+			}
+		})
+	}
+	pl := &locksv1.ProjectLock{}
+	pl.Status.MaxHolders = 2
+	for _, uid := range []string{"r0", "r1"} {
+		pl.Status.SharedHolders = append(pl.Status.SharedHolders, locksv1.SharedHolder{
+			Request: locksv1.HolderRequest{Name: uid, UID: uid}, Owner: "alice", Pull: 1})
+	}
+	if n, b := countingBound(pl, map[string]bool{"r0": true, "r1": true}); n != 2 || b != 2 {
+		t.Errorf("countingBound, both live = (%d, %d), want (2, 2)", n, b)
+	}
+	if n, b := countingBound(pl, map[string]bool{"r0": true}); n != 0 || b != 0 {
+		t.Errorf("countingBound, one gone = (%d, %d), want (0, 0)", n, b)
+	}
+}

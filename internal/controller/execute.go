@@ -17,7 +17,8 @@ import (
 
 // maxDecisions bounds the decisions of one reconcile: the first, and one after each plan that
 // ends in deciding again (a created ProjectLock, a holder gone with a token nobody knows, a
-// freeze the live read found). Past it the key is requeued and decided from a fresh read.
+// freeze the live read found, a counted grant that had the write to itself). Past it the key is
+// requeued and decided from a fresh read.
 const maxDecisions = 3
 
 // execution is one plan being applied.
@@ -53,6 +54,11 @@ func (r *LockReconciler) execute(ctx context.Context, req reconcile.Request, in 
 		}
 	}
 	if d.DecidesAgain() {
+		if d.More {
+			// A counted grant's plan is written in full, its waiters too: they go to the
+			// deadlock checker now; the next decision grants who it left (queue.Decision.More).
+			x.done(ctx)
+		}
 		return x.next(), reconcile.Result{}, nil
 	}
 	x.done(ctx)

@@ -125,6 +125,18 @@ var _ = Describe("CommandLock freeze windows", func() {
 		Eventually(clCounts("apply"), timeout, interval).Should(Equal("active=0 blocked=1"))
 	})
 
+	It("opens a window whose opening the clocks skip as they jump, by its requeue alone (issue 41)", func() {
+		// 2026-03-29 01:59:57 CET: at 02:00 the clocks go to 03:00 CEST (01:00 UTC). A nightly
+		// Deny window at 02:00 for 2h opens then, and lasts until 05:00 CEST (03:00 UTC).
+		withClockAt(time.Date(2026, time.March, 29, 0, 59, 57, 0, time.UTC))
+		windowLock(locksv1.FreezeWindow{Name: "nightly", Schedule: "0 2 * * *", Duration: metav1.Duration{Duration: 2 * time.Hour},
+			TimeZone: "Europe/Berlin", Action: locksv1.WindowDeny})
+		Eventually(clWindows(), timeout, interval).Should(Equal("nightly inactive 2026-03-29T01:00:00Z"), "the next opening is as the gap ends, not tomorrow")
+		Eventually(clWindows(), timeout, interval).Should(Equal("nightly active 2026-03-29T03:00:00Z"), "opened at 03:00 CEST by the requeue, until 05:00 CEST")
+		create(apply("a", ns).Obj())
+		Eventually(condOf(ns, "a"), timeout, interval).Should(HavePrefix("False/CommandLocked: Apply commands are frozen by window nightly"))
+	})
+
 	It("thaws at the window's close by its requeue alone, and the waiting apply is granted then", func() {
 		// Monday 2027-03-29 07:59:57 CEST, after the DST change.
 		withClockAt(time.Date(2027, time.March, 29, 7, 59, 57, 0, berlin))

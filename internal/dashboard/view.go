@@ -367,20 +367,21 @@ func fillWaiter(w *Waiter, r *locksv1.LockRequest) {
 }
 
 // workloadOf names the gated workload a request was made for, as kubectl names it
-// ("pod/migrate-db", "job/apply-vpc"): the Pod or Job that controls it (the manager creates a
-// gated workload's request with that ownerReference). "" for any other request.
+// ("pod/migrate-db", "job/apply-vpc"): the manager's stamp on the requests it makes for gated
+// workloads (the annotation locks.turnstile.dev/workload), which the admission policy
+// turnstile-workload-requests lets only the manager's ServiceAccount write. Not the session
+// nor an ownerReference: whoever creates a request writes those. "" for any other request.
 func workloadOf(r *locksv1.LockRequest) string {
-	c := metav1.GetControllerOf(r)
-	switch {
-	case c == nil:
-		return ""
-	case c.APIVersion == "v1" && c.Kind == "Pod":
-		return "pod/" + c.Name
-	case c.APIVersion == "batch/v1" && c.Kind == "Job":
-		return "job/" + c.Name
+	w := r.Annotations[annotationWorkload]
+	if kind, name, ok := strings.Cut(w, "/"); ok && (kind == "pod" || kind == "job") && name != "" {
+		return w
 	}
 	return ""
 }
+
+// annotationWorkload is internal/workload's AnnotationWorkload (the plugin does not link the
+// manager's controllers).
+const annotationWorkload = "locks.turnstile.dev/workload"
 
 // rankName is the priority of a rank, the inverse of Priority.Rank.
 func rankName(rank int) locksv1.Priority {

@@ -190,17 +190,18 @@ func TestBuildKeys(t *testing.T) {
 				},
 			}},
 		},
-		"a gated Pod that holds and a gated Job that waits are named as kubectl names them; a request owned but not controlled names none": {
+		"a gated Pod that holds and a gated Job that waits are named as kubectl names them, from the manager's stamp; a session or an ownerReference that anyone may write names none": {
 			locks: []*locksv1.ProjectLock{w.MakeProjectLock(ns, vpc, vpcName).UID("pl-1").
 				Holder(holderOf("alice", 0, "", 0, 0, "pod-migrate-db")).
 				Queue(2,
 					locksv1.QueueEntry{Request: "job-apply-vpc", Owner: "alice", Priority: locksv1.PriorityNormal},
 					locksv1.QueueEntry{Request: "bob-1", Owner: "bob", Priority: locksv1.PriorityNormal}).Obj()},
 			requests: []*locksv1.LockRequest{
-				req("pod-migrate-db", vpc, "alice", 0).Session("pod/migrate-db").ControlledBy("v1", "Pod", "migrate-db").Status(holding(7, vpc)).Obj(),
-				req("job-apply-vpc", vpc, "alice", 0).Session("job/apply-vpc").ControlledBy("batch/v1", "Job", "apply-vpc").Status(waitingFor(1, -time.Minute, "", vpc)).Obj(),
-				// A session that looks like a workload's names nothing: anyone may write a session.
-				req("bob-1", vpc, "bob", 0).Session("pod/migrate-db").Status(waitingFor(2, -time.Minute, "", vpc)).Obj(),
+				req("pod-migrate-db", vpc, "alice", 0).Session("pod/migrate-db").MadeFor("pod", "migrate-db").Status(holding(7, vpc)).Obj(),
+				req("job-apply-vpc", vpc, "alice", 0).Session("job/apply-vpc").MadeFor("job", "apply-vpc").Status(waitingFor(1, -time.Minute, "", vpc)).Obj(),
+				// A session that looks like a workload's, and a controlling ownerReference, name
+				// nothing: anyone who creates a request writes them.
+				req("bob-1", vpc, "bob", 0).Session("pod/migrate-db").ControlledBy("v1", "Pod", "migrate-db").Status(waitingFor(2, -time.Minute, "", vpc)).Obj(),
 			},
 			wantKeys: []Key{{
 				ID: ns + "/" + vpcName, Namespace: ns, Name: vpcName, UID: "pl-1", Key: "acme/infra/modules/vpc/default", QueueLength: 2,

@@ -18,6 +18,7 @@ import "slices"
 // waits on another key than the one it is waited for on, and failing any member's request on its
 // hop's key removes that hop; failing a bystander in the middle of a queue would not.
 func (g *Graph) FindCycles() []Cycle {
+	g = g.blocked()
 	comp, roots := g.components()
 	s := g.newSearch()
 	var cycles []Cycle
@@ -45,6 +46,7 @@ func (g *Graph) FindCycles() []Cycle {
 // key, gets nil even though it is stuck: failing it would not help anyone. The cycle it is stuck
 // behind existed before it arrived, and FindCycles reports it.
 func (g *Graph) CyclesThrough(id Identity) []Cycle {
+	g = g.blocked()
 	n, ok := g.index[id]
 	if !ok {
 		return nil
@@ -238,19 +240,18 @@ func (g *Graph) shorten(cycle []arc) Cycle {
 			break
 		}
 	}
-	var runs []arc
+	var firsts, lasts []arc
 	for i := range n {
 		a := cycle[(start+i)%n]
-		if len(runs) > 0 && runs[len(runs)-1].key == a.key {
-			last := &runs[len(runs)-1]
-			last.to, last.holds = a.to, a.holds
+		if len(lasts) > 0 && lasts[len(lasts)-1].key == a.key {
+			lasts[len(lasts)-1] = a
 			continue
 		}
-		runs = append(runs, a)
+		firsts, lasts = append(firsts, a), append(lasts, a)
 	}
-	edges := make([]Edge, len(runs))
-	for i, a := range runs {
-		edges[i] = g.edge(a)
+	edges := make([]Edge, len(firsts))
+	for i := range firsts {
+		edges[i] = g.edge(firsts[i], lasts[i])
 	}
 	first := 0
 	for i, e := range edges {
@@ -259,4 +260,81 @@ func (g *Graph) shorten(cycle []arc) Cycle {
 		}
 	}
 	return Cycle{Edges: slices.Concat(edges[first:], edges[:first])}
+}
+
+// blocked is the graph of the identities that can never go on, with only the arcs that keep
+// them so: graph reduction over the AND-OR graph. An identity is let go when each of its waits is
+// met: an all-of arc when its target is let go, an any-of wait when one of its arcs' targets is.
+// Whoever waits for nothing is let go first; then, in turn, everyone whose last unmet wait that
+// meets. What is left is blocked: each of them has a wait whose every way out is blocked too.
+// The arcs kept are those of unmet waits of blocked identities, so every blocked identity keeps
+// one at least, and every cycle among them is a deadlock. With only all-of arcs, the cycles are
+// the plain graph's: what is let go is on no cycle.
+func (g *Graph) blocked() *Graph {
+	if !g.anyOf {
+		return g
+	}
+	n := len(g.ids)
+	// need[v] counts v's unmet waits; wait[a] is the first arc of a's wait (an any-of wait's
+	// arcs are adjacent: one waiter's, on one key).
+	need := make([]int, n)
+	wait := make([]int, len(g.arcs))
+	for v := range n {
+		lo, hi := g.out(v)
+		for a := lo; a < hi; a++ {
+			wait[a] = a
+			// guard:deadlock-any-of-one-wait
+			if a > lo && g.arcs[a].anyOf && g.arcs[a-1].anyOf && g.arcs[a-1].key == g.arcs[a].key {
+				wait[a] = wait[a-1]
+				continue
+			}
+			need[v]++
+		}
+	}
+	// The arcs into each node, to meet waits as their targets are let go.
+	into := make([]int, n+1)
+	for _, a := range g.arcs {
+		into[a.to+1]++
+	}
+	for v := range n {
+		into[v+1] += into[v]
+	}
+	by := make([]int, len(g.arcs))
+	next := slices.Clone(into[:n])
+	for i, a := range g.arcs {
+		by[next[a.to]] = i
+		next[a.to]++
+	}
+	met := make([]bool, len(g.arcs))
+	var free []int
+	for v := range n {
+		if need[v] == 0 {
+			free = append(free, v)
+		}
+	}
+	for len(free) > 0 {
+		v := free[len(free)-1]
+		free = free[:len(free)-1]
+		for _, a := range by[into[v]:into[v+1]] {
+			if w := wait[a]; !met[w] {
+				met[w] = true
+				from := g.arcs[a].from
+				if need[from]--; need[from] == 0 {
+					free = append(free, from)
+				}
+			}
+		}
+	}
+	kept := make([]arc, 0, len(g.arcs))
+	for a, x := range g.arcs {
+		if need[x.from] > 0 && !met[wait[a]] {
+			kept = append(kept, x)
+		}
+	}
+	if len(kept) == len(g.arcs) {
+		return g
+	}
+	b := &Graph{ids: g.ids, index: g.index, keys: g.keys}
+	b.group(kept)
+	return b
 }

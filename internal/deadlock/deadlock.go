@@ -3,8 +3,16 @@
 //
 // The input is a snapshot of every lock key: who holds it and who waits for it, in grant order.
 // From it the package builds a wait-for graph over holder identities (owner plus pull): A waits
-// for B on key K when A waits on K and B either holds K or is ahead of A in K's queue. A cycle in
-// that graph is a deadlock, because nobody on it can be granted until someone on it gives way.
+// for B on key K when A waits on K and B either holds K or is ahead of A in K's queue.
+//
+// Most waits need all of their holders gone (an exclusive waiter behind shared holders); some
+// are let in by any one of them leaving (a shared waiter on a key whose shared places are all
+// taken; a counting key at its limit). The graph is an AND-OR graph: an identity is blocked
+// while, for one of its waits, every identity that wait could be let in by is blocked. The
+// blocked identities are what graph reduction leaves (FindCycles): let go everyone who waits for
+// nothing, then everyone each of whose waits has someone let go, until nobody more can be; a
+// cycle among what is left is a deadlock, because nobody on it can be granted until someone on
+// it gives way. With only all-of waits this is the plain cycle rule.
 //
 // The package is pure: no Kubernetes client and no clock. The controller gathers the snapshot,
 // asks for cycles, fails the victim a Policy chooses, and asks again on its next pass.
@@ -42,6 +50,11 @@ type Waiter struct {
 	// exclusive holder, or for the exclusive waiter ahead of it (writer preference), never for
 	// shared holders or shared waiters ahead of it.
 	Shared bool
+	// KeptOut is true when a counting bound keeps a Shared waiter out (issue #45): the key's
+	// holders are as many as its own maxHolders, or the lowest among theirs, allows. It waits
+	// for any one of them to leave, and, as the grant order keeps FIFO at the bound, the shared
+	// waiters behind it wait for it as for a writer.
+	KeptOut bool
 }
 
 // KeyState is one lock key as the controller sees it.
@@ -67,10 +80,23 @@ func (ks KeyState) holders() []Identity {
 
 // Edge says From waits for To on Key: To holds Key (Holds), or To is ahead of From in Key's
 // queue. Waiter is From's request on Key, the one to fail to remove this edge.
+//
+// AnyOf is set when From's wait is let in by any one holder of Key leaving (an any-of wait):
+// To is one of those holders, and AnyOf are the others, each blocked as well (by the wait each
+// carries), so none of them will leave either.
 type Edge struct {
 	From, To Identity
 	Key      string
 	Holds    bool
+	Waiter   Waiter
+	AnyOf    []Blocked
+}
+
+// Blocked is an identity that an any-of hop also waits for, and the wait that blocks it: its
+// request Waiter, waiting on Key.
+type Blocked struct {
+	Identity Identity
+	Key      string
 	Waiter   Waiter
 }
 
@@ -89,7 +115,18 @@ func (c Cycle) String() string {
 	}
 	hops := make([]string, len(c.Edges))
 	for i, e := range c.Edges {
-		hops[i] = fmt.Sprintf("%s waits for %s on %s", e.From, e.To, e.Key)
+		if len(e.AnyOf) == 0 {
+			hops[i] = fmt.Sprintf("%s waits for %s on %s", e.From, e.To, e.Key)
+			continue
+		}
+		// An any-of hop names everyone it waits for, and what keeps the others from leaving.
+		others := make([]string, len(e.AnyOf))
+		blocked := make([]string, len(e.AnyOf))
+		for j, b := range e.AnyOf {
+			others[j] = b.Identity.String()
+			blocked[j] = fmt.Sprintf("%s waits on %s", b.Identity, b.Key)
+		}
+		hops[i] = fmt.Sprintf("%s waits for any of %s, %s on %s (%s)", e.From, e.To, strings.Join(others, ", "), e.Key, strings.Join(blocked, ", "))
 	}
 	return "deadlock: " + strings.Join(hops, "; ")
 }
@@ -105,6 +142,9 @@ type Graph struct {
 	// allocations and gives the garbage collector nothing to scan.
 	arcs  []arc
 	start []int
+	// anyOf is set when some arc is an any-of wait's: only then does FindCycles reduce the
+	// graph first (with all-of waits only, the cycles are the plain graph's).
+	anyOf bool
 }
 
 // arc is an edge in node numbers: the waiter is keys[key].Queue[pos]. Edges are made from arcs
@@ -113,14 +153,36 @@ type arc struct {
 	from, to int
 	key, pos int
 	holds    bool
+	// anyOf: the arc is one of an any-of wait's: from's arcs on key with anyOf set are one wait,
+	// let in by any one of them.
+	anyOf bool
 }
 
 // out is the range of n's arcs in g.arcs: at most one per key n waits on.
 func (g *Graph) out(n int) (lo, hi int) { return g.start[n], g.start[n+1] }
 
-func (g *Graph) edge(a arc) Edge {
-	ks := g.keys[a.key]
-	return Edge{From: g.ids[a.from], To: g.ids[a.to], Key: ks.Key, Holds: a.holds, Waiter: ks.Queue[a.pos]}
+// edge is the hop from first's waiter to last's target: one arc (first == last), or a run of
+// arcs up one key's queue. An any-of last arc names the others of its wait, each with the first
+// wait that blocks it (g is the graph of the blocked, where each of them has one).
+func (g *Graph) edge(first, last arc) Edge {
+	ks := g.keys[first.key]
+	e := Edge{From: g.ids[first.from], To: g.ids[last.to], Key: ks.Key, Holds: last.holds, Waiter: ks.Queue[first.pos]}
+	if !last.anyOf {
+		return e
+	}
+	lo, hi := g.out(last.from)
+	for _, o := range g.arcs[lo:hi] {
+		if !o.anyOf || o.key != last.key || o.to == last.to || o.to == first.from {
+			continue
+		}
+		b := Blocked{Identity: g.ids[o.to]}
+		if blo, bhi := g.out(o.to); blo < bhi {
+			by := g.arcs[blo]
+			b.Key, b.Waiter = g.keys[by.key].Key, g.keys[by.key].Queue[by.pos]
+		}
+		e.AnyOf = append(e.AnyOf, b)
+	}
+	return e
 }
 
 // Build makes the wait-for graph of a snapshot. Key order does not matter; a key listed twice is
@@ -174,19 +236,23 @@ func Build(keys []KeyState) *Graph {
 				// Writer preference: it waits for the exclusive waiter ahead of it.
 				arcs = append(arcs, arc{from: n, to: writer, key: i, pos: pos})
 			// guard:deadlock-shared-cap-no-edge
-			case w.Shared && ks.Holder == nil && !ks.Full:
+			case w.Shared && ks.Holder == nil && !ks.Full && !w.KeptOut:
 				// Shared holders (or none) with room, and no writer ahead: it waits for
 				// nobody here.
 			default:
-				// A waiter waits for every holder of the key.
+				// A waiter waits for the holders of the key: for every one of them, or, where
+				// any one leaving lets it in, for any of them.
+				anyOf := letInByAnyOne(ks, w)
+				g.anyOf = g.anyOf || anyOf
 				for _, h := range holders {
 					if h != n {
-						arcs = append(arcs, arc{from: n, to: h, key: i, pos: pos, holds: true})
+						arcs = append(arcs, arc{from: n, to: h, key: i, pos: pos, holds: true, anyOf: anyOf})
 					}
 				}
 			}
 			ahead = n
-			if !w.Shared {
+			// guard:deadlock-kept-out-blocks-behind
+			if !w.Shared || w.KeptOut {
 				writer = n
 			}
 		}
@@ -194,6 +260,19 @@ func Build(keys []KeyState) *Graph {
 
 	g.group(arcs)
 	return g
+}
+
+// letInByAnyOne reports whether w, at the head of what waits for ks's holders, is let in by any
+// one of them leaving (an any-of wait) rather than only once all of them have: a shared waiter
+// on a key whose shared places are all taken (Full) waits for one place, which any shared
+// holder frees. A waiter a counting bound keeps out (KeptOut) waits the same way: when every
+// bound agrees, any one holder leaving lets it in; when its own bound is lower than theirs it
+// needs several to leave, and any-of is the weaker claim (it can miss such a deadlock, never
+// name a false one).
+func letInByAnyOne(ks KeyState, w Waiter) bool {
+	// guard:deadlock-any-of
+	// guard:deadlock-counting-any-of
+	return w.Shared && ks.Holder == nil && (ks.Full || w.KeptOut)
 }
 
 // collectIdentities numbers every identity that holds or waits on g's keys, in identity order,

@@ -29,10 +29,12 @@ const hashLen = 10
 // changes nothing; a target built from user input (a CLI flag, a runner's config) gets the key
 // the API would store for it.
 //
-// The key has no mode: Normalize clears spec.locks[].mode (Refs keeps it in Ref.Mode), so a
-// ProjectLock created from a normalized target has none and both modes of one key share a name.
+// The key has no mode and no bound on its holders: Normalize clears spec.locks[].mode and
+// maxHolders (Refs keeps them in Ref.Mode and Ref.MaxHolders), so a ProjectLock created from a
+// normalized target has neither, and every mode and bound of one key share a name.
 func Normalize(t locksv1.LockTarget) locksv1.LockTarget {
 	t.Mode = ""
+	t.MaxHolders = 0
 	t.Path = path.Clean(t.Path) // "" is "."
 	if t.Workspace == "" {
 		t.Workspace = DefaultWorkspace
@@ -141,6 +143,9 @@ type Ref struct {
 	Name   string
 	// Mode is how the request holds the target (spec.locks[].mode; unset is Exclusive).
 	Mode locksv1.LockMode
+	// MaxHolders is the most requests the request holds the target beside, itself included
+	// (spec.locks[].maxHolders, a counting lock); 0 when unbounded.
+	MaxHolders int32
 }
 
 // Shared reports whether the request holds this target in Shared mode.
@@ -151,9 +156,9 @@ func (r Ref) Shared() bool { return r.Mode.IsShared() }
 func Refs(targets []locksv1.LockTarget) []Ref {
 	refs := make([]Ref, len(targets))
 	for i, t := range targets {
-		mode := t.Mode
+		mode, maxHolders := t.Mode, t.MaxHolders
 		t = Normalize(t)
-		refs[i] = Ref{Index: i, Target: t, Key: key(t), Name: Name(t), Mode: mode}
+		refs[i] = Ref{Index: i, Target: t, Key: key(t), Name: Name(t), Mode: mode, MaxHolders: maxHolders}
 	}
 	if len(refs) < 2 {
 		return refs

@@ -15,9 +15,12 @@ package metricsauth
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -154,23 +157,47 @@ func (g *Guard) authenticate(ctx context.Context, token string) (*authnv1.UserIn
 	return u, nil
 }
 
-// authorize reports whether user may use verb on the non-resource path.
-func (g *Guard) authorize(ctx context.Context, user *authnv1.UserInfo, verb, path string) (bool, error) {
+// accessKey is what an answer on access is kept under: the hash of everything the
+// SubjectAccessReview says, written so that two reviews share a key exactly when they say the
+// same. Each string is written with its length first, so no two lists of strings run together
+// alike. Extra is a map, read in Go's random order: its keys are written sorted, or one user
+// would be kept under a new key on most scrapes (a bound ServiceAccount token carries three to
+// five). Each key's values keep their order, as they are an ordered list in the review: an
+// authorizer (a webhook) may read them in order, so two orders are two questions. Groups keep
+// theirs for the same reason.
+func accessKey(user *authnv1.UserInfo, verb, path string) [32]byte {
 	h := sha256.New()
-	for _, s := range append([]string{user.Username, user.UID, verb, path}, user.Groups...) {
+	var n [binary.MaxVarintLen64]byte
+	write := func(s string) {
+		h.Write(n[:binary.PutUvarint(n[:], uint64(len(s)))])
 		h.Write([]byte(s))
-		h.Write([]byte{0})
 	}
-	for name, vals := range user.Extra {
-		h.Write([]byte(name))
-		h.Write([]byte{1})
-		for _, v := range vals {
-			h.Write([]byte(v))
-			h.Write([]byte{0})
+	count := func(c int) { h.Write(n[:binary.PutUvarint(n[:], uint64(c))]) }
+	for _, s := range []string{user.Username, user.UID, verb, path} {
+		write(s)
+	}
+	count(len(user.Groups))
+	for _, s := range user.Groups {
+		write(s)
+	}
+	// guard:metrics-key-canonical
+	names := slices.Sorted(maps.Keys(user.Extra))
+	count(len(names))
+	for _, name := range names {
+		write(name)
+		count(len(user.Extra[name]))
+		for _, v := range user.Extra[name] {
+			write(v)
 		}
 	}
 	var k [32]byte
 	h.Sum(k[:0])
+	return k
+}
+
+// authorize reports whether user may use verb on the non-resource path.
+func (g *Guard) authorize(ctx context.Context, user *authnv1.UserInfo, verb, path string) (bool, error) {
+	k := accessKey(user, verb, path)
 	if a, ok := lookup(g, g.access, k); ok {
 		return a, nil
 	}

@@ -142,6 +142,10 @@ type Decision struct {
 	// holders shows (staleLock). The key is decided again after RequeueAfter; what the caller
 	// reports of the key (its queue depth, its refresh budget) stays as it was.
 	Stale bool
+	// More is true when a waiter could hold now but was left for the next decision: a counted
+	// grant has the ProjectLock write to itself (counting.go), so the key is decided again on
+	// what this plan wrote, at once.
+	More bool
 	// Writes is the plan: every write above in the order docs/protocol.md proves safe, each with
 	// its object, its precondition and why it is made (plan.go). The caller applies them one at
 	// a time, and stops at the first that fails.
@@ -171,6 +175,7 @@ type entry struct {
 	shared   bool     // it asks for this key in Shared mode
 	tok      int64    // its token for the key once the decision is made (holderTokens)
 	behind   *entry   // the exclusive waiter it may not pass (writer preference), if any
+	deferred bool     // it could hold now, but not in this write: the next decision grants it
 }
 
 type outcome struct {
@@ -218,6 +223,7 @@ func Decide(in Input) Decision {
 	token, again := grantToken(s, st, a.newHolder || a.joins, in.GoneTokens)
 	allHolders = holderTokens(allHolders, token)
 	d := statuses(in, st, a, waiting, rejected, allHolders, token)
+	d.More = a.more
 	if again {
 		d = dropFirst(s.lock, st.entries, holderTokens(st.holders, s.token), d.Demote, rejected, in.Now, in.Config)
 		return plan(d, in.Name, s.lock)
@@ -372,6 +378,7 @@ type admission struct {
 	hasHolder bool
 	newHolder bool // the key changes hands: a new token
 	joins     bool // shared requests join shared holders that stay: a new token too
+	more      bool // a waiter that could hold now is left for the next decision (deferred)
 	granted   []*entry
 	waiting   []*entry
 }
@@ -387,8 +394,8 @@ func grantable(e *entry) bool {
 // requests; shared requests hold together, and none passes an exclusive waiter ahead of it
 // (admitModes, shared.go).
 func admit(holders, waiting []*entry) admission {
-	granted, rest := admitModes(holders, waiting)
-	a := admission{granted: granted, waiting: rest, hasHolder: len(holders) > 0 || len(granted) > 0}
+	granted, rest, more := admitModes(holders, waiting)
+	a := admission{granted: granted, waiting: rest, more: more, hasHolder: len(holders) > 0 || len(granted) > 0}
 	a.newHolder = len(holders) == 0 && len(granted) > 0
 	switch {
 	case len(holders) > 0:
@@ -446,7 +453,9 @@ func reject(holders []*entry, a admission, cfg Config) (waiting, rejected []*ent
 // yet is not trying this key: the key it has reached decides whether it is busy.
 func tryOnce(holders []*entry, a admission) (waiting, rejected []*entry) {
 	for _, e := range a.waiting {
-		if !triesOnce(e) || (e.frozen == nil && !reached(e)) {
+		// A waiter left for the next decision (a counted grant took the write) could hold.
+		// guard:counting-deferred-not-busy
+		if !triesOnce(e) || (e.frozen == nil && !reached(e)) || e.deferred {
 			waiting = append(waiting, e)
 			continue
 		}
@@ -476,7 +485,8 @@ func queueCap(waiting []*entry, capN int) (kept, rejected []*entry) {
 		}
 	}
 	for _, e := range waiting {
-		if !e.stamped {
+		// guard:counting-deferred-not-full
+		if !e.stamped && !e.deferred {
 			if n >= capN {
 				c := *e
 				c.outcome = &outcome{locksv1.PhaseFailed, locksv1.ReasonQueueFull,

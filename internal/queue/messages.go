@@ -64,7 +64,7 @@ type blockers struct {
 
 func newBlockers(holders, granted, waiting []*entry) blockers {
 	if set := append(append([]*entry{}, holders...), granted...); len(set) > 0 && allShared(set) {
-		return blockers{ahead: "locked by " + sharedText(set)}
+		return blockers{ahead: "locked by " + sharedText(set) + boundText(set)}
 	}
 	for _, set := range [][]*entry{holders, granted} {
 		if len(set) > 0 {

@@ -71,9 +71,11 @@ type Write struct {
 }
 
 // DecidesAgain reports whether the plan ends in deciding the key again on what it wrote: on the
-// created ProjectLock (step 1), or on the ProjectLock that only took out a holder whose token
-// nobody knows (step 4).
-func (d Decision) DecidesAgain() bool { return d.CreateLock || d.Again }
+// created ProjectLock (step 1), on the ProjectLock that only took out a holder whose token
+// nobody knows (step 4), or after a counted grant that had the write to itself (More).
+//
+// guard:counting-decides-again
+func (d Decision) DecidesAgain() bool { return d.CreateLock || d.Again || d.More }
 
 // plan orders the decision's writes as docs/protocol.md's steps 1-6 do, then the waiters.
 func plan(d Decision, name string, lock *locksv1.ProjectLock) Decision {
@@ -209,6 +211,10 @@ func grantUpdates(holders []*entry, token int64, now time.Time) []Update {
 func waitingUpdates(waiting []*entry, told blockers, in Input) (demote, updates []Update, deferred bool) {
 	refreshes := 0
 	for i, e := range waiting {
+		// Left for the next decision of this reconcile, which grants it: no status now.
+		if e.deferred && !e.demoted {
+			continue
+		}
 		// guard:demotion-deferred-as-refresh
 		refresh := e.stamped && e.req.Status.Phase == locksv1.PhasePending && !e.demoted
 		// Past the budget, a waiter whose position or message visibly changed is left for a

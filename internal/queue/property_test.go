@@ -21,11 +21,18 @@ import (
 // It returns how often each outcome happened (finish reasons, "Granted", "handoff").
 func simulate(t testing.TB, seed uint64, rounds int) map[string]int {
 	t.Helper()
-	return simulateModes(t, seed, rounds, false)
+	return simulateModes(t, seed, rounds, modes{})
 }
 
-// simulateModes is simulate, with a third of the requests Shared when shared is set.
-func simulateModes(t testing.TB, seed uint64, rounds int, shared bool) map[string]int {
+// modes says which modes a random walk asks for besides Exclusive.
+type modes struct {
+	shared  bool // a third of the requests Shared
+	counted bool // and half of those a counting lock (maxHolders 1 to 3)
+}
+
+// simulateModes is simulate, with a third of the requests Shared when m.shared is set, and half
+// of those counted when m.counted is.
+func simulateModes(t testing.TB, seed uint64, rounds int, m modes) map[string]int {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(seed, 0x7475726e7374696c))
 	cfg := Config{DefaultTTL: 20 * time.Second, MaxTTL: time.Minute, AgingStep: 15 * time.Second, QueueCap: 5, HeadSize: 3}
@@ -86,8 +93,11 @@ func simulateModes(t testing.TB, seed uint64, rounds int, shared bool) map[strin
 			case 3:
 				b.WaitTimeout(40 * time.Second)
 			}
-			if shared && rng.IntN(3) == 0 {
+			if m.shared && rng.IntN(3) == 0 {
 				b.Shared()
+				if m.counted && rng.IntN(2) == 0 {
+					b.MaxHolders(int32(1 + rng.IntN(3)))
+				}
 			}
 			w.add(b.Obj())
 			did = "arrive " + b.Name
@@ -146,7 +156,9 @@ func simulateModes(t testing.TB, seed uint64, rounds int, shared bool) map[strin
 		// can stop any of them after any of its writes.
 		var d Decision
 		stage := stageAll
-		for step := 0; step < 4 && stage == stageAll; step++ {
+		// A counted grant has the write to itself: the controller decides again at once
+		// (Decision.More), once for each waiter it left, bounded here by the queue cap.
+		for step := 0; step < 4+cfg.QueueCap && stage == stageAll; step++ {
 			in := w.input(name1, clock, cfg)
 			before := w.input(name1, clock, cfg)
 			d = Decide(in)
@@ -177,7 +189,10 @@ func simulateModes(t testing.TB, seed uint64, rounds int, shared bool) map[strin
 					t.Fatalf("seed %d round %d: %s newly holds the key with no ProjectLock write:\n%s", seed, round, u.Request.Name, describeDecision(d))
 				}
 			}
-			if !d.CreateLock && !d.ReleaseFinalizer && !d.Again {
+			if d.More {
+				seen["more"]++
+			}
+			if !d.DecidesAgain() && !d.ReleaseFinalizer {
 				break
 			}
 		}
@@ -201,11 +216,15 @@ func simulateModes(t testing.TB, seed uint64, rounds int, shared bool) map[strin
 		}
 		if l := w.locks[name1]; l != nil && len(l.Status.SharedHolders) > 1 {
 			seen["shared together"]++
+			if l.Status.MaxHolders > 0 && l.Status.HolderCount == l.Status.MaxHolders {
+				seen["counted full"]++
+			}
 		}
 
 		where := fmt.Sprintf("seed %d round %d (%s, stage %d)", seed, round, did, stage)
 		checkInvariants(t, where, w, prev, d, stage, &highest)
 		tm.check(t, where, w)
+		checkBounds(t, where, w)
 		// MaxTTL bounds every grant, renewed or not, from the moment its ttl counts from.
 		for _, r := range w.reqs {
 			if st := r.Status; st.Phase == locksv1.PhaseGranted && st.GrantedAt != nil && st.ExpiresAt != nil {
@@ -345,12 +364,18 @@ func checkInvariants(t testing.TB, where string, w *world, prev *locksv1.Project
 type grantTokens struct {
 	byID  map[locksv1.HolderID]int64 // the highest token each identity showed holding
 	holds map[types.UID]bool         // requests seen holding at the last check
+	// counted is every token a counted request (a counting lock) was first seen holding with,
+	// and its identity: no request of another identity holds with it, before or after.
+	counted map[int64]locksv1.HolderID
+	// firsts is every token a request was first seen holding with, and its identity.
+	firsts map[int64][]locksv1.HolderID
 }
 
 func (g *grantTokens) check(t testing.TB, where string, w *world) {
 	t.Helper()
 	if g.byID == nil {
 		g.byID, g.holds = map[locksv1.HolderID]int64{}, map[types.UID]bool{}
+		g.counted, g.firsts = map[int64]locksv1.HolderID{}, map[int64][]locksv1.HolderID{}
 	}
 	now := map[types.UID]bool{}
 	before := maps.Clone(g.byID) // requests granted by one write share its token
@@ -367,10 +392,85 @@ func (g *grantTokens) check(t testing.TB, where string, w *world) {
 					t.Fatalf("%s: %s (%v) holds with token %d, not above %d that %v showed before", where, r.Name, id, tok, top, other)
 				}
 			}
+			// A counted grant's token is its own: no other identity's grant shows it.
+			if c, ok := g.counted[tok]; ok && c != id {
+				t.Fatalf("%s: %s (%v) holds with token %d, the token of %v's counted grant", where, r.Name, id, tok, c)
+			}
+			if r.Spec.Locks[0].MaxHolders > 0 {
+				for _, other := range g.firsts[tok] {
+					if other != id {
+						t.Fatalf("%s: counted %s (%v) holds with token %d, which %v held with too", where, r.Name, id, tok, other)
+					}
+				}
+				g.counted[tok] = id
+			}
+			g.firsts[tok] = append(g.firsts[tok], id)
 		}
 		g.byID[id] = max(g.byID[id], tok)
 	}
 	g.holds = now
+}
+
+// checkBounds: the requests that hold the key, and those the ProjectLock lists, number at most
+// the lowest maxHolders among them (a counting lock), and the ProjectLock says that bound.
+func checkBounds(t testing.TB, where string, w *world) {
+	t.Helper()
+	low := func(rs []*locksv1.LockRequest) int32 {
+		b := int32(0)
+		for _, r := range rs {
+			if m := r.Spec.Locks[0].MaxHolders; m > 0 && (b == 0 || m < b) {
+				b = m
+			}
+		}
+		return b
+	}
+	var holding []*locksv1.LockRequest
+	for _, uid := range w.order {
+		if r := w.reqs[uid]; r != nil && !r.Status.Phase.IsFinal() && len(r.Status.Locks) > 0 && r.Status.Locks[0].Held {
+			holding = append(holding, r)
+		}
+	}
+	if b := low(holding); b > 0 && int32(len(holding)) > b {
+		t.Fatalf("%s: %d requests hold the key, one of them with maxHolders %d: %v", where, len(holding), b, names(holding))
+	}
+	l := w.locks[name1]
+	if l == nil {
+		return
+	}
+	var listed []*locksv1.LockRequest
+	for _, h := range l.Status.HolderRequests() {
+		if r := w.reqs[types.UID(h.UID)]; r != nil {
+			listed = append(listed, r)
+		}
+	}
+	if b := low(listed); b > 0 && l.Status.HolderCount > b {
+		t.Fatalf("%s: the ProjectLock lists %d holders, one of them with maxHolders %d", where, l.Status.HolderCount, b)
+	}
+	if l.Status.MaxHolders > 0 && l.Status.HolderCount > l.Status.MaxHolders {
+		t.Fatalf("%s: the ProjectLock lists %d holders, over its maxHolders %d", where, l.Status.HolderCount, l.Status.MaxHolders)
+	}
+}
+
+// TestDecideRandomizedCounting is TestDecideRandomizedShared with half of the shared requests
+// counted (maxHolders 1 to 3, so requests on the key disagree): at most the lowest bound among
+// the holders hold, every counted grant's token is its own and above every token before it,
+// the plan decides again at once for the waiters a counted grant left (Decision.More), and the
+// fixed point holds.
+func TestDecideRandomizedCounting(t *testing.T) {
+	total := map[string]int{}
+	for seed := uint64(1); seed <= 12; seed++ {
+		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
+			for k, n := range simulateModes(t, seed, 300, modes{shared: true, counted: true}) {
+				total[k] += n
+			}
+		})
+	}
+	for _, want := range []string{locksv1.ReasonGranted, "shared together", "counted full", "more"} {
+		if total[want] == 0 {
+			t.Errorf("no %s in any run: %v", want, total)
+		}
+	}
+	t.Logf("outcomes: %v", total)
 }
 
 // TestDecideRandomizedShared is TestDecideRandomized with a third of the requests Shared: the
@@ -384,7 +484,7 @@ func TestDecideRandomizedShared(t *testing.T) {
 	total := map[string]int{}
 	for _, seed := range []uint64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 284, 304} {
 		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
-			for k, n := range simulateModes(t, seed, 300, true) {
+			for k, n := range simulateModes(t, seed, 300, modes{shared: true}) {
 				total[k] += n
 			}
 		})

@@ -61,39 +61,62 @@ func compatible(set []*entry, e *entry) bool {
 // fails now, and stops nobody. A waiter that is not grantable (its command frozen, or an
 // earlier key of its own not held yet) stops nobody. At most MaxSharedHolders hold in Shared
 // mode; the next shared waiter waits for one of them to leave.
-func admitModes(holders, waiting []*entry) (granted, rest []*entry) {
+//
+// Counting locks (counting.go): a waiter holds only within every bound on the holders
+// (roomFor: spec.locks[].maxHolders, its own and theirs); a shared waiter a bound keeps out
+// stops everyone behind it, as a writer does (FIFO at the bound). A counted grant has the
+// decision's ProjectLock write to itself (tokens): a waiter that could hold but would share
+// the write is left for the next decision (deferred), and more says so.
+func admitModes(holders, waiting []*entry) (granted, rest []*entry, more bool) {
 	set := append([]*entry{}, holders...)
-	var writer *entry // the first exclusive waiter that cannot hold yet
+	var writer *entry // the first waiter that cannot hold yet and that nobody behind may pass
+	tok := newWriteToken(holders)
 	for _, e := range waiting {
+		join := false
 		switch {
 		case !grantable(e):
 		// The bound holds for a re-entrant shared request too: one identity's readers, or its
 		// readers beside its writer (the holding turns Shared with them once the writer goes).
 		// guard:shared-holders-uncapped-reentrant
 		case reentrant(set, e) && roomFor(set, e):
-			granted, set = append(granted, e), append(set, e)
-			continue
+			join = true
 		// guard:shared-writer-preference
 		case writer != nil:
 		case compatible(set, e) && roomFor(set, e):
-			granted, set = append(granted, e), append(set, e)
-			continue
+			join = true
 		// A writer that tries once (waitTimeout 0s) fails in this decision (tryOnce): it
 		// leaves now, so it holds back nobody behind it.
 		// guard:shared-try-once-writer-holds-back
 		case !e.shared && !triesOnce(e):
 			writer = e
+		// A shared waiter that a bound keeps out (a counting lock full for it): nobody behind
+		// passes it either, or one with a higher bound could starve it.
+		// guard:counting-fifo-at-the-bound
+		case compatible(set, e) && !triesOnce(e):
+			writer = e
 		}
-		rest = append(rest, e)
+		switch {
+		case !join:
+			rest = append(rest, e)
+		case !tok.admits(e, len(granted)):
+			rest, more = append(rest, deferred(e)), true
+		default:
+			granted, set = append(granted, e), append(set, e)
+		}
 	}
-	return granted, rest
+	return granted, rest, more
 }
 
-// roomFor reports whether e may join set within MaxSharedHolders: an exclusive request always
-// may; a shared one while fewer than MaxSharedHolders shared requests are in set, whatever their
+// roomFor reports whether e may join set: within every bound on the holders (withinBounds:
+// spec.locks[].maxHolders of e and of every holder, a counting lock), and, for a shared
+// request, while fewer than MaxSharedHolders shared requests are in set, whatever their
 // identities and whatever else holds beside them (status.sharedHolders, which the API server
 // bounds, lists them all once the holding is Shared).
 func roomFor(set []*entry, e *entry) bool {
+	// guard:counting-unbounded
+	if !withinBounds(set, e) {
+		return false
+	}
 	if !e.shared {
 		return true
 	}

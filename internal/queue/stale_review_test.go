@@ -283,6 +283,8 @@ type staleChecker struct {
 type seenHolder struct {
 	id        locksv1.HolderID
 	exclusive bool
+	counted   bool  // a counting lock (spec.locks[].maxHolders) on this key
+	first     int64 // its token for the key when first seen holding it: its grant's
 	top       int64
 	keyTok    int64
 	reqTok    int64
@@ -325,18 +327,29 @@ func (c *staleChecker) check(w *staleWorld) []string {
 		if len(ids) > 1 && exclusive {
 			out = append(out, fmt.Sprintf("ME: %s held by %d identities with an exclusive holder: %v", name, len(ids), reqNames(hs)))
 		}
+		out = append(out, checkBound(name, hs, w.cur.locks[name], w.cur.reqs)...)
 		if c.held[name] == nil {
 			c.held[name] = map[types.UID]*seenHolder{}
 		}
 		seen := c.held[name]
+		heldExclusive := w.cur.locks[name] != nil && w.cur.locks[name].Status.Holder != nil
 		for _, r := range hs {
 			keyTok := keyTokenOf(r, name)
 			reqTok := r.Status.FencingToken
 			s := seen[r.UID]
 			if s == nil {
-				me := &seenHolder{id: r.Spec.Holder.ID(), exclusive: !SharedOn(r, name)}
+				me := &seenHolder{id: r.Spec.Holder.ID(), exclusive: !SharedOn(r, name), counted: maxHoldersOn(r, name) > 0, first: keyTok}
 				for uid, o := range seen {
-					if o.id == me.id || uid == r.UID {
+					if uid == r.UID {
+						continue
+					}
+					// A counted grant's token is its own, above every grant's before it (a
+					// request joining its own identity's exclusive holding shares its token).
+					if (o.counted || me.counted) && keyTok <= o.first && (o.id != me.id || !(o.exclusive || me.exclusive || heldExclusive)) {
+						out = append(out, fmt.Sprintf("TM: %s (%v, counted=%v) holds %s with token %d, not above %d of %v's grant before it (counted=%v)",
+							r.Name, me.id, me.counted, name, keyTok, o.first, o.id, o.counted))
+					}
+					if o.id == me.id {
 						continue
 					}
 					if (o.exclusive || me.exclusive) && keyTok <= o.top {
@@ -366,6 +379,48 @@ func (c *staleChecker) check(w *staleWorld) []string {
 	return out
 }
 
+// maxHoldersOn is r's maxHolders for key name: 0 unless it asks for a counting lock there.
+func maxHoldersOn(r *locksv1.LockRequest, name string) int32 {
+	for _, ref := range lockkey.Refs(r.Spec.Locks) {
+		if ref.Name == name && ref.Shared() {
+			return ref.MaxHolders
+		}
+	}
+	return 0
+}
+
+// checkBound is CN: the requests holding key name, and those its ProjectLock lists, number at
+// most the lowest maxHolders among them.
+func checkBound(name string, holding []*locksv1.LockRequest, l *locksv1.ProjectLock, reqs map[types.UID]*locksv1.LockRequest) []string {
+	low := func(rs []*locksv1.LockRequest) int32 {
+		b := int32(0)
+		for _, r := range rs {
+			if m := maxHoldersOn(r, name); m > 0 && (b == 0 || m < b) {
+				b = m
+			}
+		}
+		return b
+	}
+	var out []string
+	if b := low(holding); b > 0 && int32(len(holding)) > b {
+		out = append(out, fmt.Sprintf("CN: %d requests hold %s, one with maxHolders %d: %v", len(holding), name, b, reqNames(holding)))
+	}
+	if l == nil {
+		return out
+	}
+	hrs := l.Status.HolderRequests()
+	var listed []*locksv1.LockRequest
+	for _, h := range hrs {
+		if r := reqs[types.UID(h.UID)]; r != nil {
+			listed = append(listed, r)
+		}
+	}
+	if b := low(listed); b > 0 && int32(len(hrs)) > b {
+		out = append(out, fmt.Sprintf("CN: PL(%s) lists %d, one with maxHolders %d", name, len(hrs), b))
+	}
+	return out
+}
+
 func keyTokenOf(r *locksv1.LockRequest, name string) int64 {
 	for _, l := range r.Status.Locks {
 		if l.Name == name && l.FencingToken != 0 {
@@ -389,6 +444,14 @@ var staleMaxLag = 7
 // staleWalk is one seed of the walk; it returns how often each thing happened.
 func staleWalk(t testing.TB, seed uint64, rounds int) map[string]int {
 	t.Helper()
+	return staleWalkModes(t, seed, rounds, false)
+}
+
+// staleWalkModes is staleWalk; with counting, half of the shared targets are counted
+// (maxHolders 1 to 3), from a random stream of their own (each seed's other choices stay).
+func staleWalkModes(t testing.TB, seed uint64, rounds int, counting bool) map[string]int {
+	t.Helper()
+	crng := rand.New(rand.NewPCG(seed, 0x636f756e74))
 	rng := rand.New(rand.NewPCG(seed, 0x73686172656421))
 	cfg := Config{DefaultTTL: 20 * time.Second, MaxTTL: time.Minute, AgingStep: 15 * time.Second, QueueCap: 6, HeadSize: 3}
 	holders := []locksv1.Holder{{Owner: "alice", Pull: 1}, {Owner: "alice", Pull: 2}, {Owner: "bob"}, {Owner: "carol", Pull: 3}, {Owner: "bob", Session: "s2"}}
@@ -453,9 +516,15 @@ func staleWalk(t testing.TB, seed uint64, rounds int) map[string]int {
 		}
 		if l := w.cur.locks[name]; l != nil && len(l.Status.SharedHolders) > 1 {
 			did["shared together"]++
+			if l.Status.MaxHolders > 0 && l.Status.HolderCount == l.Status.MaxHolders {
+				did["counted full"]++
+			}
 		}
 		if d.Again {
 			did["again"]++
+		}
+		if d.More {
+			did["more"]++
 		}
 	}
 	for round := 0; round < rounds; round++ {
@@ -480,6 +549,9 @@ func staleWalk(t testing.TB, seed uint64, rounds int) map[string]int {
 			for i := range ts {
 				if rng.IntN(2) == 0 {
 					ts[i].Mode = locksv1.ModeShared
+					if counting && crng.IntN(2) == 0 {
+						ts[i].MaxHolders = int32(1 + crng.IntN(3))
+					}
 				}
 			}
 			b.Targets(ts...)
@@ -595,6 +667,14 @@ func checkNobodyStuck(t testing.TB, seed uint64, w *staleWorld, name string, at 
 	allShared := l.Status.Holder == nil
 	free := !l.Status.Held()
 	n := len(l.Status.SharedHolders)
+	// The lowest bound among the holders (a counting lock): a waiter fits under it and its own.
+	room := func(r *locksv1.LockRequest) bool {
+		low := l.Status.MaxHolders
+		if m := maxHoldersOn(r, name); m > 0 && (low == 0 || m < low) {
+			low = m
+		}
+		return n < locksv1.MaxSharedHolders && (low == 0 || int32(n) < low)
+	}
 	for _, r := range d.Queue {
 		ref, ok := FirstUnheld(r)
 		if !ok || ref.Name != name {
@@ -604,13 +684,36 @@ func checkNobodyStuck(t testing.TB, seed uint64, w *staleWorld, name string, at 
 			continue
 		}
 		shared := SharedOn(r, name)
-		if free || (allShared && shared && n < locksv1.MaxSharedHolders) {
+		if free || (allShared && shared && room(r)) {
 			t.Fatalf("seed %d: %s waits for %s (shared=%v), which it could hold: %+v", seed, r.Name, name, shared, l.Status)
 		}
-		if !shared {
-			return // writer preference: nobody behind it passes it
+		if !shared || !room(r) {
+			return // writer preference, FIFO at a bound: nobody behind it passes it
 		}
 	}
+}
+
+// TestCountingStaleManagersWalk is the walk with counting locks: half of the shared targets ask
+// for maxHolders 1 to 3, so requests on a key disagree. After every write: CN (at most the lowest
+// bound among the holders hold, and the ProjectLock lists no more), every counted grant's token
+// its own and above every grant's before it, and ME, TM and J as before; at the end, the fixed
+// point with nobody stuck under a bound it fits. Seeds 1-40 run here; 1-2000 passed when it was
+// written.
+func TestCountingStaleManagersWalk(t *testing.T) {
+	total := map[string]int{}
+	for seed := uint64(1); seed <= 40; seed++ {
+		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
+			for k, n := range staleWalkModes(t, seed, 300, true) {
+				total[k] += n
+			}
+		})
+	}
+	for _, want := range []string{"grant", "shared together", "counted full", "more", "paused", "crashed"} {
+		if total[want] == 0 {
+			t.Errorf("never %s: %v", want, total)
+		}
+	}
+	t.Logf("%v", total)
 }
 
 // TestSharedStaleManagersWalk runs the walk: managers on lagging views, hung and crashed plans,

@@ -80,6 +80,7 @@ func lockStatus(lock *locksv1.ProjectLock, holders, waiting []*entry, token int6
 	st.FencingToken = token
 	st.Holder, st.SharedHolders, st.Mode = nil, nil, ""
 	st.HolderCount = int32(len(holders))
+	st.MaxHolders = lowestBound(holders)
 	switch {
 	case len(holders) > 0 && allShared(holders):
 		st.Mode = locksv1.ModeShared
@@ -122,7 +123,7 @@ func lockStatus(lock *locksv1.ProjectLock, holders, waiting []*entry, token int6
 			fmt.Sprintf("locked by %s", locksv1.Holder{Owner: st.Holder.Owner, Pull: st.Holder.Pull}.Describe()), st.ObservedGeneration, now)
 	case len(st.SharedHolders) > 0:
 		SetCondition(&st.Conditions, locksv1.ConditionLocked, metav1.ConditionTrue, locksv1.ReasonHeld,
-			"locked by "+sharedText(holders), st.ObservedGeneration, now)
+			"locked by "+sharedText(holders)+boundText(holders), st.ObservedGeneration, now)
 	default:
 		SetCondition(&st.Conditions, locksv1.ConditionLocked, metav1.ConditionFalse, locksv1.ReasonFree, "not locked", st.ObservedGeneration, now)
 	}

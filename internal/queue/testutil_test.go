@@ -463,6 +463,14 @@ func (w *world) decide(name string, at time.Time, cfg Config) Decision {
 			w.t.Fatalf("Decide asked to decide %s again twice", name)
 		}
 	}
+	// A counted grant has the write to itself: the controller decides again at once, for each
+	// waiter left for the next decision (at most MaxSharedHolders of them).
+	for n := 0; d.More; n++ {
+		if n > locksv1.MaxSharedHolders {
+			w.t.Fatalf("Decide asked to decide %s again %d times", name, n)
+		}
+		d = w.decideOnce(name, at, cfg)
+	}
 	return d
 }
 
@@ -482,7 +490,7 @@ func (w *world) decideOnce(name string, at time.Time, cfg Config) Decision {
 // empty reports whether a decision writes nothing.
 func empty(d Decision) bool {
 	return len(d.Finish) == 0 && len(d.Demote) == 0 && len(d.Grant) == 0 && len(d.Waiting) == 0 && d.Lock == nil &&
-		!d.CreateLock && !d.ReleaseFinalizer && !d.Again
+		!d.CreateLock && !d.ReleaseFinalizer && !d.Again && !d.More
 }
 
 func describeDecision(d Decision) string {

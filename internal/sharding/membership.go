@@ -17,6 +17,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/turnstile-dev/turnstile/internal/whoami"
 )
 
 const (
@@ -66,6 +68,8 @@ type Membership struct {
 	client    client.Client
 	informers cache.Informers
 	clock     clock.WithTicker
+	// self is this replica's user name, recorded as its Lease's creator.
+	self whoami.Cache
 
 	// writeMu orders this replica's own Lease writes: no renewal after Leave's delete.
 	writeMu  sync.Mutex
@@ -203,7 +207,12 @@ func (m *Membership) renew(ctx context.Context) {
 		secs := int32(math.Ceil(m.cfg.Lapse.Seconds()))
 		l.Spec.LeaseDurationSeconds = &secs
 		l.Spec.AcquireTime, l.Spec.RenewTime = &now, &now
-		err := m.client.Create(ctx, l)
+		// Its creator recorded as the mutating admission policy would: where it does not run,
+		// the validating policies require it of a labelled Lease (config/admission/filled.yaml).
+		err := m.self.Stamp(ctx, m.client, l)
+		if err == nil {
+			err = m.client.Create(ctx, l)
+		}
 		if apierrors.IsAlreadyExists(err) {
 			// A Lease of ours survived, from this same process: take it over.
 			if err = m.client.Get(ctx, client.ObjectKeyFromObject(l), l); err == nil {
@@ -237,6 +246,9 @@ func (m *Membership) observe(o any, deleted bool) {
 		o, deleted = t.Obj, true
 	}
 	l, ok := o.(*coordinationv1.Lease)
+	// A Lease labelled member in a namespace a team may write to is no member: only the
+	// manager's namespace holds members (docs/threat-model.md).
+	// guard:membership-own-namespace
 	if !ok || l.Namespace != m.cfg.Namespace || l.Labels[LabelRole] != RoleMember {
 		return
 	}

@@ -7,6 +7,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clocktesting "k8s.io/utils/clock/testing"
 )
 
 func TestLiveMembers(t *testing.T) {
@@ -136,5 +137,29 @@ func TestConfigValidate(t *testing.T) {
 				t.Errorf("Validate() = %v, want error %t", err, tc.wantErr)
 			}
 		})
+	}
+}
+
+// TestObserveOnlyTheManagersNamespace: a Lease labelled locks.turnstile.dev/role=member that a
+// team member made in her own namespace (a requester may create Leases there) does not join the
+// managers: only the manager's namespace, where teams have no rights, holds members.
+func TestObserveOnlyTheManagersNamespace(t *testing.T) {
+	now := time.Date(2026, 11, 23, 21, 0, 0, 0, time.UTC)
+	m := New(Config{Identity: "mgr-1", Namespace: "turnstile-system", Renew: time.Second, Lapse: 5 * time.Second, Backup: time.Second},
+		nil, nil, clocktesting.NewFakeClock(now))
+	member := func(ns, id string) *coordinationv1.Lease {
+		rt := metav1.NewMicroTime(now)
+		return &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: LeaseName(id), ResourceVersion: "1", Labels: map[string]string{LabelRole: RoleMember}},
+			Spec:       coordinationv1.LeaseSpec{HolderIdentity: &id, RenewTime: &rt},
+		}
+	}
+	m.observe(member("team-a", "intruder"), false)
+	if live := m.Live(); len(live) != 0 {
+		t.Errorf("a member Lease in a team's namespace joined: live %v", live)
+	}
+	m.observe(member("turnstile-system", "mgr-2"), false)
+	if diff := cmp.Diff([]string{"mgr-2"}, m.Live()); diff != "" {
+		t.Errorf("live members (-want +got):\n%s", diff)
 	}
 }

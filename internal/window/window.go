@@ -1,10 +1,30 @@
 // Package window judges CommandLock freeze windows: whether a window (a cron schedule, a duration
 // on its zone's wall clock, a time zone) is in force at a given time, and when it next opens or
 // closes. Pure: the time is an argument, so every rule is tested by tables with any clock.
+//
+// Schedules name wall-clock times, and a zone's wall clock skips an hour in spring and repeats
+// one in autumn. A window follows its clock as cronie's cron daemon runs jobs (src/cron.c, the
+// "DST begins" and "DST ends" cases; cron(8): "Local time changes of less than three hours ...
+// are handled specially"):
+//
+//   - A fixed-time schedule (neither its minute nor its hour field starts with '*') opens at
+//     each wall time it names once: an opening whose wall time the clock skips opens at the
+//     first instant after the gap (cronie runs a skipped fixed-time job at once), and one whose
+//     wall time the clock shows twice opens at the first of them only (cronie does not run a
+//     fixed-time job again when the clock goes back).
+//   - A wildcard schedule ('*' or '*/N' in its minute or hour field, and @hourly) follows the
+//     clock as it runs: it opens at each instant the clock shows one of its times (both of a
+//     repeated hour), and not at times the clock skips (cronie runs wildcard jobs for the
+//     current minute only).
+//
+// A window lasts its duration on the wall clock from the instant it opened, and closes when the
+// clock first shows that end after the opening; an end the clock skips closes at the first
+// instant after the gap.
 package window
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/robfig/cron/v3"
@@ -37,11 +57,16 @@ type State struct {
 	Invalid string
 }
 
-// Schedule is a parsed window: its cron schedule in its zone and its duration.
+// Schedule is a parsed window: its cron schedule, its zone and its duration.
 type Schedule struct {
+	// spec iterates wall-clock times: its location is UTC, and a time.Time in UTC stands for
+	// the wall clock of loc that reads the same (a civil time).
 	spec     *cron.SpecSchedule
 	loc      *time.Location
 	duration time.Duration
+	// wild is a wildcard schedule (cronie's MIN_STAR or HR_STAR): it follows the clock as it
+	// runs through skipped and repeated hours instead of opening once per wall time.
+	wild bool
 }
 
 var parser = cron.NewParser(cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
@@ -56,6 +81,11 @@ func Parse(w *locksv1.FreezeWindow) (*Schedule, error) {
 	if err != nil {
 		return nil, fmt.Errorf("window %s: unknown time zone %q", w.Name, w.TimeZone)
 	}
+	return parseIn(w, loc)
+}
+
+// parseIn is Parse in a zone already loaded.
+func parseIn(w *locksv1.FreezeWindow, loc *time.Location) (*Schedule, error) {
 	sched, err := parser.Parse(w.Schedule)
 	if err != nil {
 		return nil, fmt.Errorf("window %s: schedule %q: %w", w.Name, w.Schedule, err)
@@ -68,21 +98,141 @@ func Parse(w *locksv1.FreezeWindow) (*Schedule, error) {
 	if w.Duration.Duration <= 0 {
 		return nil, fmt.Errorf("window %s: duration %s must be positive", w.Name, w.Duration.Duration)
 	}
-	spec.Location = loc
-	return &Schedule{spec: spec, loc: loc, duration: w.Duration.Duration}, nil
+	spec.Location = time.UTC
+	return &Schedule{spec: spec, loc: loc, duration: w.Duration.Duration, wild: wildcard(w.Schedule)}, nil
+}
+
+// wildcard reports whether schedule is one cronie calls a wildcard job: its minute or its hour
+// field starts with '*' ('?' is robfig/cron's other spelling of it), or it is @hourly.
+func wildcard(schedule string) bool {
+	f := strings.Fields(schedule)
+	if len(f) > 0 && (strings.HasPrefix(f[0], "TZ=") || strings.HasPrefix(f[0], "CRON_TZ=")) {
+		f = f[1:]
+	}
+	if len(f) == 1 {
+		return f[0] == "@hourly"
+	}
+	for _, field := range f[:min(2, len(f))] {
+		if strings.HasPrefix(field, "*") || strings.HasPrefix(field, "?") {
+			return true
+		}
+	}
+	return false
+}
+
+// civil is the wall clock of loc at t, as a time in UTC that reads the same.
+func (s *Schedule) civil(t time.Time) time.Time {
+	l := t.In(s.loc)
+	return time.Date(l.Year(), l.Month(), l.Day(), l.Hour(), l.Minute(), l.Second(), l.Nanosecond(), time.UTC)
+}
+
+// instants are the instants at which loc's wall clock reads c, in order: one, two in a repeated
+// hour, none in a skipped one; then jump is the instant the clock skips over c.
+func (s *Schedule) instants(c time.Time) (at []time.Time, jump time.Time) {
+	// Every zone period from two days before c (read as UTC) to two days after it: an instant
+	// whose wall clock reads c is c minus the offset of the period it falls in.
+	t := c.Add(-48 * time.Hour)
+	for range 16 {
+		l := t.In(s.loc)
+		_, off := l.Zone()
+		start, end := l.ZoneBounds()
+		cand := c.Add(-time.Duration(off) * time.Second)
+		if (start.IsZero() || !cand.Before(start)) && (end.IsZero() || cand.Before(end)) {
+			if len(at) == 0 || !at[len(at)-1].Equal(cand) {
+				at = append(at, cand)
+			}
+		} else if len(at) == 0 && jump.IsZero() && !start.IsZero() && start.Add(time.Duration(off)*time.Second).After(c) {
+			// The first period whose wall clock starts past c, with none that read c before it:
+			// the clock jumped over c as this period began.
+			jump = start
+		}
+		if end.IsZero() || end.After(c.Add(48*time.Hour)) {
+			break
+		}
+		t = end
+	}
+	if len(at) > 0 {
+		jump = time.Time{}
+	}
+	return at, jump
+}
+
+// openingsAt are the instants an opening at civil time c opens, by the rules of the package
+// comment.
+func (s *Schedule) openingsAt(c time.Time) []time.Time {
+	at, jump := s.instants(c)
+	switch {
+	case s.wild:
+		return at
+	case len(at) == 0 && !jump.IsZero():
+		// guard:window-gap-opens-after
+		return []time.Time{jump}
+	case len(at) > 1:
+		// guard:window-repeat-opens-once
+		return at[:1]
+	}
+	return at
+}
+
+// spread is how far the zone's offset moves within slack of t: how far out of order the
+// openings of consecutive wall times can come there.
+func (s *Schedule) spread(t time.Time) time.Duration {
+	lo, hi := 0, 0
+	first := true
+	for u := t.Add(-slack); !u.After(t.Add(slack)); {
+		l := u.In(s.loc)
+		_, off := l.Zone()
+		if first || off < lo {
+			lo = off
+		}
+		if first || off > hi {
+			hi = off
+		}
+		first = false
+		_, end := l.ZoneBounds()
+		if end.IsZero() {
+			break
+		}
+		u = end
+	}
+	return time.Duration(hi-lo) * time.Second
+}
+
+// nextOpening is the first opening after t (zero when there is none), counting steps.
+func (s *Schedule) nextOpening(t time.Time, steps *int) time.Time {
+	var best time.Time
+	from := s.civil(t).Add(-s.spread(t) - time.Second)
+	for c := s.spec.Next(from); !c.IsZero() && *steps < maxSteps; c = s.spec.Next(c) {
+		*steps++
+		// Wall times past the best opening by more than the offset moves there open after it.
+		if !best.IsZero() && c.After(s.civil(best).Add(s.spread(best))) {
+			break
+		}
+		for _, o := range s.openingsAt(c) {
+			if o.After(t) && (best.IsZero() || o.Before(best)) {
+				best = o
+			}
+		}
+	}
+	return best
 }
 
 // end is when an opening at start closes: start plus the duration on the zone's wall clock, so
-// Friday 16:00 plus 64h is Monday 08:00 even when the clocks changed over the weekend. Never
-// before start plus one second (a wall-clock sum inside a skipped or repeated hour may land
-// anywhere in it).
+// Friday 16:00 plus 64h is Monday 08:00 even when the clocks changed over the weekend; the first
+// time the clock shows it after start (in a repeated hour), or the first instant after the gap
+// when the clock skips it.
 func (s *Schedule) end(start time.Time) time.Time {
-	l := start.In(s.loc)
-	e := time.Date(l.Year(), l.Month(), l.Day(), l.Hour(), l.Minute(), l.Second(), l.Nanosecond()+int(s.duration), s.loc)
-	if !e.After(start) {
-		return start.Add(s.duration)
+	c := s.civil(start).Add(s.duration)
+	at, jump := s.instants(c)
+	for _, t := range at {
+		if t.After(start) {
+			return t
+		}
 	}
-	return e
+	if jump.After(start) {
+		return jump
+	}
+	return start.Add(s.duration)
 }
 
 // At judges the window at now.
@@ -90,21 +240,23 @@ func (s *Schedule) At(now time.Time) State {
 	// The latest opening still open at now, if any.
 	var closes time.Time
 	steps := 0
-	for t := s.spec.Next(now.Add(-s.duration - slack)); !t.IsZero() && !t.After(now) && steps < maxSteps; t = s.spec.Next(t) {
-		steps++
-		if e := s.end(t); e.After(now) && e.After(closes) {
+	openings := []time.Time{}
+	for o := s.nextOpening(now.Add(-s.duration-slack), &steps); !o.IsZero() && !o.After(now) && steps < maxSteps; o = s.nextOpening(o, &steps) {
+		openings = append(openings, o)
+	}
+	for _, o := range openings {
+		if e := s.end(o); e.After(now) && e.After(closes) {
 			closes = e
 		}
 	}
 	if closes.IsZero() {
-		return State{Next: s.spec.Next(now)}
+		return State{Next: s.nextOpening(now, &steps)}
 	}
 	// Openings before it closes keep it open: it closes when the last of them does. Openings
 	// that overlap for good are followed up to the horizon: the close found by then is reported
 	// as the next transition, where the window is simply judged again.
-	for t := s.spec.Next(now); !t.IsZero() && !t.After(closes) && t.Before(now.Add(horizon)) && steps < maxSteps; t = s.spec.Next(t) {
-		steps++
-		if e := s.end(t); e.After(closes) {
+	for o := s.nextOpening(now, &steps); !o.IsZero() && !o.After(closes) && o.Before(now.Add(horizon)) && steps < maxSteps; o = s.nextOpening(o, &steps) {
+		if e := s.end(o); e.After(closes) {
 			closes = e
 		}
 	}

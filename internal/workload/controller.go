@@ -2,9 +2,8 @@ package workload
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -29,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
+	"github.com/turnstile-dev/turnstile/internal/whoami"
 )
 
 // Event reasons on the workload.
@@ -40,8 +40,18 @@ const (
 	ReasonRequestFailed  = "LockRequestFailed"
 	ReasonInvalid        = "InvalidLockAnnotation"
 	ReasonRequestRefused = "LockRequestRefused"
-	// ReasonPodsLeft is on a LockRequest whose Job is gone while some of its Pods still run.
+	// ReasonPodsLeft is on a LockRequest whose Job is gone (or has finished) while some of its
+	// Pods still run.
 	ReasonPodsLeft = "WorkloadPodsLeft"
+	// ReasonNameTaken is on a workload both of whose request names are taken by requests the
+	// manager did not make: it stays held, and the manager deletes neither.
+	ReasonNameTaken = "LockRequestNameTaken"
+	// ReasonEarlier is on a workload that waits for the request of an earlier workload of the
+	// same name (a Job deleted and created again) whose Pods still run.
+	ReasonEarlier = "EarlierWorkloadRunning"
+	// ReasonMismatch is on a workload whose request does not ask for what its annotations say:
+	// it is not let go on it.
+	ReasonMismatch = "LockRequestMismatch"
 )
 
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;update;patch;delete
@@ -55,6 +65,7 @@ type Reconciler struct {
 	live      client.Reader // the API server itself
 	recorder  events.EventRecorder
 	clock     clock.PassiveClock // when renewals are due
+	self      *whoami.Cache      // the manager's user name: the creator its own requests carry
 }
 
 // Option configures the workload controllers.
@@ -62,6 +73,12 @@ type Option func(*Reconciler)
 
 // WithClock sets the clock renewals are timed by (tests use a fake one).
 func WithClock(c clock.PassiveClock) Option { return func(r *Reconciler) { r.clock = c } }
+
+// WithIdentity sets the manager's user name, which is otherwise asked of the API server
+// (a SelfSubjectReview, as kubectl auth whoami) before the first reconcile.
+func WithIdentity(user string) Option {
+	return func(r *Reconciler) { r.self = whoami.Known(user) }
+}
 
 // SetupWithManager registers the Pod and Job controllers. Pods and Jobs are read from a cache
 // of their own that lists and watches only objects labelled locks.turnstile.dev/gated=true,
@@ -80,8 +97,9 @@ func SetupWithManager(mgr ctrl.Manager, opts ...Option) error {
 		return err
 	}
 	recorder := mgr.GetEventRecorder("turnstile-workloads")
+	self := &whoami.Cache{}
 	for _, k := range []kind{podKind{}, jobKind{}} {
-		r := &Reconciler{kind: k, client: mgr.GetClient(), workloads: gated, live: mgr.GetAPIReader(), recorder: recorder, clock: clock.RealClock{}}
+		r := &Reconciler{kind: k, client: mgr.GetClient(), workloads: gated, live: mgr.GetAPIReader(), recorder: recorder, clock: clock.RealClock{}, self: self}
 		for _, o := range opts {
 			o(r)
 		}
@@ -89,7 +107,7 @@ func SetupWithManager(mgr ctrl.Manager, opts ...Option) error {
 		err := builder.ControllerManagedBy(mgr).
 			Named("gated-"+k.name()).
 			WatchesRawSource(source.Kind(gated, obj, &handler.TypedEnqueueRequestForObject[client.Object]{})).
-			Watches(&locksv1.LockRequest{}, handler.EnqueueRequestsFromMapFunc(r.ownerOf)).
+			Watches(&locksv1.LockRequest{}, handler.EnqueueRequestsFromMapFunc(r.workloadsOf)).
 			Complete(r)
 		if err != nil {
 			return err
@@ -98,94 +116,237 @@ func SetupWithManager(mgr ctrl.Manager, opts ...Option) error {
 	return nil
 }
 
-// ownerOf maps a LockRequest made for a workload of this kind to that workload.
-func (r *Reconciler) ownerOf(_ context.Context, o client.Object) []reconcile.Request {
-	c := metav1.GetControllerOf(o)
-	if c == nil || !strings.EqualFold(c.Kind, r.kind.name()) {
-		return nil
+// workloadsOf maps a LockRequest to the workloads of this kind it may concern: the one its
+// stamp names, and the one whose request names it has (a request of someone else's at one of
+// them may have gone, and set the name free). Waking a workload is no trust: what the manager
+// does is decided from the stamp.
+func (r *Reconciler) workloadsOf(_ context.Context, o client.Object) []reconcile.Request {
+	var names []string
+	if kind, name := stampedWorkload(o); kind == r.kind.name() {
+		names = append(names, name)
+	} else if c := metav1.GetControllerOf(o); kind == "" && c != nil && strings.EqualFold(c.Kind, r.kind.name()) {
+		names = append(names, c.Name) // made before the stamp
 	}
-	return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: o.GetNamespace(), Name: c.Name}}}
+	names = append(names, workloadOfName(r.kind.name(), o.GetName())...)
+	var out []reconcile.Request
+	for i, n := range names {
+		if !slices.Contains(names[:i], n) {
+			out = append(out, reconcile.Request{NamespacedName: client.ObjectKey{Namespace: o.GetNamespace(), Name: n}})
+		}
+	}
+	return out
 }
 
-// RequestName is the LockRequest of the workload of kind ("pod", "job") and name: one per
-// workload name, so a workload that is gone is matched to its request without its object.
-func RequestName(kind, name string) string {
-	n := kind + "-" + name
-	if len(n) <= 253 {
-		return n
-	}
-	sum := sha256.Sum256([]byte(name))
-	return n[:240] + "-" + hex.EncodeToString(sum[:])[:12]
-}
-
-// Reconcile takes, lets go, renews, releases or enforces the lock of one workload.
+// Reconcile takes, lets go, renews, releases or enforces the lock of the workload of one kind
+// and name, and keeps or deletes the requests the manager made for earlier workloads of that
+// name. It acts only on requests it made (their stamp): another's request never moves it, and
+// is never deleted.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	lrKey := client.ObjectKey{Namespace: req.Namespace, Name: RequestName(r.kind.name(), req.Name)}
-	lr := &locksv1.LockRequest{}
-	if err := r.client.Get(ctx, lrKey, lr); apierrors.IsNotFound(err) {
-		lr = nil
-	} else if err != nil {
+	ours, others, err := r.requests(ctx, req.NamespacedName)
+	if err != nil {
 		return ctrl.Result{}, err
 	}
-	obj := r.kind.newObject()
-	if err := r.workloads.Get(ctx, req.NamespacedName, obj); err != nil {
-		if !apierrors.IsNotFound(err) {
+	obj, err := r.object(ctx, req.NamespacedName, len(ours) > 0)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	var res ctrl.Result
+	var mine []*locksv1.LockRequest
+	earlier := false
+	for _, m := range ours {
+		if obj != nil && m.uid == obj.GetUID() {
+			mine = append(mine, m.lr)
+			continue
+		}
+		// Made for another object of this name: that one is gone (a name is one object's at a time).
+		earlier = true
+		rr, err := r.gone(ctx, m)
+		if err != nil {
 			return ctrl.Result{}, err
 		}
-		return r.missing(ctx, req.NamespacedName, obj, lr)
+		res = sooner(res, rr)
 	}
-	if isControlledByJob(obj) {
-		return ctrl.Result{}, nil // the Job holds the lock for its Pods
+	if obj == nil || (len(mine) == 0 && obj.GetLabels()[LabelGated] != "true") {
+		return res, nil
 	}
-	if lr != nil && !ownedBy(lr, obj) {
-		// An earlier workload of the same name left its request behind: it goes first (its
-		// deletion event brings this workload back).
-		return ctrl.Result{}, client.IgnoreNotFound(r.client.Delete(ctx, lr, client.Preconditions{UID: &lr.UID}))
+	rr, err := r.reconcileWorkload(ctx, obj, mine, earlier, others)
+	return sooner(res, rr), err
+}
+
+// requests are the requests at the request names of the workload key names (from the cache):
+// those the manager made for a workload of that name, and, by name, those of others.
+func (r *Reconciler) requests(ctx context.Context, key client.ObjectKey) ([]made, [2]*locksv1.LockRequest, error) {
+	var ours []made
+	var others [2]*locksv1.LockRequest
+	self, err := r.self.Name(ctx, r.client)
+	if err != nil {
+		return nil, others, err
+	}
+	for i, n := range RequestNames(r.kind.name(), key.Name) {
+		lr := &locksv1.LockRequest{}
+		if err := r.client.Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: n}, lr); apierrors.IsNotFound(err) {
+			continue
+		} else if err != nil {
+			return nil, others, err
+		}
+		if uid, ok := madeFor(lr, self, r.kind.name(), key.Name); ok {
+			ours = append(ours, made{lr: lr, uid: uid})
+		} else {
+			others[i] = lr
+		}
+	}
+	return ours, others, nil
+}
+
+// object reads the workload from the gated cache, or, when the cache does not have it and the
+// manager holds a request for its name, from the API server: it may have left the cache (its
+// label removed by an admin) and still run, and a lagging cache must never drop a lock a live
+// workload holds. nil when there is none.
+func (r *Reconciler) object(ctx context.Context, key client.ObjectKey, requested bool) (client.Object, error) {
+	obj := r.kind.newObject()
+	err := r.workloads.Get(ctx, key, obj)
+	switch {
+	case err == nil:
+		return obj, nil
+	case !apierrors.IsNotFound(err):
+		return nil, err
+	case !requested:
+		return nil, nil
+	}
+	// guard:workload-gone-from-cache
+	if err := r.live.Get(ctx, key, obj); err != nil {
+		return nil, client.IgnoreNotFound(err)
+	}
+	return obj, nil
+}
+
+// gone keeps, renewed, or deletes a request the manager made for a workload that is gone: a
+// Pod that is gone has stopped; a Job's Pods outlive it (the garbage collector deletes them
+// after it, and each stops within its grace period), so its lock is theirs until the last one
+// has finished. Only then is the request deleted, and only the one read (its uid).
+func (r *Reconciler) gone(ctx context.Context, m made) (ctrl.Result, error) {
+	// guard:workload-job-pods-outlive
+	if running, err := r.podsLeft(ctx, m.lr.Namespace, m.uid); err != nil || running > 0 {
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		r.recorder.Eventf(m.lr, nil, corev1.EventTypeNormal, ReasonPodsLeft, "Keep",
+			"the %s is gone but %d of its Pods still run: the lock is kept until they are gone", r.kind.name(), running)
+		res, err := r.renew(ctx, m.lr)
+		return sooner(res, ctrl.Result{RequeueAfter: time.Second}), err
+	}
+	logf.FromContext(ctx).Info("workload gone: deleting its lock request", "request", m.lr.Name, "workloadUID", m.uid)
+	return ctrl.Result{}, client.IgnoreNotFound(r.client.Delete(ctx, m.lr, client.Preconditions{UID: &m.lr.UID}))
+}
+
+// reconcileWorkload handles a workload that exists, with the requests the manager made for it
+// (mine), whether an earlier workload of its name still has one, and the requests of others
+// at its request names.
+func (r *Reconciler) reconcileWorkload(ctx context.Context, obj client.Object, mine []*locksv1.LockRequest, earlier bool, others [2]*locksv1.LockRequest) (ctrl.Result, error) {
+	lr, extra := pick(mine, obj.GetAnnotations()[AnnotationFencingToken])
+	for _, d := range extra {
+		if err := r.dropDuplicate(ctx, d); err != nil {
+			return ctrl.Result{}, err
+		}
 	}
 	// A workload being deleted keeps its lock until it is gone: a Pod's containers run until the
 	// kubelet has stopped them, which is when the Pod object goes.
 	// guard:workload-released-while-running
 	if done, how := r.kind.finished(obj); done {
+		// A Job may say it has finished while some of its Pods still stop (a Job controller
+		// older than 1.31 does): it has ended when they have.
+		// guard:workload-finished-pods-counted
+		if running, err := r.podsLeft(ctx, obj.GetNamespace(), obj.GetUID()); err != nil || running > 0 {
+			if err != nil || lr == nil {
+				return ctrl.Result{}, err
+			}
+			res, err := r.renew(ctx, lr)
+			return sooner(res, ctrl.Result{RequeueAfter: time.Second}), err
+		}
 		return ctrl.Result{}, r.release(ctx, obj, lr, how)
 	}
 	if lr == nil {
-		return ctrl.Result{}, r.create(ctx, obj, lrKey)
+		return r.unrequested(ctx, obj, earlier, others)
 	}
 	return r.follow(ctx, obj, lr)
 }
 
-// missing handles a workload the gated cache does not have: gone, or no longer gated. The API
-// server is asked before its request is deleted, so a lagging cache never drops a lock a live
-// workload holds.
-func (r *Reconciler) missing(ctx context.Context, key client.ObjectKey, obj client.Object, lr *locksv1.LockRequest) (ctrl.Result, error) {
-	if lr == nil {
+// pick is the request a workload follows among those the manager made for it: the one whose
+// grant it was let go on (its fencing token), else the one at its first name. Two exist only
+// when two replicas created one each at once (one saw the first name taken by someone else's
+// request, the other saw it free a moment later); the others are duplicates.
+func pick(mine []*locksv1.LockRequest, token string) (*locksv1.LockRequest, []*locksv1.LockRequest) {
+	if len(mine) == 0 {
+		return nil, nil
+	}
+	at := 0
+	for i, lr := range mine {
+		if token != "" && lr.Status.Phase == locksv1.PhaseGranted && strconv.FormatInt(lr.Status.FencingToken, 10) == token {
+			at = i
+		}
+	}
+	extra := slices.Delete(slices.Clone(mine), at, at+1)
+	return mine[at], extra
+}
+
+// dropDuplicate ends a duplicate request of a workload: deleted while it waits, released while
+// it holds (the request the workload follows is of the same holder, so the keys it holds stay
+// held when that one holds them too), left to the retention once it has finished.
+func (r *Reconciler) dropDuplicate(ctx context.Context, d *locksv1.LockRequest) error {
+	switch {
+	case d.Status.Phase.IsFinal() || d.Spec.Release:
+		return nil
+	case d.Status.Phase == locksv1.PhaseGranted:
+		patch := client.MergeFrom(d.DeepCopy())
+		d.Spec.Release = true
+		return client.IgnoreNotFound(r.client.Patch(ctx, d, patch))
+	}
+	return client.IgnoreNotFound(r.client.Delete(ctx, d, client.Preconditions{UID: &d.UID}))
+}
+
+// unrequested handles a live workload the manager has no request for.
+func (r *Reconciler) unrequested(ctx context.Context, obj client.Object, earlier bool, others [2]*locksv1.LockRequest) (ctrl.Result, error) {
+	ann := obj.GetAnnotations()
+	switch {
+	// It was let go, and its request is gone: deleted under it (admission refuses that while it
+	// is granted, but not where the policies are not installed). It runs without its lock.
+	// guard:workload-request-deleted-stops
+	case ann[AnnotationFencingToken] != "":
+		return ctrl.Result{}, r.requestGone(ctx, obj)
+	case ann[AnnotationLockEnded] != "":
+		return ctrl.Result{}, nil // its request ended: a workload asks once
+	// An earlier workload of this name still has its request (a Job deleted and created again
+	// while its Pods run): this one asks once that request is gone, so the two are never two
+	// holders of one session at once.
+	// guard:workload-earlier-holds-name
+	case earlier:
+		r.recorder.Eventf(obj, nil, corev1.EventTypeNormal, ReasonEarlier, "Wait",
+			"an earlier %s named %s still holds its lock request (its Pods still run): this one asks for the lock once they are gone", r.kind.name(), obj.GetName())
 		return ctrl.Result{}, nil
 	}
-	// guard:workload-gone-from-cache
-	if err := r.live.Get(ctx, key, obj); err == nil && ownedBy(lr, obj) {
-		// It left the gated cache (its label removed) but runs: it keeps its lock, renewed while
-		// it runs, released once it has finished (read live: no watch brings it back).
-		if done, how := r.kind.finished(obj); done {
-			return ctrl.Result{}, r.release(ctx, obj, lr, how)
-		}
-		return r.renew(ctx, lr)
-	} else if err != nil && !apierrors.IsNotFound(err) {
-		return ctrl.Result{}, err
+	return r.create(ctx, obj, others)
+}
+
+// requestGone stops a workload that was let go and has no request of the manager's any more,
+// once the API server confirms it: a cache that lags may not show a request that exists.
+func (r *Reconciler) requestGone(ctx context.Context, obj client.Object) error {
+	self, err := r.self.Name(ctx, r.client)
+	if err != nil {
+		return err
 	}
-	// A deleted Job's Pods outlive it (the garbage collector deletes them after, and each
-	// stops within its grace period): the lock is theirs, renewed, until the last one is gone.
-	// guard:workload-job-pods-outlive
-	if running, err := r.podsLeft(ctx, lr); err != nil || running > 0 {
-		if err != nil {
-			return ctrl.Result{}, err
+	// guard:workload-request-gone-read-live
+	for _, n := range RequestNames(r.kind.name(), obj.GetName()) {
+		lr := &locksv1.LockRequest{}
+		if err := r.live.Get(ctx, client.ObjectKey{Namespace: obj.GetNamespace(), Name: n}, lr); apierrors.IsNotFound(err) {
+			continue
+		} else if err != nil {
+			return err
 		}
-		r.recorder.Eventf(lr, nil, corev1.EventTypeNormal, ReasonPodsLeft, "Keep",
-			"the %s is gone but %d of its Pods still run: the lock is kept until they are gone", r.kind.name(), running)
-		res, err := r.renew(ctx, lr)
-		return sooner(res, ctrl.Result{RequeueAfter: time.Second}), err
+		if uid, ok := madeFor(lr, self, r.kind.name(), obj.GetName()); ok && uid == obj.GetUID() {
+			return nil // it is there: its event brings the workload back
+		}
 	}
-	logf.FromContext(ctx).Info("workload gone: deleting its lock request", "request", lr.Name)
-	return ctrl.Result{}, client.IgnoreNotFound(r.client.Delete(ctx, lr, client.Preconditions{UID: &lr.UID}))
+	return r.stop(ctx, obj, "its lock request was deleted")
 }
 
 // release releases the lock of a workload that has finished (how says how), once.
@@ -205,40 +366,73 @@ func (r *Reconciler) release(ctx context.Context, obj client.Object, lr *locksv1
 // follow makes a live workload follow its request: let go with its fencing token once granted
 // (and renewed while it runs), stopped when the lock is gone after it ran.
 func (r *Reconciler) follow(ctx context.Context, obj client.Object, lr *locksv1.LockRequest) (ctrl.Result, error) {
-	token := obj.GetAnnotations()[AnnotationFencingToken]
+	ann := obj.GetAnnotations()
+	token := ann[AnnotationFencingToken]
+	want := strconv.FormatInt(lr.Status.FencingToken, 10)
+	granted := lr.Status.Phase == locksv1.PhaseGranted && !lr.Spec.Release
 	switch {
-	case lr.Status.Phase == locksv1.PhaseGranted && !lr.Spec.Release:
-		want := strconv.FormatInt(lr.Status.FencingToken, 10)
-		if r.kind.held(obj) || token != want {
-			// guard:workload-grant-read-live
-			if ok, err := r.stillGranted(ctx, lr); err != nil || !ok {
-				return ctrl.Result{}, err // the newer request's event brings the workload back
-			}
-			patch := client.MergeFromWithOptions(obj.DeepCopyObject().(client.Object), client.MergeFromWithOptimisticLock{})
-			r.kind.letGo(obj, want)
-			if err := r.client.Patch(ctx, obj, patch); err != nil {
-				return ctrl.Result{}, client.IgnoreNotFound(err)
-			}
-			r.recorder.Eventf(obj, lr, corev1.EventTypeNormal, ReasonGranted, "Grant", "lock granted (lock request %s, fencing token %s): the %s may run", lr.Name, want, r.kind.name())
-		}
-		if j, ok := obj.(*batchv1.Job); ok {
-			// guard:workload-pods-not-owners
-			if err := r.ownPods(ctx, j, lr); err != nil {
-				return ctrl.Result{}, err
-			}
-		}
+	case ann[AnnotationLockEnded] != "":
+		return ctrl.Result{}, nil // stopped, or its request failed: it asked once
+	// Let go once. A Job its owner suspended after it was let go (its token is the grant's) keeps
+	// its lock, renewed: it has not finished and its owner may resume it. It is not let go again,
+	// which would undo the owner's suspend.
+	// guard:workload-owner-suspend-kept
+	case granted && token == "":
+		return r.letGo(ctx, obj, lr, want)
+	case granted && token == want:
 		// guard:workload-not-renewed
 		return r.renew(ctx, lr)
+	// It ran under a grant that is gone (released, expired, force-unlocked) or is not this
+	// request's: stop it.
 	// guard:workload-not-stopped
-	case lr.Status.Phase.IsFinal() && token != "":
-		// It ran under the lock, and the lock is gone while it has not finished: stop it.
-		return ctrl.Result{}, r.stop(ctx, obj, lr)
+	case token != "":
+		return ctrl.Result{}, r.stop(ctx, obj, fmt.Sprintf("lock request %s is %s (%s)", lr.Name, phaseOf(lr), conditionMessage(lr)))
 	case lr.Status.Phase.IsFinal():
-		r.recorder.Eventf(obj, lr, corev1.EventTypeWarning, ReasonRequestFailed, "Wait",
-			"lock request %s is %s (%s); the %s stays held: delete it and create it again to ask anew",
-			lr.Name, lr.Status.Phase, conditionMessage(lr), r.kind.name())
+		return ctrl.Result{}, r.ended(ctx, obj, lr)
 	}
 	return ctrl.Result{}, nil
+}
+
+// letGo lets a held workload run on lr's grant, in one write with its fencing token: only when
+// lr asks for exactly what the workload's annotations ask for, for its creator, and its grant
+// is still in force when read from the API server.
+func (r *Reconciler) letGo(ctx context.Context, obj client.Object, lr *locksv1.LockRequest, token string) (ctrl.Result, error) {
+	// guard:workload-lets-go-only-on-its-locks
+	if why := r.mismatch(obj, lr); why != "" {
+		r.recorder.Eventf(obj, lr, corev1.EventTypeWarning, ReasonMismatch, "Grant",
+			"lock request %s %s: the %s is not let go on it; delete it and create it again", lr.Name, why, r.kind.name())
+		return ctrl.Result{}, nil
+	}
+	// guard:workload-grant-read-live
+	if ok, err := r.stillGranted(ctx, lr); err != nil || !ok {
+		return ctrl.Result{}, err // the newer request's event brings the workload back
+	}
+	patch := client.MergeFromWithOptions(obj.DeepCopyObject().(client.Object), client.MergeFromWithOptimisticLock{})
+	r.kind.letGo(obj, token)
+	if err := r.client.Patch(ctx, obj, patch); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	r.recorder.Eventf(obj, lr, corev1.EventTypeNormal, ReasonGranted, "Grant", "lock granted (lock request %s, fencing token %s): the %s may run", lr.Name, token, r.kind.name())
+	return r.renew(ctx, lr)
+}
+
+// mismatch says how lr does not ask for what obj's annotations ask for ("" when it does): the
+// same locks in the same order and mode, the same command, and the holder the manager makes
+// for the workload. The admission policies fix the annotations when the workload is created;
+// this holds where they are not installed.
+func (r *Reconciler) mismatch(obj client.Object, lr *locksv1.LockRequest) string {
+	spec, err := Parse(r.kind.annotations(obj))
+	switch {
+	case err != nil:
+		return "was made for annotations that are no longer valid (" + err.Error() + ")"
+	case !sameLocks(lr.Spec.Locks, spec.Locks):
+		return "asks for other locks than the annotation " + AnnotationLock
+	case lr.Spec.Command != spec.Command:
+		return "is for another command than the annotation " + AnnotationCommand
+	case lr.Spec.Holder != r.holder(obj):
+		return "is held for " + lr.Spec.Holder.ID().String() + ", not for " + r.holder(obj).ID().String()
+	}
+	return ""
 }
 
 // stillGranted reads lr live before its workload is let go: a cache that lags may still show
@@ -254,134 +448,169 @@ func (r *Reconciler) stillGranted(ctx context.Context, lr *locksv1.LockRequest) 
 		live.Status.FencingToken == lr.Status.FencingToken, nil
 }
 
-// ownPods makes each of a running Job's Pods an owner of its lock request too. The garbage
-// collector deletes an object only once all its owners are gone, so a Job deleted while its Pods
-// still stop does not take its request (and so its lock) with it before them.
-func (r *Reconciler) ownPods(ctx context.Context, j *batchv1.Job, lr *locksv1.LockRequest) error {
+// podsLeft counts, live, the Pods of the Job of uid that have not finished: those the Job
+// controller labels as the Job's (batch.kubernetes.io/controller-uid), whatever became of the
+// Job. 0 for a Pod's request: a Pod that is gone (or finished) has stopped.
+func (r *Reconciler) podsLeft(ctx context.Context, ns string, uid types.UID) (int, error) {
+	if _, ok := r.kind.(jobKind); !ok {
+		return 0, nil
+	}
 	var pods corev1.PodList
-	if err := r.live.List(ctx, &pods, client.InNamespace(j.Namespace), client.MatchingLabels{batchv1.ControllerUidLabel: string(j.UID)}); err != nil {
-		return err
+	if err := r.live.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{batchv1.ControllerUidLabel: string(uid)}); err != nil {
+		return 0, err
 	}
-	patch := client.MergeFromWithOptions(lr.DeepCopy(), client.MergeFromWithOptimisticLock{})
-	added := false
+	left := 0
 	for _, p := range pods.Items {
-		if !ownedBy(lr, &p) && p.DeletionTimestamp == nil {
-			lr.OwnerReferences = append(lr.OwnerReferences, metav1.OwnerReference{APIVersion: "v1", Kind: "Pod", Name: p.Name, UID: p.UID})
-			added = true
-		}
-	}
-	if !added {
-		return nil
-	}
-	return client.IgnoreNotFound(r.client.Patch(ctx, lr, patch))
-}
-
-// podsLeft counts, live, the Pods of the Job lr was made for that have not finished: those
-// that own lr (the garbage collector drops the gone Job's reference from it) and those the
-// Job's label finds while lr still names the Job. 0 for a Pod's request: a Pod object that is
-// gone has stopped.
-func (r *Reconciler) podsLeft(ctx context.Context, lr *locksv1.LockRequest) (int, error) {
-	var pods []corev1.Pod
-	if c := metav1.GetControllerOf(lr); c != nil && c.Kind == "Job" {
-		var list corev1.PodList
-		if err := r.live.List(ctx, &list, client.InNamespace(lr.Namespace), client.MatchingLabels{batchv1.ControllerUidLabel: string(c.UID)}); err != nil {
-			return 0, err
-		}
-		pods = list.Items
-	}
-	for _, o := range lr.OwnerReferences {
-		if o.Kind != "Pod" || o.APIVersion != "v1" {
-			continue
-		}
-		var p corev1.Pod
-		if err := r.live.Get(ctx, client.ObjectKey{Namespace: lr.Namespace, Name: o.Name}, &p); err != nil {
-			if apierrors.IsNotFound(err) {
-				continue
-			}
-			return 0, err
-		}
-		if p.UID == o.UID {
-			pods = append(pods, p)
-		}
-	}
-	left := map[types.UID]bool{}
-	for _, p := range pods {
 		if p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
-			left[p.UID] = true
+			left++
 		}
 	}
-	return len(left), nil
+	return left, nil
 }
 
-// create makes the workload's LockRequest: owned by it, for the user that created it.
-func (r *Reconciler) create(ctx context.Context, obj client.Object, key client.ObjectKey) error {
-	spec, err := Parse(r.kind.annotations(obj))
-	if err != nil {
-		r.recorder.Eventf(obj, nil, corev1.EventTypeWarning, ReasonInvalid, "Validate", "%s; the %s stays held until it is fixed", err, r.kind.name())
-		return nil
-	}
+// holder is the holder of the request made for obj: the user who created it, as admission
+// recorded it, and a session of its own per workload name.
+func (r *Reconciler) holder(obj client.Object) locksv1.Holder {
 	owner := obj.GetAnnotations()[AnnotationCreatedBy]
 	if owner == "" {
 		owner = r.kind.runAs(obj)
 	}
+	return locksv1.Holder{Owner: owner, Session: session(r.kind.name(), obj.GetName())}
+}
+
+// create makes the workload's LockRequest, stamped as the manager's, for the user that created
+// the workload, at the first of its names that nobody else's request has. A request of someone
+// else's is never deleted, replaced or adopted.
+func (r *Reconciler) create(ctx context.Context, obj client.Object, others [2]*locksv1.LockRequest) (ctrl.Result, error) {
+	spec, err := Parse(r.kind.annotations(obj))
+	if err != nil {
+		r.recorder.Eventf(obj, nil, corev1.EventTypeWarning, ReasonInvalid, "Validate", "%s; the %s stays held until it is fixed", err, r.kind.name())
+		return ctrl.Result{}, nil
+	}
+	self, err := r.self.Name(ctx, r.client)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	lr, err := r.newRequest(obj, spec, self)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	var taken []string
+	for i, n := range RequestNames(r.kind.name(), obj.GetName()) {
+		// guard:workload-name-taken-never-deleted
+		if others[i] != nil {
+			taken = append(taken, fmt.Sprintf("%s (created by %s)", n, createdBy(others[i])))
+			continue
+		}
+		lr.Name = n
+		err := r.client.Create(ctx, lr.DeepCopy())
+		switch {
+		case err == nil:
+			r.recorder.Eventf(obj, lr, corev1.EventTypeNormal, ReasonWaiting, "Request", "waiting for lock request %s (owner %s)", n, lr.Spec.Holder.Owner)
+			return ctrl.Result{}, nil
+		case apierrors.IsAlreadyExists(err):
+			// The cache has not seen it yet: whose is it?
+			cur := &locksv1.LockRequest{}
+			if err := r.live.Get(ctx, client.ObjectKey{Namespace: lr.Namespace, Name: n}, cur); err != nil {
+				return ctrl.Result{}, err
+			}
+			if _, ok := madeFor(cur, self, r.kind.name(), obj.GetName()); ok {
+				return ctrl.Result{}, nil // the manager's own: its event brings the workload back
+			}
+			taken = append(taken, fmt.Sprintf("%s (created by %s)", n, createdBy(cur)))
+		case apierrors.IsForbidden(err) || apierrors.IsInvalid(err):
+			r.recorder.Eventf(obj, nil, corev1.EventTypeWarning, ReasonRequestRefused, "Request", "the API server refused its lock request: %s", err)
+			return ctrl.Result{}, nil
+		default:
+			return ctrl.Result{}, err
+		}
+	}
+	r.recorder.Eventf(obj, nil, corev1.EventTypeWarning, ReasonNameTaken, "Request",
+		"the names of its lock request are taken by requests the Turnstile manager did not make: %s; the %s stays held until one of them is deleted",
+		strings.Join(taken, ", "), r.kind.name())
+	// A request's going wakes the workload whose name it has (workloadsOf), but a name cut to fit
+	// (a workload's name of about 240 characters or more) cannot be read back: look again.
+	return ctrl.Result{RequeueAfter: time.Minute}, nil
+}
+
+// newRequest is the request the manager makes for obj, without its name: for the workload's
+// creator, its own session, the annotations' locks, and the manager's stamp.
+func (r *Reconciler) newRequest(obj client.Object, spec Spec, self string) (*locksv1.LockRequest, error) {
 	gvk, err := r.client.GroupVersionKindFor(obj)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	lr := &locksv1.LockRequest{
 		ObjectMeta: metav1.ObjectMeta{
-			Namespace: key.Namespace, Name: key.Name,
-			Labels: map[string]string{LabelWorkloadKind: r.kind.name(), LabelWorkloadName: labelValue(obj.GetName())},
-			OwnerReferences: []metav1.OwnerReference{{
-				APIVersion: gvk.GroupVersion().String(), Kind: gvk.Kind, Name: obj.GetName(), UID: obj.GetUID(), Controller: ptr.To(true),
-			}},
+			Namespace: obj.GetNamespace(),
+			Labels:    map[string]string{LabelWorkloadKind: r.kind.name(), LabelWorkloadName: labelValue(obj.GetName())},
+			Annotations: map[string]string{
+				// Recorded as the request's creator, as the mutating admission policy would (where
+				// it does not run, the validating one requires it), and the manager's stamp.
+				// guard:workload-records-creator
+				AnnotationCreatedBy:   self,
+				AnnotationWorkload:    r.kind.name() + "/" + obj.GetName(),
+				AnnotationWorkloadUID: string(obj.GetUID()),
+			},
 		},
 		Spec: locksv1.LockRequestSpec{
 			Locks:    spec.Locks,
-			Holder:   locksv1.Holder{Owner: owner, Session: r.kind.name() + "/" + obj.GetName()},
+			Holder:   r.holder(obj),
 			Command:  spec.Command,
 			Priority: spec.Priority,
-			Reason:   fmt.Sprintf("%s %s/%s", gvk.Kind, obj.GetNamespace(), obj.GetName()),
+			Reason:   fit(fmt.Sprintf("%s %s/%s", gvk.Kind, obj.GetNamespace(), obj.GetName()), maxReason),
 		},
 	}
 	if spec.TTL != nil {
 		lr.Spec.TTL = &metav1.Duration{Duration: *spec.TTL}
 	}
-	if err := r.client.Create(ctx, lr); err != nil {
-		if apierrors.IsAlreadyExists(err) {
-			return nil
-		}
-		if apierrors.IsForbidden(err) || apierrors.IsInvalid(err) {
-			r.recorder.Eventf(obj, nil, corev1.EventTypeWarning, ReasonRequestRefused, "Request", "the API server refused its lock request: %s", err)
-			return nil
-		}
-		return err
-	}
-	r.recorder.Eventf(obj, lr, corev1.EventTypeNormal, ReasonWaiting, "Request", "waiting for lock request %s (owner %s)", lr.Name, owner)
-	return nil
+	return lr, nil
 }
 
-// stop stops a workload that lost its lock: a Pod is deleted, a Job suspended again (its Pods
-// go with it) and its fencing token removed.
-func (r *Reconciler) stop(ctx context.Context, obj client.Object, lr *locksv1.LockRequest) error {
-	why := fmt.Sprintf("lost its lock: lock request %s is %s (%s)", lr.Name, lr.Status.Phase, conditionMessage(lr))
+// stop stops a workload that lost its lock (why says how): a Pod is deleted; a Job is
+// suspended again (its Pods go with it), its fencing token removed and the loss recorded on it,
+// so that it is neither let go nor asked for again (delete it and create it again).
+func (r *Reconciler) stop(ctx context.Context, obj client.Object, why string) error {
 	switch o := obj.(type) {
 	case *corev1.Pod:
 		uid := o.UID
 		if err := r.client.Delete(ctx, o, client.Preconditions{UID: &uid}); err != nil {
 			return client.IgnoreNotFound(err)
 		}
-		r.recorder.Eventf(obj, lr, corev1.EventTypeWarning, ReasonLost, "Stop", "deleted: the Pod %s", why)
+		r.recorder.Eventf(obj, nil, corev1.EventTypeWarning, ReasonLost, "Stop", "deleted: the Pod lost its lock: %s", why)
 	case *batchv1.Job:
 		patch := client.MergeFromWithOptions(o.DeepCopy(), client.MergeFromWithOptimisticLock{})
 		o.Spec.Suspend = ptr.To(true)
 		delete(o.Annotations, AnnotationFencingToken)
+		setAnnotation(o, AnnotationLockEnded, clip("lost its lock: "+why))
 		if err := r.client.Patch(ctx, o, patch); err != nil {
 			return client.IgnoreNotFound(err)
 		}
-		r.recorder.Eventf(obj, lr, corev1.EventTypeWarning, ReasonLost, "Stop", "suspended: the Job %s; delete it and create it again to ask anew", why)
+		r.recorder.Eventf(obj, nil, corev1.EventTypeWarning, ReasonLost, "Stop", "suspended: the Job lost its lock: %s; delete it and create it again to ask anew", why)
 	}
 	return nil
+}
+
+// ended records on a workload that was never let go that its request ended (failed: deadlock
+// victim, waitTimeout, queue full; or released), so that it stays held and is not asked for
+// again once the request is gone (the retention deletes it).
+func (r *Reconciler) ended(ctx context.Context, obj client.Object, lr *locksv1.LockRequest) error {
+	why := fmt.Sprintf("lock request %s is %s (%s)", lr.Name, phaseOf(lr), conditionMessage(lr))
+	patch := client.MergeFromWithOptions(obj.DeepCopyObject().(client.Object), client.MergeFromWithOptimisticLock{})
+	setAnnotation(obj, AnnotationLockEnded, clip(why))
+	if err := r.client.Patch(ctx, obj, patch); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	r.recorder.Eventf(obj, lr, corev1.EventTypeWarning, ReasonRequestFailed, "Wait",
+		"%s; the %s stays held: delete it and create it again to ask anew", why, r.kind.name())
+	return nil
+}
+
+func phaseOf(lr *locksv1.LockRequest) string {
+	if lr.Spec.Release && !lr.Status.Phase.IsFinal() {
+		return "being released"
+	}
+	return string(lr.Status.Phase)
 }
 
 func conditionMessage(lr *locksv1.LockRequest) string {
@@ -393,26 +622,17 @@ func conditionMessage(lr *locksv1.LockRequest) string {
 	return "no reason given"
 }
 
-func ownedBy(lr *locksv1.LockRequest, obj client.Object) bool {
-	for _, o := range lr.OwnerReferences {
-		if o.UID == obj.GetUID() {
-			return true
-		}
+func createdBy(lr *locksv1.LockRequest) string {
+	if c := lr.Annotations[AnnotationCreatedBy]; c != "" {
+		return c
 	}
-	return false
+	return "someone unrecorded"
 }
 
-func isControlledByJob(obj client.Object) bool {
-	c := metav1.GetControllerOf(obj)
-	return c != nil && c.Kind == "Job" && c.APIVersion == "batch/v1"
-}
-
-// labelValue is name as a label value (at most 63 characters): names longer than that are
-// found by the request's name instead, so the label only has to be recognisable.
-func labelValue(name string) string {
-	if len(name) <= 63 {
-		return name
+// clip keeps a recorded reason to a size an annotation holds well.
+func clip(s string) string {
+	if len(s) <= 1024 {
+		return s
 	}
-	sum := sha256.Sum256([]byte(name))
-	return name[:50] + "-" + hex.EncodeToString(sum[:])[:12]
+	return s[:1021] + "..."
 }

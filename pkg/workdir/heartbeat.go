@@ -20,6 +20,8 @@ import (
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/turnstile-dev/turnstile/internal/whoami"
 )
 
 const (
@@ -122,7 +124,7 @@ type Heartbeat struct {
 // DisableFor). The replica needs get, create, update and delete on leases.coordination.k8s.io in
 // the namespace.
 func NewHeartbeat(c client.Client, guards *Guards, opts ...HeartbeatOption) (*Heartbeat, error) {
-	return newHeartbeat(clientStore{c: c}, guards, opts...)
+	return newHeartbeat(clientStore{c: c, self: &whoami.Cache{}}, guards, opts...)
 }
 
 func newHeartbeat(store leaseStore, guards *Guards, opts ...HeartbeatOption) (*Heartbeat, error) {

@@ -6,6 +6,8 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/turnstile-dev/turnstile/internal/whoami"
 )
 
 // leaseStore is the little of the API server the heartbeat needs. It exists so the renewal and
@@ -24,6 +26,8 @@ type leaseStore interface {
 
 type clientStore struct {
 	c client.Client
+	// self is the caller's user name, recorded as the creator of the Leases it creates.
+	self *whoami.Cache
 }
 
 func (s clientStore) get(ctx context.Context, key types.NamespacedName) (*coordinationv1.Lease, error) {
@@ -34,7 +38,14 @@ func (s clientStore) get(ctx context.Context, key types.NamespacedName) (*coordi
 	return lease, nil
 }
 
+// create records the caller as the Lease's creator (locks.turnstile.dev/created-by), as the
+// mutating admission policy would: where it does not run, the validating policies require it
+// of a labelled Lease (config/admission/filled.yaml).
 func (s clientStore) create(ctx context.Context, lease *coordinationv1.Lease) error {
+	// guard:heartbeat-records-creator
+	if err := s.self.Stamp(ctx, s.c, lease); err != nil {
+		return err
+	}
 	return s.c.Create(ctx, lease)
 }
 

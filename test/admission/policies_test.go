@@ -12,12 +12,14 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
+	"github.com/turnstile-dev/turnstile/internal/compat"
 	"github.com/turnstile-dev/turnstile/internal/testing/wrappers"
 )
 
@@ -59,6 +61,9 @@ var _ = Describe("Who may do what", func() {
 	})
 
 	It("a requester's requests are their own: the owner is filled in when unset, and naming someone else is denied", func() {
+		if !mutating {
+			Skip("no MutatingAdmissionPolicy here: nothing is filled in; test/validatingonly proves what is required instead")
+		}
 		t := newTeam()
 		By("owner unset: the API server fills in alice, and records her as the creator")
 		lr := request(t.ns, "unset", "")
@@ -160,10 +165,18 @@ spec:
 		By("alice renews and releases it; nobody can rewrite who created it")
 		Expect(patch(t.alice, lr.DeepCopy(), renew)).To(Succeed())
 		Expect(patch(t.alice, lr.DeepCopy(), release)).To(Succeed())
-		Expect(patch(t.alice, lr, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"annotations":{"locks.turnstile.dev/created-by":"bob"}}}`)))).To(Succeed())
-		Expect(lr.Annotations).To(HaveKeyWithValue(createdBy, "alice"), "the mutating policy puts the creator back")
-		Expect(patch(t.alice, lr, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"annotations":{"locks.turnstile.dev/created-by":null}}}`)))).To(Succeed())
-		Expect(lr.Annotations).To(HaveKeyWithValue(createdBy, "alice"))
+		rewrite := client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"annotations":{"locks.turnstile.dev/created-by":"bob"}}}`))
+		remove := client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"annotations":{"locks.turnstile.dev/created-by":null}}}`))
+		if mutating {
+			Expect(patch(t.alice, lr, rewrite)).To(Succeed())
+			Expect(lr.Annotations).To(HaveKeyWithValue(createdBy, "alice"), "the mutating policy puts the creator back")
+			Expect(patch(t.alice, lr, remove)).To(Succeed())
+			Expect(lr.Annotations).To(HaveKeyWithValue(createdBy, "alice"))
+		} else {
+			const fixed = "metadata.annotations[locks.turnstile.dev/created-by] records who created the request and cannot be changed or removed; create a new LockRequest instead"
+			expectDenied(patch(t.alice, lr.DeepCopy(), rewrite), denial(lockRequestRef("alices"), "turnstile-lockrequest-changes", fixed))
+			expectDenied(patch(t.alice, lr.DeepCopy(), remove), denial(lockRequestRef("alices"), "turnstile-lockrequest-changes", fixed))
+		}
 		Expect(t.alice.Delete(ctx, lr)).To(Succeed())
 
 		By("dana, the namespace's admin, releases and deletes anyone's request")
@@ -260,12 +273,39 @@ spec:
 		Expect(patch(t.alice, mine.DeepCopy(), release)).To(Succeed())
 	})
 
+	It("a requester cannot join the managers' membership: no Lease in the manager's namespace, and a member-labelled one in her own is only hers", func() {
+		t := newTeam()
+		member := func(ns string) *coordinationv1.Lease {
+			return &coordinationv1.Lease{
+				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "turnstile-member-intruder", Labels: map[string]string{"locks.turnstile.dev/role": "member"}},
+				Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To("intruder"), LeaseDurationSeconds: ptr.To[int32](15), RenewTime: ptr.To(metav1.NewMicroTime(time.Now()))},
+			}
+		}
+		err := t.alice.Create(ctx, member("turnstile-system"))
+		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "RBAC: %v", err)
+		err = t.dana.Create(ctx, member("turnstile-system"))
+		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "a namespace admin elsewhere either: %v", err)
+		By("in her own namespace she may make one (any requester may create Leases there): the membership reads only the manager's namespace (internal/sharding TestObserveOnlyTheManagersNamespace), and it is hers alone to change")
+		mine := member(t.ns)
+		Expect(t.alice.Create(ctx, mine)).To(Succeed())
+		Expect(mine.Annotations).To(HaveKeyWithValue(createdBy, "alice"))
+		Expect(apierrors.IsForbidden(t.bob.Delete(ctx, mine.DeepCopy()))).To(BeTrue())
+	})
+
 	It("a holder Lease is kept by whoever created it: another requester can neither delete nor take it over", func() {
 		t := newTeam()
 		lease := holderLease(t.ns, "runner")
 		lease.Annotations = map[string]string{createdBy: "bob"}
-		Expect(t.alice.Create(ctx, lease)).To(Succeed())
-		Expect(lease.Annotations).To(HaveKeyWithValue(createdBy, "alice"), "the creator is stamped, whatever the request said")
+		if mutating {
+			Expect(t.alice.Create(ctx, lease)).To(Succeed())
+			Expect(lease.Annotations).To(HaveKeyWithValue(createdBy, "alice"), "the creator is stamped, whatever the request said")
+		} else {
+			Expect(t.alice.Create(ctx, lease)).To(MatchError(ContainSubstring("ValidatingAdmissionPolicy 'turnstile-holder-lease-creator'")),
+				"a forged creator is refused where it is not stamped")
+			lease = holderLease(t.ns, "runner")
+			Expect(t.alice.Create(ctx, lease)).To(Succeed())
+			Expect(lease.Annotations).To(HaveKeyWithValue(createdBy, "alice"))
+		}
 
 		why := func(verb string) string {
 			return denial(`leases.coordination.k8s.io "runner"`, "turnstile-holder-lease",
@@ -345,6 +385,20 @@ spec:
 		DeferCleanup(func() { _ = admin.Delete(ctx, crb) })
 		Expect(patch(as("frank", "platform-team"), freeze, lock)).To(Succeed())
 		Expect(freeze.Spec.Locked).To(BeTrue())
+	})
+})
+
+var _ = Describe("The manager's admission probe", func() {
+	It("finds the mutating policies where they are installed, and only the validating ones where they are not", func() {
+		t := newTeam()
+		user, groups := serviceAccount("turnstile-system", "turnstile-controller-manager")
+		mode, err := compat.Probe(ctx, rawAs(user, groups...), t.ns)
+		Expect(err).NotTo(HaveOccurred())
+		want := compat.AdmissionValidatingOnly
+		if mutating {
+			want = compat.AdmissionMutating
+		}
+		Expect(mode).To(Equal(want))
 	})
 })
 

@@ -16,7 +16,6 @@ package admission
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -55,19 +54,30 @@ var (
 	env          *framework.Env
 	admin        client.Client
 	adminKubectl framework.Kubectl
+	// mutating: the API server serves MutatingAdmissionPolicy and the bundle installs the
+	// mutating policies; without them, people write what they would fill in
+	// (framework.FillAsUser), and the specs about filling in say what is refused instead.
+	mutating bool
 )
 
 func TestAdmission(t *testing.T) { framework.RunSuite(t, "Turnstile admission policies suite") }
 
 var _ = BeforeSuite(func() {
-	repoRoot, err := framework.RepoRoot()
-	Expect(err).NotTo(HaveOccurred())
 	env = framework.StartEnv()
 	admin = env.Client
 	adminKubectl = framework.AdminKubectl(env, env.Kubectl())
 
-	By("installing Turnstile as README.md says: kubectl apply -k config/default")
-	out, err := kubectl("apply", "--server-side", "-k", filepath.Join(repoRoot, "config", "default"))
+	bundle, err := framework.BundleFor(env.Config)
+	Expect(err).NotTo(HaveOccurred())
+	mutating = bundle.Mutating != ""
+	if !mutating {
+		filled, err := framework.FillAsSelf(ctx, env.Client)
+		Expect(err).NotTo(HaveOccurred())
+		admin = filled
+	}
+
+	By("installing Turnstile as README.md and docs/install.md say: kubectl apply -k " + bundle.String())
+	out, err := kubectl("apply", "--server-side", "-k", bundle.Dir)
 	Expect(err).NotTo(HaveOccurred(), out)
 
 	By("waiting until the API server enforces every policy (they load asynchronously)")
@@ -81,6 +91,19 @@ func kubectl(args ...string) (string, error) { return adminKubectl.Combined(args
 // as is a client that the API server authenticates as user, in groups (system:authenticated is
 // added by the API server, as for any user): the admin impersonates them.
 func as(user string, groups ...string) client.Client {
+	GinkgoHelper()
+	cfg := rest.CopyConfig(env.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: groups}
+	c, err := client.NewWithWatch(cfg, client.Options{Scheme: framework.Scheme})
+	Expect(err).NotTo(HaveOccurred())
+	if !mutating {
+		return framework.FillAsUser(c, user)
+	}
+	return c
+}
+
+// rawAs is as without framework.FillAsUser: the client writes only what it is given.
+func rawAs(user string, groups ...string) client.Client {
 	GinkgoHelper()
 	cfg := rest.CopyConfig(env.Config)
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: groups}
@@ -224,6 +247,10 @@ func waitForPolicies() {
 		return mine.Annotations[createdBy]
 	}).
 		WithTimeout(settle).WithPolling(poll).Should(Equal("alice"))
+	if !mutating {
+		waitForValidatingPolicies(t, mine)
+		return
+	}
 	checks := map[string]func() error{
 		"turnstile-lockrequest-owner": func() error {
 			return t.bob.Create(ctx, request(t.ns, "not-mine", "alice"), client.DryRunAll)
@@ -270,4 +297,38 @@ func waitForPolicies() {
 		return t.bob.Delete(ctx, l, client.DryRunAll)
 	}).WithTimeout(settle).WithPolling(poll).Should(MatchError(ContainSubstring("ValidatingAdmissionPolicy 'turnstile-holder-lease'")),
 		"policy turnstile-holder-lease never took effect")
+}
+
+// waitForValidatingPolicies is waitForPolicies where no mutating policy is installed: each
+// validating policy's dry-run denial, with what would be filled in written by hand
+// (framework.FillAsUser), and the check of what would be filled in.
+func waitForValidatingPolicies(t *team, mine *locksv1.LockRequest) {
+	GinkgoHelper()
+	checks := map[string]func() error{
+		"turnstile-lockrequest-owner":   func() error { return t.bob.Create(ctx, request(t.ns, "not-mine", "alice"), client.DryRunAll) },
+		"turnstile-lockrequest-changes": func() error { return t.bob.Delete(ctx, mine.DeepCopy(), client.DryRunAll) },
+		"turnstile-lockrequest-bypass-freeze": func() error {
+			lr := request(t.ns, "bypass", "alice")
+			lr.Spec.BypassFreeze = &locksv1.FreezeBypass{Reason: "warmup"}
+			return t.alice.Create(ctx, lr, client.DryRunAll)
+		},
+		"turnstile-lockrequest-priority": func() error {
+			lr := request(t.ns, "critical", "alice")
+			lr.Spec.Priority = locksv1.PriorityCritical
+			return t.alice.Create(ctx, lr, client.DryRunAll)
+		},
+		"turnstile-holder-lease-creator": func() error {
+			l := holderLease(t.ns, "forged")
+			l.Annotations = map[string]string{createdBy: "bob"}
+			return t.alice.Create(ctx, l, client.DryRunAll)
+		},
+	}
+	for policy, check := range checks {
+		Eventually(check).WithTimeout(settle).WithPolling(poll).Should(MatchError(ContainSubstring("ValidatingAdmissionPolicy '"+policy+"'")),
+			"policy %s never took effect", policy)
+	}
+	lease := holderLease(t.ns, "warmup")
+	Expect(t.alice.Create(ctx, lease)).To(Succeed())
+	Eventually(func() error { return t.bob.Delete(ctx, lease.DeepCopy(), client.DryRunAll) }).WithTimeout(settle).WithPolling(poll).
+		Should(MatchError(ContainSubstring("ValidatingAdmissionPolicy 'turnstile-holder-lease'")), "policy turnstile-holder-lease never took effect")
 }

@@ -107,7 +107,13 @@ func render(t *testing.T, release, namespace string, args ...string) []object {
 // kustomizeBuild is `kubectl kustomize config/default`.
 func kustomizeBuild(t *testing.T) []object {
 	t.Helper()
-	return parseManifests(t, run(t, kubectl(t), "kustomize", filepath.Join(root, "config", "default")))
+	return kustomizeBuildOf(t, filepath.Join("config", "default"))
+}
+
+// kustomizeBuildOf is `kubectl kustomize` of dir, relative to the repository root.
+func kustomizeBuildOf(t *testing.T, dir string) []object {
+	t.Helper()
+	return parseManifests(t, run(t, kubectl(t), "kustomize", filepath.Join(root, dir)))
 }
 
 func TestHelmLint(t *testing.T) {
@@ -301,7 +307,11 @@ func admissionObjects(objs []object, rename func(string) string) map[string]any 
 				r["name"] = rename(r["name"].(string))
 				spec["paramRef"] = r
 			}
-			out[o.Kind()+" "+rename(o.Meta("name"))] = spec
+			key := o.Kind() + " " + rename(o.Meta("name"))
+			if strings.HasPrefix(o.Kind(), "Mutating") {
+				key += " " + o["apiVersion"].(string)
+			}
+			out[key] = spec
 		case o.Kind() == "ConfigMap" && strings.HasSuffix(o.Meta("name"), "turnstile-admission"):
 			out["ConfigMap "+o.Meta("namespace")+"/"+rename(o.Meta("name"))] = o["data"]
 		}
@@ -335,11 +345,39 @@ func sameCEL(v any) any {
 	return v
 }
 
+// admissionModes are the chart's admission installs by what the cluster serves (the
+// --api-versions helm install learns from discovery) and the kustomize bundle a user of such a
+// cluster applies: the same objects, spec for spec.
+var admissionModes = map[string]struct {
+	bundle  string
+	helm    []string
+	objects int
+}{
+	"MutatingAdmissionPolicy v1 (1.36 and later)": {"config/default",
+		[]string{"--api-versions", "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy"}, 31}, // 15 policies, 15 bindings, 1 ConfigMap
+	"MutatingAdmissionPolicy v1beta1 (1.34, 1.35 with it enabled)": {"config/overlays/mutating-v1beta1",
+		[]string{"--api-versions", "admissionregistration.k8s.io/v1beta1/MutatingAdmissionPolicy"}, 31},
+	"no MutatingAdmissionPolicy (validating only)": {"config/overlays/validating-only", nil, 23}, // the 4 mutating ones and their bindings left out
+}
+
 // TestAdmissionMatchesKustomize: with admissionPolicies.enabled (the default) the chart
 // installs config/admission's and config/labels' policies, bindings and params, spec for spec,
-// under the release's names, the params in the release namespace; with it false, none.
+// under the release's names, the params in the release namespace, the mutating ones as the
+// version the cluster serves or none, as the bundle for that cluster does; with it false, none.
 func TestAdmissionMatchesKustomize(t *testing.T) {
-	kustomize := kustomizeBuild(t)
+	for mode, m := range admissionModes {
+		t.Run(mode, func(t *testing.T) { testAdmissionMatches(t, kustomizeBuildOf(t, m.bundle), m.helm, m.objects) })
+	}
+	if got := admissionObjects(render(t, "turnstile", "turnstile-system", "--set", "admissionPolicies.enabled=false"), sameName); len(got) != 0 {
+		t.Errorf("admissionPolicies.enabled=false still renders %d admission objects", len(got))
+	}
+	params := render(t, "turnstile", "turnstile-system", "--set", "admissionPolicies.maxPriority=Critical")
+	if got := admissionObjects(params, sameName)["ConfigMap turnstile-system/turnstile-admission"]; !cmp.Equal(got, map[string]any{"maxPriority": "Critical"}) {
+		t.Errorf("admissionPolicies.maxPriority=Critical: params data %v", got)
+	}
+}
+
+func testAdmissionMatches(t *testing.T, kustomize []object, helmArgs []string, objects int) {
 	for name, tc := range releases {
 		t.Run(name, func(t *testing.T) {
 			want := admissionObjects(kustomize, tc.rename)
@@ -356,21 +394,14 @@ func TestAdmissionMatchesKustomize(t *testing.T) {
 					}
 				}
 			}
-			if len(want) != 27 {
-				t.Fatalf("kustomize build has %d admission objects, want 27 (13 policies, 13 bindings, 1 ConfigMap)", len(want))
+			if len(want) != objects {
+				t.Fatalf("kustomize build has %d admission objects, want %d", len(want), objects)
 			}
-			got := admissionObjects(render(t, tc.release, tc.namespace), sameName)
+			got := admissionObjects(render(t, tc.release, tc.namespace, helmArgs...), sameName)
 			if diff := cmp.Diff(sameCEL(want), sameCEL(got)); diff != "" {
-				t.Errorf("the chart's admission policies differ from config/admission and config/labels (-kustomize +chart):\n%s", diff)
+				t.Errorf("the chart's admission policies differ from the kustomize bundle (-kustomize +chart):\n%s", diff)
 			}
 		})
-	}
-	if got := admissionObjects(render(t, "turnstile", "turnstile-system", "--set", "admissionPolicies.enabled=false"), sameName); len(got) != 0 {
-		t.Errorf("admissionPolicies.enabled=false still renders %d admission objects", len(got))
-	}
-	params := render(t, "turnstile", "turnstile-system", "--set", "admissionPolicies.maxPriority=Critical")
-	if got := admissionObjects(params, sameName)["ConfigMap turnstile-system/turnstile-admission"]; !cmp.Equal(got, map[string]any{"maxPriority": "Critical"}) {
-		t.Errorf("admissionPolicies.maxPriority=Critical: params data %v", got)
 	}
 }
 

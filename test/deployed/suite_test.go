@@ -54,7 +54,12 @@ var (
 	dir        string // kubeconfigs and the manager's log
 	kubeconfig string // the admin's: setup only (namespaces, bindings, tokens) and the install
 	cacheDir   string
+	// bundle is what a user of this version installs (framework.BundleFor).
+	bundle framework.Bundle
 )
+
+// mutating: the bundle installs the mutating policies.
+func mutating() bool { return bundle.Mutating != "" }
 
 func TestDeployed(t *testing.T) { framework.RunSuite(t, "Turnstile deployed-as-ServiceAccount suite") }
 
@@ -68,6 +73,9 @@ var _ = BeforeSuite(func() {
 	admin := framework.AdminKubectl(env, kubectlBin)
 	kubeconfig, cacheDir = admin.Kubeconfig, admin.CacheDir
 	dir = GinkgoT().TempDir()
+	var err error
+	bundle, err = framework.BundleFor(env.Config)
+	Expect(err).NotTo(HaveOccurred())
 })
 
 // run runs the real kubectl (or the plugin through it) with kubeconfig kc and returns stdout,

@@ -66,6 +66,9 @@ func startCluster(dir string, watchCache bool, args ...[2]string) (*cluster, err
 	for _, a := range args {
 		env.ControlPlane.APIServer.Configure().Set(a[0], a[1])
 	}
+	if err := framework.ConfigureAPIServer(env.ControlPlane.APIServer); err != nil {
+		return nil, err
+	}
 	cfg, err := env.Start()
 	if err != nil {
 		return nil, fmt.Errorf("start control plane: %w", err)

@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -189,14 +190,6 @@ var _ = Describe("Gated workloads with the real kube-scheduler and Job controlle
 		Expect(alice.Create(ctx, next)).To(Succeed())
 		Eventually(phase(workload.RequestName("job", "next"))).WithTimeout(wait).Should(Equal(locksv1.PhasePending))
 
-		// The Pod is made an owner of the request when the Job's status reports it; a Job deleted
-		// in the moment between its Pod's creation and that write loses the guard (docs).
-		Eventually(func(g Gomega) {
-			lr := &locksv1.LockRequest{}
-			g.Expect(admin.Get(ctx, client.ObjectKey{Namespace: ns, Name: lrName}, lr)).To(Succeed())
-			g.Expect(lr.OwnerReferences).To(ContainElement(HaveField("UID", p.UID)))
-		}).WithTimeout(wait).Should(Succeed(), "the Job's Pod owns the request too")
-
 		By("alice deletes the Job; the garbage collector then deletes its Pod, which goes on running until its kubelet stops it")
 		Expect(alice.Delete(ctx, j, client.PropagationPolicy(metav1.DeletePropagationBackground))).To(Succeed())
 		Eventually(func() bool { return apierrors.IsNotFound(admin.Get(ctx, client.ObjectKeyFromObject(j), j)) }).WithTimeout(wait).Should(BeTrue())
@@ -224,6 +217,133 @@ var _ = Describe("Gated workloads with the real kube-scheduler and Job controlle
 		Eventually(phase(workload.RequestName("job", "next"))).WithTimeout(wait).Should(Equal(locksv1.PhaseGranted))
 	})
 
+	It("keeps a re-created Job suspended while the Pods of the Job it replaced still run (kubectl replace --force, as Helm's before-hook-creation and Argo CD's Replace do), even beside a request its owner made for it", func() {
+		const name = "replaced"
+		manifest := `apiVersion: batch/v1
+kind: Job
+metadata:
+  name: ` + name + `
+spec:
+  backoffLimit: 0
+  template:
+    metadata:
+      annotations:
+        locks.turnstile.dev/lock: acme/infra:replaced
+    spec:
+      restartPolicy: Never
+      containers:
+      - name: apply
+        image: busybox
+        command: ["sh", "-c", "echo applying"]
+`
+		kubectl := framework.AdminKubectl(env, env.Kubectl())
+		out, err := kubectl.Run(manifest, "--as=alice", "-n", ns, "create", "-f", "-")
+		Expect(err).NotTo(HaveOccurred(), out)
+		old := &locksv1.LockRequest{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: workload.RequestName("job", name)}}
+		old = grantedRequest(old)
+		var p corev1.Pod
+		Eventually(func(g Gomega) {
+			pods := jobPods(name)
+			g.Expect(pods).To(HaveLen(1))
+			p = pods[0]
+			g.Expect(p.Spec.NodeName).To(Equal(node))
+		}).WithTimeout(wait).Should(Succeed(), "the first Job's Pod runs")
+
+		By("alice replaces the Job: kubectl deletes it (the garbage collector then deletes its Pod, which runs until its kubelet stops it) and creates it again")
+		out, err = kubectl.Run(manifest, "--as=alice", "-n", ns, "replace", "--force", "-f", "-")
+		Expect(err).NotTo(HaveOccurred(), out)
+		second := &batchv1.Job{}
+		Expect(admin.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, second)).To(Succeed())
+		Expect(string(second.UID)).NotTo(Equal(old.Annotations[workload.AnnotationWorkloadUID]))
+		Eventually(func() *metav1.Time {
+			_ = admin.Get(ctx, client.ObjectKeyFromObject(&p), &p)
+			return p.DeletionTimestamp
+		}).WithTimeout(wait).ShouldNot(BeNil(), "the garbage collector deletes the first Job's Pod")
+		Eventually(eventReasons(ns, "Job", name)).WithTimeout(wait).Should(ContainElement(workload.ReasonEarlier))
+		held := func() {
+			GinkgoHelper()
+			Consistently(func(g Gomega) {
+				g.Expect(admin.Get(ctx, client.ObjectKeyFromObject(second), second)).To(Succeed())
+				g.Expect(second.Spec.Suspend).To(Equal(ptr.To(true)), "the new Job waits")
+				g.Expect(second.Annotations).NotTo(HaveKey(workload.AnnotationFencingToken))
+				g.Expect(framework.PhaseOf(ctx, admin, ns, old.Name)()).To(Equal(locksv1.PhaseGranted), "the old Pod's lock is kept")
+			}).WithTimeout(3 * time.Second).WithPolling(100 * time.Millisecond).Should(Succeed())
+		}
+		held()
+
+		By("alice makes a request of her own for the new Job: its other request name, the new Job its controlling owner, the same holder and lock (it shares her old Job's grant)")
+		forged := wrappers.MakeLockRequest(workload.RequestNames("job", name)[1], ns).Lock("acme/infra", "replaced", "default").Owner("", 0).Session("job/" + name).Obj()
+		forged.OwnerReferences = []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: name, UID: second.UID, Controller: ptr.To(true)}}
+		Expect(alice.Create(ctx, forged)).To(Succeed())
+		Eventually(phase(forged.Name)).WithTimeout(wait).Should(Equal(locksv1.PhaseGranted), "hers, as the old Job's holder shares")
+		held()
+
+		By("the old Pod stops: the test removes it as its kubelet would (grace period 0)")
+		Expect(admin.Delete(ctx, &p, client.GracePeriodSeconds(0))).To(Succeed())
+		Eventually(func() types.UID {
+			lr := &locksv1.LockRequest{}
+			_ = admin.Get(ctx, client.ObjectKeyFromObject(old), lr)
+			return types.UID(lr.Annotations[workload.AnnotationWorkloadUID])
+		}).WithTimeout(wait).Should(Equal(second.UID), "the old request is deleted, and the manager makes the new Job's under the first name")
+		Eventually(phase(old.Name)).WithTimeout(wait).Should(Equal(locksv1.PhaseGranted))
+		Eventually(func() []corev1.Pod { return jobPods(name) }).WithTimeout(wait).Should(HaveLen(1), "the new Job runs")
+	})
+
+	It("keeps a running Pod's lock through a deletion in the foreground (Argo CD's prune) until the Pod is gone", func() {
+		p := pod(ns, "pruned", "acme/infra:pruned")
+		Expect(alice.Create(ctx, p)).To(Succeed())
+		lrName := workload.RequestName("pod", "pruned")
+		Eventually(phase(lrName)).WithTimeout(wait).Should(Equal(locksv1.PhaseGranted))
+		Eventually(func() string { _ = admin.Get(ctx, client.ObjectKeyFromObject(p), p); return p.Spec.NodeName }).WithTimeout(wait).Should(Equal(node))
+		next := pod(ns, "after-prune", "acme/infra:pruned")
+		Expect(alice.Create(ctx, next)).To(Succeed())
+		Eventually(phase(workload.RequestName("pod", "after-prune"))).WithTimeout(wait).Should(Equal(locksv1.PhasePending))
+
+		Expect(alice.Delete(ctx, p, client.PropagationPolicy(metav1.DeletePropagationForeground))).To(Succeed())
+		Consistently(func(g Gomega) {
+			g.Expect(framework.PhaseOf(ctx, admin, ns, lrName)()).To(Equal(locksv1.PhaseGranted))
+			g.Expect(framework.PhaseOf(ctx, admin, ns, workload.RequestName("pod", "after-prune"))()).To(Equal(locksv1.PhasePending))
+		}).WithTimeout(3*time.Second).WithPolling(100*time.Millisecond).Should(Succeed(), "the garbage collector does not take the lock of a Pod that still runs")
+
+		By("the container stops: the test removes the Pod as its kubelet would")
+		Expect(admin.Delete(ctx, p, client.GracePeriodSeconds(0))).To(Succeed())
+		Eventually(phase(workload.RequestName("pod", "after-prune"))).WithTimeout(wait).Should(Equal(locksv1.PhaseGranted))
+	})
+
+	It("lets the owner suspend a running Job and resume it as usual: it keeps its lock meanwhile", func() {
+		j := job(ns, "pausable", "acme/infra:pausable")
+		Expect(alice.Create(ctx, j)).To(Succeed())
+		lrName := workload.RequestName("job", "pausable")
+		Eventually(phase(lrName)).WithTimeout(wait).Should(Equal(locksv1.PhaseGranted))
+		Eventually(func() []corev1.Pod { return jobPods("pausable") }).WithTimeout(wait).Should(HaveLen(1))
+
+		By("alice suspends it: the Job controller deletes its Pod, and the Job stays suspended with its lock")
+		Expect(alice.Patch(ctx, j, client.RawPatch(client.Merge.Type(), []byte(`{"spec":{"suspend":true}}`)))).To(Succeed())
+		Eventually(func(g Gomega) {
+			for _, p := range jobPods("pausable") {
+				g.Expect(p.DeletionTimestamp).NotTo(BeNil())
+			}
+		}).WithTimeout(wait).Should(Succeed())
+		Consistently(func(g Gomega) {
+			g.Expect(admin.Get(ctx, client.ObjectKeyFromObject(j), j)).To(Succeed())
+			g.Expect(j.Spec.Suspend).To(Equal(ptr.To(true)), "the owner's suspend stands")
+			g.Expect(j.Annotations).To(HaveKey(workload.AnnotationFencingToken))
+			g.Expect(framework.PhaseOf(ctx, admin, ns, lrName)()).To(Equal(locksv1.PhaseGranted))
+		}).WithTimeout(3 * time.Second).WithPolling(100 * time.Millisecond).Should(Succeed())
+		for _, p := range jobPods("pausable") {
+			Expect(admin.Delete(ctx, &p, client.GracePeriodSeconds(0))).To(Succeed()) // as its kubelet would
+		}
+
+		By("alice resumes it: the Job controller makes its Pod again")
+		Expect(alice.Patch(ctx, j, client.RawPatch(client.Merge.Type(), []byte(`{"spec":{"suspend":false}}`)))).To(Succeed())
+		Eventually(func(g Gomega) {
+			pods := jobPods("pausable")
+			g.Expect(pods).To(HaveLen(1))
+			g.Expect(pods[0].DeletionTimestamp).To(BeNil())
+		}).WithTimeout(wait).Should(Succeed())
+		Expect(framework.PhaseOf(ctx, admin, ns, lrName)()).To(Equal(locksv1.PhaseGranted))
+	})
+
 	It("serializes a CronJob's Jobs: a Job the CronJob controller starts while the last one runs waits, suspended", func() {
 		// The CronJob controller starts at most one Job a minute (a Job's name is the CronJob's
 		// plus the scheduled minute), so this spec takes one to two minutes.
@@ -237,6 +357,14 @@ var _ = Describe("Gated workloads with the real kube-scheduler and Job controlle
 					Spec:       job(ns, "unused", "acme/infra:nightly").Spec,
 				},
 			},
+		}
+		if !mutating {
+			// Nothing is filled in: the CronJob's Jobs must carry what the policy would give
+			// them, as the CronJob controller's identity (the user the controller manager runs as).
+			tmpl := &cj.Spec.JobTemplate
+			tmpl.Labels = map[string]string{workload.LabelGated: "true"}
+			tmpl.Annotations[workload.AnnotationCreatedBy] = "turnstile-admin"
+			tmpl.Spec.Suspend = ptr.To(true)
 		}
 		Expect(admin.Create(ctx, cj)).To(Succeed())
 		DeferCleanup(func() { _ = admin.Delete(ctx, cj) })

@@ -16,7 +16,6 @@ import (
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
 	"github.com/turnstile-dev/turnstile/internal/lockkey"
 	"github.com/turnstile-dev/turnstile/internal/testing/framework"
-	"github.com/turnstile-dev/turnstile/internal/testing/wrappers"
 	"github.com/turnstile-dev/turnstile/internal/workload"
 )
 
@@ -32,74 +31,10 @@ var _ = Describe("Gated workloads", func() {
 		alice = as("alice")
 	})
 
-	// holdKey makes bob hold key (repo acme/infra, path) with a LockRequest of his own, and
-	// returns it once granted.
-	holdKey := func(path string) *locksv1.LockRequest {
-		GinkgoHelper()
-		lr := wrappers.MakeLockRequest("bob-holds", ns).Lock("acme/infra", path, "default").Owner("bob", 0).Obj()
-		Expect(admin.Create(ctx, lr)).To(Succeed())
-		Eventually(func() locksv1.LockRequestPhase {
-			_ = admin.Get(ctx, client.ObjectKeyFromObject(lr), lr)
-			return lr.Status.Phase
-		}).WithTimeout(wait).Should(Equal(locksv1.PhaseGranted))
-		return lr
-	}
-	release := func(lr *locksv1.LockRequest) {
-		GinkgoHelper()
-		Expect(admin.Patch(ctx, lr, client.RawPatch(client.Merge.Type(), []byte(`{"spec":{"release":true}}`)))).To(Succeed())
-	}
-	requestOf := func(kind, name string) *locksv1.LockRequest {
-		return &locksv1.LockRequest{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: workload.RequestName(kind, name)}}
-	}
-	// waiting waits until lr exists and waits in its queue, and returns it.
-	waiting := func(lr *locksv1.LockRequest) *locksv1.LockRequest {
-		GinkgoHelper()
-		Eventually(func(g Gomega) {
-			g.Expect(admin.Get(ctx, client.ObjectKeyFromObject(lr), lr)).To(Succeed())
-			g.Expect(lr.Status.Phase).To(Equal(locksv1.PhasePending))
-			g.Expect(lr.Status.BlockedBy).NotTo(BeEmpty())
-		}).WithTimeout(wait).Should(Succeed())
-		return lr
-	}
-	granted := func(lr *locksv1.LockRequest) *locksv1.LockRequest {
-		GinkgoHelper()
-		Eventually(func(g Gomega) {
-			g.Expect(admin.Get(ctx, client.ObjectKeyFromObject(lr), lr)).To(Succeed())
-			g.Expect(lr.Status.Phase).To(Equal(locksv1.PhaseGranted))
-		}).WithTimeout(wait).Should(Succeed())
-		return lr
-	}
-	get := func(obj client.Object) client.Object {
-		GinkgoHelper()
-		Expect(admin.Get(ctx, client.ObjectKeyFromObject(obj), obj)).To(Succeed())
-		return obj
-	}
-	// markSucceeded does what the kubelet would when the Pod's container exits 0.
-	markSucceeded := func(p *corev1.Pod) {
-		GinkgoHelper()
-		get(p)
-		p.Status.Phase = corev1.PodSucceeded
-		Expect(admin.Status().Update(ctx, p)).To(Succeed())
-	}
-	// markComplete does what the Job controller would when the Job's Pod succeeds.
-	markComplete := func(j *batchv1.Job) {
-		GinkgoHelper()
-		get(j)
-		now := metav1.Now()
-		j.Status.StartTime, j.Status.CompletionTime, j.Status.Succeeded = &now, &now, 1
-		j.Status.Conditions = append(j.Status.Conditions,
-			batchv1.JobCondition{Type: batchv1.JobSuccessCriteriaMet, Status: corev1.ConditionTrue, LastTransitionTime: now, LastProbeTime: now},
-			batchv1.JobCondition{Type: batchv1.JobComplete, Status: corev1.ConditionTrue, LastTransitionTime: now, LastProbeTime: now})
-		Expect(admin.Status().Update(ctx, j)).To(Succeed())
-	}
-	gated := func(p *corev1.Pod) bool {
-		for _, g := range p.Spec.SchedulingGates {
-			if g.Name == workload.SchedulingGate {
-				return true
-			}
-		}
-		return false
-	}
+	holdKey := func(path string) *locksv1.LockRequest { return holdKeyIn(ns, path) }
+	requestOf := func(kind, name string) *locksv1.LockRequest { return requestIn(ns, kind, name) }
+	waiting, granted, get := waitingRequest, grantedRequest, reload
+	release, markSucceeded, markComplete, gated := releaseRequest, markPodSucceeded, markJobComplete, isGated
 
 	It("holds a Pod at its scheduling gate until the lock is free, then lets it go with the fencing token, and releases the lock when it succeeds", func() {
 		bob := holdKey("db")
@@ -111,7 +46,9 @@ var _ = Describe("Gated workloads", func() {
 		lr := waiting(requestOf("pod", "migrate"))
 		Expect(lr.Spec.Holder.Owner).To(Equal("alice"), "the request is held for the Pod's creator")
 		Expect(lr.Spec.Holder.Session).To(Equal("pod/migrate"))
-		Expect(lr.OwnerReferences).To(ConsistOf(HaveField("UID", p.UID)))
+		Expect(lr.Annotations).To(And(HaveKeyWithValue(workload.AnnotationWorkload, "pod/migrate"), HaveKeyWithValue(workload.AnnotationWorkloadUID, string(p.UID)),
+			HaveKeyWithValue(workload.AnnotationCreatedBy, "system:serviceaccount:"+managerNS+":"+managerSA)), "the manager's stamp: made by it, for this Pod")
+		Expect(lr.OwnerReferences).To(BeEmpty(), "no owner: the garbage collector does not delete a lock before its workload has stopped")
 		Expect(lr.Spec.Locks).To(Equal([]locksv1.LockTarget{{Repo: "acme/infra", Path: "db", Workspace: "default"}}))
 		Expect(gated(get(p).(*corev1.Pod))).To(BeTrue(), "still gated while its request waits behind bob")
 		Expect(p.Annotations).NotTo(HaveKey(workload.AnnotationFencingToken))

@@ -22,10 +22,10 @@ import (
 
 // installPath is one way to install Turnstile.
 type installPath struct {
-	// manifests renders what is installed.
-	manifests func() string
+	// manifests renders what is installed on the cluster b describes.
+	manifests func(b framework.Bundle) string
 	// dryRunOnly are more renderings that must pass a server-side dry-run (other values).
-	dryRunOnly func() []string
+	dryRunOnly func(b framework.Bundle) []string
 	// createNamespace: the manifests do not create their namespace (Helm's convention); the
 	// test creates it as README.md says, enforcing the restricted Pod Security Standard. The
 	// kustomize build creates and labels its own.
@@ -35,12 +35,12 @@ type installPath struct {
 var _ = Describe("Installed with the Helm chart", Ordered, func() {
 	chart := func() string { return filepath.Join(repoRoot, "charts", "turnstile") }
 	describeInstall(installPath{
-		manifests: func() string {
-			return run(helmBin, "template", "turnstile", chart(), "--namespace", "turnstile-system")
+		manifests: func(b framework.Bundle) string {
+			return run(helmBin, append([]string{"template", "turnstile", chart(), "--namespace", "turnstile-system"}, capabilities(b)...)...)
 		},
-		dryRunOnly: func() []string {
-			allOn := run(helmBin, "template", "turnstile", chart(), "--namespace", "turnstile-system",
-				"-f", filepath.Join(repoRoot, "test", "chart", "testdata", "all-on.yaml"))
+		dryRunOnly: func(b framework.Bundle) []string {
+			allOn := run(helmBin, append([]string{"template", "turnstile", chart(), "--namespace", "turnstile-system",
+				"-f", filepath.Join(repoRoot, "test", "chart", "testdata", "all-on.yaml")}, capabilities(b)...)...)
 			// The ServiceMonitor and PrometheusRule need prometheus-operator's CRDs, which this
 			// control plane does not have: helm-unittest and test/chart check them.
 			var kept []object
@@ -57,12 +57,24 @@ var _ = Describe("Installed with the Helm chart", Ordered, func() {
 
 var _ = Describe("Installed with kustomize", Ordered, func() {
 	describeInstall(installPath{
-		manifests: func() string {
-			return run(kubectlBin, "kustomize", filepath.Join(repoRoot, "config", "default"))
+		// The bundle docs/install.md tells a user of this version to apply.
+		manifests: func(b framework.Bundle) string {
+			return run(kubectlBin, "kustomize", b.Dir)
 		},
-		dryRunOnly: func() []string { return nil },
+		dryRunOnly: func(framework.Bundle) []string { return nil },
 	})
 })
+
+// capabilities are the flags that tell `helm template` what `helm install` learns from the
+// cluster's discovery: its version, and the MutatingAdmissionPolicy version it serves (the
+// chart installs its mutating policies as that one, or none: admissionPolicies.mutating=auto).
+func capabilities(b framework.Bundle) []string {
+	flags := []string{"--kube-version", b.Cluster.Version.String()}
+	if b.Cluster.MutatingAdmissionPolicy != "" {
+		flags = append(flags, "--api-versions", "admissionregistration.k8s.io/"+b.Cluster.MutatingAdmissionPolicy+"/MutatingAdmissionPolicy")
+	}
+	return flags
+}
 
 // run runs a tool and returns its stdout.
 func run(name string, args ...string) string {
@@ -78,6 +90,7 @@ func describeInstall(ip installPath) {
 	var (
 		c            *cluster
 		manifests    string
+		bundle       framework.Bundle
 		objs         []object
 		namespace    string
 		sa           string
@@ -130,8 +143,25 @@ func describeInstall(ip installPath) {
 	BeforeAll(func() {
 		By("starting a fresh kube-apiserver and etcd, with nothing installed")
 		c = startCluster()
-		manifests = ip.manifests()
+		var err error
+		bundle, err = framework.BundleFor(c.env.Config)
+		Expect(err).NotTo(HaveOccurred())
+		manifests = ip.manifests(bundle)
 		objs = parseManifests(manifests)
+		By(fmt.Sprintf("on Kubernetes %s, MutatingAdmissionPolicy served as %q: the mutating policies are installed as that, or left out", bundle.Cluster.Version, bundle.Mutating))
+		mutating := 0
+		for _, o := range objs {
+			if o.Kind() == "MutatingAdmissionPolicy" {
+				mutating++
+				Expect(o["apiVersion"]).To(Equal("admissionregistration.k8s.io/" + bundle.Mutating))
+			}
+		}
+		if bundle.Mutating == "" {
+			Expect(mutating).To(BeZero())
+		} else {
+			Expect(mutating).To(BeNumerically(">", 0))
+		}
+		Expect(findObject(objs, "ValidatingAdmissionPolicy", "-workload-held")).NotTo(BeNil(), "what the mutating policies fill in is checked either way")
 		dep := findObject(objs, "Deployment", "-controller-manager")
 		namespace = dep.Meta("namespace")
 		podSpec = dep.Path("spec", "template", "spec").(map[string]any)
@@ -161,7 +191,7 @@ func describeInstall(ip installPath) {
 		if ip.createNamespace {
 			c.mustKubectl("", "label", "namespace", namespace, "pod-security.kubernetes.io/enforce=restricted")
 		}
-		for i, m := range append([]string{manifests}, ip.dryRunOnly()...) {
+		for i, m := range append([]string{manifests}, ip.dryRunOnly(bundle)...) {
 			By(fmt.Sprintf("kubectl apply --server-side --dry-run=server (rendering %d)", i+1))
 			c.mustKubectl(m, "apply", "--server-side", "--dry-run=server", "-f", "-")
 		}
@@ -255,6 +285,8 @@ spec:
   locks:
   - repo: acme/infra
     path: modules/vpc
+  holder:
+    owner: carol
   priority: Critical
 `, "create", "-f", "-")).WithTimeout(settle).WithPolling(200 * time.Millisecond).Should(
 			ContainSubstring("priority Critical is above High, the most anyone may ask for: it needs the prioritize permission for Critical on lockrequests in namespace " + team))

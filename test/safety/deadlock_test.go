@@ -1,6 +1,7 @@
 package safety
 
 import (
+	"fmt"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -195,5 +196,195 @@ var _ = Describe("Deadlock cycles whose holder let go", func() {
 		By("the detector checks from its cache: every waiter of the cycle still waits on its key, but bob no longer holds two")
 		Expect(d.Check(ctx, ns)).To(Succeed())
 		Expect(victims()).To(BeEmpty(), "no cycle stands in the store: bob holds nothing alice waits for")
+	})
+})
+
+// A shared waiter on a key whose shared places are all taken waits for any one holder to leave
+// (issue 41): it is deadlocked only while every other holder is blocked too, and a detector
+// whose cache is older than another holder's release must not fail anyone for it.
+var _ = Describe("Deadlocks through a full shared key", func() {
+	It("are found only while every other holder is blocked, and re-read live before a victim fails", func() {
+		ns := newNamespace()
+		inv := invariants()
+		cfg := queue.DefaultConfig()
+		t1, t2, t3 := target("full"), target("two"), target("three")
+		k1, k2, k3 := keyOf(ns, t1), keyOf(ns, t2), keyOf(ns, t3)
+		m := newManager("M", 0, cfg)
+		fresh := func(k types.NamespacedName) {
+			GinkgoHelper()
+			syncHistory()
+			m.view.CatchUp()
+			m.decide(k)
+			expectSafe(inv, ns, "M decided "+k.Name)
+		}
+		detector := func() *controller.DeadlockDetector {
+			v := lag.NewView(history, k8s)
+			v.CatchUp()
+			return controller.NewDeadlockDetector(v, nopRecorder{}, controller.WithConfig(cfg),
+				controller.WithClock(clocktesting.NewFakeClock(time.Now())), controller.WithLiveReader(k8s))
+		}
+		victims := func() []string {
+			GinkgoHelper()
+			var list locksv1.LockRequestList
+			Expect(k8s.List(ctx, &list, client.InNamespace(ns))).To(Succeed())
+			var out []string
+			for _, lr := range list.Items {
+				if lr.Status.Phase == locksv1.PhaseFailed {
+					out = append(out, lr.Name)
+				}
+			}
+			return out
+		}
+
+		By("alice and carol fill the full key's shared places; bob holds two and three")
+		for i := range locksv1.MaxSharedHolders - 1 {
+			create(MakeLockRequest(fmt.Sprintf("a-%d", i), ns).Lock(t1.Repo, t1.Path, t1.Workspace).Shared().Owner("alice", 1))
+		}
+		create(MakeLockRequest("c1", ns).Lock(t1.Repo, t1.Path, t1.Workspace).Shared().Owner("carol", 3))
+		create(MakeLockRequest("b2", ns).Lock(t2.Repo, t2.Path, t2.Workspace).Owner("bob", 2))
+		create(MakeLockRequest("b3", ns).Lock(t3.Repo, t3.Path, t3.Workspace).Owner("bob", 2))
+		fresh(k1)
+		fresh(k2)
+		fresh(k3)
+		Expect(phase(ns, "c1")).To(Equal(locksv1.PhaseGranted))
+		Expect(phase(ns, fmt.Sprintf("a-%d", locksv1.MaxSharedHolders-2))).To(Equal(locksv1.PhaseGranted))
+
+		By("bob waits to read the full key; alice waits for two, which bob holds")
+		create(MakeLockRequest("b1", ns).Lock(t1.Repo, t1.Path, t1.Workspace).Shared().Owner("bob", 2))
+		fresh(k1)
+		create(MakeLockRequest("a2", ns).Lock(t2.Repo, t2.Path, t2.Workspace).Owner("alice", 1))
+		fresh(k2)
+		Expect(phase(ns, "b1")).To(Equal(locksv1.PhasePending))
+		Expect(phase(ns, "a2")).To(Equal(locksv1.PhasePending))
+
+		By("carol waits for nothing: she can leave and let bob in, so nobody is deadlocked")
+		Expect(detector().Check(ctx, ns)).To(Succeed())
+		Expect(victims()).To(BeEmpty(), "the false deadlock: bob waits for any one of alice and carol, and carol can leave")
+
+		By("carol waits for three, which bob holds: now nobody of the full key can leave")
+		create(MakeLockRequest("c3", ns).Lock(t3.Repo, t3.Path, t3.Workspace).Owner("carol", 3))
+		fresh(k3)
+		Expect(phase(ns, "c3")).To(Equal(locksv1.PhasePending))
+		stale := detector()
+
+		By("carol gives up her place before the stale detector looks: its cache still shows the deadlock")
+		c1 := getRequest(ns, "c1")
+		c1.Spec.Release = true
+		Expect(k8s.Update(ctx, c1)).To(Succeed())
+		syncHistory()
+		Expect(stale.Check(ctx, ns)).To(Succeed())
+		Expect(victims()).To(BeEmpty(), "carol's place is free in the store: bob is let in on the key's next decision")
+		fresh(k1)
+		Expect(phase(ns, "b1")).To(Equal(locksv1.PhaseGranted))
+	})
+
+	It("fails one victim of a deadlock through a full key, naming every holder it waits for", func() {
+		ns := newNamespace()
+		cfg := queue.DefaultConfig()
+		t1, t2, t3 := target("full"), target("two"), target("three")
+		k1, k2, k3 := keyOf(ns, t1), keyOf(ns, t2), keyOf(ns, t3)
+		m := newManager("M", 0, cfg)
+		for i := range locksv1.MaxSharedHolders - 1 {
+			create(MakeLockRequest(fmt.Sprintf("a-%d", i), ns).Lock(t1.Repo, t1.Path, t1.Workspace).Shared().Owner("alice", 1))
+		}
+		create(MakeLockRequest("c1", ns).Lock(t1.Repo, t1.Path, t1.Workspace).Shared().Owner("carol", 3))
+		create(MakeLockRequest("b2", ns).Lock(t2.Repo, t2.Path, t2.Workspace).Owner("bob", 2))
+		create(MakeLockRequest("b3", ns).Lock(t3.Repo, t3.Path, t3.Workspace).Owner("bob", 2))
+		create(MakeLockRequest("b1", ns).Lock(t1.Repo, t1.Path, t1.Workspace).Shared().Owner("bob", 2))
+		create(MakeLockRequest("a2", ns).Lock(t2.Repo, t2.Path, t2.Workspace).Owner("alice", 1))
+		create(MakeLockRequest("c3", ns).Lock(t3.Repo, t3.Path, t3.Workspace).Owner("carol", 3))
+		for _, k := range []types.NamespacedName{k2, k3, k1, k1} {
+			syncHistory()
+			m.view.CatchUp()
+			m.decide(k)
+		}
+		for _, name := range []string{"b1", "a2", "c3"} {
+			Expect(phase(ns, name)).To(Equal(locksv1.PhasePending), name)
+		}
+		v := lag.NewView(history, k8s)
+		v.CatchUp()
+		d := controller.NewDeadlockDetector(v, nopRecorder{}, controller.WithConfig(cfg),
+			controller.WithClock(clocktesting.NewFakeClock(time.Now())), controller.WithLiveReader(k8s))
+		Expect(d.Check(ctx, ns)).To(Succeed())
+		var failed []string
+		var list locksv1.LockRequestList
+		Expect(k8s.List(ctx, &list, client.InNamespace(ns))).To(Succeed())
+		for _, lr := range list.Items {
+			if lr.Status.Phase == locksv1.PhaseFailed {
+				failed = append(failed, lr.Name)
+				c := meta.FindStatusCondition(lr.Status.Conditions, locksv1.ConditionGranted)
+				Expect(c.Reason).To(Equal(locksv1.ReasonDeadlock))
+				Expect(c.Message).To(ContainSubstring("bob#2 waits for any of alice#1, carol#3 on acme/infra/full/default (carol#3 waits on acme/infra/three/default)"))
+			}
+		}
+		Expect(failed).To(HaveLen(1), "one victim per deadlock")
+		Expect(failed[0]).To(BeElementOf("b1", "a2"), "the victim is a hop of the cycle")
+	})
+})
+
+// A waiter a counting bound keeps out (issue #45) waits for any one holder of the key, as on a
+// full shared key: deadlocked only while every other holder is blocked too.
+var _ = Describe("Deadlocks through a counting key", func() {
+	It("are found only while every other holder is blocked, and name every holder waited for", func() {
+		ns := newNamespace()
+		inv := invariants()
+		cfg := queue.DefaultConfig()
+		t1, t2, t3 := target("counted"), target("two"), target("three")
+		k1, k2, k3 := keyOf(ns, t1), keyOf(ns, t2), keyOf(ns, t3)
+		m := newManager("M", 0, cfg)
+		decide := func(keys ...types.NamespacedName) {
+			GinkgoHelper()
+			for _, k := range keys {
+				syncHistory()
+				m.view.CatchUp()
+				m.decide(k)
+				expectSafe(inv, ns, "M decided "+k.Name)
+			}
+		}
+		check := func() []string {
+			GinkgoHelper()
+			v := lag.NewView(history, k8s)
+			v.CatchUp()
+			d := controller.NewDeadlockDetector(v, nopRecorder{}, controller.WithConfig(cfg),
+				controller.WithClock(clocktesting.NewFakeClock(time.Now())), controller.WithLiveReader(k8s))
+			Expect(d.Check(ctx, ns)).To(Succeed())
+			var list locksv1.LockRequestList
+			Expect(k8s.List(ctx, &list, client.InNamespace(ns))).To(Succeed())
+			var failed []string
+			for _, lr := range list.Items {
+				if lr.Status.Phase == locksv1.PhaseFailed {
+					failed = append(failed, lr.Name)
+					c := meta.FindStatusCondition(lr.Status.Conditions, locksv1.ConditionGranted)
+					Expect(c.Reason).To(Equal(locksv1.ReasonDeadlock))
+					Expect(c.Message).To(ContainSubstring("bob#2 waits for any of alice#1, carol#3 on acme/infra/counted/default (carol#3 waits on acme/infra/three/default)"))
+				}
+			}
+			return failed
+		}
+
+		By("alice and carol hold the counted key at its bound of 2; bob holds two and three")
+		create(MakeLockRequest("a1", ns).Lock(t1.Repo, t1.Path, t1.Workspace).MaxHolders(2).Owner("alice", 1))
+		create(MakeLockRequest("c1", ns).Lock(t1.Repo, t1.Path, t1.Workspace).MaxHolders(2).Owner("carol", 3))
+		create(MakeLockRequest("b2", ns).Lock(t2.Repo, t2.Path, t2.Workspace).Owner("bob", 2))
+		create(MakeLockRequest("b3", ns).Lock(t3.Repo, t3.Path, t3.Workspace).Owner("bob", 2))
+		decide(k1, k1, k2, k3)
+		Expect(phase(ns, "a1")).To(Equal(locksv1.PhaseGranted))
+		Expect(phase(ns, "c1")).To(Equal(locksv1.PhaseGranted))
+
+		By("bob waits for a place on the counted key; alice waits for two, which bob holds")
+		create(MakeLockRequest("b1", ns).Lock(t1.Repo, t1.Path, t1.Workspace).MaxHolders(2).Owner("bob", 2))
+		create(MakeLockRequest("a2", ns).Lock(t2.Repo, t2.Path, t2.Workspace).Owner("alice", 1))
+		decide(k1, k2)
+		Expect(phase(ns, "b1")).To(Equal(locksv1.PhasePending))
+		Expect(phase(ns, "a2")).To(Equal(locksv1.PhasePending))
+		Expect(check()).To(BeEmpty(), "carol waits for nothing: she can leave and let bob in")
+
+		By("carol waits for three, which bob holds: nobody of the counted key can leave")
+		create(MakeLockRequest("c3", ns).Lock(t3.Repo, t3.Path, t3.Workspace).Owner("carol", 3))
+		decide(k3)
+		Expect(phase(ns, "c3")).To(Equal(locksv1.PhasePending))
+		failed := check()
+		Expect(failed).To(HaveLen(1), "one victim per deadlock")
+		Expect(failed[0]).To(BeElementOf("b1", "a2"), "the victim is a hop of the cycle")
 	})
 })

@@ -78,11 +78,18 @@ var simWant = []string{"decide", "create", "release", "delete", "force-unlock", 
 // off, to tell whether a failure needs shared requests).
 var simShared = os.Getenv("TURNSTILE_SIM_SHARED") != "0"
 
+// simCounted makes half of the shared requests counting locks, with maxHolders 1 to 3, so that
+// requests on a key disagree (issue #45; TURNSTILE_SIM_COUNTED=0 turns it off).
+var simCounted = simShared && os.Getenv("TURNSTILE_SIM_COUNTED") != "0"
+
 func simMissing(total map[string]int) []string {
 	var out []string
 	want := simWant
 	if simShared {
 		want = append(slices.Clone(simWant), "shared together")
+	}
+	if simCounted {
+		want = append(want, "counted together")
 	}
 	for _, w := range want {
 		if total[w] == 0 {
@@ -144,6 +151,8 @@ type sim struct {
 	// Shared locks (issue #31), on their own random stream so the walk's other choices stay
 	// those of its seed: a third of the requests ask for their keys in Shared mode.
 	srng *rand.Rand
+	// Counting locks (issue #45), on a stream of their own too.
+	crng *rand.Rand
 
 	eventsChecked int
 	trace         bool             // TURNSTILE_SIM_TRACE=1 prints every step
@@ -157,6 +166,7 @@ func newSim(seed uint64) *sim {
 		did: map[string]int{}, tokens: map[string]int64{}, trace: os.Getenv("TURNSTILE_SIM_TRACE") != "",
 		mrng: rand.New(rand.NewPCG(seed, 0x6d656d62)),
 		srng: rand.New(rand.NewPCG(seed, 0x73686172)),
+		crng: rand.New(rand.NewPCG(seed, 0x636f756e)),
 	}
 	s.command = fmt.Sprintf("apply-%s", s.ns)
 	// Ahead of the API server's clock, so that no creationTimestamp is in the simulation's
@@ -438,8 +448,13 @@ func (s *sim) create() string {
 		lr.Finalizers = []string{simFinalizer}
 	}
 	if s.srng.IntN(3) == 0 && simShared {
+		bound := int32(0)
+		if simCounted && s.crng.IntN(2) == 0 {
+			bound = int32(1 + s.crng.IntN(3))
+		}
 		for i := range lr.Spec.Locks {
 			lr.Spec.Locks[i].Mode = locksv1.ModeShared
+			lr.Spec.Locks[i].MaxHolders = bound
 		}
 	}
 	Expect(k8s.Create(ctx, lr)).To(Succeed())
@@ -630,13 +645,21 @@ func (s *sim) count(reqs []locksv1.LockRequest) {
 	}
 }
 
-// countShared counts the keys held shared by more than one request now ("shared together").
+// countShared counts the keys held shared by more than one request now ("shared together"),
+// those among them that are counting locks ("counted together"), and those held by as many as
+// the lowest bound of their holders allows ("counted full").
 func (s *sim) countShared() {
 	var pls locksv1.ProjectLockList
 	Expect(k8s.List(ctx, &pls, client.InNamespace(s.ns))).To(Succeed())
 	for _, pl := range pls.Items {
 		if len(pl.Status.SharedHolders) > 1 {
 			s.did["shared together"]++
+			if pl.Status.MaxHolders > 0 {
+				s.did["counted together"]++
+			}
+			if pl.Status.MaxHolders > 1 && pl.Status.HolderCount == pl.Status.MaxHolders {
+				s.did["counted full"]++
+			}
 		}
 	}
 }

@@ -62,3 +62,20 @@ app.kubernetes.io/component: controller-manager
 {{- define "turnstile.metricsScheme" -}}
 {{- if .Values.metrics.secure }}https{{ else }}http{{ end }}
 {{- end }}
+
+{{/*
+The MutatingAdmissionPolicy version the mutating policies are installed as: v1 or v1beta1, or
+empty for none (the validating policies then require what they would fill in; filled.yaml).
+admissionPolicies.mutating auto takes the newest the cluster serves (.Capabilities.APIVersions,
+from the API server's discovery at install; `helm template` knows none unless --api-versions
+names it).
+*/}}
+{{- define "turnstile.mutatingAdmissionPolicyVersion" -}}
+{{- $want := .Values.admissionPolicies.mutating | default "auto" }}
+{{- if eq $want "auto" }}
+{{- if .Capabilities.APIVersions.Has "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy" }}v1
+{{- else if .Capabilities.APIVersions.Has "admissionregistration.k8s.io/v1beta1/MutatingAdmissionPolicy" }}v1beta1
+{{- end }}
+{{- else if ne $want "off" }}{{ $want }}
+{{- end }}
+{{- end }}

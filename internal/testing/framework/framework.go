@@ -92,6 +92,12 @@ func start(assets string, env *envtest.Environment) (*Env, error) {
 	}
 	env.BinaryAssetsDirectory = assets
 	env.Scheme = Scheme
+	if env.ControlPlane.APIServer == nil {
+		env.ControlPlane.APIServer = &envtest.APIServer{}
+	}
+	if err := ConfigureAPIServer(env.ControlPlane.APIServer); err != nil {
+		return nil, err
+	}
 	cfg, err := env.Start()
 	if err != nil {
 		return nil, fmt.Errorf("start control plane: %w", err)

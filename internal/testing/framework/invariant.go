@@ -16,9 +16,11 @@ import (
 )
 
 // InvariantChecker watches every LockRequest and checks, after each event, the safety
-// invariant: no lock key is held by two different holder identities at once, as the requests'
-// own statuses say (phase Granted, or a held flag on a Pending multi-lock request). A single
-// watch delivers events in the store's order, so each check sees a state that really existed.
+// invariant: no lock key is held by two different holder identities at once unless all hold it
+// Shared, and never by more requests than the lowest maxHolders among them (a counting lock), as
+// the requests' own statuses say (phase Granted, or a held flag on a Pending multi-lock
+// request). A single watch delivers events in the store's order, so each check sees a state
+// that really existed.
 type InvariantChecker struct {
 	mu         sync.Mutex
 	requests   map[string]*locksv1.LockRequest // namespace/name
@@ -97,6 +99,7 @@ func (ic *InvariantChecker) observe(ev watch.Event) {
 	// Who holds each key now, by the requests' own word.
 	holders := map[string]map[locksv1.HolderID][]string{} // ns/lockName -> identity (field by field) -> request names
 	exclusive := map[string]bool{}                        // ns/lockName -> held by an exclusive request
+	count, bound := map[string]int{}, map[string]int32{}  // ns/lockName -> holding requests, their lowest maxHolders
 	for k, r := range ic.requests {
 		for _, l := range queue.HeldLocks(r) {
 			lk := r.Namespace + "/" + l.Name
@@ -106,6 +109,17 @@ func (ic *InvariantChecker) observe(ev watch.Event) {
 			id := r.Spec.Holder.ID()
 			holders[lk][id] = append(holders[lk][id], k)
 			exclusive[lk] = exclusive[lk] || !queue.SharedOn(r, l.Name)
+			count[lk]++
+			if b := queue.MaxHoldersOn(r, l.Name); b > 0 && (bound[lk] == 0 || b < bound[lk]) {
+				bound[lk] = b
+			}
+		}
+	}
+	// A counting lock: no more holders than the lowest bound among them.
+	for lk, n := range count {
+		if b := bound[lk]; b > 0 && n > int(b) {
+			ic.violations = append(ic.violations, fmt.Sprintf("after %s of %s (rv %s): %s held by %d requests, one of them with maxHolders %d",
+				ev.Type, key, lr.ResourceVersion, lk, n, b))
 		}
 	}
 	// No exclusive holder beside a holder of another identity; shared holders hold together.

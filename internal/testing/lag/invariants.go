@@ -44,8 +44,9 @@ type tenure struct {
 	ceiling  int64 // the highest token, per key or request-level, it was seen with
 	before   int64 // the highest token any earlier holder of the key was seen with
 	// exclusive is the highest token, per key or request-level, an exclusive holder of the key
-	// was seen with; shared the highest per-key token a shared holder was seen with.
-	exclusive, shared int64
+	// was seen with; shared the highest per-key token a shared holder was seen with; counted
+	// the highest per-key token a counted one (a counting lock) was seen with.
+	exclusive, shared, counted int64
 	// exclusiveID is the identity of the exclusive holder seen last: a shared request of its
 	// own identity joins its holding re-entrant, with its token.
 	exclusiveID locksv1.HolderID
@@ -64,6 +65,9 @@ func NewInvariants(c client.Reader) *Invariants {
 //     holder identity's tokens are above every token a previous holder of the key showed;
 //   - Drained: a CommandLock in force that says Drained has no granted request of its command
 //     (for "all": of any command, but apply when Flags and its Drained message exempt it);
+//   - counting: no key is held by more requests than the lowest maxHolders among them, and a
+//     counted holder's per-key token is its own: above every token a holder of the key showed
+//     before it, and every later holder's is above it;
 //   - with Structural, every request that holds a key is listed by the key's ProjectLock;
 //   - with NoOps, no manager's update came back as a no-op.
 func (inv *Invariants) Check(ctx context.Context, ns string) ([]string, error) {
@@ -174,6 +178,16 @@ func (inv *Invariants) checkRequests(reqs []*locksv1.LockRequest) ([]string, map
 			id := h.lr.Spec.Holder.ID()
 			ids[id] = append(ids[id], h.lr.Name)
 			exclusive = exclusive || !queue.SharedOn(h.lr, keyName(key))
+		}
+		// A counting lock: at most the lowest maxHolders among the holders hold.
+		bound := int32(0)
+		for _, h := range hs {
+			if b := queue.MaxHoldersOn(h.lr, keyName(key)); b > 0 && (bound == 0 || b < bound) {
+				bound = b
+			}
+		}
+		if bound > 0 && len(hs) > int(bound) {
+			out = append(out, fmt.Sprintf("counting: %s is held by %d requests, one of them with maxHolders %d", key, len(hs), bound))
 		}
 		// No exclusive holder beside a holder of another identity; shared holders hold together.
 		if len(ids) > 1 && exclusive {
@@ -304,6 +318,7 @@ func (inv *Invariants) observeShared(key string, lr *locksv1.LockRequest, keyTok
 	}
 	seenKey := key + "\x00" + string(lr.UID)
 	id := lr.Spec.Holder.ID()
+	counted := queue.MaxHoldersOn(lr, keyName(key)) > 0
 	switch {
 	case inv.sharedSeen[seenKey]:
 	// Re-entrant: beside its identity's exclusive holder in this state, or — when no other
@@ -320,6 +335,17 @@ func (inv *Invariants) observeShared(key string, lr *locksv1.LockRequest, keyTok
 		}
 		if keyTok < t.shared {
 			out = append(out, fmt.Sprintf("fencing: %s holds %s shared with token %d, below %d that a shared holder showed before", lr.Name, key, keyTok, t.shared))
+		}
+		// A counted grant's token is its own (one ProjectLock write each): above every shared
+		// holder's before it, and every shared holder's after it above it.
+		if keyTok <= t.counted {
+			out = append(out, fmt.Sprintf("fencing: %s holds %s shared with token %d, not above %d that a counted holder showed before", lr.Name, key, keyTok, t.counted))
+		}
+		if counted && keyTok == t.shared {
+			out = append(out, fmt.Sprintf("fencing: counted %s holds %s with token %d, which a shared holder showed before", lr.Name, key, keyTok))
+		}
+		if counted {
+			t.counted = max(t.counted, keyTok)
 		}
 	}
 	inv.sharedSeen[seenKey] = true

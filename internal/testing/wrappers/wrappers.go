@@ -81,6 +81,18 @@ func (w *LockRequestWrapper) Shared() *LockRequestWrapper {
 	return w
 }
 
+// MaxHolders asks for every target added so far as a counting lock: Shared, held beside at most
+// n requests, itself included.
+func (w *LockRequestWrapper) MaxHolders(n int32) *LockRequestWrapper {
+	locks := make([]locksv1.LockTarget, len(w.Spec.Locks))
+	for i, t := range w.Spec.Locks {
+		t.Mode, t.MaxHolders = locksv1.ModeShared, n
+		locks[i] = t
+	}
+	w.Spec.Locks = locks
+	return w
+}
+
 // Owner sets the holder identity.
 func (w *LockRequestWrapper) Owner(owner string, pull int64) *LockRequestWrapper {
 	w.Spec.Holder.Owner, w.Spec.Holder.Pull = owner, pull
@@ -141,11 +153,24 @@ func (w *LockRequestWrapper) Release() *LockRequestWrapper {
 	return w
 }
 
-// ControlledBy makes the workload apiVersion/kind/name its controlling owner, as the gated
-// workloads' controller creates a Pod's or Job's request.
+// ControlledBy makes the workload apiVersion/kind/name its controlling owner, as anyone may
+// write an ownerReference (and as the gated workloads' controller made a request before it
+// stamped them).
 func (w *LockRequestWrapper) ControlledBy(apiVersion, kind, name string) *LockRequestWrapper {
 	w.OwnerReferences = append(w.OwnerReferences, metav1.OwnerReference{APIVersion: apiVersion, Kind: kind, Name: name,
 		UID: types.UID("uid-" + name), Controller: ptr.To(true)})
+	return w
+}
+
+// MadeFor stamps the request as the gated workloads' controller stamps the request it makes
+// for the workload kind/name ("pod", "migrate-db"): the annotations locks.turnstile.dev/workload
+// and locks.turnstile.dev/workload-uid (internal/workload).
+func (w *LockRequestWrapper) MadeFor(kind, name string) *LockRequestWrapper {
+	if w.Annotations == nil {
+		w.Annotations = map[string]string{}
+	}
+	w.Annotations["locks.turnstile.dev/workload"] = kind + "/" + name
+	w.Annotations["locks.turnstile.dev/workload-uid"] = "uid-" + name
 	return w
 }
 

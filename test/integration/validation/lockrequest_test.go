@@ -85,6 +85,27 @@ func TestLockRequestCreateRejected(t *testing.T) {
 			)}),
 			wantErr: []string{"spec.locks", msgDuplicate},
 		},
+		// maxHolders: a counting lock is a Shared one, of 1 to 100 holders (issue #45)
+		"maxHolders without mode": {
+			spec:    lockRequestSpec(map[string]any{"locks": locks(target(map[string]any{"maxHolders": 3}))}),
+			wantErr: []string{"spec.locks[0]", "maxHolders makes a Shared lock a counting lock: set mode: Shared with it, or leave maxHolders out"},
+		},
+		"maxHolders on an Exclusive target": {
+			spec:    lockRequestSpec(map[string]any{"locks": locks(target(map[string]any{"mode": "Exclusive", "maxHolders": 3}))}),
+			wantErr: []string{"spec.locks[0]", "maxHolders makes a Shared lock a counting lock: set mode: Shared with it, or leave maxHolders out"},
+		},
+		"maxHolders 0": {
+			spec:    lockRequestSpec(map[string]any{"locks": locks(target(map[string]any{"mode": "Shared", "maxHolders": 0}))}),
+			wantErr: []string{"spec.locks[0].maxHolders", "should be greater than or equal to 1"},
+		},
+		"maxHolders 101": {
+			spec:    lockRequestSpec(map[string]any{"locks": locks(target(map[string]any{"mode": "Shared", "maxHolders": 101}))}),
+			wantErr: []string{"spec.locks[0].maxHolders", "should be less than or equal to 100"},
+		},
+		"maxHolders a string": {
+			spec:    lockRequestSpec(map[string]any{"locks": locks(target(map[string]any{"mode": "Shared", "maxHolders": "3"}))}),
+			wantErr: []string{"spec.locks[0].maxHolders", "must be of type integer"},
+		},
 		// priority
 		"priority Urgent": {
 			spec:    lockRequestSpec(map[string]any{"priority": "Urgent"}),
@@ -370,6 +391,22 @@ func TestLockRequestCreateAccepted(t *testing.T) {
 			wantSpec: locksv1.LockRequestSpec{Locks: []locksv1.LockTarget{
 				{Repo: "acme/infra", Path: "modules/vpc", Workspace: "default", Mode: locksv1.ModeShared},
 				{Repo: "acme/infra", Path: "dns", Workspace: "default", Mode: locksv1.ModeExclusive},
+			}, Holder: alice, Priority: locksv1.PriorityNormal},
+		},
+		"a counting lock: Shared, maxHolders 3": {
+			spec: lockRequestSpec(map[string]any{"locks": locks(target(map[string]any{"mode": "Shared", "maxHolders": 3}))}),
+			wantSpec: locksv1.LockRequestSpec{Locks: []locksv1.LockTarget{
+				{Repo: "acme/infra", Path: "modules/vpc", Workspace: "default", Mode: locksv1.ModeShared, MaxHolders: 3},
+			}, Holder: alice, Priority: locksv1.PriorityNormal},
+		},
+		"a counting lock at the bounds: 1 and 100": {
+			spec: lockRequestSpec(map[string]any{"locks": locks(
+				target(map[string]any{"mode": "Shared", "maxHolders": 1}),
+				target(map[string]any{"path": "dns", "mode": "Shared", "maxHolders": 100}),
+			)}),
+			wantSpec: locksv1.LockRequestSpec{Locks: []locksv1.LockTarget{
+				{Repo: "acme/infra", Path: "modules/vpc", Workspace: "default", Mode: locksv1.ModeShared, MaxHolders: 1},
+				{Repo: "acme/infra", Path: "dns", Workspace: "default", Mode: locksv1.ModeShared, MaxHolders: 100},
 			}, Holder: alice, Priority: locksv1.PriorityNormal},
 		},
 		"ttl 90s": {

@@ -36,6 +36,10 @@ func TestProjectLockCreate(t *testing.T) {
 		spec:    map[string]any{"repo": "acme/infra", "mode": "Shared"},
 		wantErr: []string{"spec", "a ProjectLock's key has no mode"},
 	}
+	cases["a key with maxHolders"] = createCase{
+		spec:    map[string]any{"repo": "acme/infra", "maxHolders": 3},
+		wantErr: []string{"spec", "a ProjectLock's key has no maxHolders"},
+	}
 	for name, tc := range targetRejections() {
 		cases["key: "+name] = createCase{spec: target(tc.over), wantErr: tc.errorsAt("spec")}
 	}
