@@ -119,3 +119,45 @@ func TestIntervalsAgreeWithAt(t *testing.T) {
 		}
 	}
 }
+
+// TestIntervalsAcrossDaylightSaving: the intervals the policy reads agree with At, minute by
+// minute over the 8 days, for windows whose openings the spring-forward gap skips (they open
+// as the clocks jump) and whose openings the autumn's repeated hour shows twice (they open
+// once), in zones that change by an hour and by half an hour.
+func TestIntervalsAcrossDaylightSaving(t *testing.T) {
+	for _, tc := range []struct {
+		zone, schedule string
+		d              time.Duration
+		now            time.Time
+	}{
+		{"Europe/Berlin", "30 2 * * *", time.Hour, time.Date(2026, time.March, 26, 12, 0, 0, 0, time.UTC)},
+		{"Europe/Berlin", "30 2 * * *", time.Hour, time.Date(2026, time.October, 22, 12, 0, 0, 0, time.UTC)},
+		{"America/New_York", "15 2 * * 0", 3 * time.Hour, time.Date(2026, time.March, 5, 0, 0, 0, 0, time.UTC)},
+		{"America/New_York", "30 1 * * *", 30 * time.Minute, time.Date(2026, time.October, 29, 0, 0, 0, 0, time.UTC)},
+		{"Australia/Lord_Howe", "45 1 * * *", 20 * time.Minute, time.Date(2026, time.October, 1, 0, 0, 0, 0, time.UTC)},
+	} {
+		t.Run(tc.zone+" "+tc.now.Format("2006-01"), func(t *testing.T) {
+			w := win(tc.schedule, tc.d, tc.zone)
+			w.Name = "night"
+			s, err := Parse(&w)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ivs := Intervals([]locksv1.FreezeWindow{w}, tc.now)
+			if len(ivs) == 0 {
+				t.Fatal("no intervals")
+			}
+			for at := tc.now; at.Before(tc.now.Add(AheadHorizon)); at = at.Add(time.Minute) {
+				inside := false
+				for _, iv := range ivs {
+					if !at.Before(iv.From) && (iv.Until.IsZero() || at.Before(iv.Until)) && iv.Window != NotJudgedPast {
+						inside = true
+					}
+				}
+				if got := s.At(at).Active; got != inside {
+					t.Fatalf("at %s: At says active=%v, the intervals say %v (%v)", at, got, inside, ivs)
+				}
+			}
+		})
+	}
+}
