@@ -47,7 +47,7 @@ func init() {
 			{"admission-judged-at-edges", "	if stale(cl, stored, now) {", "	if stored == nil || stored.JudgedAt == nil {"},
 		}},
 		mutant{name: "freeze-names-the-manager", pkg: admissionSuite, focus: "never in the way", guard: "the manager names itself in status.admission.manager, so its own writes (ungating Pods and Jobs) pass every write freeze", edits: []edit{
-			{"freeze-names-the-manager", "	st.Admission.Manager = user", "	st.Admission.Manager = \"\""},
+			{"freeze-names-the-manager", "	st.Admission.Manager = user", "	st.Admission.Manager, _ = \"\", user"},
 		}},
 		mutant{name: "admission-rejudged-before-horizon", pkg: controls, focus: "run:TestAdmissionJudgedAgainBeforeItsHorizon", guard: "a write freeze's judgement is made again at half the horizon, and the reconciler wakes up for it", edits: []edit{
 			{"admission-rejudged-before-horizon", "	if !now.Before(judged.Add(rejudgeAfter)) {", "	if false && !now.Before(judged.Add(rejudgeAfter)) {"},
