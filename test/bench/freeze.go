@@ -396,8 +396,8 @@ func (r *Result) freezeRows() [][2]string {
 	rows := [][2]string{{fmt.Sprintf("Writes (ConfigMap create, update, delete in turn), no freeze policy installed: p50 / p99 of %d", base.N), lat(base)}}
 	for _, w := range fr.ByLocks {
 		rows = append(rows, [2]string{
-			fmt.Sprintf("Writes with the write-freeze policies and %d enforced CommandLocks (in scope, not in force): p50 / p99 (added p50 / p99)", w.Locks),
-			fmt.Sprintf("%s (%s / %s ms)", lat(w.All), signed(w.All.P50-base.P50), signed(w.All.P99-base.P99)),
+			fmt.Sprintf("Writes with the write-freeze policies and %d enforced CommandLocks (in scope, not in force): p50 / p99 (added p50 / p99; ratio to no policy)", w.Locks),
+			fmt.Sprintf("%s (%s / %s ms; ×%s / ×%s)", lat(w.All), signed(w.All.P50-base.P50), signed(w.All.P99-base.P99), times(w.All.P50, base.P50), times(w.All.P99, base.P99)),
 		})
 	}
 	return rows
@@ -410,3 +410,6 @@ func signed(v float64) string {
 	}
 	return "+" + num(v)
 }
+
+// times is v over the baseline base, to two places.
+func times(v, base float64) string { return fmt.Sprintf("%.2f", ratio(v, base)) }
