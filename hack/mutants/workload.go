@@ -68,7 +68,7 @@ func init() {
 			{"workload-request-gone-read-live", "if err := r.live.Get(ctx, client.ObjectKey{Namespace: obj.GetNamespace(), Name: n}, lr)", "if err := r.client.Get(ctx, client.ObjectKey{Namespace: obj.GetNamespace(), Name: n}, lr)"},
 		}},
 		mutant{name: "workload-gated-only-by-admission", pkg: gatedSuite, focus: "forged created-by", guard: "a workload is created with the gated label only as the mutating policy gates it (lock annotation, held, the authenticated creator)", edits: []edit{
-			{"workload-gated-only-by-admission", "      request.operation != 'CREATE' || variables.newGated == '' ||", "      true || request.operation != 'CREATE' || variables.newGated == '' ||"},
+			{"workload-gated-only-by-admission", "      request.operation != 'CREATE' || variables.newGated == '' || variables.heldElsewhere ||", "      true || request.operation != 'CREATE' || variables.newGated == '' || variables.heldElsewhere ||"},
 		}},
 		mutant{name: "workload-fixed-at-admission", pkg: gatedSuite, focus: "forged created-by", guard: "the gated label is never added or removed, and the lock annotations (the Job's and its template's) never change, after creation", edits: []edit{
 			{"workload-fixed-at-admission", "      variables.manager || request.operation == 'CREATE' ||", "      true || variables.manager || request.operation == 'CREATE' ||"},

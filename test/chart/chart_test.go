@@ -354,10 +354,10 @@ var admissionModes = map[string]struct {
 	objects int
 }{
 	"MutatingAdmissionPolicy v1 (1.36 and later)": {"config/default",
-		[]string{"--api-versions", "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy"}, 31}, // 15 policies, 15 bindings, 1 ConfigMap
+		[]string{"--api-versions", "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy"}, 33}, // 16 policies, 16 bindings, 1 ConfigMap
 	"MutatingAdmissionPolicy v1beta1 (1.34, 1.35 with it enabled)": {"config/overlays/mutating-v1beta1",
-		[]string{"--api-versions", "admissionregistration.k8s.io/v1beta1/MutatingAdmissionPolicy"}, 31},
-	"no MutatingAdmissionPolicy (validating only)": {"config/overlays/validating-only", nil, 23}, // the 4 mutating ones and their bindings left out
+		[]string{"--api-versions", "admissionregistration.k8s.io/v1beta1/MutatingAdmissionPolicy"}, 33},
+	"no MutatingAdmissionPolicy (validating only)": {"config/overlays/validating-only", nil, 25}, // the 4 mutating ones and their bindings left out
 }
 
 // TestAdmissionMatchesKustomize: with admissionPolicies.enabled (the default) the chart

@@ -42,6 +42,8 @@ import (
 
 	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/yaml"
 
 	"github.com/turnstile-dev/turnstile/internal/memlimit"
@@ -507,9 +509,44 @@ func TestDeploymentRunsAsRendered(t *testing.T) {
 	}
 }
 
+// capabilities are the helm template flags that stand for what helm install learns from the
+// cluster's discovery: its version, and every group/version and group/version/Kind it serves
+// (as helm's own capabilities list them), so `.Capabilities` choices render as on that cluster.
+func capabilities(t *testing.T, cfg *rest.Config) []string {
+	t.Helper()
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	version, err := dc.ServerVersion()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, lists, err := dc.ServerGroupsAndResources()
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"--kube-version", version.GitVersion}
+	for _, l := range lists {
+		args = append(args, "--api-versions", l.GroupVersion)
+		for _, r := range l.APIResources {
+			if !strings.Contains(r.Name, "/") {
+				args = append(args, "--api-versions", l.GroupVersion+"/"+r.Kind)
+			}
+		}
+	}
+	return args
+}
+
 func runRendered(t *testing.T, binary, user string, values []string) {
 	const namespace = "turnstile-system"
-	objs := render(t, "turnstile", namespace, values...)
+	env, err := framework.StartBare("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	// helm install renders with what the cluster serves (discovery); so does this test.
+	objs := render(t, "turnstile", namespace, append(capabilities(t, env.Config), values...)...)
 	dep := find(t, objs, "Deployment")
 	podSpec := dep.Path("spec", "template", "spec").(map[string]any)
 	container := podSpec["containers"].([]any)[0].(map[string]any)
@@ -526,11 +563,6 @@ func runRendered(t *testing.T, binary, user string, values []string) {
 	}
 	t.Logf("container: %s", strings.Join(command, " "))
 
-	env, err := framework.StartBare("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
 	dir := t.TempDir()
 	kubeconfig := filepath.Join(dir, "admin.kubeconfig")
 	if err := env.WriteKubeconfig(kubeconfig); err != nil {

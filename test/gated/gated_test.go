@@ -129,7 +129,7 @@ var _ = Describe("Gated workloads", func() {
 		Expect(out).To(MatchRegexp(`(?m)^NAME\s+LOCK\s+OWNER\s+SESSION\s`))
 		Expect(out).To(MatchRegexp(`(?m)^lockrequest\.locks\.turnstile\.dev/pod-migrate-db\s+acme/infra/shown/default\s+alice\s+pod/migrate-db\s.*\sGranted\s`))
 		Expect(out).To(MatchRegexp(`(?m)^lockrequest\.locks\.turnstile\.dev/job-apply-db\s+acme/infra/shown/default\s+alice\s+job/apply-db\s.*\sPending\s`))
-		Expect(out).To(MatchRegexp(`(?m)^NAME\s+REPO\s+PATH\s+WORKSPACE\s+PROJECT\s+MODE\s+HOLDERS\s+HOLDER\s+PULL\s+SESSION\s`))
+		Expect(out).To(MatchRegexp(`(?m)^NAME\s+REPO\s+PATH\s+WORKSPACE\s+PROJECT\s+MODE\s+HOLDERS\s+MAX\s+HOLDER\s+PULL\s+SESSION\s`))
 		Expect(out).To(MatchRegexp(`(?m)^projectlock\.locks\.turnstile\.dev/\S+\s+acme/infra\s+shown\s+default\s+Exclusive\s+1\s+alice\s+pod/migrate-db\s+1\s`),
 			"the key's row: held by the Pod, one waiting")
 
