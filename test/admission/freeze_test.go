@@ -367,7 +367,7 @@ var _ = Describe("Write freezes", func() {
 
 // namespaceWriter lets users get, create and change namespaces (a ClusterRole bound to them for
 // the spec) and waits until RBAC says so.
-func namespaceWriter(s *stage, users ...string) string {
+func namespaceWriter(s *stage, users ...string) {
 	GinkgoHelper()
 	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "freeze-namespace-writer-" + s.label}, Rules: []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get", "patch", "update", "create"}},
@@ -389,7 +389,6 @@ func namespaceWriter(s *stage, users ...string) string {
 			g.Expect(review.Status.Allowed).To(BeTrue(), "%s", review.Status.Reason)
 		}).WithTimeout(settle).WithPolling(poll).Should(Succeed())
 	}
-	return role.Name
 }
 
 // freezePolicies are the ValidatingAdmissionPolicies of config/admission/freeze.yaml, by name.
@@ -591,6 +590,11 @@ var _ = Describe("Write freezes by window", func() {
 		By("release-2 opens while no manager runs: creates and updates are refused by the API server's clock, also with forged managedFields")
 		Expect(update()).To(isFrozen)
 		Expect(forgedUpdate()).To(isFrozen)
+		By("bob, whom it does not freeze, writes inside release-2: his entry's time is his write's, never alice's next one's")
+		u = &corev1.ConfigMap{}
+		Expect(admin.Get(ctx, client.ObjectKeyFromObject(updated), u)).To(Succeed())
+		u.Data["bob"] = "inside release-2"
+		Expect(as("bob").Update(ctx, u, client.FieldOwner("bob"))).To(Succeed())
 		By("only a delete and an update that only removes a field carry no time: judged as of the manager's last judgement, before the opening")
 		Expect(del()).To(MatchError(admitted("delete")))
 		Expect(removal()).To(MatchError(admitted("removal")))
