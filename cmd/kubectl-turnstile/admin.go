@@ -70,19 +70,8 @@ spec.windows instead, and leaves spec.locked alone: ` + windowHelp + `
 				if err := addWindow(ctx, c, args[0], win, cmd.OutOrStdout()); err != nil {
 					return err
 				}
-			} else {
-				spec := locksv1.CommandLockSpec{Locked: true, Reason: reason}
-				if until != "" {
-					t, err := dashboard.ParseUntil(until, time.Now())
-					if err != nil {
-						return err
-					}
-					spec.Until = &metav1.Time{Time: t}
-				}
-				if err := dashboard.FreezeCommand(ctx, c, args[0], spec); err != nil {
-					return fmt.Errorf("freeze %s: %w", args[0], err)
-				}
-				fmt.Fprintf(cmd.OutOrStdout(), "commandlock/%s frozen\n", args[0])
+			} else if err := freezeNow(ctx, c, args[0], reason, until, cmd.OutOrStdout()); err != nil {
+				return err
 			}
 			if enforce != nil {
 				if err := setAdmission(ctx, c, args[0], enforce, cmd.OutOrStdout()); err != nil {
@@ -103,6 +92,23 @@ spec.windows instead, and leaves spec.locked alone: ` + windowHelp + `
 	win.register(cmd)
 	adm.register(cmd)
 	return cmd
+}
+
+// freezeNow freezes the CommandLock name by hand (spec.locked), until until when given.
+func freezeNow(ctx context.Context, c ctrlclient.Client, name, reason, until string, out io.Writer) error {
+	spec := locksv1.CommandLockSpec{Locked: true, Reason: reason}
+	if until != "" {
+		t, err := dashboard.ParseUntil(until, time.Now())
+		if err != nil {
+			return err
+		}
+		spec.Until = &metav1.Time{Time: t}
+	}
+	if err := dashboard.FreezeCommand(ctx, c, name, spec); err != nil {
+		return fmt.Errorf("freeze %s: %w", name, err)
+	}
+	fmt.Fprintf(out, "commandlock/%s frozen\n", name)
+	return nil
 }
 
 // checkCommandName refuses a name that is neither a known command nor an existing CommandLock:

@@ -19,8 +19,9 @@ import (
 const edgeBound = 5 * time.Second
 
 var _ = Describe("CommandLock write freezes (status.admission)", func() {
+	const name = "weekend-writes"
 	// judgement polls the CommandLock's status.admission as "judgedAt | from..until window, ...".
-	judgement := func(name string) func() string {
+	judgement := func() func() string {
 		return func() string {
 			var cl locksv1.CommandLock
 			if err := k8s.Get(ctx, client.ObjectKey{Name: name}, &cl); err != nil {
@@ -48,7 +49,6 @@ var _ = Describe("CommandLock write freezes (status.admission)", func() {
 		at := time.Date(2027, time.March, 26, 14, 59, 30, 0, time.UTC)
 		offset := time.Until(at)
 		withClockAt(at)
-		const name = "weekend-writes"
 		w := friday()
 		w.Duration = metav1.Duration{Duration: 5 * time.Second} // closes at 15:00:05 UTC
 		cl := &locksv1.CommandLock{ObjectMeta: metav1.ObjectMeta{Name: name}}
@@ -58,9 +58,9 @@ var _ = Describe("CommandLock write freezes (status.admission)", func() {
 		DeferCleanup(deleteCommandLock, name)
 
 		By("judged ahead at creation, with the manager's name")
-		Eventually(judgement(name), timeout, interval).Should(MatchRegexp(
+		Eventually(judgement(), timeout, interval).Should(MatchRegexp(
 			`^2027-03-26T14:59:[345]\dZ \| 2027-03-26T15:00:00Z\.\.2027-03-26T15:00:05Z friday 2027-04-02T14:00:00Z\.\.2027-04-02T14:00:05Z friday 2027-04-03T14:59:[345]\dZ\.\.- not judged past the horizon$`))
-		before := judgement(name)()
+		before := judgement()()
 		var got locksv1.CommandLock
 		Expect(k8s.Get(ctx, client.ObjectKey{Name: name}, &got)).To(Succeed())
 		Expect(got.Status.Admission.Manager).NotTo(BeEmpty(), "the manager names itself")
@@ -69,15 +69,15 @@ var _ = Describe("CommandLock write freezes (status.admission)", func() {
 		ns := newNamespace()
 		create(MakeLockRequest("a", ns).Lock("acme/infra", "a", "default").Command(name).Owner("a", 1).Obj())
 		Eventually(clCounts(name), timeout, interval).Should(Equal("active=1 blocked=0"))
-		Expect(judgement(name)()).To(Equal(before))
+		Expect(judgement()()).To(Equal(before))
 
 		By("the opening, then the close: each judged within the bound, by the requeue alone")
 		for _, edge := range []time.Time{time.Date(2027, time.March, 26, 15, 0, 0, 0, time.UTC), time.Date(2027, time.March, 26, 15, 0, 5, 0, time.UTC)} {
 			// The manager's clock runs at real speed: the edge is this far away in real time.
 			deadline := edge.Add(-offset).Add(edgeBound)
-			Eventually(judgement(name)).WithTimeout(time.Until(deadline)).WithPolling(interval).Should(HavePrefix(edge.Format(time.RFC3339)+" |"),
+			Eventually(judgement()).WithTimeout(time.Until(deadline)).WithPolling(interval).Should(HavePrefix(edge.Format(time.RFC3339)+" |"),
 				"judged at %s within %s of the edge", edge, edgeBound)
 		}
-		Expect(judgement(name)()).To(MatchRegexp(`^2027-03-26T15:00:05Z \| 2027-04-02T14:00:00Z\.\.2027-04-02T14:00:05Z friday 2027-04-03T15:00:05Z\.\.- not judged past the horizon$`))
+		Expect(judgement()()).To(MatchRegexp(`^2027-03-26T15:00:05Z \| 2027-04-02T14:00:00Z\.\.2027-04-02T14:00:05Z friday 2027-04-03T15:00:05Z\.\.- not judged past the horizon$`))
 	})
 })

@@ -127,19 +127,22 @@ func (r *CommandLockReconciler) Reconcile(ctx context.Context, req reconcile.Req
 			r.recorder.Eventf(obj, nil, "Normal", locksv1.ReasonThawed, "Thaw", "%s commands may run again", cl.Name)
 		}
 	}
-	frozen := 0.0
-	if inForce {
-		frozen = 1
-	}
-	r.metrics.FrozenCommand.WithLabelValues(cl.Name).Set(frozen)
+	r.metrics.FrozenCommand.WithLabelValues(cl.Name).Set(gauge(inForce))
 	r.metrics.Blocked.WithLabelValues(cl.Name).Set(float64(st.BlockedRequests))
 	r.remember(cl.Name, cl.UID, inForce)
 
-	// An until still ahead, or a window's next transition: wake up then and write it, so the
-	// keys grant or hold back by what the store says. Judged by the status just written: the
-	// write freeze's judgement is rejudged by its own age.
+	// An until still ahead, a window's next transition, or the write freeze's judgement grown
+	// old (by the status just written): wake up then and write it, as the store must say.
 	cl.Status = st
 	return reconcile.Result{RequeueAfter: nextWakeUp(&cl, now)}, nil
+}
+
+// gauge is a condition as a gauge's value: 1 when it holds.
+func gauge(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // whoAmI is the user name the manager writes as, asked of the API server once (a

@@ -75,8 +75,7 @@ func Intervals(windows []locksv1.FreezeWindow, now time.Time) []Interval {
 	}
 	if len(frozen) > MaxIntervals {
 		// The rest is not judged either: freeze from the end of the last one kept.
-		keep := frozen[: MaxIntervals-1 : MaxIntervals-1]
-		frozen = append(keep, Interval{From: keep[len(keep)-1].Until, Window: NotJudgedPast})
+		frozen = append(frozen[:MaxIntervals-1:MaxIntervals-1], Interval{From: frozen[MaxIntervals-2].Until, Window: NotJudgedPast})
 	}
 	return frozen
 }

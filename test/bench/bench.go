@@ -357,6 +357,15 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	return res, nil
 }
 
+// ensureManager starts the steady-state manager unless it runs.
+func (b *bench) ensureManager(ctx context.Context) error {
+	if b.mgr != nil {
+		return nil
+	}
+	b.step("starting the manager")
+	return b.startManager(ctx, true)
+}
+
 func (b *bench) runPhases(ctx context.Context, res *Result) error {
 	if b.cfg.runs("steady") || b.cfg.runs("scale") {
 		if err := b.steadyPhases(ctx, res); err != nil {
@@ -364,11 +373,8 @@ func (b *bench) runPhases(ctx context.Context, res *Result) error {
 		}
 	}
 	if b.cfg.runs("run") {
-		if b.mgr == nil {
-			b.step("starting the manager")
-			if err := b.startManager(ctx, true); err != nil {
-				return err
-			}
+		if err := b.ensureManager(ctx); err != nil {
+			return err
 		}
 		r, err := b.runPhase(ctx)
 		if err != nil {
@@ -377,11 +383,8 @@ func (b *bench) runPhases(ctx context.Context, res *Result) error {
 		res.Run = &r
 	}
 	if b.cfg.runs("shared") {
-		if b.mgr == nil {
-			b.step("starting the manager")
-			if err := b.startManager(ctx, true); err != nil {
-				return err
-			}
+		if err := b.ensureManager(ctx); err != nil {
+			return err
 		}
 		b.step(fmt.Sprintf("shared: %d readers and a writer on one key, beside %d exclusive waiters", sharedReaders, sharedReaders))
 		r, err := b.sharedPhase(ctx)
@@ -396,11 +399,8 @@ func (b *bench) runPhases(ctx context.Context, res *Result) error {
 		}
 	}
 	if b.cfg.runs("freeze") {
-		if b.mgr == nil {
-			b.step("starting the manager")
-			if err := b.startManager(ctx, true); err != nil {
-				return err
-			}
+		if err := b.ensureManager(ctx); err != nil {
+			return err
 		}
 		r, err := b.freezePhase(ctx)
 		if err != nil {

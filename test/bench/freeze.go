@@ -199,7 +199,7 @@ func (f *freezeRun) await(ctx context.Context, frozen bool, what string) error {
 			return fmt.Errorf("probe: %w", err)
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%s: not seen within %s (last probe: %v)", what, waitLimit, err)
+			return fmt.Errorf("%s: not seen within %s (last probe: %w)", what, waitLimit, err)
 		}
 		select {
 		case <-ctx.Done():

@@ -414,7 +414,7 @@ func (w *CommandLockWrapper) Until(t time.Time) *CommandLockWrapper {
 	return w
 }
 
-// Admission makes the freeze freeze writes too (spec.admission).
+// Admission makes the freeze hold back writes too (spec.admission).
 func (w *CommandLockWrapper) Admission(a locksv1.AdmissionFreeze) *CommandLockWrapper {
 	w.Spec.Admission = &a
 	return w
