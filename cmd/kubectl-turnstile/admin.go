@@ -94,7 +94,7 @@ spec.windows instead, and leaves spec.locked alone: ` + windowHelp + `
 	return cmd
 }
 
-// freezeNow freezes the CommandLock name by hand (spec.locked), until until when given.
+// freezeNow freezes the CommandLock name by hand (spec.locked), up to --until when given.
 func freezeNow(ctx context.Context, c ctrlclient.Client, name, reason, until string, out io.Writer) error {
 	spec := locksv1.CommandLockSpec{Locked: true, Reason: reason}
 	if until != "" {
