@@ -33,6 +33,8 @@ type Metrics struct {
 	Blocked        *prometheus.GaugeVec
 	// Bypasses counts grants that spec.bypassFreeze let past a freeze, by command.
 	Bypasses *prometheus.CounterVec
+	// BreakGlass counts break-glass grants a write freeze lists (spec.admission), by command.
+	BreakGlass *prometheus.CounterVec
 	// EventsDropped counts Kubernetes events over the recorder's budget (memory.go).
 	EventsDropped prometheus.Counter
 	// UndecidedKeys counts the keys the watchdog found with work no decision had reached for
@@ -94,6 +96,9 @@ func NewMetrics(reg prometheus.Registerer, requests ...*RequestCounts) *Metrics 
 		Bypasses: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "turnstile_freeze_bypasses_total", Help: "Grants that an admin's spec.bypassFreeze let past a freeze, by command.",
 		}, []string{"command"}),
+		BreakGlass: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "turnstile_admission_bypasses_total", Help: "Break-glass grants (a granted LockRequest with spec.bypassFreeze) that let their owner's writes past a write freeze, by command.",
+		}, []string{"command"}),
 		EventsDropped: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "turnstile_events_dropped_total", Help: "Kubernetes events not sent because they exceeded the recorder's budget (the request's status says the same).",
 		}),
@@ -112,7 +117,7 @@ func NewMetrics(reg prometheus.Registerer, requests ...*RequestCounts) *Metrics 
 	}
 	if reg != nil {
 		reg.MustRegister(m.QueueDepth, m.GrantLatency, m.WaitDuration, m.HoldDuration, m.Grants, m.Finished,
-			m.Conflicts, m.PlanWrites, m.StepConflicts, m.Demoted, m.Deadlocks, m.DeadlockChecks, m.FrozenCommand, m.Blocked, m.Bypasses, m.EventsDropped,
+			m.Conflicts, m.PlanWrites, m.StepConflicts, m.Demoted, m.Deadlocks, m.DeadlockChecks, m.FrozenCommand, m.Blocked, m.Bypasses, m.BreakGlass, m.EventsDropped,
 			m.UndecidedKeys, m.LongestUndecided)
 		if len(requests) > 0 {
 			reg.MustRegister(&phaseCollector{counts: requests[0]})

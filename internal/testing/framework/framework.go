@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -30,14 +31,19 @@ import (
 // Scheme knows the built-in types and Turnstile's: the manager's own (controller.NewScheme).
 var Scheme = controller.NewScheme()
 
-// RepoRoot finds the repository root (the directory holding go.mod) from the working directory.
+// rootModule is the module line of the repository's own go.mod: the modules nested in the tree
+// (hack/kal, test/gitopsfreeze) have go.mod files of their own.
+const rootModule = "module github.com/turnstile-dev/turnstile\n"
+
+// RepoRoot finds the repository root (the directory holding Turnstile's go.mod, not a nested
+// module's) from the working directory.
 func RepoRoot() (string, error) {
 	dir, err := os.Getwd()
 	if err != nil {
 		return "", err
 	}
 	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && strings.HasPrefix(string(b), rootModule) {
 			return dir, nil
 		}
 		parent := filepath.Dir(dir)
