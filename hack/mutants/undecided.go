@@ -39,6 +39,9 @@ func init() {
 		mutant{name: "watchdog-free-key", pkg: controls, focus: "run:TestPendingWork", guard: "the watchdog sees a free key with a waiter queued behind nobody as work", edits: []edit{
 			{"watchdog-free-key", "if !lock.Status.Held() {", "if false && !lock.Status.Held() {"},
 		}},
+		mutant{name: "watchdog-counting-free-place", pkg: controls, focus: "run:TestPendingWork", guard: "the watchdog sees a counting key with a place free and a shared waiter next in line as work", edits: []edit{
+			{"watchdog-counting-free-place", "if lr.Status.QueuePosition == 1 && queue.SharedOn(lr, name) &&", "if false && lr.Status.QueuePosition == 1 && queue.SharedOn(lr, name) &&"},
+		}},
 		mutant{name: "watchdog-decides-live", pkg: controls, focus: "worker hangs in a write", guard: "the watchdog decides an undecided key itself, from a live read, not only wakes it", edits: []edit{
 			{"watchdog-decides-live", "if _, err := w.r.decide(dctx, req, true); err != nil {", "if err := error(nil); err != nil { _ = dctx"},
 		}},

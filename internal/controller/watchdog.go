@@ -180,7 +180,9 @@ func (w *Watchdog) gather(ctx context.Context) (map[types.NamespacedName]*keyWor
 	for i := range locks.Items {
 		pl := &locks.Items[i]
 		holders := pl.Status.HolderRequests()
-		free := !pl.Status.Held() && pl.Status.QueueLength > 0
+		// A free key, or a counting one that may have a free place, that shows a queue.
+		free := (!pl.Status.Held() || (pl.Status.Holder == nil && pl.Status.MaxHolders > 0 && int32(len(pl.Status.SharedHolders)) < pl.Status.MaxHolders)) &&
+			pl.Status.QueueLength > 0
 		if len(holders) == 0 && !free {
 			if kw := keys[types.NamespacedName{Namespace: pl.Namespace, Name: pl.Name}]; kw != nil {
 				kw.lock = pl
@@ -276,8 +278,27 @@ func PendingWork(name string, lock *locksv1.ProjectLock, reqs []*locksv1.LockReq
 				break
 			}
 		}
+	} else if lock.Status.Holder == nil {
+		// A counting key (maxHolders) with a place free lets in the shared waiter next in line.
+		// guard:watchdog-counting-free-place
+		for _, lr := range reqs {
+			if lr.Status.QueuePosition == 1 && queue.SharedOn(lr, name) && queuedBehindNobody(lr, name) && countingPlaceFree(lock, lr, name) {
+				work = append(work, "a holder for a free place of the counting key ("+lr.Name+" queued)")
+				break
+			}
+		}
 	}
 	return work
+}
+
+// countingPlaceFree says whether shared holders hold lock's key with a counting bound (theirs,
+// status.maxHolders, or the waiter's own maxHolders) that leaves a place for one more.
+func countingPlaceFree(lock *locksv1.ProjectLock, waiter *locksv1.LockRequest, name string) bool {
+	bound := lock.Status.MaxHolders
+	if b := queue.MaxHoldersOn(waiter, name); b > 0 && (bound == 0 || b < bound) {
+		bound = b
+	}
+	return lock.Status.Holder == nil && bound > 0 && int32(len(lock.Status.SharedHolders)) < bound
 }
 
 // queuedBehindNobody says whether lr waits in key name queued behind a holder (reason Queued),

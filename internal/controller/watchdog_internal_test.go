@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -31,6 +32,20 @@ func TestPendingWork(t *testing.T) {
 	sharedHeld.Status.SharedHolders = []locksv1.SharedHolder{{Request: locksv1.HolderRequest{Name: "r", UID: "uid-r"}, Owner: "r"}}
 	granted := req("a").Granted(now.Add(-time.Minute), 7)
 	waiting := req("b").Waiting(locksv1.ReasonQueued, "locked by pull #1 (a); position 1 of 1", 1, "a#1")
+	// counting is the key shared holders hold with maxHolders 2, n of them listed.
+	counting := func(n int) *locksv1.ProjectLock {
+		pl := free.DeepCopy()
+		pl.Status.MaxHolders = 2
+		for i := range n {
+			r := "r" + strings.Repeat("1", i)
+			pl.Status.SharedHolders = append(pl.Status.SharedHolders, locksv1.SharedHolder{Request: locksv1.HolderRequest{Name: r, UID: "uid-" + r}, Owner: r})
+		}
+		pl.Status.HolderCount = int32(n)
+		return pl
+	}
+	sharedWaiting := func(position int32) *LockRequestWrapper {
+		return req("s").Shared().MaxHolders(2).Waiting(locksv1.ReasonQueued, "held shared by 1 of at most 2", position, "")
+	}
 	cases := map[string]struct {
 		lock *locksv1.ProjectLock
 		reqs []*locksv1.LockRequest
@@ -70,6 +85,20 @@ func TestPendingWork(t *testing.T) {
 		},
 		"a key shared holders hold, with a waiter queued": {
 			lock: sharedHeld, reqs: []*locksv1.LockRequest{req("r").Granted(now.Add(-time.Minute), 7).Obj(), waiting.Obj()},
+		},
+		"a counting key with a place free, and a shared waiter next in line": {
+			lock: counting(1), reqs: []*locksv1.LockRequest{req("r").Shared().MaxHolders(2).Granted(now.Add(-time.Minute), 7).Obj(), sharedWaiting(1).Obj()},
+			want: []string{"a holder for a free place of the counting key (s queued)"},
+		},
+		"a counting key with every place taken": {
+			lock: counting(2), reqs: []*locksv1.LockRequest{req("r").Shared().MaxHolders(2).Granted(now.Add(-time.Minute), 7).Obj(),
+				req("r1").Shared().MaxHolders(2).Granted(now.Add(-time.Minute), 8).Obj(), sharedWaiting(1).Obj()},
+		},
+		"a counting key with a place free, and its waiter behind another": {
+			lock: counting(1), reqs: []*locksv1.LockRequest{req("r").Shared().MaxHolders(2).Granted(now.Add(-time.Minute), 7).Obj(), sharedWaiting(2).Obj()},
+		},
+		"a counting key with a place free, and an exclusive waiter next in line": {
+			lock: counting(1), reqs: []*locksv1.LockRequest{req("r").Shared().MaxHolders(2).Granted(now.Add(-time.Minute), 7).Obj(), waiting.Obj()},
 		},
 		"a free key whose waiter a freeze holds back": {
 			lock: free, reqs: []*locksv1.LockRequest{req("b").Waiting(locksv1.ReasonCommandLocked, "Apply commands are locked globally", 1, "apply").Obj()},
