@@ -6,6 +6,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -67,7 +68,16 @@ var _ = Describe("CommandLock write freezes (status.admission)", func() {
 
 		By("a LockRequest of the command, before the edge: reconciled, not judged again")
 		ns := newNamespace()
-		create(MakeLockRequest("a", ns).Lock("acme/infra", "a", "default").Command(name).Owner("a", 1).Obj())
+		lr := MakeLockRequest("a", ns).Lock("acme/infra", "a", "default").Command(name).Owner("a", 1).Obj()
+		create(lr)
+		// Gone before the next spec: a granted request of any command counts as an active
+		// holder of CommandLock "all", which other specs count.
+		DeferCleanup(func() {
+			Expect(client.IgnoreNotFound(k8s.Delete(ctx, lr))).To(Succeed())
+			Eventually(func() bool {
+				return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKeyFromObject(lr), &locksv1.LockRequest{}))
+			}, timeout, interval).Should(BeTrue())
+		})
 		Eventually(clCounts(name), timeout, interval).Should(Equal("active=1 blocked=0"))
 		Expect(judgement()()).To(Equal(before))
 
