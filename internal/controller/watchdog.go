@@ -181,8 +181,7 @@ func (w *Watchdog) gather(ctx context.Context) (map[types.NamespacedName]*keyWor
 		pl := &locks.Items[i]
 		holders := pl.Status.HolderRequests()
 		// A free key, or a counting one that may have a free place, that shows a queue.
-		free := (!pl.Status.Held() || (pl.Status.Holder == nil && pl.Status.MaxHolders > 0 && int32(len(pl.Status.SharedHolders)) < pl.Status.MaxHolders)) &&
-			pl.Status.QueueLength > 0
+		free := (!pl.Status.Held() || hasPlace(pl, pl.Status.MaxHolders)) && pl.Status.QueueLength > 0
 		if len(holders) == 0 && !free {
 			if kw := keys[types.NamespacedName{Namespace: pl.Namespace, Name: pl.Name}]; kw != nil {
 				kw.lock = pl
@@ -298,6 +297,12 @@ func countingPlaceFree(lock *locksv1.ProjectLock, waiter *locksv1.LockRequest, n
 	if b := queue.MaxHoldersOn(waiter, name); b > 0 && (bound == 0 || b < bound) {
 		bound = b
 	}
+	return hasPlace(lock, bound)
+}
+
+// hasPlace says whether lock's key, held by no exclusive holder, has fewer shared holders than
+// a counting bound (0: no bound, no place to count).
+func hasPlace(lock *locksv1.ProjectLock, bound int32) bool {
 	return lock.Status.Holder == nil && bound > 0 && int32(len(lock.Status.SharedHolders)) < bound
 }
 
