@@ -84,16 +84,22 @@ generate: $(CONTROLLER_GEN) ## Generate deepcopy code.
 fmt: ## gofmt the tree.
 	gofmt -w $$(git ls-files '*.go')
 
+# Modules nested in the tree that the root's ./... does not reach: hack/kal (lint-api),
+# hack/release (make release's dependencies stay out of go.mod) and test/gitopsfreeze (Flux's and
+# Helm's own libraries). hack/test.sh runs the tests of the last two.
+NESTED_MODULES := hack/release test/gitopsfreeze
+
 .PHONY: vet
-vet: ## go vet.
+vet: ## go vet (the nested test modules too).
 	go vet ./...
+	for m in $(NESTED_MODULES); do (cd $$m && go vet ./...); done
 
 .PHONY: lint
 lint: $(GOLANGCI_LINT) lint-api ## Run golangci-lint (built from the module proxy), check gofmt, and run the Kube API Linter (lint-api).
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 	$(GOLANGCI_LINT) run ./...
 	cd hack/kal && $(GOLANGCI_LINT) run ./...
-	cd hack/release && $(GOLANGCI_LINT) run ./...
+	for m in $(NESTED_MODULES); do (cd $$m && $(GOLANGCI_LINT) run ./...); done
 
 .PHONY: lint-api
 lint-api: $(KAL) ## Run the Kube API Linter (KAL) on api/: hack/kal (its own tests first), with the settings in hack/kal/config.yaml.
@@ -177,6 +183,15 @@ SOAK_STEPS ?= 5000
 soak: k8s-bins ## The safety simulation with a long budget (SOAK_SEEDS, SOAK_STEPS): 3 managers on lagging caches.
 	TURNSTILE_SIM_SEEDS=$(SOAK_SEEDS) TURNSTILE_SIM_STEPS=$(SOAK_STEPS) go test -v -count=1 -timeout 0 ./test/safety/ -ginkgo.focus "seeded simulation" -ginkgo.v | grep -a -E "seed [0-9]+:|simulation:|FAIL|Expected|^ok"
 
+# The liveness soak (issue #47): the churn specs and every fault class in turns, under CPU
+# pressure, reporting the longest time a key with work went undecided (hack/soak-undecided.sh).
+SOAK_MINUTES ?= 60
+SOAK_HOGS ?= 2
+
+.PHONY: soak-undecided
+soak-undecided: k8s-bins build ## The churn specs and the fault classes in turns for SOAK_MINUTES (60) beside SOAK_HOGS (2) busy loops: the longest time a key with work went undecided.
+	SOAK_MINUTES=$(SOAK_MINUTES) SOAK_HOGS=$(SOAK_HOGS) SOAK_OUT=$(BIN)/soak-undecided TURNSTILE_MANAGER=$(BIN)/manager hack/soak-undecided.sh
+
 # The fault matrix (test/faults): every fault class x FAULTS_SEEDS x FAULTS_REPLICAS manager
 # replicas, judged from the clients' records; FAULTS_FOCUS narrows it to classes (a regexp of
 # their names, e.g. FAULTS_FOCUS="API server"). `make test` runs one seed per class.
@@ -230,7 +245,7 @@ BENCH_PROFILE ?= 0
 # Runs of the same code pool round by round:
 #   go run ./test/bench/cmd --pool run1/results.json,run2/results.json
 BENCH_ROUNDS ?= 0
-# BENCH_PHASES=failover runs only that phase (steady, scale, run, replicas, failover, roll; default all).
+# BENCH_PHASES=failover runs only that phase (steady, scale, run, shared, gated, freeze, replicas, failover, roll; default all).
 # BENCH_REPLICAS=2 runs the steady-state phases with two managers active-active; with
 # BENCH_LEADER_ELECT=true, with leader election instead (one leads, one stands by).
 BENCH_PHASES ?=

@@ -8,6 +8,7 @@ import (
 const CommandAll = "all"
 
 // CommandLockSpec freezes a command cluster-wide.
+// +kubebuilder:validation:XValidation:rule="!has(self.admission) || !has(self.windows) || self.windows.all(w, !has(w.namespaceSelector) && !has(w.repos) && !has(w.paths))",message="the windows of a CommandLock with spec.admission must not be scoped (namespaceSelector, repos, paths): scope the write freeze with spec.admission, or use a CommandLock of its own for it"
 type CommandLockSpec struct {
 	// locked freezes the command: requests for it are not granted until it is false again.
 	// Holders already granted keep their grant.
@@ -34,6 +35,14 @@ type CommandLockSpec struct {
 	// +listMapKey=name
 	// +kubebuilder:validation:MaxItems=16
 	Windows []FreezeWindow `json:"windows,omitempty"`
+
+	// admission makes the freeze also freeze writes to the cluster, enforced by the API server
+	// (a ValidatingAdmissionPolicy that reads this CommandLock) for every client: the resources,
+	// namespaces and subjects it names, while spec.locked or a window freezes
+	// (docs/freeze-admission.md). The windows of a CommandLock with admission must not be
+	// scoped: their scopes name Terraform repos and paths, not Kubernetes objects.
+	// +optional
+	Admission *AdmissionFreeze `json:"admission,omitempty"`
 }
 
 // CommandLockStatus reports the freeze and how many holders still run the command.
@@ -63,6 +72,11 @@ type CommandLockStatus struct {
 	// nextTransition is the earliest time a window opens or closes; the controller wakes up then.
 	// +optional
 	NextTransition *metav1.Time `json:"nextTransition,omitempty"`
+
+	// admission is what the admission policy reads for spec.admission: the windows judged
+	// ahead and the break-glass grants in force. Written by the manager.
+	// +optional
+	Admission *AdmissionStatus `json:"admission,omitempty"`
 
 	// conditions are Locked (the freeze is in force), Drained (no granted holder of the command
 	// is left: maintenance may start), and for kstatus and Argo CD Reconciling (True while a

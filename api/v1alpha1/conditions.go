@@ -81,6 +81,9 @@ const (
 	// ReasonFreezeBypassed (event): a request with spec.bypassFreeze was granted while its
 	// command was frozen for it.
 	ReasonFreezeBypassed = "FreezeBypassed"
+	// ReasonBreakGlass (event on a CommandLock): a break-glass grant lets its owner's writes in
+	// its namespace past the CommandLock's write freeze (spec.admission) until it expires.
+	ReasonBreakGlass = "BreakGlass"
 )
 
 // ReleaseHoldersFinalizer is on every ProjectLock from its creation. A ProjectLock that is

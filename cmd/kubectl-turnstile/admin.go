@@ -29,6 +29,7 @@ func newFreezeCmd(g *globals) *cobra.Command {
 		wait   time.Duration
 		newCmd bool
 		win    windowFlags
+		adm    admissionFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "freeze COMMAND",
@@ -40,10 +41,14 @@ COMMAND is a command Turnstile knows (` + "all, apply, plan, import, state, ..."
 CommandLock names; any other name is refused (a typo would freeze nothing) unless --new-command.
 
 With --window (or --schedule and --duration) it adds or replaces one recurring window in
-spec.windows instead, and leaves spec.locked alone: ` + windowHelp,
+spec.windows instead, and leaves spec.locked alone: ` + windowHelp + `
+
+` + admissionHelp,
 		Example: `  kubectl turnstile freeze apply --reason "maintenance window" --until 2h --wait-drained
   kubectl turnstile freeze apply --window 'Fri 16:00 -> Mon 08:00 Europe/Berlin' --window-name friday
-  kubectl turnstile freeze apply --window-name maint --schedule '0 22 * * *' --duration 4h --action Allow --repo 'acme/*'`,
+  kubectl turnstile freeze apply --window-name maint --schedule '0 22 * * *' --duration 4h --action Allow --repo 'acme/*'
+  kubectl turnstile freeze weekend --window 'Fri 18:00 -> Mon 06:00 Europe/Berlin' --window-name weekend \
+    --enforce-namespaces env=prod --service-account flux-system/kustomize-controller --service-account argocd/argocd-application-controller`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, _, err := g.client()
@@ -51,7 +56,12 @@ spec.windows instead, and leaves spec.locked alone: ` + windowHelp,
 				return err
 			}
 			ctx := cmd.Context()
-			if !newCmd {
+			enforce, err := adm.build()
+			if err != nil {
+				return err
+			}
+			// A write freeze is what a name of its own is for: any name will do.
+			if !newCmd && enforce == nil {
 				if err := checkCommandName(ctx, c, args[0]); err != nil {
 					return err
 				}
@@ -60,19 +70,13 @@ spec.windows instead, and leaves spec.locked alone: ` + windowHelp,
 				if err := addWindow(ctx, c, args[0], win, cmd.OutOrStdout()); err != nil {
 					return err
 				}
-			} else {
-				spec := locksv1.CommandLockSpec{Locked: true, Reason: reason}
-				if until != "" {
-					t, err := dashboard.ParseUntil(until, time.Now())
-					if err != nil {
-						return err
-					}
-					spec.Until = &metav1.Time{Time: t}
+			} else if err := freezeNow(ctx, c, args[0], reason, until, cmd.OutOrStdout()); err != nil {
+				return err
+			}
+			if enforce != nil {
+				if err := setAdmission(ctx, c, args[0], enforce, cmd.OutOrStdout()); err != nil {
+					return err
 				}
-				if err := dashboard.FreezeCommand(ctx, c, args[0], spec); err != nil {
-					return fmt.Errorf("freeze %s: %w", args[0], err)
-				}
-				fmt.Fprintf(cmd.OutOrStdout(), "commandlock/%s frozen\n", args[0])
 			}
 			if !drain {
 				return nil
@@ -86,7 +90,25 @@ spec.windows instead, and leaves spec.locked alone: ` + windowHelp,
 	cmd.Flags().BoolVar(&newCmd, "new-command", false, "Freeze COMMAND although it is neither a known command nor an existing CommandLock (a command of your own pipelines).")
 	cmd.Flags().DurationVar(&wait, "timeout", 0, "With --wait-drained: give up after this long (default: wait until interrupted).")
 	win.register(cmd)
+	adm.register(cmd)
 	return cmd
+}
+
+// freezeNow freezes the CommandLock name by hand (spec.locked), up to --until when given.
+func freezeNow(ctx context.Context, c ctrlclient.Client, name, reason, until string, out io.Writer) error {
+	spec := locksv1.CommandLockSpec{Locked: true, Reason: reason}
+	if until != "" {
+		t, err := dashboard.ParseUntil(until, time.Now())
+		if err != nil {
+			return err
+		}
+		spec.Until = &metav1.Time{Time: t}
+	}
+	if err := dashboard.FreezeCommand(ctx, c, name, spec); err != nil {
+		return fmt.Errorf("freeze %s: %w", name, err)
+	}
+	fmt.Fprintf(out, "commandlock/%s frozen\n", name)
+	return nil
 }
 
 // checkCommandName refuses a name that is neither a known command nor an existing CommandLock:
@@ -176,16 +198,37 @@ func newThawCmd(g *globals) *cobra.Command {
 
 func newWhyCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
-		Use:   "why NAME",
-		Short: "Explain a lock request: who holds its locks, who is ahead of it, what freezes it",
+		Use:   "why NAME | 'REFUSAL' | -",
+		Short: "Explain a lock request (who holds its locks, who is ahead, what freezes it), or a write freeze's refusal",
 		Long: `Says, each fact once: the request's state (with its fencing token and expiry when granted, or
 why it ended), its reason, and for each of its locks who holds it (with their token, expiry
-and reason) and who waits in which order, then any CommandLock that freezes its command.`,
+and reason) and who waits in which order, then any CommandLock that freezes its command.
+
+Given the text of a refusal by a write freeze instead ("... writes are frozen by commandlock
+weekend ...", as kubectl, Flux, Argo CD or Helm print it; "-" reads it from standard input), it
+says what the CommandLock freezes, whether it is in force now and until when, and how to get
+past it.`,
+		Example: `  kubectl turnstile why vpc-1
+  kubectl apply -f app.yaml 2>&1 | kubectl turnstile why -`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, ns, err := g.client()
 			if err != nil {
 				return err
+			}
+			text := args[0]
+			if text == "-" {
+				in, err := io.ReadAll(cmd.InOrStdin())
+				if err != nil {
+					return err
+				}
+				text = string(in)
+			}
+			if _, ok := refusedCommandLock(text); ok {
+				return explainRefusal(cmd.Context(), c, text, cmd.OutOrStdout())
+			}
+			if text != args[0] {
+				return fmt.Errorf("no write freeze's refusal in the input (it names \"frozen by commandlock NAME\")")
 			}
 			return explain(cmd.Context(), c, ns, args[0], cmd.OutOrStdout())
 		},

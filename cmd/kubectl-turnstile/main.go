@@ -159,7 +159,7 @@ holding one (flock for Kubernetes), freezes commands, and explains why a request
 	}
 	g.flags.AddFlags(root.PersistentFlags())
 
-	root.AddCommand(newLocksCmd(g), newAcquireCmd(g), newReleaseCmd(g), newRunCmd(g),
+	root.AddCommand(newBreakGlassCmd(g), newLocksCmd(g), newAcquireCmd(g), newReleaseCmd(g), newRunCmd(g),
 		newFreezeCmd(g), newThawCmd(g), newWhyCmd(g), newDashboardCmd(g), newVersionCmd())
 	return root
 }

@@ -55,6 +55,7 @@ type options struct {
 	deadlockPolicy                  deadlock.Policy
 	deadlockScan                    time.Duration
 	deadlockDetection               bool
+	undecidedBound                  time.Duration
 	activeActive                    bool
 	membership                      sharding.Config
 	handover                        time.Duration
@@ -94,6 +95,7 @@ func parseFlags(args []string) (options, zap.Options, error) {
 	fs.BoolVar(&o.flags.DisableGlobalApplyLock, "disable-global-apply-lock", false, "Ignore CommandLocks for apply (like Atlantis --disable-global-apply-lock).")
 	fs.Var(policyFlag{&o.deadlockPolicy}, "deadlock-victim", "Which request of a deadlock cycle fails: newest, oldest or lowest-priority.")
 	fs.DurationVar(&o.deadlockScan, "deadlock-scan-interval", 30*time.Second, "Period of the full deadlock scan (a safety net; cycles are also checked when a request starts waiting). 0 disables the scan.")
+	fs.DurationVar(&o.undecidedBound, "undecided-key-bound", controller.DefaultUndecidedBound, "How long a lock key may show work (a release asked for, a grant to write, an expiry, a free key with waiters, a request without a status) without a decision before the watchdog decides it from a live read, emits an Undecided event and counts it in turnstile_undecided_keys_total. The watchdog looks every third of this, at the cache only. 0 turns it off.")
 	fs.BoolVar(&o.deadlockDetection, "deadlock-detection", true, "Detect wait-for cycles and fail one victim per cycle (see --deadlock-victim). false turns detection off: a cycle then lasts until a waitTimeout or ttl ends it.")
 	fs.BoolVar(&o.activeActive, "active-active", false, "Run every replica active: the owner of a key (rendezvous hashing over the live members) decides it at once, every other replica --backup-delay later, so a dead replica delays hand-offs by about that much. Excludes --leader-elect.")
 	fs.StringVar(&o.membership.Namespace, "membership-namespace", os.Getenv("POD_NAMESPACE"), "Namespace of the membership Leases of --active-active (default: $POD_NAMESPACE).")
@@ -110,27 +112,36 @@ func parseFlags(args []string) (options, zap.Options, error) {
 	if err := fs.Parse(args); err != nil {
 		return o, zopts, err
 	}
+	err := o.validate()
+	return o, zopts, err
+}
+
+// validate checks the flags together, once parsed, and fills in what defaults to others.
+func (o *options) validate() error {
 	if o.leaderElect && (o.retryPeriod <= 0 || o.retryPeriod >= o.renewDeadline || o.renewDeadline >= o.leaseDuration) {
-		return o, zopts, fmt.Errorf("leader election needs 0 < --leader-elect-retry-period (%s) < --leader-elect-renew-deadline (%s) < --leader-elect-lease-duration (%s)", o.retryPeriod, o.renewDeadline, o.leaseDuration)
+		return fmt.Errorf("leader election needs 0 < --leader-elect-retry-period (%s) < --leader-elect-renew-deadline (%s) < --leader-elect-lease-duration (%s)", o.retryPeriod, o.renewDeadline, o.leaseDuration)
+	}
+	if o.undecidedBound < 0 {
+		return fmt.Errorf("--undecided-key-bound must not be negative (0 turns the watchdog off), got %s", o.undecidedBound)
 	}
 	if o.activeActive {
 		if o.leaderElect {
-			return o, zopts, errors.New("--active-active and --leader-elect exclude each other: pick one")
+			return errors.New("--active-active and --leader-elect exclude each other: pick one")
 		}
 		if o.membership.Identity == "" {
 			o.membership.Identity = defaultIdentity()
 		}
 		if err := o.membership.Validate(); err != nil {
-			return o, zopts, fmt.Errorf("--active-active: %w (set --membership-namespace, or $POD_NAMESPACE)", err)
+			return fmt.Errorf("--active-active: %w (set --membership-namespace, or $POD_NAMESPACE)", err)
 		}
 	}
 	if o.memoryReserve.Sign() < 0 {
-		return o, zopts, fmt.Errorf("--memory-limit-reserve (%s) must not be negative", o.memoryReserve.String())
+		return fmt.Errorf("--memory-limit-reserve (%s) must not be negative", o.memoryReserve.String())
 	}
 	if o.cfg.DefaultTTL <= 0 || o.cfg.MaxTTL <= 0 || o.cfg.DefaultTTL > o.cfg.MaxTTL {
-		return o, zopts, fmt.Errorf("--default-ttl (%s) must be positive and at most --max-ttl (%s)", o.cfg.DefaultTTL, o.cfg.MaxTTL)
+		return fmt.Errorf("--default-ttl (%s) must be positive and at most --max-ttl (%s)", o.cfg.DefaultTTL, o.cfg.MaxTTL)
 	}
-	return o, zopts, nil
+	return nil
 }
 
 func main() {
@@ -221,6 +232,7 @@ func run(ctx context.Context, o options) error {
 		PositionRefreshRate: o.refreshRate,
 		DeadlockPolicy:      o.deadlockPolicy,
 		DeadlockScan:        o.deadlockScan,
+		UndecidedBound:      o.undecidedBound,
 		Registry:            metrics.Registry,
 
 		DisableDeadlockDetection: !o.deadlockDetection,

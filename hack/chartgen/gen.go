@@ -600,7 +600,12 @@ func renameBinding(kind, objName string, spec map[string]any) error {
 	spec["policyName"] = strings.Replace(name, fullname, fullnamePlaceholder, 1)
 	if ref, ok := spec["paramRef"].(map[string]any); ok {
 		if _, sel := ref["selector"]; sel {
-			return fmt.Errorf("%s %s: paramRef.selector: chartgen carries only a paramRef by name", kind, objName)
+			// Params by selector (every CommandLock, config/admission/freeze.yaml) name no object
+			// of the release: carried verbatim.
+			if ref["name"] != nil || ref["namespace"] != nil {
+				return fmt.Errorf("%s %s: paramRef has a selector and a name or namespace", kind, objName)
+			}
+			return nil
 		}
 		p, _ := ref["name"].(string)
 		pn, err := ChartName(p)

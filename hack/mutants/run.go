@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"go/parser"
+	"go/token"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -158,9 +160,16 @@ func write(files, originals map[string][]byte) error {
 
 // dryRun applies each selected mutant to an overlay of the tree (go build -overlay: the tree
 // itself is never written, so there is nothing to restore) and checks that the packages it
-// edits build, and that they and its test package pass go vet with go test's checks (vet
+// edits compile, and that they and its test package pass go vet with go test's checks (vet
 // type-checks the tests too, so a mutant whose tests would not compile fails here). YAML edits
 // are only applied: no Go reads them at build time.
+//
+// The mutants are checked in batches, one overlay and one go command per batch, because a go
+// command per mutant cost CI half an hour (over 200 mutants, each relinking or re-vetting the same
+// packages). The mutants of a batch edit different files, so no two of them share a function
+// body or an import list: one could make another compile only by changing a package-level
+// declaration, which no mutant does (and make mutants builds each one alone). A batch that fails
+// is checked again one mutant at a time, so a failure names its mutant.
 func dryRun(only string, found map[string]marker) int {
 	tmp, err := os.MkdirTemp("", "mutants-dry-")
 	if err != nil {
@@ -168,53 +177,117 @@ func dryRun(only string, found map[string]marker) int {
 		return 2
 	}
 	defer os.RemoveAll(tmp)
+	wd, err := os.Getwd()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	var applied []dryMutant
 	failed, n := 0, 0
-	for i, m := range mutants {
+	for _, m := range mutants {
 		if !strings.Contains(m.name, only) {
 			continue
 		}
 		n++
-		start := time.Now()
-		if err := dryOne(m, i, found, tmp); err != nil {
+		files, err := mutate(".", m, found)
+		if err != nil {
 			failed++
 			fmt.Printf("%-34s FAILS: %v\n", m.name, err)
 			continue
 		}
-		fmt.Printf("%-34s applies and builds (%s)\n", m.name, time.Since(start).Round(100*time.Millisecond))
+		applied = append(applied, dryMutant{m, files})
 	}
-	fmt.Printf("dry run: %d markers, %d mutants, %d fail\n", len(found), n, failed)
+	batches := batch(applied)
+	for i, b := range batches {
+		start := time.Now()
+		if err := checkBuilds(b, wd, filepath.Join(tmp, fmt.Sprint(i))); err != nil {
+			for j, dm := range b {
+				if err := checkBuilds([]dryMutant{dm}, wd, filepath.Join(tmp, fmt.Sprintf("%d-%d", i, j))); err != nil {
+					failed++
+					fmt.Printf("%-34s FAILS: %v\n", dm.name, err)
+					continue
+				}
+				fmt.Printf("%-34s applies and builds\n", dm.name)
+			}
+			continue
+		}
+		names := make([]string, len(b))
+		for j, dm := range b {
+			names[j] = dm.name
+		}
+		fmt.Printf("batch %d/%d: %d mutants apply and build (%s): %s\n", i+1, len(batches), len(b), time.Since(start).Round(100*time.Millisecond), strings.Join(names, " "))
+	}
+	fmt.Printf("dry run: %d markers, %d mutants in %d batches, %d fail\n", len(found), n, len(batches), failed)
 	if failed > 0 {
 		return 1
 	}
 	return 0
 }
 
-func dryOne(m mutant, i int, found map[string]marker, tmp string) error {
-	files, err := mutate(".", m, found)
-	if err != nil {
-		return err
+// dryMutant is a mutant with its edits applied: the content of every file it changes.
+type dryMutant struct {
+	mutant
+	files map[string][]byte
+}
+
+// batch puts each mutant into the first batch none of whose mutants edits a file it edits.
+func batch(ms []dryMutant) [][]dryMutant {
+	var batches [][]dryMutant
+	var used []map[string]bool
+next:
+	for _, m := range ms {
+		for i := range batches {
+			if !touchesAny(m.files, used[i]) {
+				batches[i] = append(batches[i], m)
+				for f := range m.files {
+					used[i][f] = true
+				}
+				continue next
+			}
+		}
+		u := map[string]bool{}
+		for f := range m.files {
+			u[f] = true
+		}
+		batches, used = append(batches, []dryMutant{m}), append(used, u)
 	}
-	wd, err := os.Getwd()
-	if err != nil {
-		return err
+	return batches
+}
+
+func touchesAny(files map[string][]byte, used map[string]bool) bool {
+	for f := range files {
+		if used[f] {
+			return true
+		}
 	}
+	return false
+}
+
+// checkBuilds overlays the Go files the mutants change (prefix names the overlay's files), compiles
+// the packages they edit (a main package is only type-checked, by vet: linking it tells nothing
+// more and costs seconds a mutant) and vets those and the mutants' test packages.
+func checkBuilds(ms []dryMutant, wd, prefix string) error {
 	replace := map[string]string{}
-	pkgs := map[string]bool{}
-	for f, b := range files {
-		if !strings.HasSuffix(f, ".go") {
-			continue
+	pkgs, compile := map[string]bool{}, map[string]bool{}
+	for _, m := range ms {
+		for f, b := range m.files {
+			if !strings.HasSuffix(f, ".go") {
+				continue
+			}
+			o := prefix + "-" + strings.ReplaceAll(f, "/", "_")
+			if err := os.WriteFile(o, b, 0o644); err != nil {
+				return err
+			}
+			replace[filepath.Join(wd, f)] = o
+			p := "./" + path.Dir(f) + "/"
+			pkgs[p] = true
+			if !isMain(b) {
+				compile[p] = true
+			}
 		}
-		o := filepath.Join(tmp, fmt.Sprintf("%d-%s", i, strings.ReplaceAll(f, "/", "_")))
-		if err := os.WriteFile(o, b, 0o644); err != nil {
-			return err
-		}
-		replace[filepath.Join(wd, f)] = o
-		pkgs["./"+path.Dir(f)+"/"] = true
+		pkgs[m.pkg] = true
 	}
-	build := sortedKeys(pkgs)
-	pkgs[m.pkg] = true
-	vet := sortedKeys(pkgs)
-	overlay := filepath.Join(tmp, fmt.Sprintf("%d-overlay.json", i))
+	overlay := prefix + "-overlay.json"
 	b, err := json.Marshal(map[string]any{"Replace": replace})
 	if err != nil {
 		return err
@@ -222,15 +295,22 @@ func dryOne(m mutant, i int, found map[string]marker, tmp string) error {
 	if err := os.WriteFile(overlay, b, 0o644); err != nil {
 		return err
 	}
-	if len(build) > 0 {
+	if build := sortedKeys(compile); len(build) > 0 {
 		if out, err := goCmd(append([]string{"build", "-overlay", overlay}, build...)...); err != nil {
 			return fmt.Errorf("go build %s:\n%s", strings.Join(build, " "), out)
 		}
 	}
+	vet := sortedKeys(pkgs)
 	if out, err := goCmd(append(append([]string{"vet", "-overlay", overlay}, testVet...), vet...)...); err != nil {
 		return fmt.Errorf("go vet %s:\n%s", strings.Join(vet, " "), out)
 	}
 	return nil
+}
+
+// isMain says whether a Go file is of package main.
+func isMain(src []byte) bool {
+	f, err := parser.ParseFile(token.NewFileSet(), "", src, parser.PackageClauseOnly)
+	return err == nil && f.Name.Name == "main"
 }
 
 // testVet: the checks go test runs before the tests (go help test), and no others: a mutant

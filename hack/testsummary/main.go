@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 )
@@ -18,6 +19,7 @@ type event struct {
 	Package string
 	Test    string
 	Output  string
+	Elapsed float64 // seconds, on a package's or a test's final event
 }
 
 // ginkgoResult matches Ginkgo's closing line, e.g. "SUCCESS! -- 12 Passed | 0 Failed | 0 Pending | 1 Skipped",
@@ -39,12 +41,34 @@ func ginkgoCounts(line string) (passed, failed, skipped int, ok bool) {
 	return passed, failed, skipped, true
 }
 
+// pkgTime is how long a package's tests ran.
+type pkgTime struct {
+	pkg     string
+	elapsed float64
+}
+
+// slowest names the n packages whose tests ran longest, longest first: where CI's minutes go.
+func slowest(took []pkgTime, n int) string {
+	sort.SliceStable(took, func(i, j int) bool { return took[i].elapsed > took[j].elapsed })
+	var total float64
+	for _, t := range took {
+		total += t.elapsed
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d packages ran %.0fs of tests; the longest:", len(took), total)
+	for _, t := range took[:min(n, len(took))] {
+		fmt.Fprintf(&b, "\n  %6.0fs %s", t.elapsed, t.pkg)
+	}
+	return b.String()
+}
+
 func main() {
 	var passed, failed, skipped int
 	ginkgoTests := map[string]bool{} // package/test of Go tests that ran a Ginkgo suite
 	var failedNames []string
 	pkgFailed := map[string]bool{}
 	buildFailed := false
+	var took []pkgTime
 	sc := bufio.NewScanner(os.Stdin)
 	sc.Buffer(make([]byte, 1<<20), 1<<24)
 	for sc.Scan() {
@@ -70,6 +94,7 @@ func main() {
 			buildFailed = true
 		case "pass", "fail", "skip":
 			if ev.Test == "" {
+				took = append(took, pkgTime{ev.Package, ev.Elapsed})
 				// A package that failed with no failed test: a panic, a timeout, a TestMain error.
 				if ev.Action == "fail" && !pkgFailed[ev.Package] {
 					failed++
@@ -93,6 +118,7 @@ func main() {
 		}
 	}
 	fmt.Println()
+	fmt.Println(slowest(took, 8))
 	for _, n := range failedNames {
 		fmt.Println("FAILED:", n)
 	}

@@ -16,16 +16,16 @@ import (
 type Admission string
 
 const (
-	// AdmissionMutating: the mutating policies run: owners and creators are filled in and
+	// AdmissionMutating means the mutating policies run: owners and creators are filled in and
 	// annotated Pods and Jobs are held for their locks.
 	AdmissionMutating Admission = "mutating"
-	// AdmissionValidatingOnly: only the validating policies run (the API server serves no
+	// AdmissionValidatingOnly means only the validating policies run (the API server serves no
 	// MutatingAdmissionPolicy, or the install left them out): a request must name its owner, a
 	// delegate its creator, a gated workload its gate; the rest is refused. Safe, with more to write.
 	AdmissionValidatingOnly Admission = "validating-only"
-	// AdmissionNone: no policy refused what they all refuse: anyone may take a lock for anyone.
+	// AdmissionNone means no policy refused what they all refuse: anyone may take a lock for anyone.
 	AdmissionNone Admission = "none"
-	// AdmissionUnknown: the probe could not tell; its error says why.
+	// AdmissionUnknown means the probe could not tell; its error says why.
 	AdmissionUnknown Admission = "unknown"
 )
 

@@ -93,7 +93,7 @@ func (r *Reporter) Start(ctx context.Context) error {
 	}
 }
 
-// NeedLeaderElection: every replica reports on itself.
+// NeedLeaderElection is false: every replica reports on itself.
 func (r *Reporter) NeedLeaderElection() bool { return false }
 
 // Admission is the last probe's finding ("" before the first).

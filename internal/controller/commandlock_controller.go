@@ -23,6 +23,7 @@ import (
 	"github.com/turnstile-dev/turnstile/internal/queue"
 	"github.com/turnstile-dev/turnstile/internal/sharding"
 	"github.com/turnstile-dev/turnstile/internal/window"
+	turnstile "github.com/turnstile-dev/turnstile/pkg/client"
 )
 
 // CommandLockReconciler reports a freeze's effect: how many granted holders of the command are
@@ -39,6 +40,8 @@ type CommandLockReconciler struct {
 	// thaws its command) still gets its Thaw event.
 	mu     sync.Mutex
 	frozen map[string]types.UID
+	// identity is the user name this manager writes as (status.admission.manager), asked once.
+	identity string
 }
 
 var _ reconcile.Reconciler = (*CommandLockReconciler)(nil)
@@ -97,6 +100,14 @@ func (r *CommandLockReconciler) Reconcile(ctx context.Context, req reconcile.Req
 			st = CommandLockStatus(&cl, list.Items, r.flags, now, granting)
 		}
 	}
+	if st.Admission != nil {
+		user, err := r.whoAmI(ctx)
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+		// guard:freeze-names-the-manager
+		st.Admission.Manager = user
+	}
 	wasInForce := meta.IsStatusConditionTrue(cl.Status.Conditions, locksv1.ConditionLocked)
 
 	if !equality.Semantic.DeepEqual(cl.Status, st) {
@@ -108,6 +119,7 @@ func (r *CommandLockReconciler) Reconcile(ctx context.Context, req reconcile.Req
 			}
 			return reconcile.Result{}, fmt.Errorf("update commandlock %s status: %w", cl.Name, err)
 		}
+		r.recordBreakGlass(obj, cl.Status.Admission)
 		switch {
 		case inForce && !wasInForce:
 			r.recorder.Eventf(obj, nil, "Warning", locksv1.ReasonFrozen, "Freeze", "%s", meta.FindStatusCondition(st.Conditions, locksv1.ConditionLocked).Message)
@@ -115,27 +127,52 @@ func (r *CommandLockReconciler) Reconcile(ctx context.Context, req reconcile.Req
 			r.recorder.Eventf(obj, nil, "Normal", locksv1.ReasonThawed, "Thaw", "%s commands may run again", cl.Name)
 		}
 	}
-	frozen := 0.0
-	if inForce {
-		frozen = 1
-	}
-	r.metrics.FrozenCommand.WithLabelValues(cl.Name).Set(frozen)
+	r.metrics.FrozenCommand.WithLabelValues(cl.Name).Set(gauge(inForce))
 	r.metrics.Blocked.WithLabelValues(cl.Name).Set(float64(st.BlockedRequests))
 	r.remember(cl.Name, cl.UID, inForce)
 
-	// An until still ahead, or a window's next transition: wake up then and write it, so the
-	// keys grant or hold back by what the store says.
+	// An until still ahead, a window's next transition, or the write freeze's judgement grown
+	// old (by the status just written): wake up then and write it, as the store must say.
+	cl.Status = st
 	return reconcile.Result{RequeueAfter: nextWakeUp(&cl, now)}, nil
 }
 
+// gauge is a condition as a gauge's value: 1 when it holds.
+func gauge(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// whoAmI is the user name the manager writes as, asked of the API server once (a
+// SelfSubjectReview): the write freeze's policy lets it through by that name.
+func (r *CommandLockReconciler) whoAmI(ctx context.Context) (string, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.identity == "" {
+		user, err := turnstile.WhoAmI(ctx, r.client)
+		if err != nil {
+			return "", fmt.Errorf("who is the manager (status.admission.manager): %w", err)
+		}
+		r.identity = user
+	}
+	return r.identity, nil
+}
+
 // nextWakeUp is how long until cl's status next changes by the clock alone: its until (while
-// the manual freeze is in force) or its windows' next transition; zero when nothing is due.
+// the manual freeze is in force), its windows' next transition, or its write freeze's
+// judgement growing old; zero when nothing is due.
 func nextWakeUp(cl *locksv1.CommandLock, now time.Time) time.Duration {
 	var next time.Time
 	if queue.IsLockInForce(cl, now) && cl.Spec.Until != nil {
 		next = cl.Spec.Until.Time
 	}
 	if _, t := window.Judge(cl.Spec.Windows, now); !t.IsZero() && (next.IsZero() || t.Before(next)) {
+		next = t
+	}
+	// guard:admission-rejudged-before-horizon/2
+	if t := admissionWakeUp(cl); !t.IsZero() && (next.IsZero() || t.Before(next)) {
 		next = t
 	}
 	if next.IsZero() {
@@ -266,6 +303,7 @@ func CommandLockStatus(cl *locksv1.CommandLock, requests []locksv1.LockRequest, 
 		}
 	}
 	setInvalidWindows(&st, now)
+	st.Admission = AdmissionStatus(cl, requests, flags, now)
 	st.ActiveHolders, st.BlockedRequests = 0, 0
 	for i := range requests {
 		lr := &requests[i]

@@ -1,11 +1,14 @@
 package controller
 
-// The executor: a decision's plan applied one write at a time, in order.
+// The executor: a decision's plan applied one write at a time, in order, but the waiters'
+// statuses, which go out together.
 
 import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -34,16 +37,37 @@ type execution struct {
 	result       reconcile.Result
 	newlyWaiting []NewWait
 	writes       int
+	// wakes is how often an event had woken the key when the reconcile began; told counts the
+	// waiters' statuses written; yielded is set when the rest were left to the next decision
+	// because new work came (waitersYield).
+	wakes   uint64
+	told    int
+	yielded bool
 }
 
 // execute applies d's writes in order and stops at the first that fails: then the key is
-// requeued (conflict) or the error returned, and decided again from a fresh read. It returns the
+// requeued (conflict) or the error returned, and decided again from a fresh read. The waiters'
+// statuses, last in every plan, are written a batch at a time (tellWaiters). It returns the
 // input of the next decision when the plan ends in deciding again, and nil when it is done.
-func (r *LockReconciler) execute(ctx context.Context, req reconcile.Request, in queue.Input, d queue.Decision) (*queue.Input, reconcile.Result, error) {
+func (r *LockReconciler) execute(ctx context.Context, req reconcile.Request, in queue.Input, d queue.Decision, wakes uint64) (*queue.Input, reconcile.Result, error) {
 	logPlan(ctx, d)
-	x := &execution{r: r, req: req, in: in, d: d, lock: in.Lock, result: reconcile.Result{RequeueAfter: d.RequeueAfter}}
+	x := &execution{r: r, req: req, in: in, d: d, lock: in.Lock, result: reconcile.Result{RequeueAfter: d.RequeueAfter}, wakes: wakes}
 	defer func() { r.metrics.PlanWrites.Observe(float64(x.writes)) }()
-	for _, w := range d.Writes {
+	for i := 0; i < len(d.Writes); i++ {
+		w := d.Writes[i]
+		if w.Kind == queue.WriteWaiting {
+			// The waiters' statuses (the plan's last writes) go out together.
+			n := 1
+			for i+n < len(d.Writes) && d.Writes[i+n].Kind == queue.WriteWaiting {
+				n++
+			}
+			if failed, err := x.tellWaiters(ctx, d.Writes[i:i+n]); err != nil {
+				res, err := r.failed(failed, err)
+				return nil, res, err
+			}
+			i += n - 1
+			continue
+		}
 		// guard:executor-goes-on-after-failure
 		if err := x.do(ctx, w); err != nil {
 			res, err := r.failed(w, err)
@@ -69,6 +93,9 @@ func (r *LockReconciler) execute(ctx context.Context, req reconcile.Request, in 
 // (a conflict, the object gone, the ProjectLock created by someone else) requeues the key, to
 // be decided again from a fresh read soon; anything else is an error (requeued with backoff).
 func (r *LockReconciler) failed(w queue.Write, err error) (reconcile.Result, error) {
+	if l, ok := tracing(); ok {
+		l.Info("write failed", "kind", w.Kind, "step", w.Step.String(), "object", w.Object, "rv", w.RV, "error", err.Error())
+	}
 	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) || apierrors.IsAlreadyExists(err) {
 		r.metrics.Conflicts.Inc()
 		r.metrics.StepConflicts.WithLabelValues(w.Step.String()).Inc()
@@ -122,7 +149,8 @@ func (x *execution) do(ctx context.Context, w queue.Write) error {
 		x.again = frozen
 		return err
 	case queue.WriteWaiting:
-		return x.waiting(ctx, *w.Update)
+		_, err := x.tellWaiters(ctx, []queue.Write{w})
+		return err
 	}
 	return x.request(ctx, w)
 }
@@ -149,25 +177,88 @@ func (x *execution) request(ctx context.Context, w queue.Write) error {
 	return nil
 }
 
-// waiting writes a waiter's status; a position refresh only if the key's write rate allows it.
-func (x *execution) waiting(ctx context.Context, u queue.Update) error {
+// waiterWritesAtOnce is how many waiters' statuses a plan writes at once. Each is a write of
+// its own request with the resourceVersion it was read at, and none makes anyone a holder, so
+// their order does not matter; written one after another, a burst of 50 new requests' first
+// statuses held the key's worker for 50 round trips, seconds each on a loaded API server (issue
+// #47). At once, they take about as long as the slowest of each batch.
+const waiterWritesAtOnce = 8
+
+// tellWaiters writes the waiters' statuses ws, waiterWritesAtOnce at a time, until the rest
+// yield to new work (waitersYield); a position refresh only if the key's write rate allows it.
+// A failed write ends it once its batch is done: it returns that write and its error.
+func (x *execution) tellWaiters(ctx context.Context, ws []queue.Write) (queue.Write, error) {
 	r := x.r
-	if u.Refresh {
-		// Delay and Cancel would read the wall clock: the reservation is on the injected one.
-		now := r.clock.Now()
-		if res := r.limiter(x.req.NamespacedName).ReserveN(now, 1); res.DelayFrom(now) > 0 {
-			res.CancelAt(now)
+	for len(ws) > 0 {
+		if x.yielded || x.waitersYield() {
+			x.yielded = true
 			x.result.RequeueAfter = minPositive(x.result.RequeueAfter, r.refreshRetry())
-			return nil
+			return queue.Write{}, nil
+		}
+		var batch []queue.Write
+		// guard:waiters-written-at-once
+		for len(batch) < waiterWritesAtOnce && len(ws) > 0 {
+			w := ws[0]
+			ws = ws[1:]
+			if w.Update.Refresh && !x.refreshAllowed() {
+				continue
+			}
+			batch = append(batch, w)
+		}
+		errs := make([]error, len(batch))
+		var wg sync.WaitGroup
+		for i, w := range batch {
+			wg.Go(func() { errs[i] = r.writeStatus(ctx, x.req, *w.Update) })
+		}
+		wg.Wait()
+		x.writes += len(batch)
+		for i, w := range batch {
+			if errs[i] != nil {
+				return w, errs[i]
+			}
+		}
+		for _, w := range batch {
+			x.told++
+			if u := *w.Update; !u.Refresh {
+				x.newlyWaiting = append(x.newlyWaiting, NewWait{Request: u.Request, Last: waitsLast(x.req.Name, u, x.d.Queue)})
+			}
 		}
 	}
-	if err := x.writeRequest(ctx, u); err != nil {
-		return err
+	return queue.Write{}, nil
+}
+
+// refreshAllowed takes a token of the key's write rate for a position refresh, if it has one;
+// if not, the key comes back when it will.
+func (x *execution) refreshAllowed() bool {
+	r := x.r
+	// Delay and Cancel would read the wall clock: the reservation is on the injected one.
+	now := r.clock.Now()
+	if res := r.limiter(x.req.NamespacedName).ReserveN(now, 1); res.DelayFrom(now) > 0 {
+		res.CancelAt(now)
+		x.result.RequeueAfter = minPositive(x.result.RequeueAfter, r.refreshRetry())
+		return false
 	}
-	if !u.Refresh {
-		x.newlyWaiting = append(x.newlyWaiting, NewWait{Request: u.Request, Last: waitsLast(x.req.Name, u, x.d.Queue)})
+	return true
+}
+
+// waitersYield says whether the waiters' statuses still to write are left to the next
+// decision: an event woke the key since this reconcile began (a release, a new request, a
+// holder gone), or a deadline of the decision (an expiry, a wait timeout) has passed. A
+// waiter's status makes nobody a holder; every one written while a decision waits delays that
+// decision (under load, 20 position refreshes of a deep queue held up each hand-off by seconds,
+// and the first statuses of a burst of 50 new requests a holder's release by 14 s: issue #47).
+// The next decision writes what is left, first statuses before refreshes. Each decision writes
+// one batch of waiters' statuses at least, so waiters are still told on a key that is never
+// quiet.
+func (x *execution) waitersYield() bool {
+	if x.told == 0 {
+		return false
 	}
-	return nil
+	// guard:waiters-yield-to-events
+	if x.r.keys.wakes(x.req) != x.wakes {
+		return true
+	}
+	return x.d.RequeueAfter > 0 && !x.r.clock.Now().Before(x.in.Now.Add(x.d.RequeueAfter))
 }
 
 // createLock creates the key's ProjectLock, with the finalizer that makes a force-unlock tell
@@ -191,15 +282,19 @@ func (x *execution) createLock(ctx context.Context) error {
 // writeRequest writes one request's status with the resourceVersion it was read at, then emits
 // its event.
 func (x *execution) writeRequest(ctx context.Context, u queue.Update) error {
-	r := x.r
+	x.writes++
+	return x.r.writeStatus(ctx, x.req, u)
+}
+
+// writeStatus is writeRequest for key's reconcile, safe to call from several goroutines.
+func (r *LockReconciler) writeStatus(ctx context.Context, key reconcile.Request, u queue.Update) error {
 	obj := u.Request.DeepCopy()
 	obj.Status = u.Status
-	x.writes++
 	if err := r.client.Status().Update(ctx, obj); err != nil {
 		r.overlay.forgetRequest(obj.UID)
 		return err
 	}
-	r.overlay.wroteRequest(obj, x.req.NamespacedName, r.clock.Now())
+	r.overlay.wroteRequest(obj, key.NamespacedName, r.clock.Now())
 	if u.Event != nil {
 		r.recorder.Eventf(obj, nil, u.Event.Type, u.Event.Reason, "Reconcile", "%s", u.Event.Message)
 	}
@@ -210,11 +305,23 @@ func (x *execution) writeRequest(ctx context.Context, u queue.Update) error {
 // (queue.Decide's nextDeadline), the write rate is ours; new waits go to the deadlock checker.
 func (x *execution) done(ctx context.Context) {
 	r, req, d := x.r, x.req, x.d
+	if l, ok := tracing(); ok {
+		l.Info("plan done", "key", req.String(), "stale", d.Stale, "writes", x.writes, "waitersYielded", x.yielded, "holder", d.Holder, "queue", len(d.Queue), "requeueAfter", x.result.RequeueAfter)
+	}
 	if d.Stale {
 		log.FromContext(ctx).V(1).Info("not decided: the ProjectLock read is older than a token its holders show", "retry", d.RequeueAfter)
 		return
 	}
 	r.metrics.queueDepth(req.Namespace, req.Name, len(d.Queue))
+	// The decision's deadline is a time, read as a delay from the read: the plan's writes took
+	// some of it. (Under load they took seconds, and every expiry came that much late.)
+	// guard:deadline-from-the-read
+	if d.RequeueAfter > 0 {
+		left := max(x.in.Now.Add(d.RequeueAfter).Sub(r.clock.Now()), time.Millisecond)
+		if x.result.RequeueAfter == d.RequeueAfter || left < x.result.RequeueAfter {
+			x.result.RequeueAfter = left
+		}
+	}
 	if d.RefreshDeferred && !r.backup(req) {
 		x.result.RequeueAfter = minPositive(x.result.RequeueAfter, r.refreshRetry())
 	}

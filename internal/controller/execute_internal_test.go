@@ -1,12 +1,16 @@
 package controller
 
 import (
+	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/turnstile-dev/turnstile/internal/queue"
 )
@@ -31,5 +35,30 @@ func TestFailedIsTheOnePlaceAfterAConflict(t *testing.T) {
 	}
 	if n := testutil.ToFloat64(r.metrics.StepConflicts.WithLabelValues("grant")); n != 0 {
 		t.Errorf("an error counted as a conflict: %v", n)
+	}
+}
+
+// TestDeadlineCountsFromTheRead: a decision's deadline (an expiry, a wait timeout) is a time;
+// the requeue that brings the key back for it is what is left of it when the plan is written,
+// not the whole delay again from then (under load a plan took seconds, and every expiry came
+// that much late).
+func TestDeadlineCountsFromTheRead(t *testing.T) {
+	read := time.Date(2026, 11, 28, 10, 0, 0, 0, time.UTC)
+	clk := clocktesting.NewFakeClock(read)
+	r := NewLockReconciler(nil, nil, nil, WithClock(clk))
+	for _, tc := range []struct {
+		took, want time.Duration
+	}{
+		{0, 10 * time.Second},
+		{4 * time.Second, 6 * time.Second},
+		{12 * time.Second, time.Millisecond}, // past due: at once
+	} {
+		clk.SetTime(read.Add(tc.took))
+		d := queue.Decision{RequeueAfter: 10 * time.Second}
+		x := &execution{r: r, in: queue.Input{Now: read}, d: d, result: reconcile.Result{RequeueAfter: d.RequeueAfter}}
+		x.done(context.Background())
+		if x.result.RequeueAfter != tc.want {
+			t.Errorf("a plan that took %s: requeue after %s, want %s", tc.took, x.result.RequeueAfter, tc.want)
+		}
 	}
 }

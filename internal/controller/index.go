@@ -13,6 +13,7 @@ import (
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
 	"github.com/turnstile-dev/turnstile/internal/lockkey"
+	"github.com/turnstile-dev/turnstile/internal/queue"
 )
 
 const (
@@ -30,6 +31,10 @@ const (
 	// value costs a set of its own (about 250 bytes); identityBuckets sets per namespace cost
 	// what a few requests' sets did.
 	IndexHolderIdentity = "spec.holder.identity"
+	// IndexWork indexes the LockRequests whose keys may have work for a decision, across
+	// namespaces: "undecided" (no status yet) and "holding" (holds a key: a release, an expiry),
+	// so the watchdog looks at those alone, not at every waiter (watchdog.go).
+	IndexWork = "status.work"
 	// identityBuckets is how many buckets a namespace's identities fall into.
 	identityBuckets = 16
 )
@@ -72,6 +77,27 @@ var Indexes = []Index{
 	{IndexCommand, func(lr *locksv1.LockRequest) []string { return nonEmpty(lr.Spec.Command) }, false},
 	{IndexHolderLease, func(lr *locksv1.LockRequest) []string { return nonEmpty(lr.Spec.Holder.Lease) }, true},
 	{IndexHolderIdentity, func(lr *locksv1.LockRequest) []string { return []string{IdentityBucket(lr.Spec.Holder.ID())} }, true},
+	{IndexWork, workIndex, false},
+}
+
+// The values of IndexWork.
+const (
+	workUndecided = "undecided"
+	workHolding   = "holding"
+)
+
+// workIndex is a request's IndexWork values: undecided, or holding a key; none for a waiter or
+// a final request.
+func workIndex(lr *locksv1.LockRequest) []string {
+	switch {
+	case lr.Status.Phase.IsFinal():
+		return nil
+	case lr.Status.Phase == "":
+		return []string{workUndecided}
+	case len(queue.HeldLocks(lr)) > 0:
+		return []string{workHolding}
+	}
+	return nil
 }
 
 func nonEmpty(s string) []string {

@@ -51,6 +51,8 @@ type LockReconciler struct {
 
 	// overlay holds this reconciler's own recent writes until the cache shows them.
 	overlay *overlay
+	// keys is what the work queue says of each key (woken, queued, held by a worker).
+	keys *keyTracker
 }
 
 var _ reconcile.Reconciler = (*LockReconciler)(nil)
@@ -71,12 +73,14 @@ type NewWait struct {
 // NewLockReconciler builds the key reconciler. apiReader reads past the cache; it confirms a
 // holder is really gone before its lock is handed on.
 func NewLockReconciler(c client.Client, apiReader client.Reader, recorder events.EventRecorder, opts ...Option) *LockReconciler {
-	return &LockReconciler{
+	r := &LockReconciler{
 		options: newOptions(opts),
 		client:  c, apiReader: apiReader, recorder: recorder,
 		refresh: map[types.NamespacedName]*rate.Limiter{},
 		overlay: newOverlay(),
 	}
+	r.keys = newKeyTracker(r.clock)
+	return r
 }
 
 // +kubebuilder:rbac:groups=locks.turnstile.dev,resources=projectlocks;lockrequests;commandlocks,verbs=get;list;watch;create;update;patch;delete
@@ -86,9 +90,23 @@ func NewLockReconciler(c client.Client, apiReader client.Reader, recorder events
 
 // Reconcile decides one key and executes the plan (execute.go): decide, write one step at a
 // time, and decide again only where the plan says so, at most maxDecisions times.
-func (r *LockReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+func (r *LockReconciler) Reconcile(ctx context.Context, req reconcile.Request) (res reconcile.Result, err error) {
+	if l, ok := tracing(); ok {
+		l.Info("reconcile", "key", req.String())
+		defer func() { l.Info("reconciled", "key", req.String(), "requeueAfter", res.RequeueAfter, "error", err) }()
+	}
+	return r.decide(ctx, req, false)
+}
+
+// decide reads the key, decides it and executes the plan. live reads the ProjectLock, and every
+// request of the key that may have work (no status yet, holding, asked to release), from the
+// API server rather than the cache and this reconciler's overlay: the watchdog's decision of a
+// key the cache has not let anyone decide.
+func (r *LockReconciler) decide(ctx context.Context, req reconcile.Request, live bool) (reconcile.Result, error) {
 	now := r.clock.Now()
-	in, ok, err := r.read(ctx, req, now)
+	// Events that wake the key from here on are new work: position refreshes yield to them.
+	wakes := r.keys.wakes(req)
+	in, ok, err := r.read(ctx, req, now, live)
 	if err != nil || !ok {
 		return reconcile.Result{}, err
 	}
@@ -105,7 +123,7 @@ func (r *LockReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 	}
 	for n := 1; ; n++ {
 		d := queue.Decide(in)
-		next, res, err := r.execute(ctx, req, in, d)
+		next, res, err := r.execute(ctx, req, in, d, wakes)
 		if next == nil {
 			return res, err
 		}
@@ -119,13 +137,13 @@ func (r *LockReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 }
 
 // read gathers the decision's inputs. ok is false when there is nothing to decide.
-func (r *LockReconciler) read(ctx context.Context, req reconcile.Request, now time.Time) (queue.Input, bool, error) {
+func (r *LockReconciler) read(ctx context.Context, req reconcile.Request, now time.Time, live bool) (queue.Input, bool, error) {
 	in := queue.Input{Now: now, Name: req.Name, Config: r.cfg}
 	var err error
-	if in.Lock, err = r.readLock(ctx, req, now); err != nil {
+	if in.Lock, err = r.readLock(ctx, req, now, live); err != nil {
 		return in, false, err
 	}
-	byUID, active, err := r.readRequests(ctx, req, &in)
+	byUID, active, err := r.readRequests(ctx, req, &in, live)
 	if err != nil || (in.Lock == nil && !active) {
 		return in, false, err
 	}
@@ -153,17 +171,29 @@ func (r *LockReconciler) read(ctx context.Context, req reconcile.Request, now ti
 	return in, true, nil
 }
 
-// readLock reads the key's ProjectLock from the cache, overlaid with this reconciler's writes;
-// nil when it does not exist.
-func (r *LockReconciler) readLock(ctx context.Context, req reconcile.Request, now time.Time) (*locksv1.ProjectLock, error) {
-	var cached locksv1.ProjectLock
-	switch err := r.client.Get(ctx, req.NamespacedName, &cached); {
-	case apierrors.IsNotFound(err):
-		return nil, nil
-	case err != nil:
-		return nil, fmt.Errorf("get projectlock %s: %w", req, err)
+// readLock reads the key's ProjectLock from the cache, overlaid with this reconciler's writes
+// (live: from the API server); nil when it does not exist.
+func (r *LockReconciler) readLock(ctx context.Context, req reconcile.Request, now time.Time, live bool) (*locksv1.ProjectLock, error) {
+	var lock *locksv1.ProjectLock
+	if live {
+		var err error
+		if lock, err = r.liveLock(ctx, req); lock == nil || err != nil {
+			return nil, err
+		}
+	} else {
+		var cached locksv1.ProjectLock
+		switch err := r.client.Get(ctx, req.NamespacedName, &cached); {
+		case apierrors.IsNotFound(err):
+			return nil, nil
+		case err != nil:
+			return nil, fmt.Errorf("get projectlock %s: %w", req, err)
+		}
+		lock = r.overlay.lock(&cached)
+		if l, ok := tracing(); ok {
+			l.Info("read projectlock", "key", req.String(), "cachedRV", cached.ResourceVersion, "usedRV", lock.ResourceVersion,
+				"cachedToken", cached.Status.FencingToken, "usedToken", lock.Status.FencingToken, "holders", lock.Status.HolderRequests())
+		}
 	}
-	lock := r.overlay.lock(&cached)
 	// guard:no-finalizer/2
 	if lock.DeletionTimestamp != nil || slices.Contains(lock.Finalizers, locksv1.ReleaseHoldersFinalizer) {
 		return lock, nil
@@ -181,7 +211,7 @@ func (r *LockReconciler) readLock(ctx context.Context, req reconcile.Request, no
 
 // readRequests lists the requests that name the key into in, and the key's target. It reports
 // which requests it saw and whether one is not final (active).
-func (r *LockReconciler) readRequests(ctx context.Context, req reconcile.Request, in *queue.Input) (byUID map[types.UID]bool, active bool, err error) {
+func (r *LockReconciler) readRequests(ctx context.Context, req reconcile.Request, in *queue.Input, live bool) (byUID map[types.UID]bool, active bool, err error) {
 	var list locksv1.LockRequestList
 	// The cache's own objects, not copies: a deep queue is listed on every reconcile, and
 	// queue.Decide only reads its input (its property test checks that); writes deep-copy.
@@ -190,7 +220,21 @@ func (r *LockReconciler) readRequests(ctx context.Context, req reconcile.Request
 	}
 	byUID = make(map[types.UID]bool, len(list.Items))
 	for i := range list.Items {
-		lr := r.overlay.request(&list.Items[i])
+		var lr *locksv1.LockRequest
+		if live {
+			var gone bool
+			if lr, gone, err = r.liveRequest(ctx, &list.Items[i]); err != nil {
+				return nil, false, err
+			} else if gone {
+				continue
+			}
+		} else {
+			lr = r.overlay.request(&list.Items[i])
+		}
+		if l, ok := tracing(); ok && (lr != &list.Items[i] || !lr.Status.Phase.IsFinal()) {
+			l.Info("read request", "key", req.String(), "request", lr.Name, "cachedRV", list.Items[i].ResourceVersion, "usedRV", lr.ResourceVersion,
+				"phase", lr.Status.Phase, "release", lr.Spec.Release)
+		}
 		byUID[lr.UID] = true
 		in.Requests = append(in.Requests, lr)
 		active = active || !lr.Status.Phase.IsFinal()
@@ -206,6 +250,25 @@ func (r *LockReconciler) readRequests(ctx context.Context, req reconcile.Request
 		in.Target = lockkey.Normalize(in.Lock.Spec.LockTarget)
 	}
 	return byUID, active, nil
+}
+
+// liveRequest is a cached request as the API server has it now when it may have work for its
+// keys (not final and not a plain waiter: no status yet, holding, asked to release); a waiter
+// as cached. gone: it no longer exists.
+func (r *LockReconciler) liveRequest(ctx context.Context, cached *locksv1.LockRequest) (lr *locksv1.LockRequest, gone bool, err error) {
+	if cached.Status.Phase.IsFinal() || (cached.Status.Phase == locksv1.PhasePending && len(queue.HeldLocks(cached)) == 0 && !cached.Spec.Release) {
+		return cached, false, nil
+	}
+	var live locksv1.LockRequest
+	switch err := r.apiReader.Get(ctx, client.ObjectKeyFromObject(cached), &live); {
+	case apierrors.IsNotFound(err):
+		return nil, true, nil
+	case err != nil:
+		return nil, false, fmt.Errorf("read lockrequest %s/%s: %w", cached.Namespace, cached.Name, err)
+	case live.UID != cached.UID:
+		return nil, true, nil
+	}
+	return &live, false, nil
 }
 
 // liveLock reads the key's ProjectLock past the cache; nil when it does not exist.
@@ -402,11 +465,11 @@ func (r *LockReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("lock").
-		For(&locksv1.ProjectLock{}, builder.WithPredicates(relevantUpdates(), r.notOwnEcho())).
+		For(&locksv1.ProjectLock{}, builder.WithPredicates(traceLockEvents(), relevantUpdates(), r.notOwnEcho())).
 		Watches(&locksv1.LockRequest{}, r.requestEvents()).
 		Watches(&locksv1.CommandLock{}, handler.EnqueueRequestsFromMapFunc(r.commandKeys), builder.WithPredicates(relevantUpdates())).
 		Watches(&coordinationv1.Lease{}, handler.EnqueueRequestsFromMapFunc(r.leaseKeys), builder.WithPredicates(leaseShortened())).
-		WithOptions(controller.Options{MaxConcurrentReconciles: r.workers, RateLimiter: retryLimiter(), NewQueue: sharding.NewQueueFunc(r.router, queueOpts...)}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: r.workers, RateLimiter: retryLimiter(), NewQueue: newTrackedQueue(r.keys, r.router, queueOpts...)}).
 		Complete(r)
 }
 
@@ -415,7 +478,11 @@ func (r *LockReconciler) SetupWithManager(mgr ctrl.Manager) error {
 func (r *LockReconciler) notOwnEcho() predicate.Funcs {
 	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
 		pl, ok := e.ObjectNew.(*locksv1.ProjectLock)
-		return !ok || !r.overlay.echoesLock(pl)
+		echo := ok && r.overlay.echoesLock(pl)
+		if l, on := tracing(); on && echo {
+			l.Info("projectlock event", "key", client.ObjectKeyFromObject(pl).String(), "rv", pl.ResourceVersion, "what", "ignored: the key's own write")
+		}
+		return !echo
 	}}
 }
 

@@ -33,8 +33,16 @@ type Metrics struct {
 	Blocked        *prometheus.GaugeVec
 	// Bypasses counts grants that spec.bypassFreeze let past a freeze, by command.
 	Bypasses *prometheus.CounterVec
+	// BreakGlass counts break-glass grants a write freeze lists (spec.admission), by command.
+	BreakGlass *prometheus.CounterVec
 	// EventsDropped counts Kubernetes events over the recorder's budget (memory.go).
 	EventsDropped prometheus.Counter
+	// UndecidedKeys counts the keys the watchdog found with work no decision had reached for
+	// longer than --undecided-key-bound, by where the key was then (watchdog.go).
+	UndecidedKeys *prometheus.CounterVec
+	// LongestUndecided is how long the key with work that has waited longest for a decision
+	// has waited, as of the watchdog's last look.
+	LongestUndecided prometheus.Gauge
 }
 
 var latencyBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600}
@@ -88,13 +96,29 @@ func NewMetrics(reg prometheus.Registerer, requests ...*RequestCounts) *Metrics 
 		Bypasses: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "turnstile_freeze_bypasses_total", Help: "Grants that an admin's spec.bypassFreeze let past a freeze, by command.",
 		}, []string{"command"}),
+		BreakGlass: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "turnstile_admission_bypasses_total", Help: "Break-glass grants (a granted LockRequest with spec.bypassFreeze) that let their owner's writes past a write freeze, by command.",
+		}, []string{"command"}),
 		EventsDropped: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "turnstile_events_dropped_total", Help: "Kubernetes events not sent because they exceeded the recorder's budget (the request's status says the same).",
 		}),
+		UndecidedKeys: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "turnstile_undecided_keys_total",
+			Help: "Keys found with work (a release asked for, a grant to write, an expiry, a free key with waiters, an undecided request) that no decision had reached for longer than --undecided-key-bound, and decided from a live read, by where the key was: queued (waiting for a worker), working (held by a worker), idle (neither: nothing would have decided it).",
+		}, []string{"where"}),
+		LongestUndecided: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "turnstile_undecided_seconds", Help: "How long the key with work that has waited longest for a decision has waited, as of the watchdog's last look (0: every key with work was decided).",
+		}),
+	}
+	// Every place a key can be is exported from the start, at 0: the alert's increase() then
+	// counts the first undecided key too.
+	for _, where := range []string{"queued", "working", "idle"} {
+		m.UndecidedKeys.WithLabelValues(where)
 	}
 	if reg != nil {
 		reg.MustRegister(m.QueueDepth, m.GrantLatency, m.WaitDuration, m.HoldDuration, m.Grants, m.Finished,
-			m.Conflicts, m.PlanWrites, m.StepConflicts, m.Demoted, m.Deadlocks, m.DeadlockChecks, m.FrozenCommand, m.Blocked, m.Bypasses, m.EventsDropped)
+			m.Conflicts, m.PlanWrites, m.StepConflicts, m.Demoted, m.Deadlocks, m.DeadlockChecks, m.FrozenCommand, m.Blocked, m.Bypasses, m.BreakGlass, m.EventsDropped,
+			m.UndecidedKeys, m.LongestUndecided)
 		if len(requests) > 0 {
 			reg.MustRegister(&phaseCollector{counts: requests[0]})
 		}

@@ -25,26 +25,32 @@ type requestQueue = workqueue.TypedRateLimitingInterface[reconcile.Request]
 // reconcile that hands the lock on need not ask the API server whether the holder is really
 // gone.
 func (r *LockReconciler) requestEvents() handler.Funcs {
-	add := func(ctx context.Context, o client.Object, q requestQueue) {
+	add := func(ctx context.Context, kind string, o client.Object, q requestQueue) {
 		for _, k := range requestKeys(ctx, o) {
+			lr, _ := o.(*locksv1.LockRequest)
+			traceEvent(kind, k.String(), lr, "enqueued")
 			q.Add(k)
 		}
 	}
 	return handler.Funcs{
-		CreateFunc: func(ctx context.Context, e event.CreateEvent, q requestQueue) { add(ctx, e.Object, q) },
+		CreateFunc: func(ctx context.Context, e event.CreateEvent, q requestQueue) { add(ctx, "create", e.Object, q) },
 		UpdateFunc: func(ctx context.Context, e event.UpdateEvent, q requestQueue) {
 			oldReq, ok1 := e.ObjectOld.(*locksv1.LockRequest)
 			newReq, ok2 := e.ObjectNew.(*locksv1.LockRequest)
 			if !ok1 || !ok2 {
-				add(ctx, e.ObjectNew, q)
+				add(ctx, "update", e.ObjectNew, q)
 				return
 			}
 			if !decisionInputChanged(oldReq, newReq) {
+				traceEvent("update", "", newReq, "ignored: no decision input changed")
 				return
 			}
 			for _, k := range requestKeys(ctx, newReq) {
 				if !r.overlay.echoesRequest(newReq, k.NamespacedName) {
+					traceEvent("update", k.String(), newReq, "enqueued")
 					q.Add(k)
+				} else {
+					traceEvent("update", k.String(), newReq, "ignored: the key's own write")
 				}
 			}
 		},
@@ -54,9 +60,9 @@ func (r *LockReconciler) requestEvents() handler.Funcs {
 				last = nil // a tombstone: the state before some writes we missed
 			}
 			r.overlay.sawDeleted(e.Object.GetUID(), last, r.clock.Now())
-			add(ctx, e.Object, q)
+			add(ctx, "delete", e.Object, q)
 		},
-		GenericFunc: func(ctx context.Context, e event.GenericEvent, q requestQueue) { add(ctx, e.Object, q) },
+		GenericFunc: func(ctx context.Context, e event.GenericEvent, q requestQueue) { add(ctx, "generic", e.Object, q) },
 	}
 }
 

@@ -2,12 +2,17 @@ package controller_test
 
 import (
 	"fmt"
+	"io"
+	"os"
+	"runtime/pprof"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	"github.com/prometheus/common/expfmt"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
 	"github.com/turnstile-dev/turnstile/internal/testing/framework"
@@ -25,8 +30,55 @@ func churn(ns string, requesters, rounds, keys int, seed int64) int64 {
 		Namespace: ns, Requesters: requesters, Rounds: rounds, Keys: keys,
 		WaitLimit: 180 * time.Second, Poll: 50 * time.Millisecond, Seed: seed,
 	}.Run(ctx, k8s)
+	if err != nil {
+		dumpProcess()
+	}
 	Expect(err).NotTo(HaveOccurred(), func() string { return dump(ns) })
 	return grants
+}
+
+// dumpProcess writes the goroutines and the controller-runtime metrics (work queues) of this
+// process next to TURNSTILE_TEST_LOG, when it is set: what the manager was doing when a churn
+// request waited too long.
+func dumpProcess() {
+	path := os.Getenv("TURNSTILE_TEST_LOG")
+	if path == "" {
+		return
+	}
+	if f, err := os.Create(path + ".goroutines"); err == nil {
+		_ = pprof.Lookup("goroutine").WriteTo(f, 2)
+		_ = f.Close()
+	}
+	mfs, err := ctrlmetrics.Registry.Gather()
+	if err != nil {
+		return
+	}
+	if f, err := os.Create(path + ".metrics"); err == nil {
+		for _, mf := range mfs {
+			_, _ = expfmt.MetricFamilyToText(f, mf)
+		}
+		_ = f.Close()
+	}
+}
+
+// startMeter starts an UndecidedMeter on ns, stopped at cleanup; with TURNSTILE_TEST_LOG set,
+// it logs what it saw beside the managers' log.
+func startMeter(ns string) *framework.UndecidedMeter {
+	GinkgoHelper()
+	var log io.Writer
+	if path := os.Getenv("TURNSTILE_TEST_LOG"); path != "" {
+		f, err := os.Create(path + ".watch-" + ns)
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(f.Close)
+		log = f
+	}
+	m, err := framework.StartUndecidedMeter(ctx, k8s, ns, log)
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(func() {
+		GinkgoWriter.Println(m.Report(ns))
+		m.Stop()
+	})
+	return m
 }
 
 // dump describes a namespace's locks and requests, for a failure message.
@@ -67,9 +119,13 @@ var _ = Describe("Safety under concurrency", func() {
 	churnSafely := func(requesters, rounds, keys int, seed int64) {
 		ns := newNamespace()
 		ic := framework.StartChecker(ctx, k8s, ns)
+		meter := startMeter(ns)
 		grants := churn(ns, requesters, rounds, keys, seed)
 		Expect(grants).To(BeEquivalentTo(requesters * rounds))
 		expectNoViolations(ic, grants)
+		longest, what, items := meter.Longest()
+		Expect(items).To(BeNumerically(">=", requesters*rounds), "the meter should have timed every request's first status at least")
+		Expect(longest).To(BeNumerically("<=", undecidedLimit), "a key with work went undecided for %s (%s)", longest, what)
 	}
 
 	It("never grants one key to two holders with 50 requesters churning on one key", func() {

@@ -41,7 +41,15 @@ type SetupOptions struct {
 	// Clock is the one clock of every controller and the deadlock detector (grants, expiry,
 	// aging, retention); nil is the real clock. The fault tests give replicas skewed clocks.
 	Clock clock.WithTicker
+	// UndecidedBound is how long a key may show work (a release asked for, a grant to write, an
+	// expiry, a free key with waiters, a request without a status) without a decision before
+	// the watchdog decides it from a live read and reports it; 0 turns the watchdog off.
+	UndecidedBound time.Duration
 }
+
+// DefaultUndecidedBound is --undecided-key-bound's default: a hand-off takes milliseconds, and
+// a few seconds on an API server so loaded that each write takes most of a second.
+const DefaultUndecidedBound = 30 * time.Second
 
 // CacheOptions are the cache settings the controllers are written for. Cached objects carry no
 // managedFields: nothing here reads them, they are a large part of a small object such as a
@@ -152,6 +160,11 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o SetupOptions) error {
 	locks := NewLockReconciler(mgr.GetClient(), mgr.GetAPIReader(), recorder, opts...)
 	if err := locks.SetupWithManager(mgr); err != nil {
 		return err
+	}
+	if o.UndecidedBound > 0 {
+		if err := mgr.Add(NewWatchdog(locks, o.UndecidedBound)); err != nil {
+			return err
+		}
 	}
 	if err := NewCommandLockReconciler(mgr.GetClient(), mgr.GetAPIReader(), recorder, WithFreezeFlags(o.Freeze), WithMetrics(m), WithRouter(o.Router), WithClock(clk)).SetupWithManager(mgr); err != nil {
 		return err

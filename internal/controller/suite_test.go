@@ -3,14 +3,19 @@ package controller_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"strconv"
 	"testing"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	"go.uber.org/zap/zapcore"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
 	"github.com/turnstile-dev/turnstile/internal/controller"
@@ -48,10 +53,29 @@ func testOptions() controller.SetupOptions {
 		Retention:      4 * time.Second,
 		DeadlockPolicy: deadlock.PolicyNewest,
 		DeadlockScan:   2 * time.Second,
+		UndecidedBound: undecidedBound,
 	}
 }
 
+// undecidedBound is the suite's --undecided-key-bound: a third of the default, so the bound the
+// churn specs assert (undecidedLimit) is tight.
+const undecidedBound = 10 * time.Second
+
+// undecidedLimit is the longest a key with work may go undecided, as a client sees it: the
+// watchdog looks every third of the bound and finds it past the bound, then decides it; a
+// decision on a loaded API server takes a few writes of up to a second each.
+const undecidedLimit = 2 * undecidedBound
+
 var _ = BeforeSuite(func() {
+	// TURNSTILE_TEST_LOG=FILE writes the managers' logs there, at TURNSTILE_TEST_LOG_V (the key
+	// trace is at 2): to follow a key that stood still.
+	if path := os.Getenv("TURNSTILE_TEST_LOG"); path != "" {
+		f, err := os.Create(path)
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(f.Close)
+		v, _ := strconv.Atoi(os.Getenv("TURNSTILE_TEST_LOG_V"))
+		ctrl.SetLogger(zap.New(zap.WriteTo(f), zap.Level(zapcore.Level(-v)), func(o *zap.Options) { o.TimeEncoder = zapcore.RFC3339NanoTimeEncoder }))
+	}
 	env = framework.StartEnv()
 	k8s = env.Client
 	options = testOptions()

@@ -84,8 +84,8 @@ func freeze(ctx context.Context, c ctrlclient.Client, a actionRequest, now time.
 	return fmt.Sprintf("commandlock %s frozen", command), nil
 }
 
-// FreezeCommand sets the CommandLock named command to spec, creating it if it does not exist, as
-// `kubectl turnstile freeze` and the page's Freeze button both do.
+// FreezeCommand sets the CommandLock named command to spec (keeping its windows and write freeze),
+// creating it if it does not exist, as `kubectl turnstile freeze` and the page's Freeze button both do.
 func FreezeCommand(ctx context.Context, c ctrlclient.Client, command string, spec locksv1.CommandLockSpec) error {
 	var cl locksv1.CommandLock
 	err := c.Get(ctx, ctrlclient.ObjectKey{Name: command}, &cl)
@@ -97,6 +97,8 @@ func FreezeCommand(ctx context.Context, c ctrlclient.Client, command string, spe
 		return err
 	}
 	patch := ctrlclient.MergeFrom(cl.DeepCopy())
+	// A manual freeze leaves the windows and the write freeze as they are.
+	spec.Windows, spec.Admission = cl.Spec.Windows, cl.Spec.Admission
 	cl.Spec = spec
 	return c.Patch(ctx, &cl, patch)
 }

@@ -116,12 +116,22 @@ func plan(d Decision, name string, lock *locksv1.ProjectLock) Decision {
 	for _, u := range d.Grant {
 		w = append(w, requestWrite(WriteGrant, StepGrant, u, grantWhy(u)))
 	}
-	for _, u := range d.Waiting {
-		why := "waits"
-		if u.Refresh {
-			why = "its queue position moved"
+	// A waiter's first status (or one that changes what it may do) is a decision: until it is
+	// written the request reads undecided. A refresh of a position is information. Decisions
+	// first: behind 20 refreshes of a deep queue, a new request waited out all of them, seconds
+	// each under load (issue #47).
+	// guard:refresh-after-decisions
+	for _, refresh := range []bool{false, true} {
+		for _, u := range d.Waiting {
+			if u.Refresh != refresh {
+				continue
+			}
+			why := "waits"
+			if u.Refresh {
+				why = "its queue position moved"
+			}
+			w = append(w, requestWrite(WriteWaiting, StepWaiters, u, why))
 		}
-		w = append(w, requestWrite(WriteWaiting, StepWaiters, u, why))
 	}
 	d.Writes = w
 	return d

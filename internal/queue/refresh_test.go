@@ -97,6 +97,32 @@ func TestRefreshBudget(t *testing.T) {
 	}
 }
 
+// TestDecisionsBeforeRefreshes: in the plan, a waiter's first status (a decision: until it is
+// written the request reads undecided) comes before every position refresh (information), so a
+// newcomer is never undecided behind a deep queue's refreshes (issue #47).
+func TestDecisionsBeforeRefreshes(t *testing.T) {
+	w := deepQueue(t, 5)
+	w.del("uid-holder")
+	w.add(makeReq("late").Owner("late", 99).Obj())
+	d := Decide(w.input(name1, now.Add(2*time.Second), testConfig()))
+	var got []string
+	refreshing := false
+	for _, wr := range d.Writes {
+		if wr.Kind != WriteWaiting {
+			continue
+		}
+		got = append(got, wr.Object)
+		if wr.Update.Refresh {
+			refreshing = true
+		} else if refreshing {
+			t.Errorf("the first status of %s is planned after a position refresh: %v", wr.Object, got)
+		}
+	}
+	if len(got) != 5 || got[0] != "late" {
+		t.Errorf("waiter writes %v: want the newcomer's first status, then the 4 refreshes (the head is granted)", got)
+	}
+}
+
 // BenchmarkDecideHandOffDepth1000 is the reconcile after a hand-off in a deep queue, with the
 // refresh budget a key's default write rate allows at once.
 func BenchmarkDecideHandOffDepth1000(b *testing.B) {

@@ -345,7 +345,7 @@ func (c *staleChecker) check(w *staleWorld) []string {
 					}
 					// A counted grant's token is its own, above every grant's before it (a
 					// request joining its own identity's exclusive holding shares its token).
-					if (o.counted || me.counted) && keyTok <= o.first && (o.id != me.id || !(o.exclusive || me.exclusive || heldExclusive)) {
+					if (o.counted || me.counted) && keyTok <= o.first && (o.id != me.id || (!o.exclusive && !me.exclusive && !heldExclusive)) {
 						out = append(out, fmt.Sprintf("TM: %s (%v, counted=%v) holds %s with token %d, not above %d of %v's grant before it (counted=%v)",
 							r.Name, me.id, me.counted, name, keyTok, o.first, o.id, o.counted))
 					}

@@ -4,8 +4,8 @@ import (
 	"archive/zip"
 	"fmt"
 	"io"
+	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -179,7 +179,11 @@ func transitions(loc *time.Location, from, to time.Time) []zoneTransition {
 // time/tzdata embeds in the manager), by name.
 func zones(t *testing.T) map[string]*time.Location {
 	t.Helper()
-	path := filepath.Join(runtime.GOROOT(), "lib", "time", "zoneinfo.zip")
+	goroot, err := exec.Command("go", "env", "GOROOT").Output()
+	if err != nil {
+		t.Fatalf("go env GOROOT: %v", err)
+	}
+	path := filepath.Join(strings.TrimSpace(string(goroot)), "lib", "time", "zoneinfo.zip")
 	zr, err := zip.OpenReader(path)
 	if err != nil {
 		t.Fatalf("the toolchain's zone database: %v", err)

@@ -116,6 +116,10 @@ type Request struct {
 	// WaitTimeout bounds the wait on the server side; nil waits until the context ends. Use
 	// TryAcquire for "fail at once if busy".
 	WaitTimeout *time.Duration
+	// BypassFreeze, when set, is the reason for an emergency grant past every freeze
+	// (spec.bypassFreeze), and for a break glass past a write freeze: it needs the bypassfreeze
+	// permission on lockrequests in the namespace.
+	BypassFreeze string
 }
 
 // Client acquires locks in one namespace.
@@ -208,6 +212,9 @@ func (c *Client) Create(ctx context.Context, r Request) (*locksv1.LockRequest, e
 	}
 	if r.WaitTimeout != nil {
 		lr.Spec.WaitTimeout = &metav1.Duration{Duration: *r.WaitTimeout}
+	}
+	if r.BypassFreeze != "" {
+		lr.Spec.BypassFreeze = &locksv1.FreezeBypass{Reason: r.BypassFreeze}
 	}
 	if err := c.c.Create(ctx, lr); err != nil {
 		return nil, fmt.Errorf("create lockrequest: %w", err)

@@ -34,6 +34,13 @@ import (
 // system:serviceaccount:turnstile-system:turnstile-controller-manager.
 func startManagerAsServiceAccount() {
 	GinkgoHelper()
+	DeferCleanup(runManagerAsServiceAccount())
+}
+
+// runManagerAsServiceAccount runs the Turnstile controllers as the manager's ServiceAccount
+// until the returned stop is called (a spec that stops and starts the manager on its way).
+func runManagerAsServiceAccount() (stop func()) {
+	GinkgoHelper()
 	user, groups := serviceAccount("turnstile-system", "turnstile-controller-manager")
 	Expect(user).To(Equal(managerSA))
 	cfg := rest.CopyConfig(env.Config)
@@ -52,10 +59,15 @@ func startManagerAsServiceAccount() {
 	Expect(controller.Setup(mctx, mgr, controller.SetupOptions{Workers: 2, Queue: queue.DefaultConfig()})).To(Succeed())
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(mctx) }()
-	DeferCleanup(func() {
+	stopped := false
+	return func() {
+		if stopped {
+			return
+		}
+		stopped = true
 		cancel()
 		Eventually(done, settle).Should(Receive(BeNil()))
-	})
+	}
 }
 
 // outcome is a request's phase and its Granted condition's reason and message.

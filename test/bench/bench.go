@@ -120,6 +120,9 @@ type Config struct {
 	// Gated sizes the "gated" phase (BENCH_PHASES=gated): a gated Pod's grant → bound with the
 	// real kube-scheduler, beside an ungated Pod's create → bound.
 	Gated GatedConfig `json:"gated"`
+	// Freeze sizes the "freeze" phase (BENCH_PHASES=freeze): the latency the write-freeze
+	// policies add per write with 0, 10 and 100 CommandLocks, beside no policy.
+	Freeze FreezeConfig `json:"freeze"`
 
 	// ProfileSeconds, when positive, serves pprof from the manager and records a CPU profile
 	// of that many seconds from the start of each back-to-back hand-off run, as
@@ -166,6 +169,7 @@ func Full() Config {
 		ReplicasPhase: ReplicasConfig{Replicas: 2, Rounds: 5},
 		RunPhase:      RunConfig{Samples: 40},
 		Gated:         GatedConfig{Samples: 40},
+		Freeze:        FreezeConfig{Samples: 300, Rounds: 2, Locks: []int{0, 10, 100}},
 		Roll:          RollConfig{Replicas: 2, Keys: 4, Steady: Duration(30 * time.Second), Rounds: 5},
 	}
 }
@@ -186,12 +190,13 @@ func Smoke() Config {
 	c.ReplicasPhase.Rounds = 1
 	c.RunPhase.Samples = 2
 	c.Gated.Samples = 2
+	c.Freeze = FreezeConfig{Samples: 6, Rounds: 1, Locks: []int{0, 2}}
 	c.Roll = RollConfig{Replicas: 2, Keys: 2, Steady: Duration(2 * time.Second), Rounds: 1}
 	return c
 }
 
 // phases are the phases Config.Phases may name.
-var phases = []string{"steady", "scale", "run", "shared", "gated", "replicas", "failover", "roll"}
+var phases = []string{"steady", "scale", "run", "shared", "gated", "freeze", "replicas", "failover", "roll"}
 
 // runs says whether phase is to run.
 func (c Config) runs(phase string) bool {
@@ -220,6 +225,8 @@ func (c Config) validate() error {
 		return errors.New("the run phase needs a plugin binary and at least 1 sample")
 	case c.runs("gated") && c.Gated.Samples < 1:
 		return errors.New("the gated phase needs at least 1 sample")
+	case c.runs("freeze") && (c.Freeze.Samples < 3 || c.Freeze.Rounds < 1 || len(c.Freeze.Locks) == 0 || !slices.IsSorted(c.Freeze.Locks) || c.Freeze.Locks[0] < 0):
+		return errors.New("the freeze phase needs at least 3 samples (a create, an update, a delete), a round and ascending CommandLock counts")
 	case c.Roll.Replicas < 1 || c.Roll.Keys < 1 || c.Roll.Steady <= 0 || c.Roll.Rounds < 1:
 		return errors.New("the roll phase needs a replica, a key and a steady window")
 	case c.ReplicasPhase.Replicas < 2 || c.ReplicasPhase.Rounds < 1:
@@ -350,6 +357,15 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	return res, nil
 }
 
+// ensureManager starts the steady-state manager unless it runs.
+func (b *bench) ensureManager(ctx context.Context) error {
+	if b.mgr != nil {
+		return nil
+	}
+	b.step("starting the manager")
+	return b.startManager(ctx, true)
+}
+
 func (b *bench) runPhases(ctx context.Context, res *Result) error {
 	if b.cfg.runs("steady") || b.cfg.runs("scale") {
 		if err := b.steadyPhases(ctx, res); err != nil {
@@ -357,11 +373,8 @@ func (b *bench) runPhases(ctx context.Context, res *Result) error {
 		}
 	}
 	if b.cfg.runs("run") {
-		if b.mgr == nil {
-			b.step("starting the manager")
-			if err := b.startManager(ctx, true); err != nil {
-				return err
-			}
+		if err := b.ensureManager(ctx); err != nil {
+			return err
 		}
 		r, err := b.runPhase(ctx)
 		if err != nil {
@@ -370,11 +383,8 @@ func (b *bench) runPhases(ctx context.Context, res *Result) error {
 		res.Run = &r
 	}
 	if b.cfg.runs("shared") {
-		if b.mgr == nil {
-			b.step("starting the manager")
-			if err := b.startManager(ctx, true); err != nil {
-				return err
-			}
+		if err := b.ensureManager(ctx); err != nil {
+			return err
 		}
 		b.step(fmt.Sprintf("shared: %d readers and a writer on one key, beside %d exclusive waiters", sharedReaders, sharedReaders))
 		r, err := b.sharedPhase(ctx)
@@ -387,6 +397,16 @@ func (b *bench) runPhases(ctx context.Context, res *Result) error {
 		if err := b.gated(ctx, res); err != nil {
 			return err
 		}
+	}
+	if b.cfg.runs("freeze") {
+		if err := b.ensureManager(ctx); err != nil {
+			return err
+		}
+		r, err := b.freezePhase(ctx)
+		if err != nil {
+			return fmt.Errorf("freeze: %w", err)
+		}
+		res.Freeze = &r
 	}
 	if b.cfg.runs("replicas") || b.cfg.runs("failover") || b.cfg.runs("roll") {
 		// These phases run their own managers; the steady-state one would act on every key.

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -121,6 +122,19 @@ func TestSmoke(t *testing.T) {
 		latency("ungated create → bound", g.UngatedCreateToBound, cfg.Gated.Samples)
 	}
 
+	if fr := back.Freeze; fr == nil {
+		t.Error("no freeze phase in the result")
+	} else {
+		per := cfg.Freeze.Samples * cfg.Freeze.Rounds
+		latency("writes with no freeze policy", fr.NoPolicy.All, per)
+		check("want one freeze result per CommandLock count", len(fr.ByLocks) == len(cfg.Freeze.Locks))
+		for i, w := range fr.ByLocks {
+			check("freeze CommandLock count", w.Locks == cfg.Freeze.Locks[i])
+			latency(fmt.Sprintf("writes with %d CommandLocks", w.Locks), w.All, per)
+			latency("creates", w.Create, per/3)
+			latency("deletes", w.Delete, per/3)
+		}
+	}
 	check("detection rounds", len(back.Detection.Rounds) == 2*cfg.DetectionRounds)
 	check("detection on and off must both hand off", back.Detection.HandoffsPerSecOn > 0 && back.Detection.HandoffsPerSecOff > 0)
 	for _, r := range back.Detection.Rounds {

@@ -33,6 +33,7 @@ type Result struct {
 	Run          *RunResult      `json:"run,omitempty"`
 	Shared       *SharedResult   `json:"shared,omitempty"`
 	Gated        *GatedResult    `json:"gated,omitempty"`
+	Freeze       *FreezeResult   `json:"freeze,omitempty"`
 	Replicas     *ReplicasResult `json:"replicas,omitempty"`
 	Failover     *FailoverResult `json:"failover,omitempty"`
 	Roll         *RollResult     `json:"roll,omitempty"`
@@ -293,6 +294,7 @@ func (r *Result) sharedRows(t *table) {
 		add(fmt.Sprintf("Exclusive, same run (%d waiters): release → next Granted, p50 / p99", sr.Readers), lat(sr.Exclusive))
 	}
 	t.rows = append(t.rows, r.gatedRows()...)
+	t.rows = append(t.rows, r.freezeRows()...)
 }
 
 func (r *Result) replicasRows(t *table) {

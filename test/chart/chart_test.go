@@ -302,9 +302,13 @@ func admissionObjects(objs []object, rename func(string) string) map[string]any 
 			if p, ok := spec["policyName"].(string); ok {
 				spec["policyName"] = rename(p)
 			}
+			// A paramRef names the params ConfigMap, or selects params by labels (the write
+			// freezes: every CommandLock), which nothing renames.
 			if ref, ok := spec["paramRef"].(map[string]any); ok {
 				r := maps.Clone(ref)
-				r["name"] = rename(r["name"].(string))
+				if name, ok := r["name"].(string); ok {
+					r["name"] = rename(name)
+				}
 				spec["paramRef"] = r
 			}
 			key := o.Kind() + " " + rename(o.Meta("name"))
@@ -354,10 +358,10 @@ var admissionModes = map[string]struct {
 	objects int
 }{
 	"MutatingAdmissionPolicy v1 (1.36 and later)": {"config/default",
-		[]string{"--api-versions", "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy"}, 33}, // 16 policies, 16 bindings, 1 ConfigMap
+		[]string{"--api-versions", "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy"}, 37}, // 18 policies, 18 bindings, 1 ConfigMap
 	"MutatingAdmissionPolicy v1beta1 (1.34, 1.35 with it enabled)": {"config/overlays/mutating-v1beta1",
-		[]string{"--api-versions", "admissionregistration.k8s.io/v1beta1/MutatingAdmissionPolicy"}, 33},
-	"no MutatingAdmissionPolicy (validating only)": {"config/overlays/validating-only", nil, 25}, // the 4 mutating ones and their bindings left out
+		[]string{"--api-versions", "admissionregistration.k8s.io/v1beta1/MutatingAdmissionPolicy"}, 37},
+	"no MutatingAdmissionPolicy (validating only)": {"config/overlays/validating-only", nil, 29}, // the 4 mutating ones and their bindings left out
 }
 
 // TestAdmissionMatchesKustomize: with admissionPolicies.enabled (the default) the chart
@@ -389,7 +393,8 @@ func testAdmissionMatches(t *testing.T, kustomize []object, helmArgs []string, o
 					want["ConfigMap "+tc.namespace+"/"+strings.TrimPrefix(k, "ConfigMap turnstile-system/")] = v
 				}
 				if spec, ok := v.(map[string]any); ok {
-					if ref, ok := spec["paramRef"].(map[string]any); ok {
+					// The params ConfigMap's; CommandLocks are cluster-scoped.
+					if ref, ok := spec["paramRef"].(map[string]any); ok && ref["name"] != nil {
 						ref["namespace"] = tc.namespace
 					}
 				}

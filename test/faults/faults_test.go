@@ -327,6 +327,14 @@ var _ = Describe("Faults, judged from the clients' records", func() {
 			Expect(err).NotTo(HaveOccurred())
 		}
 		r.ns = framework.CreateNamespace(ctx, r.cl.client, "faults-")
+		// How long a key with work went undecided, fault and recovery included (make
+		// soak-undecided reads the line).
+		meter, err := framework.StartUndecidedMeter(ctx, r.cl.client, r.ns, nil)
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(func() {
+			GinkgoWriter.Println(meter.Report(r.ns))
+			meter.Stop()
+		})
 		r.ps = newProxies(r.cl.apiAddr)
 		DeferCleanup(r.ps.stop)
 		clk := clock{start: time.Now()}

@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -236,6 +237,12 @@ spec:
         image: busybox
         command: ["sh", "-c", "echo applying"]
 `
+		if !mutating {
+			// Nothing is filled in: alice writes what the mutating policies would have given it.
+			manifest = strings.Replace(manifest, "  name: "+name+"\n", "  name: "+name+"\n"+
+				"  labels: {locks.turnstile.dev/gated: \"true\"}\n  annotations: {locks.turnstile.dev/created-by: alice}\n", 1)
+			manifest = strings.Replace(manifest, "spec:\n  backoffLimit: 0\n", "spec:\n  suspend: true\n  backoffLimit: 0\n", 1)
+		}
 		kubectl := framework.AdminKubectl(env, env.Kubectl())
 		out, err := kubectl.Run(manifest, "--as=alice", "-n", ns, "create", "-f", "-")
 		Expect(err).NotTo(HaveOccurred(), out)

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -30,14 +31,19 @@ import (
 // Scheme knows the built-in types and Turnstile's: the manager's own (controller.NewScheme).
 var Scheme = controller.NewScheme()
 
-// RepoRoot finds the repository root (the directory holding go.mod) from the working directory.
+// rootModule is the module line of the repository's own go.mod: the modules nested in the tree
+// (hack/kal, test/gitopsfreeze) have go.mod files of their own.
+const rootModule = "module github.com/turnstile-dev/turnstile\n"
+
+// RepoRoot finds the repository root (the directory holding Turnstile's go.mod, not a nested
+// module's) from the working directory.
 func RepoRoot() (string, error) {
 	dir, err := os.Getwd()
 	if err != nil {
 		return "", err
 	}
 	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && strings.HasPrefix(string(b), rootModule) {
 			return dir, nil
 		}
 		parent := filepath.Dir(dir)
@@ -171,11 +177,12 @@ type Manager struct {
 	done   chan error
 }
 
-// StartManager runs the Turnstile controllers in-process until Stop, with the given options.
-func (e *Env) StartManager(o controller.SetupOptions) (*Manager, error) {
+// StartManager runs the Turnstile controllers in-process until Stop, with the given options;
+// with changes, the manager's options changed by each (a test's client that delays writes).
+func (e *Env) StartManager(o controller.SetupOptions, changes ...func(*ctrl.Options)) (*Manager, error) {
 	cfg := rest.CopyConfig(e.Config)
 	cfg.QPS, cfg.Burst = 1000, 2000
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+	mo := ctrl.Options{
 		Scheme:                 Scheme,
 		Cache:                  controller.CacheOptions(),
 		NewCache:               controller.NewCache,
@@ -183,7 +190,11 @@ func (e *Env) StartManager(o controller.SetupOptions) (*Manager, error) {
 		HealthProbeBindAddress: "0",
 		// Tests run several managers in one process (two at once, or one after a "crash").
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
-	})
+	}
+	for _, change := range changes {
+		change(&mo)
+	}
+	mgr, err := ctrl.NewManager(cfg, mo)
 	if err != nil {
 		return nil, err
 	}

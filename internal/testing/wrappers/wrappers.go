@@ -414,6 +414,18 @@ func (w *CommandLockWrapper) Until(t time.Time) *CommandLockWrapper {
 	return w
 }
 
+// Admission makes the freeze hold back writes too (spec.admission).
+func (w *CommandLockWrapper) Admission(a locksv1.AdmissionFreeze) *CommandLockWrapper {
+	w.Spec.Admission = &a
+	return w
+}
+
+// Window adds a window.
+func (w *CommandLockWrapper) Window(win locksv1.FreezeWindow) *CommandLockWrapper {
+	w.Spec.Windows = append(w.Spec.Windows, win)
+	return w
+}
+
 // Status sets what the controller reports: active holders, blocked requests, and conditions.
 func (w *CommandLockWrapper) Status(active, blocked int32, conds ...metav1.Condition) *CommandLockWrapper {
 	w.CommandLock.Status = locksv1.CommandLockStatus{ActiveHolders: active, BlockedRequests: blocked, ObservedGeneration: w.Generation, Conditions: conds}
