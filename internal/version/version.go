@@ -63,3 +63,14 @@ func (i Info) String() string {
 	}
 	return fmt.Sprintf("%s (commit %s, %s, %s)", i.Version, c, i.GoVersion, i.Platform)
 }
+
+// CompatibilityLevel is the level of this release's state in a cluster. Every object the chart
+// and the install bundle ship carries it in the label locks.turnstile.dev/compatibility-level,
+// and config/compatibility's policy refuses an update that lowers it: a downgrade to a release
+// of a lower level is refused. It rises only when a manager of the level before could not keep
+// this release's state safely (docs/install.md, "Downgrades"):
+//
+//	1  every release before the label
+//	2  workload requests stamped with their workload (issue #41): a level-1 manager deletes them
+//	   as leftovers while their Jobs run
+const CompatibilityLevel = 2
