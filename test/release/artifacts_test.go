@@ -17,7 +17,9 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -302,9 +304,46 @@ func tarNames(t *testing.T, path string) []string {
 	}
 }
 
-// pluginPlatforms are the plugin's archives' platforms.
-var pluginPlatforms = []struct{ os, arch string }{
+// allPluginPlatforms are the plugin's archives' platforms in a release make release builds whole.
+var allPluginPlatforms = []platform{
 	{"darwin", "amd64"}, {"darwin", "arm64"}, {"linux", "amd64"}, {"linux", "arm64"}, {"windows", "amd64"}, {"windows", "arm64"},
+}
+
+type platform struct{ os, arch string }
+
+// pluginNotes is the notes' line that names the plugin's platforms.
+var pluginNotes = regexp.MustCompile(`(?m)^- kubectl plugin \(([^)]*)\):`)
+
+// pluginPlatforms are the platforms whose plugin archives the release says it has (its notes):
+// all of allPluginPlatforms, or some of them in a release built with RELEASE_PLATFORMS (make test's
+// and CI's: TEST_RELEASE_PLATFORMS in the Makefile, to keep their minutes). The directory must hold
+// an archive for each, and no other.
+func pluginPlatforms(t *testing.T, r releasebuild.Release) []platform {
+	t.Helper()
+	m := pluginNotes.FindStringSubmatch(readFile(t, filepath.Join(r.Dir, "RELEASE_NOTES.md")))
+	if m == nil {
+		t.Fatalf("%s names no plugin platforms", filepath.Join(r.Dir, "RELEASE_NOTES.md"))
+	}
+	var out []platform
+	for _, name := range strings.Split(m[1], ", ") {
+		goos, arch, _ := strings.Cut(name, "/")
+		p := platform{goos, arch}
+		if !slices.Contains(allPluginPlatforms, p) {
+			t.Fatalf("the notes name plugin platform %q, which make release does not build", name)
+		}
+		out = append(out, p)
+	}
+	archives, err := filepath.Glob(filepath.Join(r.Dir, "kubectl-turnstile_*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(archives) != len(out) {
+		t.Fatalf("the release has %d plugin archives, and its notes name %d platforms: %v", len(archives), len(out), archives)
+	}
+	if len(out) < len(allPluginPlatforms) {
+		t.Logf("the release was built for some platforms only (RELEASE_PLATFORMS): the plugin's %v", out)
+	}
+	return out
 }
 
 func archiveName(r releasebuild.Release, goos, arch string) string {
@@ -378,7 +417,7 @@ func binaryPlatform(data []byte) string {
 
 func TestPluginArchives(t *testing.T) {
 	r := headRelease(t)
-	for _, p := range pluginPlatforms {
+	for _, p := range pluginPlatforms(t, r) {
 		name, mode, body := pluginBinary(t, filepath.Join(r.Dir, archiveName(r, p.os, p.arch)))
 		wantName := "kubectl-turnstile"
 		if p.os == "windows" {
@@ -408,7 +447,7 @@ func TestKrewInstallsThePlugin(t *testing.T) {
 	if err := os.Symlink(krew, filepath.Join(bin, "kubectl-krew")); err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range pluginPlatforms {
+	for _, p := range pluginPlatforms(t, r) {
 		krewRoot := filepath.Join(t.TempDir(), "krew")
 		env := []string{"KREW_ROOT=" + krewRoot, "KREW_OS=" + p.os, "KREW_ARCH=" + p.arch, "KREW_NO_UPGRADE_CHECK=1",
 			"PATH=" + bin + string(os.PathListSeparator) + os.Getenv("PATH")}
@@ -557,7 +596,7 @@ func TestSBOMsListWhatTheBinariesLink(t *testing.T) {
 		t.Logf("image SBOM, linux/%s: %d modules, as go version -m reads them", arch, len(want))
 	}
 	plugin := readSBOM(t, filepath.Join(r.Dir, "kubectl-turnstile.cdx.json"))
-	for _, p := range pluginPlatforms {
+	for _, p := range pluginPlatforms(t, r) {
 		_, _, binary := pluginBinary(t, filepath.Join(r.Dir, archiveName(r, p.os, p.arch)))
 		if diff := cmp.Diff(goVersionModules(t, binary), sbomModules(t, plugin, binary)); diff != "" {
 			t.Errorf("plugin %s/%s: the SBOM's modules differ from go version -m (-go +sbom):\n%s", p.os, p.arch, diff)

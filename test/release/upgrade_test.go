@@ -88,12 +88,72 @@ func TestUpgradeWithLocksHeld(t *testing.T) {
 	upgradeWithLocksHeld(t, previousRelease(t), headRelease(t), true)
 }
 
-// TestDowngradeWithLocksHeld is the same the other way: from this release back to the
-// previous one (helm upgrade with the previous chart, or helm rollback). Downgrading to the
-// previous release is supported; docs/install.md says so and what it drops.
-func TestDowngradeWithLocksHeld(t *testing.T) {
-	// The previous release's manager does not log its version (it came with this one).
-	upgradeWithLocksHeld(t, headRelease(t), previousRelease(t), false)
+// TestDowngradeIsRefused goes the other way, from this release back to the previous one, with
+// locks held: the previous release's manager cannot keep this one's state (it takes a gated
+// Job's stamped request for the leftover of an earlier Job of that name and deletes it while
+// the Job runs, so the Job's lock goes to the next waiter), so the compatibility floor
+// (config/compatibility) refuses it. helm upgrade to the previous chart fails with the reason;
+// the CRDs and the Deployment stay this release's; helm upgrade with this release's chart
+// restores what the failed upgrade did change (its admission policies); and nothing held, queued or frozen moved, and the
+// queues go on under this release's managers. docs/install.md, "Downgrades", says the same.
+func TestDowngradeIsRefused(t *testing.T) {
+	g := gomega.NewWithT(t)
+	format.MaxLength = 0
+	g.SetDefaultEventuallyTimeout(settle)
+	g.SetDefaultEventuallyPollingInterval(50 * time.Millisecond)
+	from, to := headRelease(t), previousRelease(t)
+	bin := managerOf(t, from)
+	c := startCluster(t)
+	c.helm("install", "turnstile", from.Chart(), "-n", systemNS)
+	c.waitInstalled(g)
+	a, b := c.startManager(bin, "turnstile-a-"+from.Version), c.startManager(bin, "turnstile-b-"+from.Version)
+	c.waitMembers(g, a, b)
+	w := c.watch(t)
+	s := c.takeLocks(g)
+	before := c.snapshot(g)
+	installed := c.installedState()
+
+	t.Logf("downgrading to %s: helm upgrade with its chart", to.Version)
+	out, err := c.helmErr("upgrade", "turnstile", to.Chart(), "-n", systemNS)
+	if err == nil {
+		t.Fatalf("helm upgrade to %s went through:\n%s", to.Version, out)
+	}
+	for _, want := range []string{
+		"Turnstile refuses this downgrade: customresourcedefinitions lockrequests.locks.turnstile.dev was written by a Turnstile release of compatibility level 2, and this one has none",
+		"Turnstile refuses this downgrade: deployments turnstile-controller-manager",
+		`docs/install.md, "Downgrades"`,
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("helm upgrade to %s failed without saying %q:\n%v", to.Version, want, err)
+		}
+	}
+	g.Expect(c.installedState()).To(gomega.Equal(installed), "the CRDs and the Deployment after the refused downgrade")
+
+	// helm rollback cannot: its patch is computed from the failed revision's manifest, which
+	// lacks this release's new objects. helm upgrade computes it from the last deployed one.
+	t.Logf("helm upgrade with %s's chart again", from.Version)
+	c.helm("upgrade", "turnstile", from.Chart(), "-n", systemNS)
+	c.waitInstalled(g)
+	g.Expect(c.installedState()).To(gomega.Equal(installed), "the CRDs and the Deployment after the upgrade again")
+	g.Consistently(func() string { return c.snapshot(g) }).WithTimeout(3*time.Second).WithPolling(250*time.Millisecond).
+		Should(gomega.Equal(before), "the locks' state after the refused downgrade")
+	s.goOn(t, g, c)
+	w.check(t, s.released)
+	for _, m := range []*managerProc{a, b} {
+		if lines := m.p.ForbiddenLines(); len(lines) > 0 {
+			t.Errorf("%s was forbidden something:\n%s", m.name, strings.Join(lines, "\n"))
+		}
+	}
+}
+
+// installedState is what a downgrade must not change: each CRD's schema and labels, and the
+// Deployment's labels and pod template.
+func (c *cluster) installedState() string {
+	c.t.Helper()
+	return c.kubectl("", "get", "crd/lockrequests.locks.turnstile.dev", "crd/projectlocks.locks.turnstile.dev", "crd/commandlocks.locks.turnstile.dev",
+		"-o", "jsonpath={range .items[*]}{.metadata.name} {.metadata.labels} {.spec.versions}{\"\\n\"}{end}") +
+		c.kubectl("", "-n", systemNS, "get", "deployment", "-l", "app.kubernetes.io/part-of=turnstile",
+			"-o", "jsonpath={range .items[*]}{.metadata.name} {.metadata.labels} {.spec.template}{\"\\n\"}{end}")
 }
 
 const (
@@ -198,7 +258,15 @@ func (c *cluster) kubectl(stdin string, args ...string) string {
 
 func (c *cluster) helm(args ...string) string {
 	c.t.Helper()
-	return run(c.t, root, []string{"HELM_CACHE_HOME=" + c.dir + "/helm", "HELM_CONFIG_HOME=" + c.dir + "/helm", "HELM_DATA_HOME=" + c.dir + "/helm"},
+	out, err := c.helmErr(args...)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return out
+}
+
+func (c *cluster) helmErr(args ...string) (string, error) {
+	return runErr(root, []string{"HELM_CACHE_HOME=" + c.dir + "/helm", "HELM_CONFIG_HOME=" + c.dir + "/helm", "HELM_DATA_HOME=" + c.dir + "/helm"},
 		helm(c.t), append(args, "--kubeconfig", c.kubeconfig)...)
 }
 
