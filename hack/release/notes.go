@@ -99,7 +99,14 @@ func renderNotes(o options, m meta, digest v1.Hash, since string, commits []comm
 			areas = append(areas, a)
 		}
 	}
-	sort.Slice(areas, func(i, j int) bool { return strings.ToLower(areas[i]) < strings.ToLower(areas[j]) })
+	// Case-insensitively, and areas that differ only in case ("api", "API") by their bytes: the
+	// map gives them in any order, and the notes must be the same on every build.
+	sort.Slice(areas, func(i, j int) bool {
+		if a, b := strings.ToLower(areas[i]), strings.ToLower(areas[j]); a != b {
+			return a < b
+		}
+		return areas[i] < areas[j]
+	})
 	if _, ok := groups["other"]; ok {
 		areas = append(areas, "other")
 	}

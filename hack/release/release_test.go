@@ -258,6 +258,17 @@ func TestRenderNotes(t *testing.T) {
 			t.Errorf("notes lack %q:\n%s", want, notes)
 		}
 	}
+	// Areas that differ only in case come in one order on every build (the map gives them in any).
+	cased := []commit{{"eeeeeeeeeeee", "api: a"}, {"ffffffffffff", "API: b"}, {"111111111111", "Tests: c"}, {"222222222222", "tests: d"}}
+	want := renderNotes(o, m, digest, "v0.1.0", cased)
+	for range 20 {
+		if got := renderNotes(o, m, digest, "v0.1.0", cased); got != want {
+			t.Fatalf("the notes changed between two renderings of the same commits:\n%s\n---\n%s", want, got)
+		}
+	}
+	if !strings.Contains(want, "### API\n\n- b (ffffffffffff)\n\n### api\n\n- a (eeeeeeeeeeee)\n") {
+		t.Errorf("areas that differ in case, by their bytes after the case-insensitive order:\n%s", want)
+	}
 	if first := renderNotes(o, m, digest, "", nil); !strings.Contains(first, "first release") {
 		t.Errorf("notes without an earlier tag:\n%s", first)
 	}
