@@ -23,6 +23,8 @@ HELM_UNITTEST_VERSION ?= v1.1.2
 # The Kubernetes version `helm template` and `helm lint` assume, as in Helm's own release build
 # (one past client-go's major, its minor: v0.37 -> 1.37).
 HELM_KUBE_VERSION_MINOR ?= 37
+# krew and its manifest validator (krew-index's), for test/release's checks of the krew manifest.
+KREW_VERSION ?= v0.4.3
 # promtool comes from Debian's prometheus package (make promtool); this version is tried first.
 PROMETHEUS_DEB_VERSION ?= 2.42.0+ds-5+deb12u1
 
@@ -32,6 +34,8 @@ CONTROLLER_GEN := $(BIN)/controller-gen-$(CONTROLLER_TOOLS_VERSION)
 GOLANGCI_LINT := $(BIN)/golangci-lint-$(GOLANGCI_LINT_VERSION)
 KAL := $(BIN)/kal-$(KAL_VERSION)
 HELM := $(BIN)/helm-$(HELM_VERSION)
+KREW := $(BIN)/krew-$(KREW_VERSION)
+VALIDATE_KREW := $(BIN)/validate-krew-manifest-$(KREW_VERSION)
 # helm-unittest is a Helm plugin: helm finds it in HELM_PLUGINS.
 export HELM_PLUGINS := $(BIN)/helm-plugins
 HELM_UNITTEST := $(HELM_PLUGINS)/unittest/untt-$(HELM_UNITTEST_VERSION)
@@ -39,6 +43,8 @@ CHART := charts/turnstile
 export KUBEBUILDER_ASSETS := $(K8S_BIN)
 export TURNSTILE_KUBECTL := $(K8S_BIN)/kubectl
 export TURNSTILE_HELM := $(HELM)
+export TURNSTILE_KREW := $(KREW)
+export TURNSTILE_VALIDATE_KREW := $(VALIDATE_KREW)
 
 .PHONY: all
 all: build
@@ -78,9 +84,10 @@ generate: $(CONTROLLER_GEN) ## Generate deepcopy code.
 fmt: ## gofmt the tree.
 	gofmt -w $$(git ls-files '*.go')
 
-# Modules nested in the tree that the root's ./... does not reach: hack/kal (lint-api) and
-# test/gitopsfreeze (Flux's and Helm's own libraries; hack/test.sh runs its tests).
-NESTED_MODULES := test/gitopsfreeze
+# Modules nested in the tree that the root's ./... does not reach: hack/kal (lint-api),
+# hack/release (make release's dependencies stay out of go.mod) and test/gitopsfreeze (Flux's and
+# Helm's own libraries). hack/test.sh runs the tests of the last two.
+NESTED_MODULES := hack/release test/gitopsfreeze
 
 .PHONY: vet
 vet: ## go vet (the nested test modules too).
@@ -116,8 +123,8 @@ verify-generated: manifests generate ## Fail if generated files are out of date.
 ##@ Test
 
 .PHONY: test
-test: k8s-bins build helm helm-unittest ## Unit + envtest + e2e tests (real kube-apiserver, etcd, kubectl, helm); prints a summary.
-	hack/test.sh
+test: k8s-bins build helm helm-unittest krew ## Unit + envtest + e2e tests (real kube-apiserver, etcd, kubectl, helm); prints a summary.
+	RELEASE_PLATFORMS=$(TEST_RELEASE_PLATFORMS) hack/test.sh
 
 # SUITES=ci runs the subset that differs by version (install, admission, gated, faults, watch);
 # BETA=0 skips the second run of 1.34 and 1.35 with MutatingAdmissionPolicy v1beta1 enabled.
@@ -261,15 +268,23 @@ bench: k8s-bins build ## Benchmark harness (test/bench): Turnstile vs the raw AP
 ##@ Build
 
 .PHONY: build
+# The flags of make release's builds (hack/release/build.go), so that the release's linux/amd64
+# binaries reuse what this compiled (the -X version and the link are all that differ).
+BUILD_FLAGS := -trimpath -tags=timetzdata
+
+.PHONY: build
 build: ## Build the manager (static, as the image builds it) and the kubectl plugin into ./bin.
-	CGO_ENABLED=0 go build -o $(BIN)/manager ./cmd/manager
-	go build -o $(BIN)/kubectl-turnstile ./cmd/kubectl-turnstile
+	CGO_ENABLED=0 go build $(BUILD_FLAGS) -o $(BIN)/manager ./cmd/manager
+	CGO_ENABLED=0 go build $(BUILD_FLAGS) -o $(BIN)/kubectl-turnstile ./cmd/kubectl-turnstile
 
 .PHONY: helm
 helm: $(HELM) ## Build helm from the Go module proxy (cached in ./bin).
 
 .PHONY: helm-unittest
 helm-unittest: $(HELM_UNITTEST) ## Build the helm-unittest plugin from its Go module into ./bin/helm-plugins.
+
+.PHONY: krew
+krew: $(KREW) $(VALIDATE_KREW) ## Build krew and validate-krew-manifest from the Go module proxy (cached in ./bin): test/release installs the plugin with them.
 
 .PHONY: promtool
 promtool: ## Install promtool (Debian's prometheus package, as root) when it is missing.
@@ -312,6 +327,14 @@ $(KAL): hack/kal/main.go hack/kal/go.mod hack/kal/go.sum
 	  echo "  cd hack/kal && go get sigs.k8s.io/kube-api-linter@$(KAL_VERSION) && go mod tidy"; exit 1; }
 	cd hack/kal && go build -o $@ .
 
+$(KREW):
+	GOBIN=$(BIN) go install sigs.k8s.io/krew/cmd/krew@$(KREW_VERSION)
+	mv $(BIN)/krew $@
+
+$(VALIDATE_KREW):
+	GOBIN=$(BIN) go install sigs.k8s.io/krew/cmd/validate-krew-manifest@$(KREW_VERSION)
+	mv $(BIN)/validate-krew-manifest $@
+
 $(HELM):
 	GOBIN=$(BIN) go install -ldflags "$(HELM_LDFLAGS)" helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
 	mv $(BIN)/helm $@
@@ -325,3 +348,45 @@ $(HELM_UNITTEST):
 	  go build -trimpath -ldflags "-s -w -X github.com/helm-unittest/helm-unittest/internal/build.version=$(HELM_UNITTEST_VERSION:v%=%)" -o $@ ./cmd/helm-unittest
 	printf 'name: "unittest"\nversion: "%s"\nusage: "unittest for helm charts"\ndescription: "helm-unittest %s, built from its Go module by make helm-unittest"\nignoreFlags: false\nplatformCommand:\n- command: "$$HELM_PLUGIN_DIR/%s"\n' \
 	  "$(HELM_UNITTEST_VERSION:v%=%)" "$(HELM_UNITTEST_VERSION)" "$(notdir $@)" > $(HELM_PLUGINS)/unittest/plugin.yaml
+
+##@ Release
+
+# make release VERSION=vX.Y.Z writes a release into DIST with nothing but Go and helm (built
+# from the Go module proxy): the manager's image for linux/amd64 and linux/arm64 as an OCI image
+# layout, the chart pinned to the image's digest, the install bundle, the plugin's archives and
+# krew manifest, SBOMs, release notes and SHA256SUMS (hack/release; docs/install.md#releases).
+# The same commit and Go toolchain give the same bytes. It publishes nothing.
+VERSION ?=
+DIST ?= $(CURDIR)/dist
+# The image's repository: what the chart and the install bundle name, with the digest.
+RELEASE_IMAGE ?= ghcr.io/turnstile-dev/turnstile
+# Where the plugin's archives will be published: the krew manifest's URIs.
+RELEASE_DOWNLOAD_URL ?= https://github.com/turnstile-dev/turnstile/releases/download/{version}
+# The tree built, the repository its commit is read from, and that commit: another commit's
+# tree (git archive) is built with RELEASE_SOURCE=DIR RELEASE_COMMIT=REF.
+RELEASE_SOURCE ?= $(CURDIR)
+RELEASE_REPO ?= $(CURDIR)
+RELEASE_COMMIT ?= HEAD
+# true builds a tree with uncommitted changes (the tests' builds; never a real release).
+RELEASE_ALLOW_DIRTY ?= false
+# Some of the platforms only, comma-separated (e.g. linux/amd64): test/release's build of the
+# previous release, which its upgrade runs on this machine, and the tests' build of this one
+# (TEST_RELEASE_PLATFORMS); never a real release.
+RELEASE_PLATFORMS ?=
+# The platforms make test's release is built for (and CI's, .ci/run): the image's two, and the
+# plugin for Windows as well (the platform whose syscalls differ most from Linux). make release
+# builds six plugin platforms; each more costs CI about four minutes of cold compiling.
+TEST_RELEASE_PLATFORMS ?= linux/amd64,linux/arm64,windows/amd64
+RELEASE_TOOL := $(BIN)/turnstile-release
+
+.PHONY: release
+release: $(HELM) ## Build the release into dist/ (VERSION=vX.Y.Z): multi-arch OCI image, chart and install bundle pinned to it, plugin archives, krew manifest, SBOMs, notes, SHA256SUMS.
+	@test -n "$(VERSION)" || { echo "make release needs VERSION=vX.Y.Z (e.g. make release VERSION=v0.2.0)"; exit 1; }
+	cd hack/release && go build -o $(RELEASE_TOOL) .
+	$(RELEASE_TOOL) --version $(VERSION) --source $(RELEASE_SOURCE) --repo $(RELEASE_REPO) --commit $(RELEASE_COMMIT) \
+	  --out $(DIST) --image $(RELEASE_IMAGE) --download-url '$(RELEASE_DOWNLOAD_URL)' --helm $(HELM) --allow-dirty=$(RELEASE_ALLOW_DIRTY) --platforms '$(RELEASE_PLATFORMS)'
+
+# print-VAR prints a variable's value (.ci/run reads TEST_RELEASE_PLATFORMS with it).
+.PHONY: print-%
+print-%:
+	@echo '$($*)'

@@ -160,6 +160,6 @@ holding one (flock for Kubernetes), freezes commands, and explains why a request
 	g.flags.AddFlags(root.PersistentFlags())
 
 	root.AddCommand(newBreakGlassCmd(g), newLocksCmd(g), newAcquireCmd(g), newReleaseCmd(g), newRunCmd(g),
-		newFreezeCmd(g), newThawCmd(g), newWhyCmd(g), newDashboardCmd(g))
+		newFreezeCmd(g), newThawCmd(g), newWhyCmd(g), newDashboardCmd(g), newVersionCmd())
 	return root
 }

@@ -12,7 +12,7 @@ import (
 	"runtime/debug"
 	"strings"
 	"time"
-	_ "time/tzdata" // the IANA zone database, for freeze windows' timeZone: the distroless image has none
+	_ "time/tzdata" // the IANA zone database, for freeze windows' timeZone: the image has none
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
@@ -32,6 +32,7 @@ import (
 	"github.com/turnstile-dev/turnstile/internal/metricsauth"
 	"github.com/turnstile-dev/turnstile/internal/queue"
 	"github.com/turnstile-dev/turnstile/internal/sharding"
+	"github.com/turnstile-dev/turnstile/internal/version"
 	"github.com/turnstile-dev/turnstile/internal/workload"
 	turnstile "github.com/turnstile-dev/turnstile/pkg/client"
 )
@@ -258,10 +259,12 @@ func run(ctx context.Context, o options) error {
 	if err := mgr.Add(reporter); err != nil {
 		return err
 	}
+	// version is the release (make release stamps it), or "(devel)".
+	build := version.Get()
 	// memoryLimit is the runtime's soft memory limit (math.MaxInt64 when there is none), from
 	// memoryLimitSource: $MEMORY_LIMIT, the container's limit (containerMemoryLimit) that the
 	// chart passes, less --memory-limit-reserve; or $GOMEMLIMIT.
-	log.Info("starting manager", "leaderElection", o.leaderElect, "activeActive", o.activeActive,
+	log.Info("starting manager", "version", build.Version, "commit", build.Commit, "goVersion", build.GoVersion, "leaderElection", o.leaderElect, "activeActive", o.activeActive,
 		"identity", o.membership.Identity, "metrics", o.metricsAddr, "probes", o.probeAddr,
 		"memoryLimit", debug.SetMemoryLimit(-1), "memoryLimitSource", o.memory.Source, "containerMemoryLimit", o.memory.Container)
 	return mgr.Start(ctx)

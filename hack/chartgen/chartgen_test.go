@@ -4,11 +4,15 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	"sigs.k8s.io/yaml"
+
+	"github.com/turnstile-dev/turnstile/internal/version"
 )
 
 const repoRoot = "../.."
@@ -51,7 +55,7 @@ func TestChartIsUpToDate(t *testing.T) {
 		}
 	}
 	// Every CRD and every RBAC object of config/ is in the chart.
-	for _, dir := range []string{"templates/crd", "templates/rbac", "templates/admission"} {
+	for _, dir := range []string{"templates/crd", "templates/rbac", "templates/admission", "templates/compatibility"} {
 		n := 0
 		for p := range want {
 			if strings.HasPrefix(p, chartDir+"/"+dir+"/") {
@@ -522,5 +526,40 @@ func testTemplate(t *testing.T, template func(src string, data []byte) ([]byte, 
 				t.Errorf("(-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestCompatibilityLevelIsOne: the chart's objects and the bundle's carry the level the binaries
+// were built at (internal/version.CompatibilityLevel), so the floor compares like with like.
+func TestCompatibilityLevelIsOne(t *testing.T) {
+	want := strconv.Itoa(version.CompatibilityLevel)
+	helpers, err := os.ReadFile(filepath.Join(repoRoot, chartDir, "templates/_helpers.tpl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?s)define "turnstile.compatibilityLevel" -}}\s*(\S+)\s*{{- end`).FindSubmatch(helpers)
+	if m == nil || string(m[1]) != want {
+		t.Errorf("the chart's turnstile.compatibilityLevel is %q, want %s (internal/version.CompatibilityLevel)", m, want)
+	}
+	var k struct {
+		Labels []struct {
+			Pairs map[string]string `json:"pairs"`
+		} `json:"labels"`
+	}
+	data, err := os.ReadFile(filepath.Join(repoRoot, "config/default/kustomization.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(data, &k); err != nil {
+		t.Fatal(err)
+	}
+	got := ""
+	for _, l := range k.Labels {
+		if v, ok := l.Pairs["locks.turnstile.dev/compatibility-level"]; ok {
+			got = v
+		}
+	}
+	if got != want {
+		t.Errorf("config/default labels every object locks.turnstile.dev/compatibility-level=%q, want %s (internal/version.CompatibilityLevel)", got, want)
 	}
 }

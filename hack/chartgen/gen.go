@@ -34,6 +34,7 @@ var generatedDirs = []string{
 	chartDir + "/templates/crd",
 	chartDir + "/templates/rbac",
 	chartDir + "/templates/admission",
+	chartDir + "/templates/compatibility",
 	chartDir + "/files",
 }
 
@@ -81,6 +82,7 @@ var templated = []struct {
 	{[]string{"config/crd"}, crdTemplate, func(src string) string { return chartDir + "/templates/crd/" + crdFileName(src) }},
 	{[]string{"config/rbac"}, rbacTemplate, func(src string) string { return chartDir + "/templates/rbac/" + dashed(src) }},
 	{admissionDirs, admissionTemplate, func(src string) string { return chartDir + "/templates/admission/" + dashed(src) }},
+	{[]string{"config/compatibility"}, compatibilityTemplate, func(src string) string { return chartDir + "/templates/compatibility/" + dashed(src) }},
 }
 
 // dashed is a source's file name with dashes for underscores, as the chart names its templates.
@@ -460,9 +462,22 @@ var valuesKey = regexp.MustCompile(`^[a-z][A-Za-z0-9]*$`)
 // admissionPolicies.<key>, the bindings' policyName and paramRef pointing at the release's
 // objects; the policies' rules, variables, validations and mutations verbatim.
 func admissionTemplate(src string, data []byte) ([]byte, error) {
+	return policiesTemplate(src, data, true)
+}
+
+// compatibilityTemplate turns config/compatibility's policy into a template as admissionTemplate
+// does, but installed whatever admissionPolicies.enabled says: the floor protects the install
+// itself from a downgrade, not the locks from their users.
+func compatibilityTemplate(src string, data []byte) ([]byte, error) {
+	return policiesTemplate(src, data, false)
+}
+
+func policiesTemplate(src string, data []byte, gated bool) ([]byte, error) {
 	var b strings.Builder
 	b.WriteString(header(src))
-	b.WriteString("{{- if .Values.admissionPolicies.enabled }}\n")
+	if gated {
+		b.WriteString("{{- if .Values.admissionPolicies.enabled }}\n")
+	}
 	n := 0
 	for _, doc := range documents(data) {
 		if err := admissionObject(&b, doc, n == 0); err != nil {
@@ -473,7 +488,9 @@ func admissionTemplate(src string, data []byte) ([]byte, error) {
 	if n == 0 {
 		return nil, fmt.Errorf("no objects")
 	}
-	b.WriteString("{{- end }}\n")
+	if gated {
+		b.WriteString("{{- end }}\n")
+	}
 	return []byte(b.String()), nil
 }
 
@@ -494,8 +511,13 @@ func admissionObject(b *strings.Builder, doc []byte, first bool) error {
 	md, _ := o["metadata"].(map[string]any)
 	objName, _ := md["name"].(string)
 	for k := range md {
-		if k != "name" && k != "namespace" && k != "labels" {
+		if k != "name" && k != "namespace" && k != "labels" && k != "annotations" {
 			return fmt.Errorf("%s %s: metadata.%s is not carried into the chart", kind, objName, k)
+		}
+	}
+	for k := range stringMap(asMap(md["annotations"])) {
+		if !annotationsCarried[k] {
+			return fmt.Errorf("%s %s: annotation %s is not carried into the chart", kind, objName, k)
 		}
 	}
 	name, err := ChartName(objName)
@@ -534,6 +556,12 @@ func admissionObject(b *strings.Builder, doc []byte, first bool) error {
 	return nil
 }
 
+// annotationsCarried are the annotations a policy source may carry into the chart: helm's own
+// (the compatibility floor is kept when the chart is uninstalled or downgraded).
+var annotationsCarried = map[string]bool{"helm.sh/resource-policy": true}
+
+func asMap(v any) map[string]any { m, _ := v.(map[string]any); return m }
+
 // mutatingGroup is MutatingAdmissionPolicy's API group.
 const mutatingGroup = "admissionregistration.k8s.io"
 
@@ -543,6 +571,12 @@ func admissionMetadata(b *strings.Builder, apiVersion, kind, name string, md map
 	fmt.Fprintf(b, "apiVersion: %s\nkind: %s\nmetadata:\n  name: %s\n", apiVersion, kind, name)
 	if ns, _ := md["namespace"].(string); ns != "" {
 		b.WriteString("  namespace: " + releaseNamespace + "\n")
+	}
+	if as := stringMap(asMap(md["annotations"])); len(as) > 0 {
+		b.WriteString("  annotations:\n")
+		for _, k := range slices.Sorted(maps.Keys(as)) {
+			fmt.Fprintf(b, "    %s: %s\n", k, quote(as[k]))
+		}
 	}
 	b.WriteString("  labels:\n    " + chartLabels + "\n")
 	labels, _ := md["labels"].(map[string]any)

@@ -10,6 +10,8 @@
 //     policies, their bindings and the params ConfigMap), behind admissionPolicies.enabled, with
 //     names from the release, the params ConfigMap in the release namespace and its data from
 //     admissionPolicies.<key>; the policies' expressions verbatim;
+//   - templates/compatibility/*.yaml from config/compatibility (the compatibility floor), as
+//     the admission policies but always installed, with helm.sh/resource-policy: keep;
 //   - files/ a copy of the Prometheus rules (config/prometheus), which the chart's
 //     PrometheusRule reads;
 //   - config/grafana/turnstile-dashboard.json, a symbolic link to the chart's

@@ -137,10 +137,10 @@ type managerProcess struct {
 	metricsAddr string
 }
 
-// startManager runs the binary with the Deployment's container's args, except the listen
+// startManager runs the manager binary with the Deployment's container's args, except the listen
 // addresses (loopback ports instead of the pod's), and its env resolved as the kubelet
 // resolves it for a pod called name in namespace; nothing added.
-func (c *cluster) startManager(name, kubeconfig, namespace string, container map[string]any) *managerProcess {
+func (c *cluster) startManager(binary, name, kubeconfig, namespace string, container map[string]any) *managerProcess {
 	GinkgoHelper()
 	m := &managerProcess{name: name, metricsAddr: framework.FreeAddr()}
 	var ctr corev1.Container
@@ -148,8 +148,8 @@ func (c *cluster) startManager(name, kubeconfig, namespace string, container map
 	args := framework.OutsideClusterArgs(ctr.Args, m.metricsAddr, framework.FreeAddr())
 	env, err := framework.ContainerEnv(ctr, namespace, name)
 	Expect(err).NotTo(HaveOccurred())
-	fmt.Fprintf(GinkgoWriter, "starting manager %s: %s %s %s\n", name, strings.Join(env, " "), managerBin, strings.Join(args, " "))
-	m.p, err = framework.StartProcessLogFileEnv(managerBin, kubeconfig, filepath.Join(c.dir, name+".log"), env, args...)
+	fmt.Fprintf(GinkgoWriter, "starting manager %s: %s %s %s\n", name, strings.Join(env, " "), binary, strings.Join(args, " "))
+	m.p, err = framework.StartProcessLogFileEnv(binary, kubeconfig, filepath.Join(c.dir, name+".log"), env, args...)
 	Expect(err).NotTo(HaveOccurred())
 	c.managers = append(c.managers, m)
 	return m

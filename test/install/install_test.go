@@ -30,6 +30,11 @@ type installPath struct {
 	// test creates it as README.md says, enforcing the restricted Pod Security Standard. The
 	// kustomize build creates and labels its own.
 	createNamespace bool
+	// install installs the manifests as the path's users do (nil: kubectl apply --server-side of
+	// the manifests); helm install of a packaged chart, for one.
+	install func(c *cluster)
+	// manager is the manager binary to run (nil: bin/manager); a release's, from its image.
+	manager func() string
 }
 
 var _ = Describe("Installed with the Helm chart", Ordered, func() {
@@ -98,6 +103,7 @@ func describeInstall(ip installPath) {
 		podSpec      map[string]any
 		cl           client.Client
 		a, b         *managerProcess
+		bin          string // the manager binary the replicas run
 		readerToken  string
 		exported     = monitoring.Exported{}
 		testCtx      = context.Background()
@@ -200,8 +206,12 @@ func describeInstall(ip installPath) {
 		Expect(err).To(HaveOccurred())
 	})
 
-	It("installs with kubectl apply --server-side", func() {
-		c.mustKubectl(manifests, "apply", "--server-side", "-f", "-")
+	It("installs as its users install it", func() {
+		if ip.install != nil {
+			ip.install(c)
+		} else {
+			c.mustKubectl(manifests, "apply", "--server-side", "-f", "-")
+		}
 		c.mustKubectl("", "wait", "--for=condition=Established", "--timeout=60s",
 			"crd/lockrequests.locks.turnstile.dev", "crd/projectlocks.locks.turnstile.dev", "crd/commandlocks.locks.turnstile.dev")
 		// Established is not the end: the admission policies' dispatcher learns a new kind from
@@ -240,7 +250,11 @@ func describeInstall(ip installPath) {
 
 	It("runs the manager binary as the installed ServiceAccount, with the Deployment's args", func() {
 		kubeconfig := c.serviceAccountKubeconfig(namespace, sa)
-		a = c.startManager("manager-a", kubeconfig, namespace, podSpec["containers"].([]any)[0].(map[string]any))
+		bin = managerBin
+		if ip.manager != nil {
+			bin = ip.manager()
+		}
+		a = c.startManager(bin, "manager-a", kubeconfig, namespace, podSpec["containers"].([]any)[0].(map[string]any))
 
 		By("binding a scraper (a Prometheus ServiceAccount) to the installed metrics-reader ClusterRole")
 		reader := findObject(objs, "ClusterRole", "-metrics-reader").Meta("name")
@@ -362,7 +376,7 @@ spec:
 
 	It("hands off while a rollout replaces a replica", func() {
 		By("a second replica joins")
-		b = c.startManager("manager-b", c.serviceAccountKubeconfig(namespace, sa), namespace, podSpec["containers"].([]any)[0].(map[string]any))
+		b = c.startManager(bin, "manager-b", c.serviceAccountKubeconfig(namespace, sa), namespace, podSpec["containers"].([]any)[0].(map[string]any))
 		for _, m := range []*managerProcess{a, b} {
 			Eventually(func() (string, error) { return m.liveMembers(readerToken) }).WithTimeout(settle).WithPolling(200*time.Millisecond).
 				Should(Equal("2"), "%s never saw both replicas (%v)", m.name, m.running())

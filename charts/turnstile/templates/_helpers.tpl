@@ -31,6 +31,13 @@ helm.sh/chart: {{ include "turnstile.chart" . }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/part-of: turnstile
+locks.turnstile.dev/compatibility-level: {{ include "turnstile.compatibilityLevel" . | quote }}
+{{- end }}
+
+{{/* The release's compatibility level (internal/version.CompatibilityLevel; config/compatibility
+refuses an update that lowers it). */}}
+{{- define "turnstile.compatibilityLevel" -}}
+2
 {{- end }}
 
 {{/* Labels that select the manager's pods (immutable in the Deployment's selector). */}}

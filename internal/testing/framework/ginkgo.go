@@ -2,7 +2,6 @@ package framework
 
 import (
 	"context"
-	"net"
 	"os"
 	"path/filepath"
 	"testing"
@@ -124,10 +123,9 @@ func Binary(envVar, def, how string) string {
 // FreeAddr is a free loopback address: the machine is shared, so no fixed port is safe.
 func FreeAddr() string {
 	ginkgo.GinkgoHelper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := FreeLoopbackAddr()
 	gomega.Expect(err).NotTo(gomega.HaveOccurred())
-	defer l.Close()
-	return l.Addr().String()
+	return addr
 }
 
 // PutOnPath puts the directory of bin first on PATH, where kubectl finds its plugins.

@@ -64,6 +64,9 @@ func StartInvariantChecker(ctx context.Context, c client.WithWatch, namespace st
 			var err error
 			w, err = c.Watch(ctx, &locksv1.LockRequestList{}, append(opts, &client.ListOptions{Raw: raw})...)
 			if err != nil {
+				if ctx.Err() != nil {
+					return // Stop was called while it resumed: not a lost sight
+				}
 				ic.mu.Lock()
 				ic.violations = append(ic.violations, "watch could not resume: the checker lost sight of the requests: "+err.Error())
 				ic.mu.Unlock()

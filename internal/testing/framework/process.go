@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"os"
 	"os/exec"
 	"regexp"
@@ -99,6 +100,16 @@ func (p *Process) Running() error {
 	default:
 		return nil
 	}
+}
+
+// FreeLoopbackAddr is a free loopback address (FreeAddr outside Ginkgo, for plain tests).
+func FreeLoopbackAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
 }
 
 // OutsideClusterArgs are a Deployment's manager args for the binary run outside the cluster:
