@@ -20,6 +20,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -358,22 +359,24 @@ var admissionModes = map[string]struct {
 	objects int
 }{
 	"MutatingAdmissionPolicy v1 (1.36 and later)": {"config/default",
-		[]string{"--api-versions", "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy"}, 37}, // 18 policies, 18 bindings, 1 ConfigMap
+		[]string{"--api-versions", "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy"}, 39}, // 19 policies, 19 bindings (the compatibility floor's among them), 1 ConfigMap
 	"MutatingAdmissionPolicy v1beta1 (1.34, 1.35 with it enabled)": {"config/overlays/mutating-v1beta1",
-		[]string{"--api-versions", "admissionregistration.k8s.io/v1beta1/MutatingAdmissionPolicy"}, 37},
-	"no MutatingAdmissionPolicy (validating only)": {"config/overlays/validating-only", nil, 29}, // the 4 mutating ones and their bindings left out
+		[]string{"--api-versions", "admissionregistration.k8s.io/v1beta1/MutatingAdmissionPolicy"}, 39},
+	"no MutatingAdmissionPolicy (validating only)": {"config/overlays/validating-only", nil, 31}, // the 4 mutating ones and their bindings left out
 }
 
 // TestAdmissionMatchesKustomize: with admissionPolicies.enabled (the default) the chart
 // installs config/admission's and config/labels' policies, bindings and params, spec for spec,
 // under the release's names, the params in the release namespace, the mutating ones as the
-// version the cluster serves or none, as the bundle for that cluster does; with it false, none.
+// version the cluster serves or none, as the bundle for that cluster does; with it false, none
+// but the compatibility floor (config/compatibility), which guards the install itself.
 func TestAdmissionMatchesKustomize(t *testing.T) {
 	for mode, m := range admissionModes {
 		t.Run(mode, func(t *testing.T) { testAdmissionMatches(t, kustomizeBuildOf(t, m.bundle), m.helm, m.objects) })
 	}
-	if got := admissionObjects(render(t, "turnstile", "turnstile-system", "--set", "admissionPolicies.enabled=false"), sameName); len(got) != 0 {
-		t.Errorf("admissionPolicies.enabled=false still renders %d admission objects", len(got))
+	got := admissionObjects(render(t, "turnstile", "turnstile-system", "--set", "admissionPolicies.enabled=false"), sameName)
+	if diff := cmp.Diff([]string{"ValidatingAdmissionPolicy turnstile-compatibility-floor", "ValidatingAdmissionPolicyBinding turnstile-compatibility-floor"}, slices.Sorted(maps.Keys(got))); diff != "" {
+		t.Errorf("admissionPolicies.enabled=false renders these admission objects, want the compatibility floor only (-want +got):\n%s", diff)
 	}
 	params := render(t, "turnstile", "turnstile-system", "--set", "admissionPolicies.maxPriority=Critical")
 	if got := admissionObjects(params, sameName)["ConfigMap turnstile-system/turnstile-admission"]; !cmp.Equal(got, map[string]any{"maxPriority": "Critical"}) {
