@@ -12,7 +12,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
@@ -305,25 +304,6 @@ func TestTrimSharesStrings(t *testing.T) {
 	}
 	if failed.Status.BlockedBy != "deadlock: a waits for b" || !same(failed.Status.BlockedBy, failed.Status.Conditions[1].Message) {
 		t.Errorf("a blockedBy its message repeats whole is %q, a copy of its own", failed.Status.BlockedBy)
-	}
-}
-
-type countingRecorder struct{ n int }
-
-func (c *countingRecorder) Eventf(runtime.Object, runtime.Object, string, string, string, string, ...any) {
-	c.n++
-}
-
-// TestBoundedRecorder: events over the budget are dropped and counted, the rest sent.
-func TestBoundedRecorder(t *testing.T) {
-	inner := &countingRecorder{}
-	drops := 0
-	r := newBoundedRecorder(inner, 1e-9, 2, func() { drops++ })
-	for range 5 {
-		r.Eventf(&locksv1.LockRequest{}, nil, corev1.EventTypeNormal, "Queued", "Queue", "waiting")
-	}
-	if inner.n != 2 || drops != 3 || r.dropped.Load() != 3 {
-		t.Errorf("sent %d, dropped %d (counter %d): want 2 sent, 3 dropped", inner.n, drops, r.dropped.Load())
 	}
 }
 
