@@ -15,7 +15,14 @@ import (
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
 	"github.com/turnstile-dev/turnstile/internal/lockkey"
+	"github.com/turnstile-dev/turnstile/internal/testing/wrappers"
 )
+
+// lrAt is request a at resourceVersion rv, its status only a phase.
+func lrAt(rv string, phase locksv1.LockRequestPhase) *locksv1.LockRequest {
+	return wrappers.MakeLockRequest("a", "ns").UID("uid-a").ResourceVersion(rv).
+		Status(locksv1.LockRequestStatus{Phase: phase}).Obj()
+}
 
 func TestDecisionInputChanged(t *testing.T) {
 	base := lrAt("1", locksv1.PhasePending)
@@ -83,7 +90,7 @@ func TestOwnEchoes(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			r := NewLockReconciler(nil, nil, nil)
 			if tc.wrote != nil {
-				r.overlay.wroteRequest(tc.wrote, writer, now)
+				r.overlay.WroteRequest(tc.wrote, writer, now)
 			}
 			q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())
 			defer q.ShutDown()
@@ -100,7 +107,7 @@ func TestOwnEchoes(t *testing.T) {
 			// A reconcile of the writer that listed the cache just before the echo still reads
 			// its own write, not the version it replaced.
 			if tc.wrote != nil {
-				if got := r.overlay.request(twoKeys("10")); got.ResourceVersion != tc.wrote.ResourceVersion {
+				if got := r.overlay.Request(twoKeys("10")); got.ResourceVersion != tc.wrote.ResourceVersion {
 					t.Errorf("after the echo, a read of the replaced version gave rv %s, want our write %s", got.ResourceVersion, tc.wrote.ResourceVersion)
 				}
 			}
@@ -110,7 +117,7 @@ func TestOwnEchoes(t *testing.T) {
 	// The ProjectLock: only its own key writes it, so its echo wakes nobody.
 	r := NewLockReconciler(nil, nil, nil)
 	pl := &locksv1.ProjectLock{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "k", UID: "uid-k", ResourceVersion: "21"}}
-	r.overlay.wroteLock(pl, now)
+	r.overlay.WroteProjectLock(pl, now)
 	older, newer := pl.DeepCopy(), pl.DeepCopy()
 	older.ResourceVersion, newer.ResourceVersion = "20", "22"
 	echo := r.notOwnEcho()
@@ -120,7 +127,7 @@ func TestOwnEchoes(t *testing.T) {
 	if echo.Update(event.UpdateEvent{ObjectOld: older, ObjectNew: pl.DeepCopy()}) {
 		t.Errorf("the echo of our own ProjectLock write must not wake its key")
 	}
-	if got := r.overlay.lock(older); got.ResourceVersion != pl.ResourceVersion {
+	if got := r.overlay.ProjectLock(older); got.ResourceVersion != pl.ResourceVersion {
 		t.Errorf("after the echo, a read of the replaced ProjectLock gave rv %s, want our write %s", got.ResourceVersion, pl.ResourceVersion)
 	}
 }

@@ -1,4 +1,4 @@
-package controller
+package cache
 
 import (
 	"strings"
@@ -7,7 +7,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	toolscache "k8s.io/client-go/tools/cache"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
+	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
 )
@@ -18,7 +18,7 @@ import (
 // of the object; a user's notes) is dropped from the cache.
 const annotationPrefix = "locks.turnstile.dev/"
 
-// TrimLockRequest is the cache transform of LockRequests: it drops what no decision reads —
+// trimLockRequest is the cache transform of LockRequests: it drops what no decision reads —
 // managedFields, the labels (the client's owner, pull and repo labels are for people's label
 // selectors; the manager selects no LockRequest by label) and every annotation outside
 // annotationPrefix — and makes the strings that
@@ -27,7 +27,7 @@ const annotationPrefix = "locks.turnstile.dev/"
 // says twice (its conditions' message, its blockedBy) to one copy. Nothing the manager writes is lost: it
 // writes LockRequests only through the status subresource, which ignores metadata, and patches
 // them (the workload controller) with diffs of the fields it changes. It returns obj.
-func TrimLockRequest(obj any) (any, error) {
+func trimLockRequest(obj any) (any, error) {
 	lr, ok := obj.(*locksv1.LockRequest)
 	if !ok {
 		return obj, nil
@@ -161,17 +161,17 @@ func intern(s string) string {
 	return unique.Make(s).Value()
 }
 
-// TrimProjectLock is the cache transform of ProjectLocks. The lock controller updates a
+// trimProjectLock is the cache transform of ProjectLocks. The lock controller updates a
 // ProjectLock whole, so it drops nothing but managedFields (which an update ignores). It makes
 // the strings every lock shares (namespace, targets, mode, priorities, condition types,
 // reasons and fixed messages) point to one copy each, and cuts the queue's slice to its length:
 // a decoder grows it by doubling, so a queue of 9 entries held room for 16. It returns obj.
-func TrimProjectLock(obj any) (any, error) {
+func trimProjectLock(obj any) (any, error) {
 	pl, ok := obj.(*locksv1.ProjectLock)
 	if !ok {
 		return obj, nil
 	}
-	// As in TrimLockRequest, every write changes something: a second trim writes nothing.
+	// As in trimLockRequest, every write changes something: a second trim writes nothing.
 	if pl.ManagedFields != nil {
 		pl.ManagedFields = nil
 	}
@@ -195,17 +195,17 @@ func TrimProjectLock(obj any) (any, error) {
 	return pl, nil
 }
 
-// trimTransform is TrimLockRequest for LockRequests, TrimProjectLock for ProjectLocks and the
+// trimTransform is trimLockRequest for LockRequests, trimProjectLock for ProjectLocks and the
 // default transform (drop managedFields) for everything else.
 func trimTransform() toolscache.TransformFunc {
-	strip := cache.TransformStripManagedFields()
+	strip := ctrlcache.TransformStripManagedFields()
 	return func(obj any) (any, error) {
 		switch obj.(type) {
 		case *locksv1.LockRequest:
-			return TrimLockRequest(obj)
+			return trimLockRequest(obj)
 		case *locksv1.ProjectLock:
 			// guard:trim-projectlocks
-			return TrimProjectLock(obj)
+			return trimProjectLock(obj)
 		}
 		return strip(obj)
 	}
