@@ -171,7 +171,7 @@ dashboard-screenshots: k8s-bins build chromium ## Run the browser tests and writ
 
 .PHONY: test-unit
 test-unit: ## Only the pure unit tests (no control plane), the packages' *_internal_test.go included.
-	go test -race ./api/... ./internal/queue/... ./internal/deadlock/... ./internal/lockkey/... ./internal/dashboard/... ./pkg/workdir/... ./internal/testing/framework/
+	go test -race ./api/... ./internal/queue/... ./internal/deadlock/... ./internal/lockkey/... ./internal/dashboard/... ./internal/cache/... ./pkg/workdir/... ./internal/testing/framework/
 	go test -race -skip '^TestControllers$$' ./internal/controller/
 
 # The long run of the safety simulation (test/safety): seeds and steps per seed. A failure prints

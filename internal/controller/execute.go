@@ -111,7 +111,7 @@ func (x *execution) next() *queue.Input {
 	in.Lock = x.lock
 	in.Requests = make([]*locksv1.LockRequest, len(x.in.Requests))
 	for i, lr := range x.in.Requests {
-		in.Requests[i] = x.r.overlay.request(lr)
+		in.Requests[i] = x.r.overlay.Request(lr)
 	}
 	return &in
 }
@@ -129,17 +129,17 @@ func (x *execution) do(ctx context.Context, w queue.Write) error {
 		lock.Finalizers = slices.DeleteFunc(lock.Finalizers, func(f string) bool { return f == locksv1.ReleaseHoldersFinalizer })
 		x.writes++
 		err := r.client.Update(ctx, lock)
-		r.overlay.forgetLock(key)
+		r.overlay.ForgetProjectLock(key)
 		return err
 	case queue.WriteLockStatus:
 		lock := x.lock.DeepCopy()
 		lock.Status = *w.Lock
 		x.writes++
 		if err := r.client.Status().Update(ctx, lock); err != nil {
-			r.overlay.forgetLock(key)
+			r.overlay.ForgetProjectLock(key)
 			return err
 		}
-		r.overlay.wroteLock(lock, r.clock.Now())
+		r.overlay.WroteProjectLock(lock, r.clock.Now())
 		x.lock = lock
 		return nil
 	case queue.WriteCheckFreezes:
@@ -274,7 +274,7 @@ func (x *execution) createLock(ctx context.Context) error {
 		// AlreadyExists: created by someone else, or a deleted one still going (failed requeues).
 		return err
 	}
-	x.r.overlay.wroteLock(lock, x.r.clock.Now())
+	x.r.overlay.WroteProjectLock(lock, x.r.clock.Now())
 	x.lock = lock
 	return nil
 }
@@ -291,10 +291,10 @@ func (r *LockReconciler) writeStatus(ctx context.Context, key reconcile.Request,
 	obj := u.Request.DeepCopy()
 	obj.Status = u.Status
 	if err := r.client.Status().Update(ctx, obj); err != nil {
-		r.overlay.forgetRequest(obj.UID)
+		r.overlay.ForgetRequest(obj.UID)
 		return err
 	}
-	r.overlay.wroteRequest(obj, key.NamespacedName, r.clock.Now())
+	r.overlay.WroteRequest(obj, key.NamespacedName, r.clock.Now())
 	if u.Event != nil {
 		r.recorder.Eventf(obj, nil, u.Event.Type, u.Event.Reason, "Reconcile", "%s", u.Event.Message)
 	}

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
+	"github.com/turnstile-dev/turnstile/internal/cache"
 	"github.com/turnstile-dev/turnstile/internal/controller"
 	"github.com/turnstile-dev/turnstile/internal/deadlock"
 	"github.com/turnstile-dev/turnstile/internal/lockkey"
@@ -54,7 +55,7 @@ func (c laggingCache) List(ctx context.Context, list client.ObjectList, opts ...
 	lo.ApplyOptions(opts)
 	var key string
 	if lo.FieldSelector != nil {
-		key, _ = lo.FieldSelector.RequiresExactMatch(controller.IndexLockName)
+		key, _ = lo.FieldSelector.RequiresExactMatch(cache.KeyIndex)
 	}
 	var all locksv1.LockRequestList
 	if err := c.Client.List(ctx, &all, client.InNamespace(lo.Namespace)); err != nil {

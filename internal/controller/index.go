@@ -1,6 +1,7 @@
-// Package controller holds Turnstile's reconcilers: thin plumbing that reads the cache, asks the
-// pure packages (internal/queue, internal/deadlock) what to do, and writes the result in the
-// order that keeps one key from ever having two holders.
+// Package controller holds Turnstile's reconcilers: thin plumbing that reads the cache
+// (internal/cache, whose package comment says what it promises them), asks the pure packages
+// (internal/queue, internal/deadlock) what to do, and writes the result in the order that keeps
+// one key from ever having two holders.
 package controller
 
 import (
@@ -9,17 +10,17 @@ import (
 	"strconv"
 
 	toolscache "k8s.io/client-go/tools/cache"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
+	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
+	"github.com/turnstile-dev/turnstile/internal/cache"
 	"github.com/turnstile-dev/turnstile/internal/lockkey"
 	"github.com/turnstile-dev/turnstile/internal/queue"
 )
 
+// The field indexes of LockRequests, beside the key index (cache.KeyIndex: a key's requests, the
+// lookup of every reconcile of a key, which the cache treats as a deep queue's).
 const (
-	// IndexLockName indexes LockRequests by the ProjectLock names of their targets, so one key's
-	// reconcile lists only its own requests.
-	IndexLockName = "spec.locks.projectLockName"
 	// IndexCommand indexes LockRequests by spec.command, so a freeze finds its requests.
 	IndexCommand = "spec.command"
 	// IndexHolderLease indexes LockRequests by spec.holder.lease.
@@ -72,7 +73,7 @@ type Index struct {
 
 // Indexes are the field indexes the reconcilers list LockRequests by.
 var Indexes = []Index{
-	{IndexLockName, func(lr *locksv1.LockRequest) []string { return lockkey.Names(lr.Spec.Locks) }, true},
+	{cache.KeyIndex, func(lr *locksv1.LockRequest) []string { return lockkey.Names(lr.Spec.Locks) }, true},
 	// A CommandLock is cluster-wide: its requests are listed across namespaces.
 	{IndexCommand, func(lr *locksv1.LockRequest) []string { return nonEmpty(lr.Spec.Command) }, false},
 	{IndexHolderLease, func(lr *locksv1.LockRequest) []string { return nonEmpty(lr.Spec.Holder.Lease) }, true},
@@ -114,7 +115,7 @@ const allNamespaces = "__all_namespaces"
 // name and keys the cache's reader looks up for a list with client.MatchingFields
 // ("field:<field>"; "<namespace>/<value>" with client.InNamespace, "__all_namespaces/<value>"
 // without).
-func SetupIndexes(ctx context.Context, c cache.Cache) error {
+func SetupIndexes(ctx context.Context, c ctrlcache.Cache) error {
 	informer, err := c.GetInformer(ctx, &locksv1.LockRequest{})
 	if err != nil {
 		return err

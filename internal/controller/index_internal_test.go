@@ -6,8 +6,18 @@ import (
 	"testing"
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
+	"github.com/turnstile-dev/turnstile/internal/cache"
 	"github.com/turnstile-dev/turnstile/internal/lockkey"
+	"github.com/turnstile-dev/turnstile/internal/testing/wrappers"
 )
+
+// indexedRequest is request i of namespace team, waiting: one target, a holder of its own, the
+// command apply.
+func indexedRequest(i int) *locksv1.LockRequest {
+	return wrappers.MakeLockRequest(fmt.Sprintf("r%d", i), "team").UID(fmt.Sprintf("uid-%d", i)).
+		Lock("org/infra", "prod", "default").Owner(fmt.Sprintf("owner%d", i), int64(i)).Command("apply").
+		Phase(locksv1.PhasePending).Obj()
+}
 
 func indexByField(t *testing.T, field string) Index {
 	t.Helper()
@@ -23,7 +33,7 @@ func indexByField(t *testing.T, field string) Index {
 // TestIndexKeys: each index keeps its values under the one scope its readers list: a lock
 // name, a holder Lease and an identity bucket within the namespace, a command across all.
 func TestIndexKeys(t *testing.T) {
-	lr := scaleRequest(1, locksv1.PhasePending)
+	lr := indexedRequest(1)
 	lr.Spec.Holder.Lease = "runner"
 	keys := func(field string) []string {
 		ks, err := indexByField(t, field).keys(lr)
@@ -33,7 +43,7 @@ func TestIndexKeys(t *testing.T) {
 		return ks
 	}
 	for field, want := range map[string][]string{
-		IndexLockName:       {"team/" + lockkey.Name(lr.Spec.Locks[0])},
+		cache.KeyIndex:      {"team/" + lockkey.Name(lr.Spec.Locks[0])},
 		IndexHolderLease:    {"team/runner"},
 		IndexHolderIdentity: {"team/" + IdentityBucket(lr.Spec.Holder.ID())},
 		IndexCommand:        {"__all_namespaces/apply"},
@@ -45,7 +55,7 @@ func TestIndexKeys(t *testing.T) {
 	// Every request of one identity is in one bucket, and the buckets are few.
 	buckets := map[string]bool{}
 	for i := range 200 {
-		other := scaleRequest(i, locksv1.PhasePending)
+		other := indexedRequest(i)
 		other.Spec.Holder = locksv1.Holder{Owner: fmt.Sprintf("o%d", i), Pull: int64(i)}
 		buckets[IdentityBucket(other.Spec.Holder.ID())] = true
 		again := other.DeepCopy()
@@ -63,11 +73,11 @@ func TestIndexKeys(t *testing.T) {
 // only the requests of the waiter's own identity, so another identity's live request in its
 // bucket does not cost it the skip.
 func TestSameIdentity(t *testing.T) {
-	w := scaleRequest(1, locksv1.PhasePending)
+	w := indexedRequest(1)
 	w.Spec.Holder = locksv1.Holder{Owner: "carol", Pull: 3}
 	var other *locksv1.LockRequest
 	for i := range 10000 {
-		o := scaleRequest(2, locksv1.PhasePending)
+		o := indexedRequest(2)
 		o.Spec.Holder = locksv1.Holder{Owner: fmt.Sprintf("o%d", i), Pull: 4}
 		if IdentityBucket(o.Spec.Holder.ID()) == IdentityBucket(w.Spec.Holder.ID()) {
 			other = o

@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
+	"github.com/turnstile-dev/turnstile/internal/cache"
 	"github.com/turnstile-dev/turnstile/internal/lockkey"
 	"github.com/turnstile-dev/turnstile/internal/queue"
 	"github.com/turnstile-dev/turnstile/internal/sharding"
@@ -50,7 +51,7 @@ type LockReconciler struct {
 	refresh map[types.NamespacedName]*rate.Limiter
 
 	// overlay holds this reconciler's own recent writes until the cache shows them.
-	overlay *overlay
+	overlay *cache.Overlay
 	// keys is what the work queue says of each key (woken, queued, held by a worker).
 	keys *keyTracker
 }
@@ -77,7 +78,7 @@ func NewLockReconciler(c client.Client, apiReader client.Reader, recorder events
 		options: newOptions(opts),
 		client:  c, apiReader: apiReader, recorder: recorder,
 		refresh: map[types.NamespacedName]*rate.Limiter{},
-		overlay: newOverlay(),
+		overlay: cache.NewOverlay(),
 	}
 	r.keys = newKeyTracker(r.clock)
 	return r
@@ -188,7 +189,7 @@ func (r *LockReconciler) readLock(ctx context.Context, req reconcile.Request, no
 		case err != nil:
 			return nil, fmt.Errorf("get projectlock %s: %w", req, err)
 		}
-		lock = r.overlay.lock(&cached)
+		lock = r.overlay.ProjectLock(&cached)
 		if l, ok := tracing(); ok {
 			l.Info("read projectlock", "key", req.String(), "cachedRV", cached.ResourceVersion, "usedRV", lock.ResourceVersion,
 				"cachedToken", cached.Status.FencingToken, "usedToken", lock.Status.FencingToken, "holders", lock.Status.HolderRequests())
@@ -205,7 +206,7 @@ func (r *LockReconciler) readLock(ctx context.Context, req reconcile.Request, no
 	if err := r.client.Update(ctx, withFinalizer); err != nil {
 		return nil, fmt.Errorf("add finalizer to projectlock %s: %w", req, err)
 	}
-	r.overlay.wroteLock(withFinalizer, now)
+	r.overlay.WroteProjectLock(withFinalizer, now)
 	return withFinalizer, nil
 }
 
@@ -215,7 +216,7 @@ func (r *LockReconciler) readRequests(ctx context.Context, req reconcile.Request
 	var list locksv1.LockRequestList
 	// The cache's own objects, not copies: a deep queue is listed on every reconcile, and
 	// queue.Decide only reads its input (its property test checks that); writes deep-copy.
-	if err := r.client.List(ctx, &list, client.InNamespace(req.Namespace), client.MatchingFields{IndexLockName: req.Name}, client.UnsafeDisableDeepCopy); err != nil {
+	if err := r.client.List(ctx, &list, client.InNamespace(req.Namespace), client.MatchingFields{cache.KeyIndex: req.Name}, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, false, fmt.Errorf("list lockrequests for %s: %w", req, err)
 	}
 	byUID = make(map[types.UID]bool, len(list.Items))
@@ -229,7 +230,7 @@ func (r *LockReconciler) readRequests(ctx context.Context, req reconcile.Request
 				continue
 			}
 		} else {
-			lr = r.overlay.request(&list.Items[i])
+			lr = r.overlay.Request(&list.Items[i])
 		}
 		if l, ok := tracing(); ok && (lr != &list.Items[i] || !lr.Status.Phase.IsFinal()) {
 			l.Info("read request", "key", req.String(), "request", lr.Name, "cachedRV", list.Items[i].ResourceVersion, "usedRV", lr.ResourceVersion,
@@ -297,7 +298,7 @@ func (r *LockReconciler) confirmHolders(ctx context.Context, req reconcile.Reque
 		if byUID[uid] {
 			continue
 		}
-		if deleted, token, known := r.overlay.isDeleted(uid); deleted {
+		if deleted, token, known := r.overlay.Deleted(uid); deleted {
 			if known {
 				if in.GoneTokens == nil {
 					in.GoneTokens = map[types.UID]int64{}
@@ -474,11 +475,11 @@ func (r *LockReconciler) SetupWithManager(mgr ctrl.Manager) error {
 }
 
 // notOwnEcho drops the update event of a ProjectLock status this reconciler just wrote: the
-// key decided on it already (see overlay.echoesRequest).
+// key decided on it already (see overlay.EchoesRequest).
 func (r *LockReconciler) notOwnEcho() predicate.Funcs {
 	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
 		pl, ok := e.ObjectNew.(*locksv1.ProjectLock)
-		echo := ok && r.overlay.echoesLock(pl)
+		echo := ok && r.overlay.EchoesProjectLock(pl)
 		if l, on := tracing(); on && echo {
 			l.Info("projectlock event", "key", client.ObjectKeyFromObject(pl).String(), "rv", pl.ResourceVersion, "what", "ignored: the key's own write")
 		}

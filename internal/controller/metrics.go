@@ -35,7 +35,7 @@ type Metrics struct {
 	Bypasses *prometheus.CounterVec
 	// BreakGlass counts break-glass grants a write freeze lists (spec.admission), by command.
 	BreakGlass *prometheus.CounterVec
-	// EventsDropped counts Kubernetes events over the recorder's budget (memory.go).
+	// EventsDropped counts Kubernetes events over the recorder's budget (recorder.go).
 	EventsDropped prometheus.Counter
 	// UndecidedKeys counts the keys the watchdog found with work no decision had reached for
 	// longer than --undecided-key-bound, by where the key was then (watchdog.go).

@@ -5,9 +5,10 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
+	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
+	"github.com/turnstile-dev/turnstile/internal/cache"
 	"github.com/turnstile-dev/turnstile/internal/controller"
 	"github.com/turnstile-dev/turnstile/internal/testing/framework"
 )
@@ -16,7 +17,7 @@ import (
 // of every request: on a real informer they follow creates, decisions and deletes.
 var _ = Describe("Request counts", func() {
 	It("follow a real informer through grants, waits and deletes", func() {
-		c, err := cache.New(env.Config, cache.Options{Scheme: framework.Scheme, DefaultTransform: controller.CacheOptions().DefaultTransform})
+		c, err := ctrlcache.New(env.Config, ctrlcache.Options{Scheme: framework.Scheme, DefaultTransform: cache.Options().DefaultTransform})
 		Expect(err).NotTo(HaveOccurred())
 		inf, err := c.GetInformer(ctx, &locksv1.LockRequest{})
 		Expect(err).NotTo(HaveOccurred())

@@ -46,7 +46,7 @@ func (r *LockReconciler) requestEvents() handler.Funcs {
 				return
 			}
 			for _, k := range requestKeys(ctx, newReq) {
-				if !r.overlay.echoesRequest(newReq, k.NamespacedName) {
+				if !r.overlay.EchoesRequest(newReq, k.NamespacedName) {
 					traceEvent("update", k.String(), newReq, "enqueued")
 					q.Add(k)
 				} else {
@@ -59,7 +59,7 @@ func (r *LockReconciler) requestEvents() handler.Funcs {
 			if e.DeleteStateUnknown {
 				last = nil // a tombstone: the state before some writes we missed
 			}
-			r.overlay.sawDeleted(e.Object.GetUID(), last, r.clock.Now())
+			r.overlay.SawDeleted(e.Object.GetUID(), last, r.clock.Now())
 			add(ctx, "delete", e.Object, q)
 		},
 		GenericFunc: func(ctx context.Context, e event.GenericEvent, q requestQueue) { add(ctx, "generic", e.Object, q) },

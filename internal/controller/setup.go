@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"k8s.io/client-go/rest"
-	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -18,7 +16,6 @@ import (
 	"github.com/turnstile-dev/turnstile/internal/deadlock"
 	"github.com/turnstile-dev/turnstile/internal/queue"
 	"github.com/turnstile-dev/turnstile/internal/sharding"
-	turnstile "github.com/turnstile-dev/turnstile/pkg/client"
 )
 
 // SetupOptions configure every Turnstile controller.
@@ -50,59 +47,6 @@ type SetupOptions struct {
 // DefaultUndecidedBound is --undecided-key-bound's default: a hand-off takes milliseconds, and
 // a few seconds on an API server so loaded that each write takes most of a second.
 const DefaultUndecidedBound = 30 * time.Second
-
-// CacheOptions are the cache settings the controllers are written for. Cached objects carry no
-// managedFields: nothing here reads them, they are a large part of a small object such as a
-// LockRequest or a Lease, and the manager caches every request of a deep queue and every Lease
-// in the cluster. Status updates of such an object keep the stored managedFields (the API
-// server reads a missing list as "unchanged"). LockRequests are trimmed further
-// (TrimLockRequest): the annotations no decision reads go, shared strings are stored once.
-//
-// Its informers relist at once when a watch is answered 410 Gone (pkg/client.NewInformer), not
-// after client-go's informer backoff: after an API server restart every watch is. The
-// LockRequest informer stores compact requests (CompactLockRequests). Use it with NewCache.
-func CacheOptions() cache.Options {
-	// guard:cache-compacts-requests
-	return cache.Options{DefaultTransform: trimTransform(), NewInformer: CompactLockRequests(turnstile.NewInformer)}
-}
-
-// NewCache is the manager's cache (ctrl.Options.NewCache, with CacheOptions): cache.New, with
-// the LockRequest informer watching through a decoder that reads each event once
-// (WatchLockRequestsWith, internal/watchjson). That watch is of every LockRequest, which is
-// what controller-runtime's would be only when nothing scopes them, so options that scope
-// LockRequests (namespaces, selectors) are refused rather than half applied: the list would
-// keep to the scope and the watch would not.
-func NewCache(cfg *rest.Config, opts cache.Options) (cache.Cache, error) {
-	// guard:cache-refuses-scoped-requests
-	if err := unscopedLockRequests(opts); err != nil {
-		return nil, err
-	}
-	start, err := lockRequestWatch(cfg, opts.HTTPClient)
-	if err != nil {
-		return nil, err
-	}
-	newInformer := opts.NewInformer
-	if newInformer == nil {
-		newInformer = toolscache.NewSharedIndexInformer
-	}
-	// guard:cache-watches-lockrequests-once
-	opts.NewInformer = WatchLockRequestsWith(start, newInformer)
-	return cache.New(cfg, opts)
-}
-
-// unscopedLockRequests is an error when opts scope what the cache holds of LockRequests.
-func unscopedLockRequests(opts cache.Options) error {
-	scoped := len(opts.DefaultNamespaces) > 0 || opts.DefaultLabelSelector != nil || opts.DefaultFieldSelector != nil
-	for obj, by := range opts.ByObject {
-		if _, ok := obj.(*locksv1.LockRequest); ok && (len(by.Namespaces) > 0 || by.Label != nil || by.Field != nil) {
-			scoped = true
-		}
-	}
-	if scoped {
-		return errors.New("the manager's cache holds every LockRequest: its options must not scope them by namespace or selector (NewCache watches them all)")
-	}
-	return nil
-}
 
 // CachesSynced is a readiness check: ready once the cache has started and every informer
 // started in it so far has synced. Until then a replica cannot decide a key from its caches, so

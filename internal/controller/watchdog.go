@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
+	"github.com/turnstile-dev/turnstile/internal/cache"
 	"github.com/turnstile-dev/turnstile/internal/lockkey"
 	"github.com/turnstile-dev/turnstile/internal/queue"
 	"github.com/turnstile-dev/turnstile/internal/sharding"
@@ -193,7 +194,7 @@ func (w *Watchdog) gather(ctx context.Context) (map[types.NamespacedName]*keyWor
 		if free {
 			// The waiters of a free key that shows a queue: is one queued behind nobody?
 			var list locksv1.LockRequestList
-			if err := c.List(ctx, &list, client.InNamespace(pl.Namespace), client.MatchingFields{IndexLockName: pl.Name}, client.UnsafeDisableDeepCopy); err != nil {
+			if err := c.List(ctx, &list, client.InNamespace(pl.Namespace), client.MatchingFields{cache.KeyIndex: pl.Name}, client.UnsafeDisableDeepCopy); err != nil {
 				return nil, fmt.Errorf("list requests for %s/%s: %w", pl.Namespace, pl.Name, err)
 			}
 			for j := range list.Items {

@@ -50,7 +50,7 @@ type staleWorld struct {
 	checker *staleChecker
 	writes  int
 	// overlay is each manager's memory of its own writes, served over an older cached copy
-	// (internal/controller's overlay): it forgets an object whose write failed.
+	// (internal/cache's overlay): it forgets an object whose write failed.
 	overlay [3]snap
 	// mix, when set, reads each request of a lagging view at its own lag, up to mix writes.
 	mix int

@@ -78,7 +78,7 @@ func untilBookmark(t *testing.T, w watch.Interface) []seen {
 	}
 }
 
-// lockScheme is the scheme the manager gives watchjson (internal/controller: LockRequests'
+// lockScheme is the scheme the manager gives watchjson (internal/cache: LockRequests'
 // group only), which decodes the Status of a refused watch.
 func lockScheme(t *testing.T) *runtime.Scheme {
 	t.Helper()

@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/turnstile-dev/turnstile/internal/cache"
 	"github.com/turnstile-dev/turnstile/internal/controller"
 )
 
@@ -184,8 +185,8 @@ func (e *Env) StartManager(o controller.SetupOptions, changes ...func(*ctrl.Opti
 	cfg.QPS, cfg.Burst = 1000, 2000
 	mo := ctrl.Options{
 		Scheme:                 Scheme,
-		Cache:                  controller.CacheOptions(),
-		NewCache:               controller.NewCache,
+		Cache:                  cache.Options(),
+		NewCache:               cache.New,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 		// Tests run several managers in one process (two at once, or one after a "crash").

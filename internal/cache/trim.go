@@ -1,17 +1,13 @@
-package controller
+package cache
 
 import (
 	"strings"
-	"sync/atomic"
 	"unique"
 	"unsafe"
 
-	"golang.org/x/time/rate"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	toolscache "k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/events"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
+	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
 )
@@ -22,7 +18,7 @@ import (
 // of the object; a user's notes) is dropped from the cache.
 const annotationPrefix = "locks.turnstile.dev/"
 
-// TrimLockRequest is the cache transform of LockRequests: it drops what no decision reads —
+// trimLockRequest is the cache transform of LockRequests: it drops what no decision reads —
 // managedFields, the labels (the client's owner, pull and repo labels are for people's label
 // selectors; the manager selects no LockRequest by label) and every annotation outside
 // annotationPrefix — and makes the strings that
@@ -31,7 +27,7 @@ const annotationPrefix = "locks.turnstile.dev/"
 // says twice (its conditions' message, its blockedBy) to one copy. Nothing the manager writes is lost: it
 // writes LockRequests only through the status subresource, which ignores metadata, and patches
 // them (the workload controller) with diffs of the fields it changes. It returns obj.
-func TrimLockRequest(obj any) (any, error) {
+func trimLockRequest(obj any) (any, error) {
 	lr, ok := obj.(*locksv1.LockRequest)
 	if !ok {
 		return obj, nil
@@ -165,17 +161,17 @@ func intern(s string) string {
 	return unique.Make(s).Value()
 }
 
-// TrimProjectLock is the cache transform of ProjectLocks. The lock controller updates a
+// trimProjectLock is the cache transform of ProjectLocks. The lock controller updates a
 // ProjectLock whole, so it drops nothing but managedFields (which an update ignores). It makes
 // the strings every lock shares (namespace, targets, mode, priorities, condition types,
 // reasons and fixed messages) point to one copy each, and cuts the queue's slice to its length:
 // a decoder grows it by doubling, so a queue of 9 entries held room for 16. It returns obj.
-func TrimProjectLock(obj any) (any, error) {
+func trimProjectLock(obj any) (any, error) {
 	pl, ok := obj.(*locksv1.ProjectLock)
 	if !ok {
 		return obj, nil
 	}
-	// As in TrimLockRequest, every write changes something: a second trim writes nothing.
+	// As in trimLockRequest, every write changes something: a second trim writes nothing.
 	if pl.ManagedFields != nil {
 		pl.ManagedFields = nil
 	}
@@ -199,55 +195,18 @@ func TrimProjectLock(obj any) (any, error) {
 	return pl, nil
 }
 
-// trimTransform is TrimLockRequest for LockRequests, TrimProjectLock for ProjectLocks and the
+// trimTransform is trimLockRequest for LockRequests, trimProjectLock for ProjectLocks and the
 // default transform (drop managedFields) for everything else.
 func trimTransform() toolscache.TransformFunc {
-	strip := cache.TransformStripManagedFields()
+	strip := ctrlcache.TransformStripManagedFields()
 	return func(obj any) (any, error) {
 		switch obj.(type) {
 		case *locksv1.LockRequest:
-			return TrimLockRequest(obj)
+			return trimLockRequest(obj)
 		case *locksv1.ProjectLock:
 			// guard:trim-projectlocks
-			return TrimProjectLock(obj)
+			return trimProjectLock(obj)
 		}
 		return strip(obj)
 	}
-}
-
-// Event budget: the recorder sends at most eventRate events a second (eventBurst at once) and
-// drops the rest. client-go's events broadcaster keeps every event it sends for six minutes
-// (to fold repeats into a series) and starts a goroutine for each: a manager that starts on
-// 100,000 new requests would otherwise hold 100,000 Queued events and as many goroutines.
-// Events say what the status already says; the status is the record.
-const (
-	eventRate  = 20
-	eventBurst = 200
-)
-
-// boundedRecorder is an events.EventRecorder that drops what exceeds its budget.
-type boundedRecorder struct {
-	inner   events.EventRecorder
-	limit   *rate.Limiter
-	dropped atomic.Int64
-	onDrop  func()
-}
-
-// newBoundedRecorder wraps inner with a budget of perSecond events (burst at once); onDrop,
-// when set, is called for each dropped event.
-func newBoundedRecorder(inner events.EventRecorder, perSecond float64, burst int, onDrop func()) *boundedRecorder {
-	return &boundedRecorder{inner: inner, limit: rate.NewLimiter(rate.Limit(perSecond), burst), onDrop: onDrop}
-}
-
-// Eventf records the event when the budget allows.
-func (r *boundedRecorder) Eventf(regarding, related runtime.Object, eventtype, reason, action, note string, args ...any) {
-	// guard:event-budget
-	if !r.limit.Allow() {
-		r.dropped.Add(1)
-		if r.onDrop != nil {
-			r.onDrop()
-		}
-		return
-	}
-	r.inner.Eventf(regarding, related, eventtype, reason, action, note, args...)
 }

@@ -1,4 +1,4 @@
-package controller
+package cache
 
 import (
 	"errors"
@@ -28,8 +28,8 @@ import (
 // replay does not stop the store from changing, so an event already reflected in the replay
 // may follow it (an add or an update of an object it listed, a delete of one it did not):
 // handlers added after the start must be level-triggered, as every controller's is (it enqueues
-// a key, and its reconcile reads the cache). Handlers that count events (RequestCounts) are
-// added before the start.
+// a key, and its reconcile reads the cache). Handlers that count events (the controllers'
+// request counts) are added before the start.
 //
 // A handler that asks for a resync period other than the informer's is given to client-go as
 // it is: the fanout's own listener resyncs at the informer's period.

@@ -1,4 +1,4 @@
-package controller
+package cache
 
 import (
 	"context"
@@ -15,14 +15,14 @@ import (
 	"github.com/turnstile-dev/turnstile/internal/watchjson"
 )
 
-// WatchFunc starts a watch.
-type WatchFunc func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
+// watchFunc starts a watch.
+type watchFunc func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
 
 // lockRequestWatch is a watch of every LockRequest through internal/watchjson, which reads each
 // event once where client-go's decoder reads it about seven times (on a cold start at 100,000
 // requests, half the manager's CPU), at the API server of cfg through httpClient (the
 // manager's; one of its own when nil).
-func lockRequestWatch(cfg *rest.Config, httpClient *http.Client) (WatchFunc, error) {
+func lockRequestWatch(cfg *rest.Config, httpClient *http.Client) (watchFunc, error) {
 	scheme := runtime.NewScheme()
 	if err := locksv1.AddToScheme(scheme); err != nil {
 		return nil, err
@@ -40,11 +40,11 @@ func lockRequestWatch(cfg *rest.Config, httpClient *http.Client) (WatchFunc, err
 	return w.Watch, nil
 }
 
-// WatchLockRequestsWith makes newInformer's LockRequest informers watch through start instead
+// withOwnWatch makes newInformer's LockRequest informers watch through start instead
 // of their ListerWatcher's watch; lists, and every other kind, are left as they are. start
 // watches every LockRequest, unfiltered: what controller-runtime's watch is for an informer of a
-// cache that does not scope LockRequests, which NewCache refuses to make.
-func WatchLockRequestsWith(start WatchFunc, newInformer NewInformerFunc) NewInformerFunc {
+// cache that does not scope LockRequests, which New refuses to make.
+func withOwnWatch(start watchFunc, newInformer newInformerFunc) newInformerFunc {
 	return func(lw toolscache.ListerWatcher, obj runtime.Object, resync time.Duration, indexers toolscache.Indexers) toolscache.SharedIndexInformer {
 		if _, ok := obj.(*locksv1.LockRequest); !ok {
 			return newInformer(lw, obj, resync, indexers)
@@ -56,7 +56,7 @@ func WatchLockRequestsWith(start WatchFunc, newInformer NewInformerFunc) NewInfo
 // ownWatch is a ListerWatcher that lists through inner and watches through start.
 type ownWatch struct {
 	inner toolscache.ListerWatcherWithContext
-	start WatchFunc
+	start watchFunc
 }
 
 func (o *ownWatch) ListWithContext(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {

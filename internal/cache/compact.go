@@ -1,4 +1,4 @@
-package controller
+package cache
 
 import (
 	"reflect"
@@ -51,7 +51,7 @@ type compactRequest struct {
 	spec *locksv1.LockRequestSpec
 
 	phase locksv1.LockRequestPhase
-	// lock is the one lock status (hasLock); its strings are the shared ones (TrimLockRequest).
+	// lock is the one lock status (hasLock); its strings are the shared ones (trimLockRequest).
 	// Inline, not a unique handle: a holder's token makes its lock status its own, and the
 	// unique map's entries cost more than the 48 bytes.
 	lock          locksv1.LockStatus

@@ -1,4 +1,4 @@
-package controller
+package cache
 
 import (
 	"context"
@@ -229,7 +229,7 @@ func (h *recordingHandler) OnDelete(obj any)      { h.add(obj) }
 // reads it — the cache reader's gets and lists, index lookups, index functions, event handlers,
 // a tombstone's object — sees the trimmed *LockRequest; other informers are as they were.
 func TestCompactInformer(t *testing.T) {
-	newInformer := CompactLockRequests(toolscache.NewSharedIndexInformer)
+	newInformer := withCompaction(toolscache.NewSharedIndexInformer)
 	if _, ok := newInformer(fcache.NewFakeControllerSource(), &locksv1.ProjectLock{}, 0, toolscache.Indexers{}).(*compactInformer); ok {
 		t.Fatal("a ProjectLock informer compacts")
 	}
@@ -265,7 +265,7 @@ func TestCompactInformer(t *testing.T) {
 		t.Helper()
 		for _, o := range src.Items {
 			if lr := o.(*locksv1.LockRequest); lr.Namespace+"/"+lr.Name == key {
-				out, _ := TrimLockRequest(lr.DeepCopy())
+				out, _ := trimLockRequest(lr.DeepCopy())
 				return out.(*locksv1.LockRequest)
 			}
 		}
@@ -331,7 +331,7 @@ func TestCompactInformer(t *testing.T) {
 	defer h.mu.Unlock()
 	check("handler: the adds and the update's old object", h.seen[:3]...)
 	want["team/r2"] = trimmed("team/r2")
-	deleted, _ := TrimLockRequest(gone.DeepCopy())
+	deleted, _ := trimLockRequest(gone.DeepCopy())
 	want["team/r1"] = deleted.(*locksv1.LockRequest)
 	check("handler: the update's new object and the delete", h.seen[3:]...)
 	if h.seen[3].(*locksv1.LockRequest).Status.QueuePosition != 9 {
@@ -430,7 +430,7 @@ func packedMeta(c *compactRequest) bool   { return packedStatus(c) }
 // a request the store no longer holds; other lookups keep none.
 func TestCompactGroupsFollowChanges(t *testing.T) {
 	g := gomega.NewWithT(t)
-	inf := CompactLockRequests(toolscache.NewSharedIndexInformer)(fcache.NewFakeControllerSource(), &locksv1.LockRequest{}, 0, toolscache.Indexers{toolscache.NamespaceIndex: toolscache.MetaNamespaceIndexFunc})
+	inf := withCompaction(toolscache.NewSharedIndexInformer)(fcache.NewFakeControllerSource(), &locksv1.LockRequest{}, 0, toolscache.Indexers{toolscache.NamespaceIndex: toolscache.MetaNamespaceIndexFunc})
 	if err := inf.AddIndexers(toolscache.Indexers{groupIndex: func(any) ([]string, error) { return []string{"key"}, nil }}); err != nil {
 		t.Fatal(err)
 	}
@@ -484,10 +484,10 @@ func TestCompactGroupsFollowChanges(t *testing.T) {
 	g.Eventually(func() int { goruntime.GC(); return ci.groups.size() }).Should(gomega.BeNumerically("<=", len(ci.memo.from)))
 }
 
-// TestCacheOptionsCompactRequests: the manager's cache (CacheOptions) stores LockRequests
+// TestOptionsCompactRequests: the manager's cache (Options) stores LockRequests
 // compacted, and no other kind.
-func TestCacheOptionsCompactRequests(t *testing.T) {
-	newInformer := CacheOptions().NewInformer
+func TestOptionsCompactRequests(t *testing.T) {
+	newInformer := Options().NewInformer
 	if _, ok := newInformer(fcache.NewFakeControllerSource(), &locksv1.LockRequest{}, 0, toolscache.Indexers{}).(*compactInformer); !ok {
 		t.Error("the cache's LockRequest informer does not compact")
 	}

@@ -1,4 +1,4 @@
-package controller
+package cache
 
 import (
 	"encoding/json"
@@ -12,13 +12,17 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
 	"github.com/turnstile-dev/turnstile/internal/lockkey"
 	"github.com/turnstile-dev/turnstile/internal/queue"
+	"github.com/turnstile-dev/turnstile/internal/whoami"
 )
+
+// createdBy is the creator stamp the admission policies write and the holder Lease check
+// reads: the trim keeps it.
+const createdBy = whoami.AnnotationCreatedBy
 
 // scaleRequest is a request as a pipeline applies it: kubectl's last-applied annotation, the
 // admission policy's creator stamp, managedFields, labels and an owner.
@@ -51,7 +55,7 @@ func scaleRequest(i int, phase locksv1.LockRequestPhase) *locksv1.LockRequest {
 // TestTrimLockRequest: the cache keeps every field a decision reads and drops the rest.
 func TestTrimLockRequest(t *testing.T) {
 	orig := scaleRequest(1, locksv1.PhasePending)
-	out, err := TrimLockRequest(orig.DeepCopy())
+	out, err := trimLockRequest(orig.DeepCopy())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +81,7 @@ func TestTrimLockRequest(t *testing.T) {
 	}
 	plain := &locksv1.LockRequest{}
 	plain.Annotations = map[string]string{"other/a": "1"}
-	if out, _ := TrimLockRequest(plain); out.(*locksv1.LockRequest).Annotations != nil {
+	if out, _ := trimLockRequest(plain); out.(*locksv1.LockRequest).Annotations != nil {
 		t.Error("a request with no annotation the manager reads keeps an annotation map")
 	}
 	pl := &locksv1.ProjectLock{}
@@ -96,10 +100,10 @@ func TestTrimTwiceWritesNothing(t *testing.T) {
 	lr := scaleRequest(1, locksv1.PhasePending)
 	lr.Status.Conditions = append(lr.Status.Conditions, lr.Status.Conditions[0])
 	lr.Status.Conditions[1].Type = locksv1.ConditionReady
-	if _, err := TrimLockRequest(lr); err != nil {
+	if _, err := trimLockRequest(lr); err != nil {
 		t.Fatal(err)
 	}
-	trimmedAgainWritesNothing(t, lr, TrimLockRequest)
+	trimmedAgainWritesNothing(t, lr, trimLockRequest)
 }
 
 // trimmedAgainWritesNothing trims obj, trimmed once, again and again while another goroutine
@@ -197,7 +201,7 @@ func TestTrimmedDecidesIdentically(t *testing.T) {
 			for _, r := range reqs {
 				r = roundTrip(t, r)
 				if trim { // as the manager's cache holds and hands it out
-					out, _ := TrimLockRequest(r)
+					out, _ := trimLockRequest(r)
 					r = compactLockRequest(out.(*locksv1.LockRequest)).expand()
 				}
 				rs = append(rs, r)
@@ -277,7 +281,7 @@ func TestTrimSharesStrings(t *testing.T) {
 	a, b := waiter(1), waiter(2)
 	want := a.DeepCopy()
 	for _, lr := range []*locksv1.LockRequest{a, b} {
-		if _, err := TrimLockRequest(lr); err != nil {
+		if _, err := trimLockRequest(lr); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -300,30 +304,11 @@ func TestTrimSharesStrings(t *testing.T) {
 	failed := roundTrip(t, a)
 	failed.Status.BlockedBy = "deadlock: a waits for b"
 	failed.Status.Conditions[1].Message = "deadlock: a waits for b"
-	if _, err := TrimLockRequest(failed); err != nil {
+	if _, err := trimLockRequest(failed); err != nil {
 		t.Fatal(err)
 	}
 	if failed.Status.BlockedBy != "deadlock: a waits for b" || !same(failed.Status.BlockedBy, failed.Status.Conditions[1].Message) {
 		t.Errorf("a blockedBy its message repeats whole is %q, a copy of its own", failed.Status.BlockedBy)
-	}
-}
-
-type countingRecorder struct{ n int }
-
-func (c *countingRecorder) Eventf(runtime.Object, runtime.Object, string, string, string, string, ...any) {
-	c.n++
-}
-
-// TestBoundedRecorder: events over the budget are dropped and counted, the rest sent.
-func TestBoundedRecorder(t *testing.T) {
-	inner := &countingRecorder{}
-	drops := 0
-	r := newBoundedRecorder(inner, 1e-9, 2, func() { drops++ })
-	for range 5 {
-		r.Eventf(&locksv1.LockRequest{}, nil, corev1.EventTypeNormal, "Queued", "Queue", "waiting")
-	}
-	if inner.n != 2 || drops != 3 || r.dropped.Load() != 3 {
-		t.Errorf("sent %d, dropped %d (counter %d): want 2 sent, 3 dropped", inner.n, drops, r.dropped.Load())
 	}
 }
 
@@ -390,5 +375,5 @@ func TestTrimProjectLock(t *testing.T) {
 	if !same(a.Status.Conditions[0].Message, a.Status.Conditions[1].Message) {
 		t.Error("one lock's two conditions saying the same thing keep two copies")
 	}
-	trimmedAgainWritesNothing(t, a, TrimProjectLock)
+	trimmedAgainWritesNothing(t, a, trimProjectLock)
 }

@@ -1,4 +1,4 @@
-package controller
+package cache
 
 import (
 	"context"
@@ -13,17 +13,17 @@ import (
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
 )
 
-// NewInformerFunc is the constructor of a shared index informer (controller-runtime's
+// newInformerFunc is the constructor of a shared index informer (controller-runtime's
 // cache.Options.NewInformer).
-type NewInformerFunc func(toolscache.ListerWatcher, runtime.Object, time.Duration, toolscache.Indexers) toolscache.SharedIndexInformer
+type newInformerFunc func(toolscache.ListerWatcher, runtime.Object, time.Duration, toolscache.Indexers) toolscache.SharedIndexInformer
 
-// CompactLockRequests returns newInformer, except that its LockRequest informer stores every
+// withCompaction returns newInformer, except that its LockRequest informer stores every
 // request compacted (compactRequest: less than half the bytes) and hands out expanded ones: its
 // indexer's reads (what the cache reader lists and gets), its index functions and its event
 // handlers see *LockRequest, a new object each time but for a deep queue's key lookup, whose
 // expansions are kept and shared as the store's objects were (expansionCache). Every other
 // informer is newInformer's.
-func CompactLockRequests(newInformer NewInformerFunc) NewInformerFunc {
+func withCompaction(newInformer newInformerFunc) newInformerFunc {
 	return func(lw toolscache.ListerWatcher, obj runtime.Object, resync time.Duration, indexers toolscache.Indexers) toolscache.SharedIndexInformer {
 		if _, ok := obj.(*locksv1.LockRequest); !ok {
 			return newInformer(lw, obj, resync, indexers)
@@ -261,7 +261,7 @@ const (
 )
 
 // groupIndex is the key index as the cache names it.
-var groupIndex = "field:" + IndexLockName
+var groupIndex = "field:" + KeyIndex
 
 // expansionCache keeps expansions of compact requests, each until its request is collected.
 type expansionCache struct {

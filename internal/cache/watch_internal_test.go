@@ -1,4 +1,4 @@
-package controller
+package cache
 
 import (
 	"context"
@@ -19,17 +19,17 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
+	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
 	"github.com/turnstile-dev/turnstile/internal/watchjson"
 )
 
-// TestNewCacheWatchesOnce: the manager's cache (NewCache with CacheOptions) lists LockRequests
+// TestNewWatchesOnce: the manager's cache (New with Options) lists LockRequests
 // as controller-runtime does and watches them through watchjson, at the API server of its
 // config.
-func TestNewCacheWatchesOnce(t *testing.T) {
+func TestNewWatchesOnce(t *testing.T) {
 	var ownWatches, theirWatches, lists atomic.Int32
 	server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/apis/locks.turnstile.dev/v1alpha1/lockrequests" {
@@ -54,7 +54,7 @@ func TestNewCacheWatchesOnce(t *testing.T) {
 	}))
 	defer server.Close()
 
-	c, err := NewCache(&rest.Config{Host: server.URL}, offlineCacheOptions(t))
+	c, err := New(&rest.Config{Host: server.URL}, offlineCacheOptions(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,11 +78,11 @@ func TestNewCacheWatchesOnce(t *testing.T) {
 	}
 }
 
-// offlineCacheOptions are CacheOptions with a scheme and a REST mapper of Turnstile's kinds, so
+// offlineCacheOptions are Options with a scheme and a REST mapper of Turnstile's kinds, so
 // a cache is made without asking an API server for its discovery.
-func offlineCacheOptions(t *testing.T) cache.Options {
+func offlineCacheOptions(t *testing.T) ctrlcache.Options {
 	t.Helper()
-	opts := CacheOptions()
+	opts := Options()
 	opts.Scheme = runtime.NewScheme()
 	if err := locksv1.AddToScheme(opts.Scheme); err != nil {
 		t.Fatal(err)
@@ -95,37 +95,37 @@ func offlineCacheOptions(t *testing.T) cache.Options {
 	return opts
 }
 
-// TestNewCacheRefusesScopedRequests: a cache that would hold only some LockRequests is refused
+// TestNewRefusesScopedRequests: a cache that would hold only some LockRequests is refused
 // (its list would keep to the scope, watchjson's watch would not); scoping another kind is not.
-func TestNewCacheRefusesScopedRequests(t *testing.T) {
+func TestNewRefusesScopedRequests(t *testing.T) {
 	cfg := &rest.Config{Host: "https://127.0.0.1:1"}
-	for name, scope := range map[string]func(*cache.Options){
-		"namespaces":       func(o *cache.Options) { o.DefaultNamespaces = map[string]cache.Config{"team": {}} },
-		"a label selector": func(o *cache.Options) { o.DefaultLabelSelector = labels.Everything() },
-		"a field selector": func(o *cache.Options) { o.DefaultFieldSelector = fields.Everything() },
-		"LockRequests' own namespaces": func(o *cache.Options) {
-			o.ByObject = map[client.Object]cache.ByObject{&locksv1.LockRequest{}: {Namespaces: map[string]cache.Config{"team": {}}}}
+	for name, scope := range map[string]func(*ctrlcache.Options){
+		"namespaces":       func(o *ctrlcache.Options) { o.DefaultNamespaces = map[string]ctrlcache.Config{"team": {}} },
+		"a label selector": func(o *ctrlcache.Options) { o.DefaultLabelSelector = labels.Everything() },
+		"a field selector": func(o *ctrlcache.Options) { o.DefaultFieldSelector = fields.Everything() },
+		"LockRequests' own namespaces": func(o *ctrlcache.Options) {
+			o.ByObject = map[client.Object]ctrlcache.ByObject{&locksv1.LockRequest{}: {Namespaces: map[string]ctrlcache.Config{"team": {}}}}
 		},
-		"LockRequests' own selector": func(o *cache.Options) {
-			o.ByObject = map[client.Object]cache.ByObject{&locksv1.LockRequest{}: {Label: labels.Everything()}}
+		"LockRequests' own selector": func(o *ctrlcache.Options) {
+			o.ByObject = map[client.Object]ctrlcache.ByObject{&locksv1.LockRequest{}: {Label: labels.Everything()}}
 		},
 	} {
-		opts := CacheOptions()
+		opts := Options()
 		scope(&opts)
-		if _, err := NewCache(cfg, opts); err == nil {
+		if _, err := New(cfg, opts); err == nil {
 			t.Errorf("a cache scoped by %s was made", name)
 		}
 	}
 	opts := offlineCacheOptions(t)
-	opts.ByObject = map[client.Object]cache.ByObject{&locksv1.ProjectLock{}: {Label: labels.Everything()}}
-	if _, err := NewCache(cfg, opts); err != nil {
+	opts.ByObject = map[client.Object]ctrlcache.ByObject{&locksv1.ProjectLock{}: {Label: labels.Everything()}}
+	if _, err := New(cfg, opts); err != nil {
 		t.Errorf("a cache that scopes ProjectLocks only: %v", err)
 	}
 }
 
-// TestWatchLockRequestsWith: a LockRequest informer lists through its ListerWatcher and
+// TestWithOwnWatch: a LockRequest informer lists through its ListerWatcher and
 // watches through the given start; every other kind gets its ListerWatcher as it came.
-func TestWatchLockRequestsWith(t *testing.T) {
+func TestWithOwnWatch(t *testing.T) {
 	var started, listed, theirs int
 	start := func(context.Context, metav1.ListOptions) (watch.Interface, error) {
 		started++
@@ -146,7 +146,7 @@ func TestWatchLockRequestsWith(t *testing.T) {
 		got = lw
 		return nil
 	}
-	newInformer := WatchLockRequestsWith(start, capture)
+	newInformer := withOwnWatch(start, capture)
 
 	newInformer(lw, &locksv1.ProjectLock{}, 0, nil)
 	if got != toolscache.ListerWatcher(lw) {

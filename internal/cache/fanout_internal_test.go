@@ -1,4 +1,4 @@
-package controller
+package cache
 
 import (
 	"context"
@@ -52,7 +52,7 @@ func (l *listeningInformer) count() int {
 func fanoutInformer(t *testing.T, src *fcache.FakeControllerSource) (toolscache.SharedIndexInformer, *listeningInformer) {
 	t.Helper()
 	var under *listeningInformer
-	inf := CompactLockRequests(func(lw toolscache.ListerWatcher, obj runtime.Object, resync time.Duration, ix toolscache.Indexers) toolscache.SharedIndexInformer {
+	inf := withCompaction(func(lw toolscache.ListerWatcher, obj runtime.Object, resync time.Duration, ix toolscache.Indexers) toolscache.SharedIndexInformer {
 		under = &listeningInformer{SharedIndexInformer: toolscache.NewSharedIndexInformer(lw, obj, resync, ix)}
 		return under
 	})(src, &locksv1.LockRequest{}, 0, toolscache.Indexers{})

@@ -1,4 +1,4 @@
-package controller
+package cache
 
 import (
 	"sync"
@@ -13,14 +13,14 @@ import (
 // overlayTTL bounds how long a written object is remembered; a cache lags by milliseconds.
 const overlayTTL = 30 * time.Second
 
-// overlay remembers the objects this reconciler has just written. A read through a cache that
+// Overlay remembers the objects a reconciler has just written. A read through a cache that
 // shows an older version of the object — resourceVersions of one resource are comparable and
 // grow with every write (KEP-5504) — uses the written object instead, however many writes the
 // cache is behind: the controller then never decides on a state it has itself superseded, and
 // never pays a 409 for it. A cache that shows the write, or a newer one by someone else, is used
 // as it is and the memory dropped. Writes still carry their resourceVersion, so a wrong overlay
 // could only cost a conflict, never a double grant (docs/protocol.md).
-type overlay struct {
+type Overlay struct {
 	mu       sync.Mutex
 	requests map[types.UID]written[*compactRequest]
 	locks    map[types.NamespacedName]written[*locksv1.ProjectLock]
@@ -43,33 +43,35 @@ type deletion struct {
 	known bool
 }
 
-func newOverlay() *overlay {
-	return &overlay{
+// NewOverlay returns an overlay that remembers nothing yet: one for each reconciler, whose
+// writes it serves back to that reconciler alone.
+func NewOverlay() *Overlay {
+	return &Overlay{
 		requests: map[types.UID]written[*compactRequest]{},
 		locks:    map[types.NamespacedName]written[*locksv1.ProjectLock]{},
 		deleted:  map[types.UID]deletion{},
 	}
 }
 
-// wroteRequest records a LockRequest status write by key's reconcile.
-func (o *overlay) wroteRequest(obj *locksv1.LockRequest, key types.NamespacedName, now time.Time) {
+// WroteRequest records a LockRequest status write by key's reconcile.
+func (o *Overlay) WroteRequest(obj *locksv1.LockRequest, key types.NamespacedName, now time.Time) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	// Trimmed and compacted as the cache keeps what it holds: the overlay stands in for the
 	// cache, and holds every request written in the last overlayTTL (at 100,000 fresh requests,
 	// 12 MiB as trimmed objects).
-	trimmed, _ := TrimLockRequest(obj.DeepCopy())
+	trimmed, _ := trimLockRequest(obj.DeepCopy())
 	o.requests[obj.UID] = written[*compactRequest]{compactLockRequest(trimmed.(*locksv1.LockRequest)), key, now}
 	o.sweep(now)
 }
 
-// wroteLock records a ProjectLock write.
-func (o *overlay) wroteLock(obj *locksv1.ProjectLock, now time.Time) {
+// WroteProjectLock records a ProjectLock write.
+func (o *Overlay) WroteProjectLock(obj *locksv1.ProjectLock, now time.Time) {
 	key := types.NamespacedName{Namespace: obj.Namespace, Name: obj.Name}
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	// Trimmed as the cache trims what it holds.
-	cp, _ := TrimProjectLock(obj.DeepCopy())
+	cp, _ := trimProjectLock(obj.DeepCopy())
 	o.locks[key] = written[*locksv1.ProjectLock]{cp.(*locksv1.ProjectLock), key, now}
 	o.sweep(now)
 }
@@ -84,21 +86,21 @@ func older(cached, wrote string) bool {
 
 func newer(cached, wrote string) bool { return !older(cached, wrote) && cached != wrote }
 
-// echoesRequest reports whether a watched LockRequest is exactly the version key's reconcile
+// EchoesRequest reports whether a watched LockRequest is exactly the version key's reconcile
 // wrote last: that key decided on it already, so the event has nothing new for it (a decision
 // fed its own writes decides nothing; queue.TestDecideWritesOnlyChanges). Other keys the
 // request names still need it. The memory stays: a reconcile of the key that listed the cache
 // just before this version reached it still needs the overlay, or it would write over a
 // version it has itself superseded (a 409). Reads drop it once the cache moves on.
-func (o *overlay) echoesRequest(obj *locksv1.LockRequest, key types.NamespacedName) bool {
+func (o *Overlay) EchoesRequest(obj *locksv1.LockRequest, key types.NamespacedName) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	w, ok := o.requests[obj.UID]
 	return ok && w.obj.GetResourceVersion() == obj.ResourceVersion && w.by == key
 }
 
-// echoesLock is echoesRequest for a ProjectLock, which only its own key writes.
-func (o *overlay) echoesLock(obj *locksv1.ProjectLock) bool {
+// EchoesProjectLock is EchoesRequest for a ProjectLock, which only its own key writes.
+func (o *Overlay) EchoesProjectLock(obj *locksv1.ProjectLock) bool {
 	key := types.NamespacedName{Namespace: obj.Namespace, Name: obj.Name}
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -106,22 +108,22 @@ func (o *overlay) echoesLock(obj *locksv1.ProjectLock) bool {
 	return ok && w.obj.ResourceVersion == obj.ResourceVersion && w.obj.UID == obj.UID
 }
 
-// forgetRequest drops what is remembered of a request whose write failed.
-func (o *overlay) forgetRequest(uid types.UID) {
+// ForgetRequest drops what is remembered of a request whose write failed.
+func (o *Overlay) ForgetRequest(uid types.UID) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	delete(o.requests, uid)
 }
 
-// forgetLock drops what is remembered of a ProjectLock whose write failed.
-func (o *overlay) forgetLock(key types.NamespacedName) {
+// ForgetProjectLock drops what is remembered of a ProjectLock whose write failed.
+func (o *Overlay) ForgetProjectLock(key types.NamespacedName) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	delete(o.locks, key)
 }
 
-// request returns the freshest known version of a cached request.
-func (o *overlay) request(cached *locksv1.LockRequest) *locksv1.LockRequest {
+// Request returns the freshest known version of a cached request.
+func (o *Overlay) Request(cached *locksv1.LockRequest) *locksv1.LockRequest {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	w, ok := o.requests[cached.UID]
@@ -136,8 +138,8 @@ func (o *overlay) request(cached *locksv1.LockRequest) *locksv1.LockRequest {
 	return cached
 }
 
-// lock returns the freshest known version of a cached ProjectLock.
-func (o *overlay) lock(cached *locksv1.ProjectLock) *locksv1.ProjectLock {
+// ProjectLock returns the freshest known version of a cached ProjectLock.
+func (o *Overlay) ProjectLock(cached *locksv1.ProjectLock) *locksv1.ProjectLock {
 	key := types.NamespacedName{Namespace: cached.Namespace, Name: cached.Name}
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -153,10 +155,10 @@ func (o *overlay) lock(cached *locksv1.ProjectLock) *locksv1.ProjectLock {
 	return cached
 }
 
-// sawDeleted records a request the watch reported deleted: UIDs are never reused, so it is
+// SawDeleted records a request the watch reported deleted: UIDs are never reused, so it is
 // known gone without asking the API server again. last is its final state, nil when the watch
 // missed the deletion and only has an older one.
-func (o *overlay) sawDeleted(uid types.UID, last *locksv1.LockRequest, now time.Time) {
+func (o *Overlay) SawDeleted(uid types.UID, last *locksv1.LockRequest, now time.Time) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	d := deletion{at: now}
@@ -168,8 +170,8 @@ func (o *overlay) sawDeleted(uid types.UID, last *locksv1.LockRequest, now time.
 	o.sweep(now)
 }
 
-// isDeleted says whether the watch reported the request deleted, and its last token if known.
-func (o *overlay) isDeleted(uid types.UID) (deleted bool, token int64, known bool) {
+// Deleted says whether the watch reported the request deleted, and its last token if known.
+func (o *Overlay) Deleted(uid types.UID) (deleted bool, token int64, known bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	d, ok := o.deleted[uid]
@@ -177,7 +179,7 @@ func (o *overlay) isDeleted(uid types.UID) (deleted bool, token int64, known boo
 }
 
 // sweep drops old memories, at most once a second. Called with mu held.
-func (o *overlay) sweep(now time.Time) {
+func (o *Overlay) sweep(now time.Time) {
 	if now.Sub(o.swept) < time.Second {
 		return
 	}
