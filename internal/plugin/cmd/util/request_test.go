@@ -1,4 +1,4 @@
-package main
+package util
 
 import (
 	"strings"
@@ -19,13 +19,13 @@ func TestSharedFlag(t *testing.T) {
 		{[]string{"-l", "acme/infra:vpc", "-l", "acme/infra:dns", "--shared"}, locksv1.ModeShared},
 		{[]string{"-l", "acme/infra:vpc", "-l", "acme/infra:dns"}, ""},
 	} {
-		var f requestFlags
+		var f RequestFlags
 		cmd := &cobra.Command{Use: "x"}
-		f.bind(cmd.Flags())
+		f.Bind(cmd.Flags())
 		if err := cmd.Flags().Parse(tc.args); err != nil {
 			t.Fatal(err)
 		}
-		r, err := f.request(cmd)
+		r, err := f.Request(cmd)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -53,13 +53,13 @@ func TestMaxHoldersFlag(t *testing.T) {
 		{args: []string{"-l", "acme/fleet:upgrade", "--max-holders", "0"}, wantErr: "--max-holders 0: want 1 to 100"},
 		{args: []string{"-l", "acme/fleet:upgrade", "--max-holders", "101"}, wantErr: "--max-holders 101: want 1 to 100"},
 	} {
-		var f requestFlags
+		var f RequestFlags
 		cmd := &cobra.Command{Use: "x"}
-		f.bind(cmd.Flags())
+		f.Bind(cmd.Flags())
 		if err := cmd.Flags().Parse(tc.args); err != nil {
 			t.Fatal(err)
 		}
-		r, err := f.request(cmd)
+		r, err := f.Request(cmd)
 		if tc.wantErr != "" {
 			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 				t.Errorf("%v: error %v, want %q", tc.args, err, tc.wantErr)
