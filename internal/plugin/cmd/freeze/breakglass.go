@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
+	"github.com/turnstile-dev/turnstile/internal/lockkey"
 	"github.com/turnstile-dev/turnstile/internal/plugin/cmd/util"
 	"github.com/turnstile-dev/turnstile/pkg/client"
 )
@@ -56,8 +57,8 @@ server's audit log.`,
 				Holder: locksv1.Holder{Owner: user}}
 			t := locksv1.LockTarget{Repo: "break-glass/" + args[0], Path: lockPath(user), Workspace: "default"}
 			if lock != "" {
-				if t, err = util.ParseTarget(lock); err != nil {
-					return err
+				if t, err = lockkey.Parse(lock); err != nil {
+					return fmt.Errorf("--lock %w", err)
 				}
 			}
 			r.Locks = []locksv1.LockTarget{t}

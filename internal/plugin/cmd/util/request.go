@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -12,6 +11,7 @@ import (
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
+	"github.com/turnstile-dev/turnstile/internal/lockkey"
 	"github.com/turnstile-dev/turnstile/internal/plugin/ci"
 	"github.com/turnstile-dev/turnstile/pkg/client"
 )
@@ -35,7 +35,7 @@ type RequestFlags struct {
 
 // Bind adds the flags to fs.
 func (f *RequestFlags) Bind(fs *pflag.FlagSet) {
-	fs.StringArrayVarP(&f.locks, "lock", "l", nil, "A lock to take, REPO:PATH[:WORKSPACE[:PROJECT]] (workspace defaults to \"default\"); repeat for several, taken in canonical order.")
+	fs.StringArrayVarP(&f.locks, "lock", "l", nil, "A lock to take, "+lockkey.Syntax+" (workspace defaults to \"default\"); repeat for several, taken in canonical order.")
 	fs.StringVar(&f.name, "name", "", "Name of the LockRequest (default: generated).")
 	fs.StringVar(&f.owner, "owner", defaultOwner(), "Who holds the lock (shown to everyone waiting).")
 	fs.Int64Var(&f.pull, "pull", 0, "Pull request number; the same owner and pull re-enter a lock they hold.")
@@ -107,9 +107,9 @@ func (f *RequestFlags) Request(cmd *cobra.Command) (client.Request, error) {
 	switch {
 	case len(f.locks) > 0:
 		for _, l := range f.locks {
-			t, err := ParseTarget(l)
+			t, err := lockkey.Parse(l)
 			if err != nil {
-				return r, err
+				return r, fmt.Errorf("--lock %w", err)
 			}
 			r.Locks = append(r.Locks, t)
 		}
@@ -132,20 +132,4 @@ func (f *RequestFlags) Request(cmd *cobra.Command) (client.Request, error) {
 		r.WaitTimeout = &d
 	}
 	return r, nil
-}
-
-// ParseTarget reads REPO:PATH[:WORKSPACE[:PROJECT]].
-func ParseTarget(s string) (locksv1.LockTarget, error) {
-	parts := strings.Split(s, ":")
-	if len(parts) < 2 || len(parts) > 4 || parts[0] == "" || parts[1] == "" {
-		return locksv1.LockTarget{}, fmt.Errorf("--lock %q: want REPO:PATH[:WORKSPACE[:PROJECT]], e.g. acme/infra:modules/vpc:default", s)
-	}
-	t := locksv1.LockTarget{Repo: parts[0], Path: parts[1], Workspace: "default"}
-	if len(parts) > 2 && parts[2] != "" {
-		t.Workspace = parts[2]
-	}
-	if len(parts) > 3 {
-		t.Project = parts[3]
-	}
-	return t, nil
 }

@@ -76,3 +76,35 @@ func TestMaxHoldersFlag(t *testing.T) {
 		}
 	}
 }
+
+// TestLockFlag: --lock is read by lockkey.Parse, and its refusal names the flag, the key and
+// what is wrong, before anything is sent.
+func TestLockFlag(t *testing.T) {
+	for _, tc := range []struct {
+		arg     string
+		want    locksv1.LockTarget
+		wantErr string
+	}{
+		{arg: "acme/infra:modules/vpc", want: locksv1.LockTarget{Repo: "acme/infra", Path: "modules/vpc", Workspace: "default"}},
+		{arg: "acme/infra:.::web", want: locksv1.LockTarget{Repo: "acme/infra", Path: ".", Workspace: "default", Project: "web"}},
+		{arg: "acme-infra", wantErr: `--lock "acme-infra": want REPO:PATH[:WORKSPACE[:PROJECT]], e.g. acme/infra:modules/vpc:default`},
+		{arg: "acme/infra:/vpc", wantErr: `--lock "acme/infra:/vpc": path must be relative to the repository root (no leading '/'), e.g. modules/vpc`},
+	} {
+		var f RequestFlags
+		cmd := &cobra.Command{Use: "x"}
+		f.Bind(cmd.Flags())
+		if err := cmd.Flags().Parse([]string{"--lock", tc.arg}); err != nil {
+			t.Fatal(err)
+		}
+		r, err := f.Request(cmd)
+		if tc.wantErr != "" {
+			if err == nil || err.Error() != tc.wantErr {
+				t.Errorf("--lock %s: error %v, want %q", tc.arg, err, tc.wantErr)
+			}
+			continue
+		}
+		if err != nil || len(r.Locks) != 1 || r.Locks[0] != tc.want {
+			t.Errorf("--lock %s = %+v, %v; want %+v", tc.arg, r.Locks, err, tc.want)
+		}
+	}
+}
