@@ -295,4 +295,3 @@ func (p *policyJudge) judge(tb testing.TB, value string) string {
 	}
 	return ""
 }
-
