@@ -28,24 +28,27 @@ type mutant struct {
 	focus string // a Ginkgo focus, or a -run pattern for plain tests ("run:...")
 }
 
+// keeperPkg is run's process tree (the keeper, its deadline, job control); runCmd is run.
 const (
 	safety    = "./test/safety/"
-	runPlugin = "./cmd/kubectl-turnstile/"
+	keeperPkg = "./internal/plugin/keeper/"
+	runCmd    = "./internal/plugin/cmd/run/"
 	controls  = "./internal/controller/"
 )
 
 var mutants = []mutant{
 	// kubectl turnstile run: the whole process tree under the lock, stopped before the lease can
-	// lapse (cmd/kubectl-turnstile/run*.go; the keeper is tested as a real process tree).
-	{name: "run-keeper-not-subreaper", pkg: runPlugin, focus: "run:TestKeeperStopsWhatTheCommandLeftBehind", guard: "run's keeper is a child subreaper, so a double-forked orphan stays its to stop and wait for", edits: []edit{{"run-keeper-not-subreaper", "	if err := proctree.BecomeSubreaper(); err != nil {\n\t\tsay(", "	if err := error(nil); err != nil {\n\t\tsay("}}},
-	{name: "run-leftovers-not-stopped", pkg: runPlugin, focus: "run:TestKeeperStopsWhatTheCommandLeftBehind", guard: "what the command leaves running when it exits is stopped before the locks are released", edits: []edit{{"run-leftovers-not-stopped", "k.stop(syscall.SIGTERM)", "_ = k.stop"}}},
-	{name: "run-signal-only-the-group", pkg: runPlugin, focus: "run:TestKeeperForwardsSignalsToProcessesThatLeftTheGroup", guard: "signals reach the descendants that left the command's process group", edits: []edit{{"run-signal-only-the-group", "		if groupAlive && p.PGID == pgid {\n", "		if true {\n"}}},
-	{name: "run-keeper-ignores-deadline", pkg: runPlugin, focus: "run:TestKeeperStopsTheTreeAtTheDeadline", guard: "the keeper stops the tree at the deadline run sends it (before the lease can lapse)", edits: []edit{{"run-keeper-ignores-deadline", "k.deadline.Reset(time.Until(time.Unix(0, ns)))", "_ = ns"}}},
-	{name: "run-keeper-outlives-run", pkg: runPlugin, focus: "run:TestKeeperStopsTheTreeWhenRunDies", guard: "the keeper stops the tree when run dies (its control pipe closes)", edits: []edit{{"run-keeper-outlives-run", "k.stop(syscall.SIGTERM) // run is gone", "// run is gone"}}},
-	{name: "run-no-sigkill-after-grace", pkg: runPlugin, focus: "run:TestKeeperKillsAfterGrace", guard: "what ignores SIGTERM gets SIGKILL after --grace", edits: []edit{{"run-no-sigkill-after-grace", "k.kill.Reset(k.grace)", "_ = k.grace"}}},
-	{name: "run-grace-unchecked", pkg: runPlugin, focus: "run:TestFits", guard: "a --grace that cannot fit in the lease (or ttl) with a failed renewal and its retry is refused", edits: []edit{{"run-grace-unchecked", "	if grace+stopMargin+slack <= d/2 {", "	if true || grace+stopMargin+slack <= d/2 {"}}},
-	{name: "run-deadline-ignores-expiry", pkg: runPlugin, focus: "run:TestStopAt", guard: "the tree is stopped before the grant can expire, not only before the Lease can lapse", edits: []edit{{"run-deadline-ignores-expiry", "!expiresAt.IsZero() && exp.Before(d)", "false && exp.Before(d)"}}},
-	{name: "run-shared-session", pkg: runPlugin, focus: "run:TestHolderSession", guard: "each run is a holder of its own (a fresh spec.holder.session)", edits: []edit{{"run-shared-session", "	return \"run-\" + randomHex(6), nil", "	return \"\", nil"}}},
+	// lapse (internal/plugin/keeper, internal/plugin/cmd/run; the keeper is tested as a real
+	// process tree).
+	{name: "run-keeper-not-subreaper", pkg: keeperPkg, focus: "run:TestKeeperStopsWhatTheCommandLeftBehind", guard: "run's keeper is a child subreaper, so a double-forked orphan stays its to stop and wait for", edits: []edit{{"run-keeper-not-subreaper", "	if err := proctree.BecomeSubreaper(); err != nil {\n\t\tsay(", "	if err := error(nil); err != nil {\n\t\tsay("}}},
+	{name: "run-leftovers-not-stopped", pkg: keeperPkg, focus: "run:TestKeeperStopsWhatTheCommandLeftBehind", guard: "what the command leaves running when it exits is stopped before the locks are released", edits: []edit{{"run-leftovers-not-stopped", "k.stop(syscall.SIGTERM)", "_ = k.stop"}}},
+	{name: "run-signal-only-the-group", pkg: keeperPkg, focus: "run:TestKeeperForwardsSignalsToProcessesThatLeftTheGroup", guard: "signals reach the descendants that left the command's process group", edits: []edit{{"run-signal-only-the-group", "		if groupAlive && p.PGID == pgid {\n", "		if true {\n"}}},
+	{name: "run-keeper-ignores-deadline", pkg: keeperPkg, focus: "run:TestKeeperStopsTheTreeAtTheDeadline", guard: "the keeper stops the tree at the deadline run sends it (before the lease can lapse)", edits: []edit{{"run-keeper-ignores-deadline", "k.deadline.Reset(time.Until(time.Unix(0, ns)))", "_ = ns"}}},
+	{name: "run-keeper-outlives-run", pkg: keeperPkg, focus: "run:TestKeeperStopsTheTreeWhenRunDies", guard: "the keeper stops the tree when run dies (its control pipe closes)", edits: []edit{{"run-keeper-outlives-run", "k.stop(syscall.SIGTERM) // run is gone", "// run is gone"}}},
+	{name: "run-no-sigkill-after-grace", pkg: keeperPkg, focus: "run:TestKeeperKillsAfterGrace", guard: "what ignores SIGTERM gets SIGKILL after --grace", edits: []edit{{"run-no-sigkill-after-grace", "k.kill.Reset(k.grace)", "_ = k.grace"}}},
+	{name: "run-grace-unchecked", pkg: keeperPkg, focus: "run:TestFits", guard: "a --grace that cannot fit in the lease (or ttl) with a failed renewal and its retry is refused", edits: []edit{{"run-grace-unchecked", "	if grace+StopMargin+slack <= d/2 {", "	if true || grace+StopMargin+slack <= d/2 {"}}},
+	{name: "run-deadline-ignores-expiry", pkg: keeperPkg, focus: "run:TestStopAt", guard: "the tree is stopped before the grant can expire, not only before the Lease can lapse", edits: []edit{{"run-deadline-ignores-expiry", "!expiresAt.IsZero() && exp.Before(d)", "false && exp.Before(d)"}}},
+	{name: "run-shared-session", pkg: runCmd, focus: "run:TestHolderSession", guard: "each run is a holder of its own (a fresh spec.holder.session)", edits: []edit{{"run-shared-session", "	return \"run-\" + randomHex(6), nil", "	return \"\", nil"}}},
 	{name: "no-finalizer", pkg: safety, focus: "hole 1", guard: "ProjectLocks carry the release-holders finalizer (created with it, older ones given it)", edits: []edit{
 		{"no-finalizer", "	lock.Finalizers = []string{locksv1.ReleaseHoldersFinalizer}\n", ""},
 		{"no-finalizer/2", "if lock.DeletionTimestamp != nil || slices.Contains(", "if true || lock.DeletionTimestamp != nil || slices.Contains("},

@@ -1,6 +1,13 @@
-// Package lockkey turns lock targets into keys: the readable key people see
-// ("acme/infra/modules/vpc/default"), the canonical order multi-lock requests acquire in, and the
-// DNS-safe ProjectLock name that serializes the key.
+// Package lockkey is the lock key in each of its forms: the key people write
+// (REPO:PATH[:WORKSPACE[:PROJECT]] on the command line and in a workload's annotation: Parse),
+// the readable key people see ("acme/infra/modules/vpc/default"), the canonical order multi-lock
+// requests acquire in, and the DNS-safe ProjectLock name that serializes the key.
+//
+// The written form is read here, not in api/v1alpha1: the API has no such syntax (its targets
+// are structured fields), and what clients import from the API stays types and constants. Parse
+// mirrors the CRDs' rules for each field in Go; FuzzKey holds it to the CRDs and to the
+// admission policy that checks the annotation, read from config/ and judged by the API server's
+// own code.
 package lockkey
 
 import (

@@ -8,16 +8,16 @@ package workload
 
 import (
 	"fmt"
-	"strings"
 	"time"
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
+	"github.com/turnstile-dev/turnstile/internal/lockkey"
 )
 
 // The annotations, label and scheduling gate of gated workloads.
 const (
 	// AnnotationLock names the keys, REPO:PATH[:WORKSPACE[:PROJECT]] as `kubectl turnstile run
-	// -l` takes them, separated by commas or white space.
+	// -l` takes them, separated by commas or white space (lockkey.ParseList).
 	AnnotationLock = "locks.turnstile.dev/lock"
 	// AnnotationCommand, AnnotationPriority and AnnotationTTL are the request's spec.command,
 	// spec.priority and spec.ttl.
@@ -57,16 +57,11 @@ func Parse(ann map[string]string) (Spec, error) {
 	if !ok {
 		return s, fmt.Errorf("annotation %s is missing", AnnotationLock)
 	}
-	for _, k := range SplitKeys(v) {
-		t, err := ParseKey(k)
-		if err != nil {
-			return s, err
-		}
-		s.Locks = append(s.Locks, t)
+	locks, err := lockkey.ParseList(v)
+	if err != nil {
+		return s, fmt.Errorf("annotation %s %w", AnnotationLock, err)
 	}
-	if len(s.Locks) == 0 {
-		return s, fmt.Errorf("annotation %s names no lock: want REPO:PATH[:WORKSPACE[:PROJECT]], several separated by commas, e.g. acme/infra:modules/vpc", AnnotationLock)
-	}
+	s.Locks = locks
 	s.Command = ann[AnnotationCommand]
 	if p, ok := ann[AnnotationPriority]; ok {
 		switch locksv1.Priority(p) {
@@ -84,26 +79,4 @@ func Parse(ann map[string]string) (Spec, error) {
 		s.TTL = &d
 	}
 	return s, nil
-}
-
-// SplitKeys splits the lock annotation's value at commas and white space.
-func SplitKeys(v string) []string {
-	return strings.FieldsFunc(v, func(r rune) bool { return r == ',' || r == ' ' || r == '\t' || r == '\n' || r == '\r' })
-}
-
-// ParseKey reads one REPO:PATH[:WORKSPACE[:PROJECT]], as `kubectl turnstile run -l` does: the
-// workspace defaults to "default". The API server validates the parts (the LockRequest CRD).
-func ParseKey(k string) (locksv1.LockTarget, error) {
-	parts := strings.Split(k, ":")
-	if len(parts) < 2 || len(parts) > 4 || parts[0] == "" || parts[1] == "" {
-		return locksv1.LockTarget{}, fmt.Errorf("annotation %s: %q is not REPO:PATH[:WORKSPACE[:PROJECT]], e.g. acme/infra:modules/vpc:default", AnnotationLock, k)
-	}
-	t := locksv1.LockTarget{Repo: parts[0], Path: parts[1], Workspace: "default"}
-	if len(parts) > 2 && parts[2] != "" {
-		t.Workspace = parts[2]
-	}
-	if len(parts) > 3 {
-		t.Project = parts[3]
-	}
-	return t, nil
 }

@@ -32,13 +32,15 @@ func TestParse(t *testing.T) {
 		},
 		"no annotation":  {ann: map[string]string{}, wantErr: "annotation locks.turnstile.dev/lock is missing"},
 		"empty value":    {ann: map[string]string{AnnotationLock: " , "}, wantErr: "annotation locks.turnstile.dev/lock names no lock"},
-		"no path":        {ann: map[string]string{AnnotationLock: "acme/infra"}, wantErr: `annotation locks.turnstile.dev/lock: "acme/infra" is not REPO:PATH`},
-		"too many parts": {ann: map[string]string{AnnotationLock: "a/b:c:d:e:f"}, wantErr: `"a/b:c:d:e:f" is not REPO:PATH`},
-		"one bad of two": {ann: map[string]string{AnnotationLock: "a/b:c, :d"}, wantErr: `":d" is not REPO:PATH`},
+		"no path":        {ann: map[string]string{AnnotationLock: "acme/infra"}, wantErr: `annotation locks.turnstile.dev/lock "acme/infra": want REPO:PATH[:WORKSPACE[:PROJECT]]`},
+		"too many parts": {ann: map[string]string{AnnotationLock: "a/b:c:d:e:f"}, wantErr: `"a/b:c:d:e:f": want REPO:PATH`},
+		"one bad of two": {ann: map[string]string{AnnotationLock: "a/b:c, :d"}, wantErr: `":d": want REPO:PATH`},
 		"bad priority":   {ann: map[string]string{AnnotationLock: "a/b:c", AnnotationPriority: "high"}, wantErr: "annotation locks.turnstile.dev/priority must be Low, Normal, High or Critical"},
 		"bad ttl":        {ann: map[string]string{AnnotationLock: "a/b:c", AnnotationTTL: "soon"}, wantErr: "annotation locks.turnstile.dev/ttl must be a positive duration"},
 		"zero ttl":       {ann: map[string]string{AnnotationLock: "a/b:c", AnnotationTTL: "0s"}, wantErr: "annotation locks.turnstile.dev/ttl must be a positive duration"},
 		"negative ttl":   {ann: map[string]string{AnnotationLock: "a/b:c", AnnotationTTL: "-1m"}, wantErr: "annotation locks.turnstile.dev/ttl must be a positive duration"},
+		"a path the API refuses": {ann: map[string]string{AnnotationLock: "acme/infra:../etc"},
+			wantErr: `annotation locks.turnstile.dev/lock "acme/infra:../etc": path must not contain '.' or '..' segments`},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -2,6 +2,7 @@ package gated
 
 import (
 	"strconv"
+	"strings"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -259,6 +260,12 @@ var _ = Describe("Gated workloads", func() {
 			"acme/infra:../etc":          "annotation locks.turnstile.dev/lock must name one or more locks",
 			"acme/infra:a:b:c:d":         "annotation locks.turnstile.dev/lock must name one or more locks",
 			"acme/infra:ok, acme:broken": "not \"acme/infra:ok, acme:broken\"",
+			// The CRD's lengths: admitted here, the lock request would be refused later.
+			"acme/" + strings.Repeat("r", 196) + ":vpc": "at most 200, 253, 63 and 63 characters",
+			"acme/infra:vpc:" + strings.Repeat("w", 64): "annotation locks.turnstile.dev/lock must name one or more locks",
+			// A value of several lines is quoted on one line: the API server drops a message of
+			// several lines for "failed expression: ...".
+			"acme/infra:ok\nacme:broken": "not \"acme/infra:ok acme:broken\"",
 		} {
 			err := alice.Create(ctx, pod(ns, "bad", value))
 			Expect(apierrors.IsInvalid(err)).To(BeTrue(), "%q: %v", value, err)
@@ -274,6 +281,9 @@ var _ = Describe("Gated workloads", func() {
 		p.Annotations[workload.AnnotationPriority] = "urgent"
 		Expect(alice.Create(ctx, p)).To(MatchError(ContainSubstring("annotation locks.turnstile.dev/priority must be Low, Normal, High or Critical")))
 
+		// An empty workspace is the default and an empty project none, as kubectl turnstile run -l
+		// reads them (internal/lockkey.Parse).
+		Expect(alice.Create(ctx, pod(ns, "empty-parts", "acme/infra:a::, acme/infra:b:prod:"), client.DryRunAll)).To(Succeed())
 		ok := pod(ns, "two-keys", "acme/infra:a, acme/infra:b:prod")
 		Expect(alice.Create(ctx, ok)).To(Succeed())
 		lr := granted(requestOf("pod", "two-keys"))

@@ -1,4 +1,4 @@
-package main
+package util
 
 import (
 	"strings"
@@ -19,13 +19,13 @@ func TestSharedFlag(t *testing.T) {
 		{[]string{"-l", "acme/infra:vpc", "-l", "acme/infra:dns", "--shared"}, locksv1.ModeShared},
 		{[]string{"-l", "acme/infra:vpc", "-l", "acme/infra:dns"}, ""},
 	} {
-		var f requestFlags
+		var f RequestFlags
 		cmd := &cobra.Command{Use: "x"}
-		f.bind(cmd.Flags())
+		f.Bind(cmd.Flags())
 		if err := cmd.Flags().Parse(tc.args); err != nil {
 			t.Fatal(err)
 		}
-		r, err := f.request(cmd)
+		r, err := f.Request(cmd)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -53,13 +53,13 @@ func TestMaxHoldersFlag(t *testing.T) {
 		{args: []string{"-l", "acme/fleet:upgrade", "--max-holders", "0"}, wantErr: "--max-holders 0: want 1 to 100"},
 		{args: []string{"-l", "acme/fleet:upgrade", "--max-holders", "101"}, wantErr: "--max-holders 101: want 1 to 100"},
 	} {
-		var f requestFlags
+		var f RequestFlags
 		cmd := &cobra.Command{Use: "x"}
-		f.bind(cmd.Flags())
+		f.Bind(cmd.Flags())
 		if err := cmd.Flags().Parse(tc.args); err != nil {
 			t.Fatal(err)
 		}
-		r, err := f.request(cmd)
+		r, err := f.Request(cmd)
 		if tc.wantErr != "" {
 			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 				t.Errorf("%v: error %v, want %q", tc.args, err, tc.wantErr)
@@ -73,6 +73,38 @@ func TestMaxHoldersFlag(t *testing.T) {
 			if l.Mode != locksv1.ModeShared || l.MaxHolders != tc.want {
 				t.Errorf("%v: %s mode %q maxHolders %d, want Shared, %d", tc.args, l.Path, l.Mode, l.MaxHolders, tc.want)
 			}
+		}
+	}
+}
+
+// TestLockFlag: --lock is read by lockkey.Parse, and its refusal names the flag, the key and
+// what is wrong, before anything is sent.
+func TestLockFlag(t *testing.T) {
+	for _, tc := range []struct {
+		arg     string
+		want    locksv1.LockTarget
+		wantErr string
+	}{
+		{arg: "acme/infra:modules/vpc", want: locksv1.LockTarget{Repo: "acme/infra", Path: "modules/vpc", Workspace: "default"}},
+		{arg: "acme/infra:.::web", want: locksv1.LockTarget{Repo: "acme/infra", Path: ".", Workspace: "default", Project: "web"}},
+		{arg: "acme-infra", wantErr: `--lock "acme-infra": want REPO:PATH[:WORKSPACE[:PROJECT]], e.g. acme/infra:modules/vpc:default`},
+		{arg: "acme/infra:/vpc", wantErr: `--lock "acme/infra:/vpc": path must be relative to the repository root (no leading '/'), e.g. modules/vpc`},
+	} {
+		var f RequestFlags
+		cmd := &cobra.Command{Use: "x"}
+		f.Bind(cmd.Flags())
+		if err := cmd.Flags().Parse([]string{"--lock", tc.arg}); err != nil {
+			t.Fatal(err)
+		}
+		r, err := f.Request(cmd)
+		if tc.wantErr != "" {
+			if err == nil || err.Error() != tc.wantErr {
+				t.Errorf("--lock %s: error %v, want %q", tc.arg, err, tc.wantErr)
+			}
+			continue
+		}
+		if err != nil || len(r.Locks) != 1 || r.Locks[0] != tc.want {
+			t.Errorf("--lock %s = %+v, %v; want %+v", tc.arg, r.Locks, err, tc.want)
 		}
 	}
 }

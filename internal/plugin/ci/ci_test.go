@@ -1,4 +1,4 @@
-package main
+package ci
 
 import (
 	"os"
@@ -31,23 +31,23 @@ func atlantisEnv(over map[string]string) map[string]string {
 func TestFromAtlantis(t *testing.T) {
 	for name, tc := range map[string]struct {
 		env     map[string]string
-		want    ciRequest
+		want    Request
 		wantErr string
 	}{
 		"every variable": {
 			env: atlantisEnv(nil),
-			want: ciRequest{
-				target:  &locksv1.LockTarget{Repo: "acme/infra", Path: "modules/vpc", Workspace: "staging", Project: "vpc"},
-				holder:  locksv1.Holder{Owner: "alice", Pull: 100, URL: "https://github.com/acme/infra/pull/100"},
-				command: "apply", prefix: "atlantis-100-",
+			want: Request{
+				Target:  &locksv1.LockTarget{Repo: "acme/infra", Path: "modules/vpc", Workspace: "staging", Project: "vpc"},
+				Holder:  locksv1.Holder{Owner: "alice", Pull: 100, URL: "https://github.com/acme/infra/pull/100"},
+				Command: "apply", Prefix: "atlantis-100-",
 			},
 		},
 		"an unnamed project at the root; a command with _": {
 			env: atlantisEnv(map[string]string{"PROJECT_NAME": "", "REPO_REL_DIR": ".", "COMMAND_NAME": "state_rm"}),
-			want: ciRequest{
-				target:  &locksv1.LockTarget{Repo: "acme/infra", Path: ".", Workspace: "staging"},
-				holder:  locksv1.Holder{Owner: "alice", Pull: 100, URL: "https://github.com/acme/infra/pull/100"},
-				command: "state-rm", prefix: "atlantis-100-",
+			want: Request{
+				Target:  &locksv1.LockTarget{Repo: "acme/infra", Path: ".", Workspace: "staging"},
+				Holder:  locksv1.Holder{Owner: "alice", Pull: 100, URL: "https://github.com/acme/infra/pull/100"},
+				Command: "state-rm", Prefix: "atlantis-100-",
 			},
 		},
 		"missing variables are all named": {
@@ -60,7 +60,7 @@ func TestFromAtlantis(t *testing.T) {
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
-			got, err := fromEnv(fromAtlantis, envOf(tc.env))
+			got, err := FromEnv(Atlantis, envOf(tc.env))
 			checkCI(t, tc.want, got, tc.wantErr, err)
 		})
 	}
@@ -80,25 +80,25 @@ func TestFromGitHubActions(t *testing.T) {
 	root := &locksv1.LockTarget{Repo: "acme/infra", Path: ".", Workspace: "default"}
 	for name, tc := range map[string]struct {
 		env     map[string]string
-		want    ciRequest
+		want    Request
 		wantErr string
 	}{
 		"a pull_request job: the pull from GITHUB_REF, the author from the event": {
 			env:  map[string]string{"GITHUB_REPOSITORY": "acme/infra", "GITHUB_ACTOR": "pusher", "GITHUB_REF": "refs/pull/7/merge", "GITHUB_EVENT_PATH": pr},
-			want: ciRequest{target: root, holder: locksv1.Holder{Owner: "alice", Pull: 7, URL: "https://github.com/acme/infra/pull/7"}, prefix: "gha-7-"},
+			want: Request{Target: root, Holder: locksv1.Holder{Owner: "alice", Pull: 7, URL: "https://github.com/acme/infra/pull/7"}, Prefix: "gha-7-"},
 		},
 		"a pull_request_target job: the pull from the event": {
 			env:  map[string]string{"GITHUB_REPOSITORY": "acme/infra", "GITHUB_ACTOR": "pusher", "GITHUB_REF": "refs/heads/main", "GITHUB_EVENT_PATH": pr},
-			want: ciRequest{target: root, holder: locksv1.Holder{Owner: "alice", Pull: 7, URL: "https://github.com/acme/infra/pull/7"}, prefix: "gha-7-"},
+			want: Request{Target: root, Holder: locksv1.Holder{Owner: "alice", Pull: 7, URL: "https://github.com/acme/infra/pull/7"}, Prefix: "gha-7-"},
 		},
 		"no event payload: GITHUB_ACTOR and a URL built from the pull": {
 			env: map[string]string{"GITHUB_REPOSITORY": "acme/infra", "GITHUB_ACTOR": "bob", "GITHUB_REF": "refs/pull/12/head",
 				"GITHUB_SERVER_URL": "https://ghe.example.com"},
-			want: ciRequest{target: root, holder: locksv1.Holder{Owner: "bob", Pull: 12, URL: "https://ghe.example.com/acme/infra/pull/12"}, prefix: "gha-12-"},
+			want: Request{Target: root, Holder: locksv1.Holder{Owner: "bob", Pull: 12, URL: "https://ghe.example.com/acme/infra/pull/12"}, Prefix: "gha-12-"},
 		},
 		"a push: no pull, the run's URL": {
 			env:  map[string]string{"GITHUB_REPOSITORY": "acme/infra", "GITHUB_ACTOR": "bob", "GITHUB_REF": "refs/heads/main", "GITHUB_EVENT_PATH": push, "GITHUB_RUN_ID": "42"},
-			want: ciRequest{target: root, holder: locksv1.Holder{Owner: "bob", URL: "https://github.com/acme/infra/actions/runs/42"}, prefix: "gha-"},
+			want: Request{Target: root, Holder: locksv1.Holder{Owner: "bob", URL: "https://github.com/acme/infra/actions/runs/42"}, Prefix: "gha-"},
 		},
 		"missing variables are all named": {
 			env:     map[string]string{"GITHUB_REF": "refs/pull/7/merge"},
@@ -110,16 +110,16 @@ func TestFromGitHubActions(t *testing.T) {
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
-			got, err := fromEnv(fromGitHubActions, envOf(tc.env))
+			got, err := FromEnv(GitHubActions, envOf(tc.env))
 			checkCI(t, tc.want, got, tc.wantErr, err)
 		})
 	}
-	if _, err := fromEnv("jenkins", envOf(nil)); err == nil || err.Error() != `--from "jenkins": want atlantis or github-actions` {
+	if _, err := FromEnv("jenkins", envOf(nil)); err == nil || err.Error() != `--from "jenkins": want atlantis or github-actions` {
 		t.Errorf("an unknown source: err = %v", err)
 	}
 }
 
-func checkCI(t *testing.T, want, got ciRequest, wantErr string, err error) {
+func checkCI(t *testing.T, want, got Request, wantErr string, err error) {
 	t.Helper()
 	if wantErr != "" {
 		if err == nil || err.Error() != wantErr {
@@ -130,7 +130,7 @@ func checkCI(t *testing.T, want, got ciRequest, wantErr string, err error) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(want, got, cmp.AllowUnexported(ciRequest{})); diff != "" {
+	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("request (-want +got):\n%s", diff)
 	}
 }

@@ -1,9 +1,10 @@
-package main
+package util
 
 import (
 	"fmt"
-	"slices"
 	"strings"
+
+	"github.com/spf13/pflag"
 )
 
 // enumValue is a string flag with a fixed set of values, accepted in any case and stored as
@@ -13,7 +14,8 @@ type enumValue struct {
 	valid  []string
 }
 
-func newEnum(target *string, valid ...string) *enumValue { return &enumValue{target, valid} }
+// NewEnum is a flag value that sets target to one of valid, in any case.
+func NewEnum(target *string, valid ...string) pflag.Value { return &enumValue{target, valid} }
 
 func (e *enumValue) String() string {
 	if e.target == nil {
@@ -30,7 +32,7 @@ func (e *enumValue) Set(s string) error {
 		}
 	}
 	msg := "valid values are " + strings.Join(e.valid, ", ") + " (any case)"
-	if near := closest(s, e.valid); near != "" {
+	if near := Closest(s, e.valid); near != "" {
 		msg = "did you mean " + near + "? " + msg
 	}
 	return fmt.Errorf("%s", msg)
@@ -38,13 +40,9 @@ func (e *enumValue) Set(s string) error {
 
 func (e *enumValue) Type() string { return "string" }
 
-// knownCommands are the command names Turnstile's users lock for: Atlantis' commands (its
-// COMMAND_NAME, with "_" as "-", as --from atlantis writes it), and "all", the CommandLock that freezes every command.
-var knownCommands = []string{"all", "apply", "approve-policies", "import", "plan", "policy-check", "state", "unlock", "version"}
-
-// closest is the value of valid nearest to s (by edit distance, any case) when it is near
+// Closest is the value of valid nearest to s (by edit distance, any case) when it is near
 // enough to be a slip of the keyboard: at most 2 edits, and at most half of the longer. "" otherwise.
-func closest(s string, valid []string) string {
+func Closest(s string, valid []string) string {
 	best, bestD := "", 3
 	for _, v := range valid {
 		d := editDistance(strings.ToLower(s), strings.ToLower(v))
@@ -74,24 +72,4 @@ func editDistance(a, b string) int {
 		prev = cur
 	}
 	return prev[len(b)]
-}
-
-// unknownCommand is freeze's refusal of a name that is neither a known command nor an existing
-// CommandLock: a typo would freeze nothing anyone uses.
-func unknownCommand(name string, existing []string) error {
-	candidates := slices.Concat(knownCommands, existing)
-	hint := ""
-	if near := closest(name, candidates); near != "" {
-		hint = " did you mean " + near + "?"
-	}
-	return fmt.Errorf("freeze %q: no such command:%s Known commands are %s; existing CommandLocks: %s. "+
-		"To freeze a command of your own by this name, add --new-command",
-		name, hint, strings.Join(knownCommands, ", "), orNone(existing))
-}
-
-func orNone(s []string) string {
-	if len(s) == 0 {
-		return "none"
-	}
-	return strings.Join(s, ", ")
 }

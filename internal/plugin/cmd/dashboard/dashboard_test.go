@@ -1,10 +1,12 @@
-package main
+package dashboard_test
 
 import (
 	"bytes"
 	"context"
 	"strings"
 	"testing"
+
+	"github.com/turnstile-dev/turnstile/internal/plugin/cmd"
 )
 
 // TestDashboardRefusesRemote: the command refuses a non-loopback address before it reads a
@@ -19,7 +21,7 @@ func TestDashboardRefusesRemote(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			root := newRoot()
+			root := cmd.NewDefaultCommand()
 			var out bytes.Buffer
 			root.SetOut(&out)
 			root.SetErr(&out)
@@ -39,7 +41,7 @@ func TestDashboardRefusesRemote(t *testing.T) {
 // TestDashboardAllowRemoteWarns: --allow-remote lets a non-loopback address through, with a
 // warning first (the missing kubeconfig then stops it before it listens).
 func TestDashboardAllowRemoteWarns(t *testing.T) {
-	root := newRoot()
+	root := cmd.NewDefaultCommand()
 	var out bytes.Buffer
 	root.SetOut(&out)
 	root.SetErr(&out)

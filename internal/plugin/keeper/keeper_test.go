@@ -1,8 +1,7 @@
-package main
+package keeper
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -16,90 +15,6 @@ import (
 
 	"github.com/turnstile-dev/turnstile/internal/proctree"
 )
-
-// TestMain lets this test binary be run's keeper: startKeeper re-executes os.Executable() with
-// "run --internal-keeper ...", as the plugin re-executes itself.
-func TestMain(m *testing.M) {
-	if len(os.Args) > 2 && os.Args[1] == "run" && os.Args[2] == "--"+keeperFlag {
-		root := newRoot()
-		root.SetArgs(os.Args[1:])
-		var ee exitError
-		if err := root.Execute(); errors.As(err, &ee) {
-			os.Exit(ee.code)
-		} else if err != nil {
-			os.Exit(125)
-		}
-		os.Exit(0)
-	}
-	os.Exit(m.Run())
-}
-
-func TestFits(t *testing.T) {
-	for _, tc := range []struct {
-		name         string
-		d, grace     time.Duration
-		ttl, wantFit bool
-	}{
-		{name: "defaults", d: defaultLeaseDuration, grace: defaultGrace, wantFit: true},
-		{name: "a failed renewal and its retry fit exactly", d: 12 * time.Second, grace: 3 * time.Second, wantFit: true},
-		{name: "one second too long", d: 12 * time.Second, grace: 4 * time.Second},
-		{name: "grace as long as the lease", d: 40 * time.Second, grace: 40 * time.Second},
-		{name: "30s grace needs 66s", d: 66 * time.Second, grace: 30 * time.Second, wantFit: true},
-		{name: "ttl pays for renewals counted in whole seconds", d: 12 * time.Second, grace: 3 * time.Second, ttl: true},
-		{name: "ttl that fits", d: 16 * time.Second, grace: 3 * time.Second, ttl: true, wantFit: true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			why := fitGrace("--lease-duration", tc.d, tc.grace)
-			if tc.ttl {
-				why = fitTTL("--ttl", tc.d, tc.grace)
-			}
-			if (why == "") != tc.wantFit {
-				t.Errorf("fit(%s, grace %s) = %q, want fit %v", tc.d, tc.grace, why, tc.wantFit)
-			}
-			if why != "" && !strings.Contains(why, "--grace of at most") {
-				t.Errorf("the refusal must say what would fit: %q", why)
-			}
-		})
-	}
-}
-
-func TestStopAt(t *testing.T) {
-	renewed := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
-	for _, tc := range []struct {
-		name    string
-		expires time.Time
-		want    time.Time
-	}{
-		{name: "the lease lapses first", expires: renewed.Add(time.Hour), want: renewed.Add(40*time.Second - stopMargin - 15*time.Second)},
-		{name: "the grant expires first", expires: renewed.Add(20 * time.Second), want: renewed.Add(20*time.Second - stopMargin - 15*time.Second)},
-		{name: "expiry unknown", want: renewed.Add(40*time.Second - stopMargin - 15*time.Second)},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			if got := stopAt(renewed, tc.expires, 40*time.Second, 15*time.Second); !got.Equal(tc.want) {
-				t.Errorf("stopAt = %s, want %s", got, tc.want)
-			}
-		})
-	}
-}
-
-func TestHolderSession(t *testing.T) {
-	a, err := holderSession(runOptions{})
-	if err != nil || !strings.HasPrefix(a, "run-") {
-		t.Fatalf("a run's session = %q, %v; want a fresh run-… session", a, err)
-	}
-	if b, _ := holderSession(runOptions{}); a == b {
-		t.Errorf("two runs got one session %q: they would share the lock", a)
-	}
-	if s, _ := holderSession(runOptions{session: "deploy-7"}); s != "deploy-7" {
-		t.Errorf("--session deploy-7 gave %q", s)
-	}
-	if s, _ := holderSession(runOptions{shareWithOwner: true}); s != "" {
-		t.Errorf("--share-with-same-owner gave session %q, want none", s)
-	}
-	if _, err := holderSession(runOptions{session: "x", shareWithOwner: true}); err == nil {
-		t.Error("--session with --share-with-same-owner must be refused")
-	}
-}
 
 // keeperRun is a keeper started on a shell script, with its status lines collected.
 type keeperRun struct {
@@ -355,8 +270,7 @@ func TestRunContinuesAStoppedKeeper(t *testing.T) {
 	}
 	waitState(t, pid, func(p proctree.Proc) bool { return p.State == 'T' }, "stopped")
 	var said bytes.Buffer
-	rn := &runner{stderr: &said}
-	rn.keeperStopped(kr.k)
+	kr.k.continueIfStopped(func(format string, a ...any) { fmt.Fprintf(&said, format+"\n", a...) })
 	waitState(t, pid, func(p proctree.Proc) bool { return p.State != 'T' }, "continued by run")
 	if !strings.Contains(said.String(), "was stopped; continuing it") {
 		t.Errorf("run said %q, want it to say it continued the keeper", said.String())

@@ -1,4 +1,4 @@
-package main
+package util
 
 import (
 	"strings"
@@ -7,18 +7,19 @@ import (
 	"github.com/spf13/cobra"
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
+	"github.com/turnstile-dev/turnstile/internal/plugin/ci"
 )
 
 // parseRequest parses args as a lock-taking command's flags and builds the request.
 func parseRequest(t *testing.T, args ...string) (locksv1.Priority, error) {
 	t.Helper()
-	var f requestFlags
+	var f RequestFlags
 	cmd := &cobra.Command{Use: "acquire"}
-	f.bind(cmd.Flags())
+	f.Bind(cmd.Flags())
 	if err := cmd.Flags().Parse(args); err != nil {
 		return "", err
 	}
-	r, err := f.request(cmd)
+	r, err := f.Request(cmd)
 	return r.Priority, err
 }
 
@@ -36,9 +37,9 @@ func TestEnumFlagsAnyCase(t *testing.T) {
 		}
 	}
 	var from string
-	e := newEnum(&from, fromAtlantis, fromGitHubActions)
-	if err := e.Set("GitHub-Actions"); err != nil || from != fromGitHubActions {
-		t.Errorf("--from GitHub-Actions = %q, %v; want %s", from, err, fromGitHubActions)
+	e := NewEnum(&from, ci.Atlantis, ci.GitHubActions)
+	if err := e.Set("GitHub-Actions"); err != nil || from != ci.GitHubActions {
+		t.Errorf("--from GitHub-Actions = %q, %v; want %s", from, err, ci.GitHubActions)
 	}
 }
 
@@ -64,27 +65,5 @@ func TestEnumFlagsRefusalsListValues(t *testing.T) {
 				t.Errorf("%v: %q does not say %q", tc.args, err, w)
 			}
 		}
-	}
-}
-
-func TestUnknownCommandSuggests(t *testing.T) {
-	for _, tc := range []struct {
-		name     string
-		existing []string
-		want     string
-	}{
-		{"aply", nil, "did you mean apply?"},
-		{"pln", nil, "did you mean plan?"},
-		{"Apply", nil, "did you mean apply?"},
-		{"deploi", []string{"deploy"}, "did you mean deploy?"},
-		{"xyzzy", nil, "no such command: Known commands"},
-	} {
-		err := unknownCommand(tc.name, tc.existing)
-		if !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "--new-command") {
-			t.Errorf("%s: %q; want it to say %q and --new-command", tc.name, err, tc.want)
-		}
-	}
-	if err := unknownCommand("xyzzy", nil); strings.Contains(err.Error(), "did you mean") {
-		t.Errorf("xyzzy: %q suggests a command that is nothing like it", err)
 	}
 }

@@ -1,24 +1,12 @@
-package main
-
-import (
-	"bufio"
-	"errors"
-	"fmt"
-	"io"
-	"os"
-	"os/exec"
-	"os/signal"
-	"strconv"
-	"strings"
-	"syscall"
-	"time"
-
-	"github.com/turnstile-dev/turnstile/internal/proctree"
-)
-
-// The keeper is `run` re-executed (run --internal-keeper): a child subreaper that starts the
-// command in its own process group and waits for every process of its tree, so that `run`
-// releases the locks only after the keeper has exited. It talks to `run` over two pipes:
+// Package keeper is `kubectl turnstile run`'s process tree, and every rule run keeps about it:
+// the keeper process (run re-executed, a child subreaper in a session of its own, that starts
+// the command in its own process group and waits for every process of its tree), how run
+// follows it (signals forwarded, the deadline by which the tree must stop so that it is gone
+// before the locks can pass on, a stopped keeper continued, Ctrl-Z), and what run does when the
+// keeper is killed (it is a subreaper too, and kills what is left). internal/proctree is the
+// low-level helper (/proc, prctl, kill); docs/run.md is the user's account.
+//
+// The keeper talks to `run` over two pipes:
 //
 //	fd 3, run → keeper:  "deadline UNIXNANO" (stop the tree by then), "signal N" (forward N),
 //	                     "stop WHY" (the lock was lost), "suspend" and "resume" (Ctrl-Z and
@@ -36,11 +24,41 @@ import (
 // of run's process group. A stopped `run` sends no more deadlines, so the keeper stops the tree
 // by the last one, before the lease can lapse. A stopped keeper is continued by `run`, which
 // watches it (docs/run.md, "Job control").
+package keeper
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/turnstile-dev/turnstile/internal/proctree"
+)
+
 const (
-	keeperCtlFD    = 3
-	keeperStatusFD = 4
-	// keeperFlag is the hidden flag that makes `run` the keeper.
-	keeperFlag = "internal-keeper"
+	ctlFD    = 3
+	statusFD = 4
+	// Flag is the hidden flag of `run` that makes it the keeper: the plugin's run command
+	// answers `run --internal-keeper --grace GRACE -- COMMAND...` with Main (Start re-executes
+	// the plugin so).
+	Flag = "internal-keeper"
+)
+
+// The exit codes of run that the keeper reports for a command that did not run (docs/run.md).
+const (
+	// ExitRunFailed is run's own failure (here: the keeper could not become a subreaper), as
+	// timeout(1) and env(1) use 125 for their own failures.
+	ExitRunFailed = 125
+	// ExitCannotExecute and ExitNotFound are the shell's codes for COMMAND itself.
+	ExitCannotExecute = 126
+	ExitNotFound      = 127
 )
 
 // keeperEvent is what the keeper's main loop reacts to.
@@ -49,23 +67,23 @@ type keeperEvent struct {
 	eof  bool
 }
 
-// runKeeper is the keeper's main. It returns the keeper's exit code (0 unless the keeper
+// Main is the keeper's main. It returns the keeper's exit code (0 unless the keeper
 // itself failed; the command's status goes to run on the status pipe).
-func runKeeper(grace time.Duration, args []string) int {
-	status := os.NewFile(keeperStatusFD, "keeper-status")
-	ctl := os.NewFile(keeperCtlFD, "keeper-ctl")
+func Main(grace time.Duration, args []string) int {
+	status := os.NewFile(statusFD, "keeper-status")
+	ctl := os.NewFile(ctlFD, "keeper-ctl")
 	if status == nil || ctl == nil {
 		fmt.Fprintln(os.Stderr, "error: --internal-keeper is run's own helper, not for direct use")
-		return 125
+		return ExitRunFailed
 	}
 	say := func(format string, a ...any) { _, _ = fmt.Fprintf(status, format+"\n", a...) }
 	// The pipes are run's and the keeper's: the command must not hold them open.
-	syscall.CloseOnExec(keeperCtlFD)
-	syscall.CloseOnExec(keeperStatusFD)
+	syscall.CloseOnExec(ctlFD)
+	syscall.CloseOnExec(statusFD)
 
 	// guard:run-keeper-not-subreaper
 	if err := proctree.BecomeSubreaper(); err != nil {
-		say("exec 125 %v", err)
+		say("exec %d %v", ExitRunFailed, err)
 		return 0
 	}
 	// run forwards SIGINT, SIGTERM and SIGHUP on the control pipe: in a session of its own, the
@@ -90,7 +108,7 @@ func runKeeper(grace time.Duration, args []string) int {
 func startCommand(args []string, say func(string, ...any)) (pid int, ok bool) {
 	path, err := exec.LookPath(args[0])
 	if err != nil {
-		say("exec %d %v", lookPathCode(err), err)
+		say("exec %d %v", LookPathCode(err), err)
 		return 0, false
 	}
 	pid, err = syscall.ForkExec(path, args, &syscall.ProcAttr{
@@ -99,9 +117,9 @@ func startCommand(args []string, say func(string, ...any)) (pid int, ok bool) {
 		Sys:   &syscall.SysProcAttr{Setpgid: true},
 	})
 	if err != nil {
-		code := exitCannotExecute
+		code := ExitCannotExecute
 		if errors.Is(err, syscall.ENOENT) {
-			code = exitNotFound
+			code = ExitNotFound
 		}
 		say("exec %d start %s: %v", code, args[0], err)
 		return 0, false
@@ -255,53 +273,11 @@ func (k *keeperLoop) control(ev keeperEvent) {
 	}
 }
 
-// lookPathCode is the shell's code for a command that cannot be run: 127 not found, 126 found
+// LookPathCode is the shell's code for a command that cannot be run: 127 not found, 126 found
 // but not executable.
-func lookPathCode(err error) int {
+func LookPathCode(err error) int {
 	if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
-		return exitNotFound
+		return ExitNotFound
 	}
-	return exitCannotExecute
-}
-
-// keeper is run's side of a started keeper.
-type keeper struct {
-	cmd    *exec.Cmd
-	ctl    io.WriteCloser
-	status *bufio.Scanner
-}
-
-// send writes one line to the keeper; a keeper that is gone ignores it.
-func (k *keeper) send(format string, a ...any) {
-	_, _ = fmt.Fprintf(k.ctl, format+"\n", a...)
-}
-
-// startKeeper re-executes this binary as the keeper of args.
-func startKeeper(grace time.Duration, args []string, env []string) (*keeper, error) {
-	// This very binary, even if it was replaced on disk since run started.
-	self := "/proc/self/exe"
-	ctlR, ctlW, err := os.Pipe()
-	if err != nil {
-		return nil, err
-	}
-	stR, stW, err := os.Pipe()
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(self, append([]string{"run", "--" + keeperFlag, "--grace", grace.String(), "--"}, args...)...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	cmd.ExtraFiles = []*os.File{ctlR, stW} // fds 3 and 4
-	cmd.Env = env
-	// Out of reach of whatever stops run: the terminal's job control, a signal to run's group.
-	// guard:run-keeper-own-session
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	err = cmd.Start()
-	_ = ctlR.Close()
-	_ = stW.Close()
-	if err != nil {
-		_ = ctlW.Close()
-		_ = stR.Close()
-		return nil, fmt.Errorf("start the keeper: %w", err)
-	}
-	return &keeper{cmd: cmd, ctl: ctlW, status: bufio.NewScanner(stR)}, nil
+	return ExitCannotExecute
 }

@@ -1,4 +1,6 @@
-package main
+// Package dashboard is `dashboard`: the live web page of internal/dashboard, served on loopback
+// as the user.
+package dashboard
 
 import (
 	"context"
@@ -15,9 +17,11 @@ import (
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/turnstile-dev/turnstile/internal/dashboard"
+	"github.com/turnstile-dev/turnstile/internal/plugin/cmd/util"
 )
 
-func newDashboardCmd(g *globals) *cobra.Command {
+// NewCmdDashboard is `dashboard`.
+func NewCmdDashboard(g *util.Globals) *cobra.Command {
 	var (
 		address     string
 		port        int
@@ -47,7 +51,7 @@ on loopback only unless --allow-remote is given.`,
 			if warning != "" {
 				fmt.Fprintln(cmd.ErrOrStderr(), warning)
 			}
-			c, ns, err := g.client()
+			c, ns, err := g.Client()
 			if err != nil {
 				return err
 			}

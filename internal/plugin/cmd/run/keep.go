@@ -1,4 +1,4 @@
-package main
+package run
 
 import (
 	"context"
@@ -7,7 +7,6 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
@@ -24,15 +23,6 @@ const (
 	annotationExitCode = "locks.turnstile.dev/exit-code"
 	annotationURL      = "locks.turnstile.dev/pipeline-url"
 )
-
-// waitingMessage is why a pending request waits, from its Granted condition; "" once decided.
-func waitingMessage(lr *locksv1.LockRequest) string {
-	c := meta.FindStatusCondition(lr.Status.Conditions, locksv1.ConditionGranted)
-	if c == nil || c.Status == metav1.ConditionTrue || lr.Status.Phase != locksv1.PhasePending {
-		return ""
-	}
-	return c.Message
-}
 
 // keep leaves the locks held after COMMAND failed, as Atlantis keeps a lock after a failed
 // apply: the request says why (spec.reason, shown to everyone waiting, and annotations), and

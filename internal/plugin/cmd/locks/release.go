@@ -1,0 +1,125 @@
+package locks
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
+
+	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
+	"github.com/turnstile-dev/turnstile/internal/lockkey"
+	"github.com/turnstile-dev/turnstile/internal/plugin/ci"
+	"github.com/turnstile-dev/turnstile/internal/plugin/cmd/util"
+	"github.com/turnstile-dev/turnstile/pkg/client"
+)
+
+// NewCmdRelease is `release`: one request by name, or every request of a pull request.
+func NewCmdRelease(g *util.Globals) *cobra.Command {
+	var (
+		del  bool
+		pull int64
+		repo string
+		from string
+	)
+	cmd := &cobra.Command{
+		Use:   "release NAME | --pull N --repo OWNER/NAME | --from atlantis|github-actions",
+		Short: "Release a lock (spec.release, keeping the record; --delete to delete the request), or every lock of a pull request",
+		Long: `Releases the LockRequest NAME: it is kept as Released and the next waiter is granted.
+
+With --pull and --repo instead of NAME, releases every unfinished request in the namespace of that
+pull request whose locks are in that repository, and says which: what to run when a pull request
+is closed (Atlantis's "unlock by pull"). --from takes the pull and the repository from a
+pipeline's variables.`,
+		Example: `  kubectl turnstile release lock-x7k2p
+  kubectl turnstile release --pull 100 --repo acme/infra
+  kubectl turnstile release --from github-actions      # in a pull_request "closed" job`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			byPull := from != "" || cmd.Flags().Changed("pull") || cmd.Flags().Changed("repo")
+			switch {
+			case len(args) == 1 && byPull:
+				return errors.New("give either NAME or --pull/--repo/--from, not both")
+			case len(args) == 0 && !byPull:
+				return errors.New("name the LockRequest to release, or give --pull N --repo OWNER/NAME")
+			case byPull && del:
+				return errors.New("--delete releases one request by NAME; to delete a pull request's requests use kubectl delete lr -l " + client.LabelPull + "=N")
+			}
+			c, ns, err := g.Client()
+			if err != nil {
+				return err
+			}
+			if byPull {
+				return releasePull(cmd, client.New(c, ns), from, repo, pull)
+			}
+			var lr locksv1.LockRequest
+			if err := c.Get(cmd.Context(), ctrlclient.ObjectKey{Namespace: ns, Name: args[0]}, &lr); err != nil {
+				if apierrors.IsNotFound(err) {
+					return fmt.Errorf("lockrequest %s/%s not found", ns, args[0])
+				}
+				return err
+			}
+			lock := client.New(c, ns).LockFor(&lr)
+			if del {
+				err = lock.Delete(cmd.Context())
+			} else {
+				err = lock.Release(cmd.Context())
+			}
+			if err != nil && !errors.Is(err, client.ErrLost) {
+				return err
+			}
+			if err != nil {
+				fmt.Fprintf(cmd.ErrOrStderr(), "note: %v\n", err)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "lockrequest/%s released\n", args[0])
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&del, "delete", false, "Delete the LockRequest instead of keeping it as Released.")
+	cmd.Flags().Int64Var(&pull, "pull", 0, "Release every request of this pull request (with --repo).")
+	cmd.Flags().StringVar(&repo, "repo", "", "The repository of the pull request, OWNER/NAME.")
+	util.BindFrom(cmd.Flags(), &from)
+	return cmd
+}
+
+// releasePull releases every request of a pull request and says which, one line each.
+func releasePull(cmd *cobra.Command, tc *client.Client, from, repo string, pull int64) error {
+	if from != "" {
+		env, err := ci.FromEnv(from, os.Getenv)
+		if err != nil {
+			return err
+		}
+		if !cmd.Flags().Changed("pull") {
+			pull = env.Holder.Pull
+		}
+		if !cmd.Flags().Changed("repo") && env.Target != nil {
+			repo = env.Target.Repo
+		}
+	}
+	switch {
+	case pull <= 0:
+		return ci.ErrNoPull
+	case repo == "":
+		return errors.New("--repo OWNER/NAME is required with --pull: pull request numbers are per repository")
+	}
+	released, err := tc.ReleaseByPull(cmd.Context(), repo, pull)
+	out := cmd.OutOrStdout()
+	for _, lr := range released {
+		keys := make([]string, 0, len(lr.Spec.Locks))
+		for _, t := range lr.Spec.Locks {
+			keys = append(keys, lockkey.String(t))
+		}
+		was := string(lr.Status.Phase)
+		if was == "" {
+			was = "not yet seen"
+		}
+		fmt.Fprintf(out, "lockrequest/%s released (%s, was %s): %s\n", lr.Name, locksv1.Holder{Owner: lr.Spec.Holder.Owner, Pull: lr.Spec.Holder.Pull}.Describe(), was, strings.Join(keys, ", "))
+	}
+	if len(released) == 0 && err == nil {
+		fmt.Fprintf(out, "no unfinished lock request of pull #%d in %s in namespace %s\n", pull, repo, tc.Namespace())
+	}
+	return err
+}
