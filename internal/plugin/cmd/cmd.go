@@ -17,8 +17,8 @@ import (
 	"github.com/turnstile-dev/turnstile/internal/plugin/cmd/freeze"
 	"github.com/turnstile-dev/turnstile/internal/plugin/cmd/locks"
 	"github.com/turnstile-dev/turnstile/internal/plugin/cmd/run"
-	"github.com/turnstile-dev/turnstile/internal/plugin/cmd/version"
 	"github.com/turnstile-dev/turnstile/internal/plugin/cmd/util"
+	"github.com/turnstile-dev/turnstile/internal/plugin/cmd/version"
 	"github.com/turnstile-dev/turnstile/internal/plugin/cmd/why"
 )
 
