@@ -209,7 +209,7 @@ func runCommand(cmd *cobra.Command, g *util.Globals, f *util.RequestFlags, o run
 
 	rn := &runner{stderr: stderr, c: c, ns: ns, o: o, sigs: sigs, sup: sup}
 	tstp := make(chan os.Signal, 1)
-	signal.Notify(tstp, syscall.SIGTSTP)
+	notifyStop(tstp)
 	defer signal.Stop(tstp)
 	go sup.JobControl(tstp)
 	return util.ExitError{Code: rn.run(base, r, askTimeout, args)}
