@@ -215,8 +215,61 @@ func suspendedTree(t *testing.T, grace time.Duration) (*keeperRun, int) {
 	}
 	kr.waitUp(t)
 	kr.k.send("suspend")
-	waitState(t, pid, func(p proctree.Proc) bool { return p.State == 'T' }, "suspended")
+	waitTree(t, pid, treeSuspended, "suspended")
 	return kr, pid
+}
+
+// treeSuspended: no process of the tree runs. Each is stopped (T), or is a shell blocked in
+// vfork (D) on a child that the stop caught before it could exec (dash vforks its commands):
+// the terminal's Ctrl-Z leaves such a job the same way, and SIGCONT lets the child exec.
+func treeSuspended(tree []proctree.Proc) bool {
+	stopped := map[int]bool{}
+	for _, p := range tree {
+		if p.State == 'T' {
+			stopped[p.PPID] = true
+		}
+	}
+	for _, p := range tree {
+		if p.Alive() && p.State != 'T' && (p.State != 'D' || !stopped[p.PID]) {
+			return false
+		}
+	}
+	return true
+}
+
+// treeResumed: no process of the tree is stopped any more.
+func treeResumed(tree []proctree.Proc) bool {
+	for _, p := range tree {
+		if p.State == 'T' {
+			return false
+		}
+	}
+	return true
+}
+
+// waitTree waits until the tree of pid (pid and its descendants) satisfies ok.
+func waitTree(t *testing.T, pid int, ok func([]proctree.Proc) bool, what string) {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	tick := time.NewTicker(10 * time.Millisecond) // /proc has no event to wait on
+	defer tick.Stop()
+	for {
+		p, err := proctree.Read(pid)
+		var tree []proctree.Proc
+		if err == nil {
+			var ds []proctree.Proc
+			ds, err = proctree.Descendants(pid)
+			tree = append([]proctree.Proc{p}, ds...)
+		}
+		if err == nil && ok(tree) {
+			return
+		}
+		select {
+		case <-deadline:
+			t.Fatalf("the tree of pid %d was never %s (%+v, %v)", pid, what, tree, err)
+		case <-tick.C:
+		}
+	}
 }
 
 // waitState waits until pid's state satisfies ok.
@@ -243,7 +296,7 @@ func waitState(t *testing.T, pid int, ok func(proctree.Proc) bool, what string) 
 func TestKeeperSuspendsAndResumesTheTree(t *testing.T) {
 	kr, pid := suspendedTree(t, 5*time.Second)
 	kr.k.send("resume")
-	waitState(t, pid, func(p proctree.Proc) bool { return p.State != 'T' }, "resumed")
+	waitTree(t, pid, treeResumed, "resumed")
 	kr.k.send("stop")
 	kr.wait(t)
 }
