@@ -1,6 +1,7 @@
 package run
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
@@ -31,5 +32,28 @@ func TestHolderSession(t *testing.T) {
 	}
 	if _, err := holderSession(runOptions{session: "x", shareWithOwner: true}); err == nil {
 		t.Error("--session with --share-with-same-owner must be refused")
+	}
+}
+
+// TestResult: how the tree ended, as run's exit code (docs/run.md) and whether the locks are kept.
+func TestResult(t *testing.T) {
+	lost := errors.New("lock lost while the command ran")
+	for _, tc := range []struct {
+		name     string
+		out      keeper.Outcome
+		keep     bool
+		wantCode int
+		wantKeep bool
+	}{
+		{name: "the command's status", out: keeper.Outcome{Status: 3}, wantCode: 3},
+		{name: "kept after a failure", out: keeper.Outcome{Status: 3}, keep: true, wantCode: 3, wantKeep: true},
+		{name: "a success is never kept", out: keeper.Outcome{Status: 0}, keep: true, wantCode: 0},
+		{name: "not found", out: keeper.Outcome{ExecCode: keeper.ExitNotFound, Status: -1}, keep: true, wantCode: 127},
+		{name: "lost: 76, never kept", out: keeper.Outcome{Status: 143, Lost: lost}, keep: true, wantCode: exitLost},
+		{name: "the keeper said nothing", out: keeper.Outcome{Status: -1}, wantCode: exitRunFailed},
+	} {
+		if code, keep := result(tc.out, tc.keep); code != tc.wantCode || keep != tc.wantKeep {
+			t.Errorf("%s: result = %d, %v; want %d, %v", tc.name, code, keep, tc.wantCode, tc.wantKeep)
+		}
 	}
 }
