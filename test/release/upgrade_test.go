@@ -150,9 +150,9 @@ func TestDowngradeIsRefused(t *testing.T) {
 // Deployment's labels and pod template.
 func (c *cluster) installedState() string {
 	c.t.Helper()
-	return c.kubectl("", "get", "crd/lockrequests.locks.turnstile.dev", "crd/projectlocks.locks.turnstile.dev", "crd/commandlocks.locks.turnstile.dev",
+	return c.kubectl("get", "crd/lockrequests.locks.turnstile.dev", "crd/projectlocks.locks.turnstile.dev", "crd/commandlocks.locks.turnstile.dev",
 		"-o", "jsonpath={range .items[*]}{.metadata.name} {.metadata.labels} {.spec.versions}{\"\\n\"}{end}") +
-		c.kubectl("", "-n", systemNS, "get", "deployment", "-l", "app.kubernetes.io/part-of=turnstile",
+		c.kubectl("-n", systemNS, "get", "deployment", "-l", "app.kubernetes.io/part-of=turnstile",
 			"-o", "jsonpath={range .items[*]}{.metadata.name} {.metadata.labels} {.spec.template}{\"\\n\"}{end}")
 }
 
@@ -239,16 +239,15 @@ func startCluster(t *testing.T) *cluster {
 	if err := env.WriteKubeconfig(c.kubeconfig); err != nil {
 		t.Fatal(err)
 	}
-	c.kubectl("", "create", "namespace", systemNS)
-	c.kubectl("", "label", "namespace", systemNS, "pod-security.kubernetes.io/enforce=restricted")
-	c.kubectl("", "create", "namespace", teamNS)
+	c.kubectl("create", "namespace", systemNS)
+	c.kubectl("label", "namespace", systemNS, "pod-security.kubernetes.io/enforce=restricted")
+	c.kubectl("create", "namespace", teamNS)
 	return c
 }
 
-func (c *cluster) kubectl(stdin string, args ...string) string {
+func (c *cluster) kubectl(args ...string) string {
 	c.t.Helper()
 	cmd := exec.Command(kubectl(c.t), append([]string{"--kubeconfig", c.kubeconfig}, args...)...)
-	cmd.Stdin = strings.NewReader(stdin)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		c.t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
@@ -273,7 +272,7 @@ func (c *cluster) helmErr(args ...string) (string, error) {
 // waitInstalled waits until the CRDs serve and a LockRequest passes admission (the policies'
 // dispatcher learns a new kind from discovery a moment after the CRD is Established).
 func (c *cluster) waitInstalled(g *gomega.WithT) {
-	c.kubectl("", "wait", "--for=condition=Established", "--timeout=60s",
+	c.kubectl("wait", "--for=condition=Established", "--timeout=60s",
 		"crd/lockrequests.locks.turnstile.dev", "crd/projectlocks.locks.turnstile.dev", "crd/commandlocks.locks.turnstile.dev")
 	sample := filepath.Join(root, "config", "samples", "locks_v1alpha1_lockrequest.yaml")
 	g.Eventually(func() error {
@@ -513,7 +512,7 @@ func (c *cluster) snapshot(g *gomega.WithT) string {
 func (s *scenario) goOn(t *testing.T, g *gomega.WithT, c *cluster) {
 	release := func(name string) {
 		t.Helper()
-		c.kubectl("", "-n", teamNS, "patch", "lockrequest", name, "--type=merge", "-p", `{"spec":{"release":true}}`)
+		c.kubectl("-n", teamNS, "patch", "lockrequest", name, "--type=merge", "-p", `{"spec":{"release":true}}`)
 		s.released = append(s.released, name)
 		g.Eventually(c.phase(name)).Should(gomega.Equal(locksv1.PhaseReleased), "%s is released", name)
 	}
@@ -536,7 +535,7 @@ func (s *scenario) goOn(t *testing.T, g *gomega.WithT, c *cluster) {
 
 	g.Expect(c.waitingFor("f1")()).To(gomega.Equal("Pending/"+locksv1.ReasonCommandLocked), "the freeze holds")
 	g.Expect(c.phase("g1")()).To(gomega.Equal(locksv1.PhaseGranted), "an apply granted before the freeze keeps its grant")
-	c.kubectl("", "patch", "commandlock", "apply", "--type=merge", "-p", `{"spec":{"locked":false}}`)
+	c.kubectl("patch", "commandlock", "apply", "--type=merge", "-p", `{"spec":{"locked":false}}`)
 	g.Eventually(c.phase("f1")).Should(gomega.Equal(locksv1.PhaseGranted), "the thaw lets the frozen apply in")
 
 	j1 := workload.RequestName("job", "j1")

@@ -100,7 +100,7 @@ func Open(dir string) (*Layout, error) {
 		Version string `json:"imageLayoutVersion"`
 	}
 	if err := json.Unmarshal(data, &v); err != nil || v.Version != "1.0.0" {
-		return nil, fmt.Errorf("%s/oci-layout: imageLayoutVersion %q (%v), want 1.0.0", dir, v.Version, err)
+		return nil, fmt.Errorf("%s/oci-layout: imageLayoutVersion %q (%w), want 1.0.0", dir, v.Version, err)
 	}
 	return &Layout{dir: dir}, nil
 }

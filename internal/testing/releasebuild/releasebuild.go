@@ -41,7 +41,7 @@ const (
 	Image = "ghcr.io/turnstile-dev/turnstile"
 )
 
-// ErrNoHistory: the checkout lacks the pinned commit (a shallow clone).
+// ErrNoHistory says the checkout lacks the pinned commit (a shallow clone).
 var ErrNoHistory = errors.New("the checkout has no history for the previous release's commit")
 
 // Release is a built release directory.
@@ -128,7 +128,7 @@ func given(root, dir string) (Release, error) {
 		} `json:"manifests"`
 	}
 	if err := json.Unmarshal(data, &index); err != nil || len(index.Manifests) != 1 {
-		return Release{}, fmt.Errorf("%s=%s: image/index.json names %d images (%v), want one", DistEnv, dir, len(index.Manifests), err)
+		return Release{}, fmt.Errorf("%s=%s: image/index.json names %d images (%w), want one", DistEnv, dir, len(index.Manifests), err)
 	}
 	return Release{Dir: dir, Version: index.Manifests[0].Annotations["org.opencontainers.image.ref.name"], Commit: commit}, nil
 }
