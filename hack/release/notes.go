@@ -23,10 +23,7 @@ type commit struct {
 // commit since the last tag (or --since), grouped by the area its subject names ("area: what
 // and why", the house style), as cert-manager's and Kueue's notes are grouped by kind.
 func writeNotes(ctx context.Context, o options, m meta, digest v1.Hash) error {
-	since, err := notesSince(ctx, o, m)
-	if err != nil {
-		return err
-	}
+	since := notesSince(ctx, o, m)
 	rangeArg := m.commit
 	if since != "" {
 		rangeArg = since + ".." + m.commit
@@ -47,9 +44,9 @@ func writeNotes(ctx context.Context, o options, m meta, digest v1.Hash) error {
 
 // notesSince is where the notes start: --since, else the newest tag reachable from the
 // commit other than the release's own, else "" (every commit: the first release).
-func notesSince(ctx context.Context, o options, m meta) (string, error) {
+func notesSince(ctx context.Context, o options, m meta) string {
 	if o.since != "" {
-		return o.since, nil
+		return o.since
 	}
 	tag, err := git(ctx, o.repo, "describe", "--tags", "--abbrev=0", "--match=v[0-9]*", "--exclude="+m.version, m.commit)
 	if err != nil {
@@ -57,7 +54,7 @@ func notesSince(ctx context.Context, o options, m meta) (string, error) {
 		// notes list every commit.
 		tag = ""
 	}
-	return tag, nil
+	return tag
 }
 
 // areaPrefix is a subject's area: a short prefix before ": ".
