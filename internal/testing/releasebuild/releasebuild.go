@@ -195,8 +195,9 @@ func Previous() (Release, error) {
 			return err
 		}
 		untar.Stdin = pipe
-		var stderr bytes.Buffer
-		archive.Stderr, untar.Stderr = &stderr, &stderr
+		// One buffer each: exec copies each command's stderr in a goroutine of its own.
+		var stderr, untarErr bytes.Buffer
+		archive.Stderr, untar.Stderr = &stderr, &untarErr
 		if err := untar.Start(); err != nil {
 			return err
 		}
@@ -204,7 +205,7 @@ func Previous() (Release, error) {
 			return fmt.Errorf("git archive %s: %w\n%s", commit, err, stderr.String())
 		}
 		if err := untar.Wait(); err != nil {
-			return fmt.Errorf("untar git archive %s: %w\n%s", commit, err, stderr.String())
+			return fmt.Errorf("untar git archive %s: %w\n%s", commit, err, untarErr.String())
 		}
 		// This machine's platform only: the upgrade runs the previous manager here, and the
 		// other platforms' builds would cost minutes for nothing (the working tree's release is
