@@ -28,7 +28,7 @@ import (
 // warned about by the manager and the plugin.
 const (
 	MinMinor = 33
-	MaxMinor = 38
+	MaxMinor = 37
 )
 
 // Range is the support range as the docs write it.
