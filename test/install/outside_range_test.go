@@ -43,6 +43,12 @@ var _ = Describe("On an API server outside the support range", func() {
 		if minor, _ := strconv.Atoi(m[1]); minor > 35 {
 			Skip(fmt.Sprintf("kube-apiserver 1.%d cannot emulate %s (three minors back at most): make test-versions runs this on 1.33 to 1.35", minor, emulated))
 		}
+		// make test-versions' "+v1beta1" row turns on MutatingAdmissionPolicy's v1beta1, which
+		// 1.32 does not have: kube-apiserver 1.34.4 emulating 1.32 with it did not become ready.
+		// No 1.32 cluster has it; the row without the flags runs this spec.
+		if flags := os.Getenv(framework.APIServerArgsEnv); flags != "" {
+			Skip(fmt.Sprintf("%s=%q turns on what %s does not serve; the run without it covers this spec", framework.APIServerArgsEnv, flags, emulated))
+		}
 
 		By("starting kube-apiserver with --emulated-version=kube=" + emulated)
 		c := startCluster("--emulated-version=kube=" + emulated)
