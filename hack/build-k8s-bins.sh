@@ -103,7 +103,14 @@ done
   for c in "${need[@]}"; do printf '\t_ "k8s.io/kubernetes/cmd/%s"\n' "$c"; done
   printf ')\n'
 } > tools.go
-go mod tidy
+if ! go mod tidy 2> "$WORK/tidy.err"; then
+  cat "$WORK/tidy.err" >&2
+  # A module version the proxy does not serve (a new staging module of a pre-release, say) cannot
+  # be built around: say which, rather than leave it in go's long import chains.
+  missing=$(grep -oE '[^ ]+@v[^ :]+: reading [^ ]+: 40[34]' "$WORK/tidy.err" | cut -d: -f1 | sort -u | tr '\n' ' ' || true)
+  [[ -n "$missing" ]] && log "k8s.io/kubernetes@v${KUBE_VERSION} needs module versions the Go module proxy does not serve: ${missing}- it cannot be built here"
+  exit 1
+fi
 for c in "${need[@]}"; do
   timed "$c" go build -trimpath -ldflags "$ldflags" -o "$OUT/$c" "k8s.io/kubernetes/cmd/$c"
 done

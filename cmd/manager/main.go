@@ -285,7 +285,7 @@ func reportCluster(mgr ctrl.Manager, log logr.Logger) (*compat.Reporter, error) 
 	if err != nil {
 		return nil, err
 	}
-	log.Info("kubernetes", "version", cluster.Version.String(), "supported", cluster.Version.Supported(), "range", compat.Range(),
+	log.Info("kubernetes", "version", cluster.Version.Describe(), "supported", cluster.Version.Supported(), "range", compat.Range(),
 		"mutatingAdmissionPolicy", cluster.MutatingDescription())
 	if err := cluster.CheckInstalled(); err != nil {
 		return nil, err

@@ -26,6 +26,9 @@ func init() {
 		mutant{name: "workload-records-creator", pkg: validatingOnlySuite, focus: "an annotated Pod must carry", guard: "the manager records itself as the creator of a workload's request", edits: []edit{
 			{"workload-records-creator", "				AnnotationCreatedBy:   self,\n", "				AnnotationCreatedBy + \"-not\": self,\n"},
 		}},
+		mutant{name: "compat-emulated-version", pkg: "./internal/compat/", focus: "run:^(TestParseVersion|TestWarningSaysWhichSide)$", guard: "a server emulating an older version (--emulated-version) is judged by the version it emulates (test/install's 'outside the support range' kills it too, on 1.33 to 1.35)", edits: []edit{
+			{"compat-emulated-version", "	if errMajor == nil && errMinor == nil && (major != v.Major || minor != v.Minor) {", "	if false && errMajor == nil && errMinor == nil && (major != v.Major || minor != v.Minor) {"},
+		}},
 		mutant{name: "heartbeat-records-creator", pkg: validatingOnlySuite, focus: "Turnstile's own clients", guard: "pkg/workdir's heartbeat records its caller as its Lease's creator", edits: []edit{
 			{"heartbeat-records-creator", "	if err := s.self.Stamp(ctx, s.c, lease); err != nil {", "	if err := error(nil); err != nil {"},
 		}},

@@ -28,7 +28,7 @@ import (
 // warned about by the manager and the plugin.
 const (
 	MinMinor = 33
-	MaxMinor = 38
+	MaxMinor = 37
 )
 
 // Range is the support range as the docs write it.
@@ -39,6 +39,11 @@ type Version struct {
 	// Git is what the server says of itself, e.g. v1.34.4 or v1.33.5-eks-2c4b6f0.
 	Git          string
 	Major, Minor int
+	// EmulatedMajor and EmulatedMinor are the older version the server emulates
+	// (kube-apiserver --emulated-version, as a control plane is upgraded in steps), or 0: it
+	// then serves that version's APIs and features, not its binary's, so that is the version
+	// Turnstile judges (Effective).
+	EmulatedMajor, EmulatedMinor int
 }
 
 // gitVersion reads the major and minor of a gitVersion when the server's major and minor
@@ -53,15 +58,32 @@ func ParseVersion(info *version.Info) (Version, error) {
 	minor, errMinor := strconv.Atoi(trimPlus(info.Minor))
 	if errMajor == nil && errMinor == nil {
 		v.Major, v.Minor = major, minor
-		return v, nil
+	} else {
+		m := gitVersion.FindStringSubmatch(info.GitVersion)
+		if m == nil {
+			return v, fmt.Errorf("the API server's version %q (major %q, minor %q) is not a Kubernetes version", info.GitVersion, info.Major, info.Minor)
+		}
+		v.Major, _ = strconv.Atoi(m[1])
+		v.Minor, _ = strconv.Atoi(m[2])
 	}
-	m := gitVersion.FindStringSubmatch(info.GitVersion)
-	if m == nil {
-		return v, fmt.Errorf("the API server's version %q (major %q, minor %q) is not a Kubernetes version", info.GitVersion, info.Major, info.Minor)
+	// Since 1.31 the server says which version it emulates (the binary's own, unless it was
+	// started with --emulated-version); an older one is what it serves.
+	// guard:compat-emulated-version
+	major, errMajor = strconv.Atoi(info.EmulationMajor)
+	minor, errMinor = strconv.Atoi(trimPlus(info.EmulationMinor))
+	if errMajor == nil && errMinor == nil && (major != v.Major || minor != v.Minor) {
+		v.EmulatedMajor, v.EmulatedMinor = major, minor
 	}
-	v.Major, _ = strconv.Atoi(m[1])
-	v.Minor, _ = strconv.Atoi(m[2])
 	return v, nil
+}
+
+// Effective is the major and minor whose APIs and behaviour the server has: the version it
+// emulates, or its own.
+func (v Version) Effective() (major, minor int) {
+	if v.EmulatedMajor != 0 {
+		return v.EmulatedMajor, v.EmulatedMinor
+	}
+	return v.Major, v.Minor
 }
 
 func trimPlus(s string) string {
@@ -71,10 +93,14 @@ func trimPlus(s string) string {
 	return s
 }
 
-// Supported is whether the version is in the support range.
-func (v Version) Supported() bool { return v.Major == 1 && v.Minor >= MinMinor && v.Minor <= MaxMinor }
+// Supported is whether the version (the one the server emulates, if any) is in the support
+// range.
+func (v Version) Supported() bool {
+	major, minor := v.Effective()
+	return major == 1 && minor >= MinMinor && minor <= MaxMinor
+}
 
-// String is the version as the server says it.
+// String is the version as the server says it (what helm's .Capabilities.KubeVersion is).
 func (v Version) String() string {
 	if v.Git != "" {
 		return v.Git
@@ -82,15 +108,28 @@ func (v Version) String() string {
 	return fmt.Sprintf("v%d.%d", v.Major, v.Minor)
 }
 
+// Describe is the version as the server says it, and the one it emulates: what the manager and
+// the plugin say.
+func (v Version) Describe() string {
+	if v.EmulatedMajor != 0 {
+		return fmt.Sprintf("%s (emulating %d.%d)", v, v.EmulatedMajor, v.EmulatedMinor)
+	}
+	return v.String()
+}
+
 // Warning is the one line said about a version outside the range; empty inside it.
 func (v Version) Warning() string {
+	major, minor := v.Effective()
 	switch {
 	case v.Supported():
 		return ""
-	case v.Major == 1 && v.Minor > MaxMinor:
-		return fmt.Sprintf("Kubernetes %s is newer than the versions Turnstile is tested on (%s): it should work, but report what does not (docs/install.md, \"Supported Kubernetes versions\")", v, Range())
+	case major == 1 && minor > MaxMinor:
+		return fmt.Sprintf("Kubernetes %s is newer than the versions Turnstile is tested on (%s): it should work, but report what does not (docs/install.md, \"Supported Kubernetes versions\")", v.Describe(), Range())
+	case v.EmulatedMajor != 0 && v.Major == 1 && v.Minor >= MinMinor:
+		return fmt.Sprintf("Kubernetes %s is older than the versions Turnstile supports (%s): it serves the APIs of %d.%d, so its admission policies may not install and its watches may fail; "+
+			"finish the upgrade (raise or drop kube-apiserver's --emulated-version) (docs/install.md, \"Supported Kubernetes versions\")", v.Describe(), Range(), major, minor)
 	default:
-		return fmt.Sprintf("Kubernetes %s is older than the versions Turnstile supports (%s): its admission policies may not install and its watches may fail; upgrade the cluster (docs/install.md, \"Supported Kubernetes versions\")", v, Range())
+		return fmt.Sprintf("Kubernetes %s is older than the versions Turnstile supports (%s): its admission policies may not install and its watches may fail; upgrade the cluster (docs/install.md, \"Supported Kubernetes versions\")", v.Describe(), Range())
 	}
 }
 

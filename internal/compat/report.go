@@ -75,10 +75,10 @@ func Pod(namespace, name string) runtime.Object {
 func (r *Reporter) Start(ctx context.Context) error {
 	v := r.Cluster.Version
 	if w := v.Warning(); w != "" {
-		r.Log.Info("WARNING: "+w, "kubernetes", v.String())
+		r.Log.Info("WARNING: "+w, "kubernetes", v.Describe())
 		r.event(corev1.EventTypeWarning, ReasonUnsupported, "%s", w)
 	} else {
-		r.event(corev1.EventTypeNormal, ReasonSupported, "Kubernetes %s is in the supported range (%s); mutating admission: %s", v, Range(), r.Cluster.MutatingDescription())
+		r.event(corev1.EventTypeNormal, ReasonSupported, "Kubernetes %s is in the supported range (%s); mutating admission: %s", v.Describe(), Range(), r.Cluster.MutatingDescription())
 	}
 	r.probe(ctx)
 	t := time.NewTicker(r.Period)
@@ -113,7 +113,7 @@ func (r *Reporter) probe(ctx context.Context) {
 	r.last = mode
 	r.mu.Unlock()
 	r.info.Reset()
-	r.info.WithLabelValues(r.Cluster.Version.String(), strconv.FormatBool(r.Cluster.Version.Supported()), r.Cluster.MutatingAdmissionPolicy, string(mode)).Set(1)
+	r.info.WithLabelValues(r.Cluster.Version.Describe(), strconv.FormatBool(r.Cluster.Version.Supported()), r.Cluster.MutatingAdmissionPolicy, string(mode)).Set(1)
 	if !changed {
 		return
 	}

@@ -37,7 +37,7 @@ var _ = Describe("On a cluster without Turnstile", func() {
 		p, err := framework.StartProcessLogFile(framework.ManagerBinary(), kc, filepath.Join(GinkgoT().TempDir(), "manager.log"), "--metrics-bind-address=0", "--health-probe-bind-address=0")
 		Expect(err).NotTo(HaveOccurred())
 		Eventually(p.Running).WithTimeout(30 * time.Second).Should(HaveOccurred())
-		Expect(p.Log()).To(MatchRegexp(`"kubernetes".*"version":"v1\.\d+.*"supported":true.*"range":"1\.33 to 1\.38"`))
+		Expect(p.Log()).To(MatchRegexp(`"kubernetes".*"version":"v1\.\d+.*"supported":true.*"range":"1\.33 to 1\.37"`))
 		Expect(p.Log()).To(ContainSubstring(notInstalled))
 		Expect(p.Log()).NotTo(ContainSubstring("no matches for kind"))
 	})

@@ -40,9 +40,9 @@ type cluster struct {
 	managers []*managerProcess
 }
 
-func startCluster() *cluster {
+func startCluster(apiserverFlags ...string) *cluster {
 	GinkgoHelper()
-	c := &cluster{env: framework.StartBareEnv()}
+	c := &cluster{env: framework.StartBareEnvWith(apiserverFlags...)}
 	// Called from BeforeAll: cleaned up after the container's last spec (before the control
 	// plane stops), so managers started by one spec keep running for the next.
 	DeferCleanup(func() {

@@ -19,6 +19,10 @@
 // For the chart it also measures how long hand-offs pause while a replica is replaced in a
 // rollout (SIGTERM of one replica; it leaves the membership and the other takes its keys).
 //
+// On an API server emulating 1.32, before the support range (the binaries of 1.33 to 1.35 can),
+// it installs the bundle for it and checks that the manager says so in its log, an Event on its
+// Pod and its metric, and the plugin in one warning line (outside_range_test.go).
+//
 // Run it with `make test`, or alone with:
 //
 //	make build helm k8s-bins && KUBEBUILDER_ASSETS=$PWD/bin/k8s/1.36.3-linux-amd64 go test -count=1 -v ./test/install/

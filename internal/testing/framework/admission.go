@@ -22,10 +22,15 @@ const APIServerArgsEnv = "TURNSTILE_KUBE_APISERVER_ARGS"
 // ConfigureAPIServer adds $TURNSTILE_KUBE_APISERVER_ARGS (--name=value, space separated) to
 // s's flags.
 func ConfigureAPIServer(s *envtest.APIServer) error {
-	for _, f := range strings.Fields(os.Getenv(APIServerArgsEnv)) {
+	return appendFlags(s, APIServerArgsEnv, strings.Fields(os.Getenv(APIServerArgsEnv)))
+}
+
+// appendFlags adds flags (--name=value) to s's; source names where they come from.
+func appendFlags(s *envtest.APIServer, source string, flags []string) error {
+	for _, f := range flags {
 		name, value, ok := strings.Cut(strings.TrimPrefix(f, "--"), "=")
 		if !ok || !strings.HasPrefix(f, "--") {
-			return fmt.Errorf("%s: %q is not --name=value", APIServerArgsEnv, f)
+			return fmt.Errorf("%s: %q is not --name=value", source, f)
 		}
 		s.Configure().Append(name, value)
 	}

@@ -84,6 +84,16 @@ func StartBare(assets string) (*Env, error) {
 	return start(assets, &envtest.Environment{})
 }
 
+// StartBareWith is StartBare with kube-apiserver flags (--name=value) added, as an admin of a
+// cluster sets them (--emulated-version=kube=1.32: a server that serves an older version's APIs).
+func StartBareWith(assets string, apiserverFlags ...string) (*Env, error) {
+	s := &envtest.APIServer{}
+	if err := appendFlags(s, "StartBareWith", apiserverFlags); err != nil {
+		return nil, err
+	}
+	return start(assets, &envtest.Environment{ControlPlane: envtest.ControlPlane{APIServer: s}})
+}
+
 func start(assets string, env *envtest.Environment) (*Env, error) {
 	if assets == "" {
 		assets = os.Getenv("KUBEBUILDER_ASSETS")

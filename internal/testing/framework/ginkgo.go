@@ -37,6 +37,12 @@ func StartBareEnv() *Env {
 	return stopAtCleanup(StartBare(""))
 }
 
+// StartBareEnvWith is StartBareEnv with kube-apiserver flags added (StartBareWith).
+func StartBareEnvWith(apiserverFlags ...string) *Env {
+	ginkgo.GinkgoHelper()
+	return stopAtCleanup(StartBareWith("", apiserverFlags...))
+}
+
 func stopAtCleanup(env *Env, err error) *Env {
 	ginkgo.GinkgoHelper()
 	gomega.Expect(err).NotTo(gomega.HaveOccurred())
