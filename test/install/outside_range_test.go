@@ -70,7 +70,7 @@ var _ = Describe("On an API server outside the support range", func() {
 
 		By("running the manager as the Deployment runs it, as the installed ServiceAccount")
 		const pod = "manager-a"
-		mgr := c.startManager(pod, c.serviceAccountKubeconfig(namespace, sa), namespace, podSpec["containers"].([]any)[0].(map[string]any))
+		mgr := c.startManager(managerBin, pod, c.serviceAccountKubeconfig(namespace, sa), namespace, podSpec["containers"].([]any)[0].(map[string]any))
 		warning := fmt.Sprintf("Kubernetes %s (emulating %s) is older than the versions Turnstile supports (%s): it serves the APIs of %s",
 			bundle.Cluster.Version.String(), emulated, compat.Range(), emulated)
 		Eventually(mgr.log).WithTimeout(settle).WithPolling(100*time.Millisecond).Should(ContainSubstring("WARNING: "+warning),
