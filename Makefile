@@ -132,15 +132,17 @@ test: k8s-bins build helm helm-unittest krew ## Unit + envtest + e2e tests (real
 # BETA=0 skips the second run of 1.34 and 1.35 with MutatingAdmissionPolicy v1beta1 enabled.
 SUITES ?= full
 BETA ?= 1
+# JOBS: how many versions make test-versions runs at once (each in bin/versions/<version>).
+JOBS ?= 1
 
 .PHONY: test-versions
 test-versions: build helm ## Per Kubernetes version in KUBE_VERSIONS: installs, admission, deployed, e2e, gated, API-server faults, watch (hack/test-versions.sh; table in bin/versions/summary.md).
 	@$(MAKE) --no-print-directory k8s-bins-versions KUBE_VERSIONS="$(KUBE_VERSIONS)"
-	SUITES=$(SUITES) BETA=$(BETA) hack/test-versions.sh $(KUBE_VERSIONS)
+	SUITES=$(SUITES) BETA=$(BETA) JOBS=$(JOBS) hack/test-versions.sh $(KUBE_VERSIONS)
 
 .PHONY: test-versions-ci
-test-versions-ci: ## What CI runs beside make test: SUITES=ci BETA=0 on the oldest and newest versions (KUBE_VERSIONS_CI).
-	@$(MAKE) --no-print-directory test-versions KUBE_VERSIONS="$(KUBE_VERSIONS_CI)" SUITES=ci BETA=0
+test-versions-ci: ## What CI runs beside make test: SUITES=ci BETA=0 on the oldest and newest versions (KUBE_VERSIONS_CI), the two at once.
+	@$(MAKE) --no-print-directory test-versions KUBE_VERSIONS="$(KUBE_VERSIONS_CI)" SUITES=ci BETA=0 JOBS=2
 
 .PHONY: test-chart
 test-chart: helm helm-unittest ## Only the chart: helm lint --strict and the helm-unittest suites (make test runs both too).
@@ -302,10 +304,12 @@ k8s-bins: ## Build kube-apiserver, etcd, kubectl, kube-scheduler and kube-contro
 	@KUBE_VERSION=$(KUBE_VERSION) ETCD_VERSION=$(ETCD_VERSION) CONTROL_PLANE=1 hack/build-k8s-bins.sh $(K8S_BIN)
 
 # One version at a time, niced: each is several minutes of both cores (bin/k8s/<v>/.build-times).
+# .ci/run builds CI's pair at NICE=19 while make test runs, in the time its suites wait.
+NICE ?= 10
 .PHONY: k8s-bins-versions
 k8s-bins-versions: ## Build the control-plane binaries of every version in KUBE_VERSIONS (cached in ./bin/k8s/<version>-<os>-<arch>).
 	@for v in $(KUBE_VERSIONS); do \
-	  KUBE_VERSION=$$v ETCD_VERSION=$(ETCD_VERSION) CONTROL_PLANE=1 nice -n 10 hack/build-k8s-bins.sh $(BIN)/k8s/$$v-$(shell go env GOOS)-$(shell go env GOARCH) || exit 1; \
+	  KUBE_VERSION=$$v ETCD_VERSION=$(ETCD_VERSION) CONTROL_PLANE=1 nice -n $(NICE) hack/build-k8s-bins.sh $(BIN)/k8s/$$v-$(shell go env GOOS)-$(shell go env GOARCH) || exit 1; \
 	done
 
 $(CONTROLLER_GEN):

@@ -23,7 +23,10 @@
 # (the row "<version> +v1beta1"), unless BETA=0.
 #
 # Usage: hack/test-versions.sh VERSION...   (make test-versions KUBE_VERSIONS="1.33.13 ...")
-# Env:   SUITES=full|ci, BETA=1|0, OUT=bin/versions (logs, summary.md)
+# Env:   SUITES=full|ci, BETA=1|0, OUT=bin/versions (logs, summary.md),
+#        JOBS=N runs N versions at once, each in OUT/<version> (make test-versions-ci runs its
+#        two at once: a suite spends most of its time waiting on its API server, so two
+#        versions side by side take little longer than one)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 [[ $# -gt 0 ]] || { echo "usage: $0 VERSION..." >&2; exit 2; }
@@ -33,7 +36,38 @@ OUT=${OUT:-bin/versions}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 goos=$(go env GOOS); goarch=$(go env GOARCH)
-go build -o bin/testsummary ./hack/testsummary
+JOBS=${JOBS:-1}
+[[ -n "${TESTSUMMARY_BUILT:-}" ]] || go build -o bin/testsummary ./hack/testsummary
+
+# JOBS > 1: each version in a process of its own (this script, JOBS=1), its lines prefixed
+# with it as they come, then one table of them all.
+if [[ $JOBS -gt 1 && $# -gt 1 ]]; then
+  pids=() versions=("$@") failed=0 running=0
+  for version in "${versions[@]}"; do
+    if [[ $running -ge $JOBS ]]; then
+      wait -n || true
+      running=$((running - 1))
+    fi
+    mkdir -p "$OUT/$version"
+    (OUT="$OUT/$version" JOBS=1 TESTSUMMARY_BUILT=1 "$0" "$version" 2>&1 | sed -u "s/^/[$version] /") &
+    pids+=($!) running=$((running + 1))
+  done
+  for pid in "${pids[@]}"; do wait "$pid" || true; done
+  {
+    echo "| Kubernetes | suite | passed | failed | skipped | seconds |"
+    echo "| --- | --- | ---: | ---: | ---: | ---: |"
+    for version in "${versions[@]}"; do
+      if [[ -f "$OUT/$version/summary.md" ]]; then tail -n +3 "$OUT/$version/summary.md"; else echo "| $version | (did not run) | 0 | 1 | 0 | 0 |"; fi
+    done
+  } > "$OUT/summary.md"
+  read -r p f s <<<"$(awk -F'|' 'NR > 2 { p += $4; f += $5; s += $6 } END { print p+0, f+0, s+0 }' "$OUT/summary.md")"
+  echo
+  cat "$OUT/summary.md"
+  echo
+  echo "test-versions: ${p} passed, ${f} failed, ${s} skipped"
+  [[ $f -eq 0 ]]
+  exit
+fi
 
 declare -A pkgs=(
   [install]="./test/install/"

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -180,6 +181,27 @@ func TestWatchAsClientGo(t *testing.T) {
 			defer w.Stop()
 			watches[name] = w
 			got[name] = untilBookmark(t, w)
+		}
+		// The bookmark that ends the initial events carries the store's resourceVersion when
+		// the watch began: etcd's revision, which any write in the cluster moves (the API
+		// server renews its own Lease in kube-system every 10 s), so two watches begun one
+		// after the other may each end theirs at another. Each must be at least its newest
+		// object's; the rest of the two bookmarks must be alike.
+		for name, events := range got {
+			bm := events[len(events)-1].Object.(*locksv1.LockRequest)
+			end, err := strconv.ParseUint(bm.ResourceVersion, 10, 64)
+			if err != nil {
+				t.Fatalf("%s: the bookmark's resourceVersion %q: %v", name, bm.ResourceVersion, err)
+			}
+			for _, ev := range events[:len(events)-1] {
+				rv, err := strconv.ParseUint(ev.Object.(*locksv1.LockRequest).ResourceVersion, 10, 64)
+				if err != nil || rv > end {
+					t.Fatalf("%s: an initial event at resourceVersion %d (%v), after the bookmark's %d", name, rv, err, end)
+				}
+			}
+			bm = bm.DeepCopy()
+			bm.ResourceVersion = ""
+			events[len(events)-1].Object = bm
 		}
 		if diff := cmp.Diff(got["client-go"], got["watchjson"]); diff != "" {
 			t.Fatalf("initial events (-client-go +watchjson):\n%s", diff)
