@@ -99,6 +99,7 @@ func TestSmoke(t *testing.T) {
 		check("a hand-off writes at least the ProjectLock and the new holder", h.WritesPerHandoff >= 2)
 		check("every arrival is enqueued once", h.BackToBack.Transitions.Enqueued == cfg.HandoffSamples)
 		check("every hand-off is a grant", h.BackToBack.Transitions.Granted == cfg.HandoffSamples)
+		check("the manager's heap allocations are counted", h.AllocsPerHandoff > 0 && h.AllocKiBPerHandoff > 0 && h.GCsPerHandoff >= 0)
 	}
 	check("want one leaderelection result per config", len(back.LeaderElection) == len(cfg.LeaderElection))
 	for i, le := range back.LeaderElection {

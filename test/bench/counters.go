@@ -158,6 +158,12 @@ type managerCounts struct {
 	lockDepth  float64 // workqueue_depth of the lock controller
 	heapInUse  float64 // go_memstats_heap_inuse_bytes
 	heapAlloc  float64 // go_memstats_heap_alloc_bytes
+	// allocs, allocBytes and gcs are the Go runtime's own counts of heap allocations (objects
+	// and bytes) and of collections: the work the manager did, as the load on the machine does
+	// not change it (CPU time per operation grows with the load on a shared machine).
+	allocs     float64 // go_gc_heap_allocs_objects_total
+	allocBytes float64 // go_gc_heap_allocs_bytes_total
+	gcs        float64 // go_gc_cycles_total_gc_cycles_total
 }
 
 // procStats is the manager's memory.
@@ -254,6 +260,12 @@ type Writes struct {
 	Reconciles       float64 `json:"reconciles"`
 	ManagerConflicts float64 `json:"managerConflicts"`
 	ManagerCPU       float64 `json:"managerCPUSeconds"`
+	// ManagerAllocs, ManagerAllocBytes and ManagerGCs are the manager's heap allocations
+	// (objects, bytes) and garbage collections: its work, which the machine's load does not
+	// change as it changes ManagerCPU.
+	ManagerAllocs     float64 `json:"managerAllocs"`
+	ManagerAllocBytes float64 `json:"managerAllocBytes"`
+	ManagerGCs        float64 `json:"managerGCs"`
 	// PeerReconciles and PeerCPU are the same of the manager's peers (active-active or
 	// standing by), summed.
 	PeerReconciles float64 `json:"peerReconciles,omitempty"`
@@ -331,6 +343,9 @@ func (w *window) close(ctx context.Context) (Writes, error) {
 	out.Reconciles = mgr.reconciles - w.mgr.reconciles
 	out.ManagerConflicts = mgr.conflicts - w.mgr.conflicts
 	out.ManagerCPU = mgr.cpu - w.mgr.cpu
+	out.ManagerAllocs = mgr.allocs - w.mgr.allocs
+	out.ManagerAllocBytes = mgr.allocBytes - w.mgr.allocBytes
+	out.ManagerGCs = mgr.gcs - w.mgr.gcs
 	out.DeadlockChecks = mgr.checks - w.mgr.checks
 	out.DeadlockSkips = mgr.skips - w.mgr.skips
 	out.Gets = mgr.gets - w.mgr.gets

@@ -414,6 +414,12 @@ func (m *managerProc) counts(ctx context.Context) (managerCounts, error) {
 			c.heapInUse = v
 		case name == "go_memstats_heap_alloc_bytes":
 			c.heapAlloc = v
+		case name == "go_gc_heap_allocs_objects_total":
+			c.allocs = v
+		case name == "go_gc_heap_allocs_bytes_total":
+			c.allocBytes = v
+		case name == "go_gc_cycles_total_gc_cycles_total":
+			c.gcs = v
 		}
 	})
 	if err != nil {

@@ -352,9 +352,15 @@ type HandoffResult struct {
 	EventsPerHandoff     float64 `json:"eventsPerHandoff"`
 	ReconcilesPerHandoff float64 `json:"reconcilesPerHandoff"`
 	CPUPerHandoffMs      float64 `json:"managerCPUPerHandoffMs"`
-	SetupSeconds         float64 `json:"setupSeconds"`
-	BackToBack           Writes  `json:"backToBackWindow"`
-	Isolated             Writes  `json:"isolatedWindow"`
+	// AllocsPerHandoff, AllocKiBPerHandoff and GCsPerHandoff are the manager's heap
+	// allocations and collections per hand-off in the back-to-back run: its work per hand-off,
+	// which the load on a shared machine does not change as it changes CPUPerHandoffMs.
+	AllocsPerHandoff   float64 `json:"managerAllocsPerHandoff"`
+	AllocKiBPerHandoff float64 `json:"managerAllocKiBPerHandoff"`
+	GCsPerHandoff      float64 `json:"managerGCsPerHandoff"`
+	SetupSeconds       float64 `json:"setupSeconds"`
+	BackToBack         Writes  `json:"backToBackWindow"`
+	Isolated           Writes  `json:"isolatedWindow"`
 }
 
 func (b *bench) handoffDepth(ctx context.Context, depth int) (HandoffResult, *queueState, error) {
@@ -390,6 +396,9 @@ func (b *bench) handoffDepth(ctx context.Context, depth int) (HandoffResult, *qu
 	res.EventsPerHandoff = res.BackToBack.Events / float64(n)
 	res.ReconcilesPerHandoff = res.BackToBack.Reconciles / float64(n)
 	res.CPUPerHandoffMs = res.BackToBack.ManagerCPU * 1000 / float64(n)
+	res.AllocsPerHandoff = res.BackToBack.ManagerAllocs / float64(n)
+	res.AllocKiBPerHandoff = res.BackToBack.ManagerAllocBytes / 1024 / float64(n)
+	res.GCsPerHandoff = res.BackToBack.ManagerGCs / float64(n)
 
 	if w, err = b.open(ctx, q.ns); err != nil {
 		return res, nil, err

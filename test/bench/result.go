@@ -232,6 +232,8 @@ func (r *Result) steadyRows(t *table) {
 			fmt.Sprintf("%s (%s; %s) + %s events", num(h.WritesPerHandoff), num(h.RefreshesPerHandoff), num(h.ConflictsPerHandoff), num(h.EventsPerHandoff)))
 		add(fmt.Sprintf("Manager CPU per hand-off at depth %d (reconciles per hand-off)", h.Depth),
 			fmt.Sprintf("%s ms (%s)", num(h.CPUPerHandoffMs), num(h.ReconcilesPerHandoff)))
+		add(fmt.Sprintf("Manager heap allocations per hand-off at depth %d (collections per 100 hand-offs)", h.Depth),
+			fmt.Sprintf("%s objects, %s KiB (%s)", num(h.AllocsPerHandoff), num(h.AllocKiBPerHandoff), num(100*h.GCsPerHandoff)))
 	}
 	for _, le := range r.LeaderElection {
 		add(fmt.Sprintf("leaderelection Lease mutex, %d contenders: cancel → next leads, p50 / p99", le.Contenders), lat(le.Latency))

@@ -38,6 +38,7 @@ func main() {
 		scalePts  = flag.String("scale-points", "", "comma-separated request counts of the scale curve, ascending (default: the size's, 10000,30000,100000 for full); keys and namespaces keep their ratio to requests")
 		memLimit  = flag.String("mem-limit", "", "the container memory limit of every manager the bench starts, as the chart passes it (default: the size's, 256Mi for full)")
 		cgroup    = flag.Bool("cgroup", false, "enforce --mem-limit as a container does: run each manager in a memory cgroup with that limit (needs root and the memory controller, cgroup v1 or v2)")
+		samples   = flag.Int("handoff-samples", 0, "hand-offs per depth and mode in the steady phase (0: the size's, 200 for full); more make the per-hand-off CPU and allocation figures and the profiles steadier")
 		profile   = flag.Int("profile", 0, "seconds of manager CPU profile to record from the start of each back-to-back hand-off run into <out>/cpu-handoff-depth<N>.pprof, and of each deep-queue run of the replicas phase (0: none)")
 	)
 	flag.Parse()
@@ -60,6 +61,9 @@ func main() {
 	}
 	cfg.Manager, cfg.OutDir, cfg.Assets, cfg.Progress = *manager, *out, *assets, os.Stderr
 	cfg.ProfileSeconds = *profile
+	if *samples > 0 {
+		cfg.HandoffSamples = *samples
+	}
 	cfg.RunPhase.Plugin, cfg.RunPhase.Baseline = *plugin, *baseline
 	if *rounds > 0 {
 		cfg.ReplicasPhase.Rounds = *rounds
