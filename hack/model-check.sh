@@ -6,7 +6,7 @@
 #
 #   hack/model-check.sh            the configurations and mutations `make model-check` runs (CI)
 #   MODEL_FULL=1 hack/model-check.sh   also the larger configurations (minutes each)
-#   hack/model-check.sh NAME       one configuration, or one mutation (M1 ... M9, D0 ...)
+#   hack/model-check.sh NAME       one configuration, or one mutation (M1 ... M9, D0 ..., F1 ...)
 #   MODEL_TRAILS=1 ...             print each refuted mutation's trail (the writes, in order)
 #
 # Needs spin and a C compiler (`make spin` installs spin from Debian when it is missing).
@@ -88,6 +88,17 @@ other_models=(
 	"R1|routing.pml|-DMUTATION=2|refuted|progress per key, deferrals unbounded"
 	"R2|routing.pml|-DMUTATION=3|refuted|deferred once, progress not per key"
 	"R3|routing.pml|-DMUTATION=4|refuted|per key and once, a membership renewal counted as progress"
+	# the fleet's partition rule (issue #45): a spoke stops its holder before the hub's Lease lapses
+	"fleet|fleet.pml|-DMUTATION=0|holds|a spoke's renewals sent, applied and answered at any tick or never, a skew within the bound (L=12 G=3 M=1 B=1): no holder of the spoke runs once the hub hands its key on"
+	"fleet-skew2|fleet.pml|-DB=2 -DG=2|holds|the same with a skew bound of 2 s and a grace of 2 s (L=12 M=1)"
+	"F1|fleet.pml|-DMUTATION=1|refuted|the stop deadline without the skew term"
+	"F2|fleet.pml|-DMUTATION=2|refuted|the stop deadline without the grace term"
+	"F3|fleet.pml|-DMUTATION=3|refuted|the stop deadline without the margin (the kill and its confirmation)"
+	"F4|fleet.pml|-DMUTATION=4|refuted|the stop deadline counted from the last renewal sent, answered or not"
+)
+# Other models' larger configurations (MODEL_FULL=1, or by name), in other_models' format.
+other_full_models=(
+	"fleet-defaults|fleet.pml|-DL=40 -DG=15 -DM=3 -DB=2 -DRMAX=14|holds|the fleet's defaults (L=40 G=15 M=3 B=2), renewals up to t=14 (the first renewal after the Lease's creation, L/3 later)"
 )
 
 flags_of() {
@@ -181,7 +192,11 @@ for mc in "${mutations[@]}"; do
 		run_bg "M$m" "$(flags_of "$conf") -DMUTATION=$m" refuted
 	fi
 done
-for c in "${other_models[@]}"; do
+others=("${other_models[@]}")
+if [[ -n ${MODEL_FULL:-} || -n $only ]]; then
+	others+=("${other_full_models[@]}")
+fi
+for c in "${others[@]}"; do
 	IFS='|' read -r name model flags mode what <<<"$c"
 	if [[ -z $only || $name == "$only" ]]; then
 		run_bg "$name" "$flags" "$mode" "$what" "$model"
