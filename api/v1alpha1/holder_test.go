@@ -16,6 +16,9 @@ func TestHolderIdentityAndDescribe(t *testing.T) {
 		"owner and pull": {holder: Holder{Owner: "alice", Pull: 100}, want: names{"alice#100", "pull #100 (alice)"}},
 		"owner only":     {holder: Holder{Owner: "ci/deploy"}, want: names{"ci/deploy", "ci/deploy"}},
 		"session":        {holder: Holder{Owner: "bob", Session: "run-1"}, want: names{"bob (session run-1)", "bob"}},
+		"in a cluster":   {holder: Holder{Owner: "alice", Session: "s", Cluster: "eu-west-1"}, want: names{"alice (session s) in eu-west-1", "alice in eu-west-1"}},
+		"pull in a cluster": {holder: Holder{Owner: "alice", Pull: 100, Session: "job/apply", Cluster: "eu-west-1"},
+			want: names{"alice#100 (session job/apply) in eu-west-1", "pull #100 (alice) in eu-west-1"}},
 	}
 	for name, tc := range cases {
 		got := names{tc.holder.ID().String(), tc.holder.Describe()}
@@ -38,6 +41,16 @@ func TestHolderIDIsStructural(t *testing.T) {
 		{Owner: "a:b", Session: "c"},
 		{Owner: "a", Session: "b:c"},
 		{Owner: "1:a/0/0:"},
+		// The cluster is a field of its own (docs/fleet.md "Identity is per cluster"): one
+		// owner, pull and session in two clusters, or in a cluster and in none, are three
+		// identities, and no session or cluster text can stand for another split.
+		{Owner: "alice", Pull: 1, Session: "job/apply", Cluster: "eu-west-1"},
+		{Owner: "alice", Pull: 1, Session: "job/apply", Cluster: "us-east-1"},
+		{Owner: "alice", Pull: 1, Session: "job/apply"},
+		{Owner: "alice", Pull: 1, Session: "job/apply/9:eu-west-1"},
+		{Owner: "alice", Pull: 1, Session: "job/apply/9:eu-west-1", Cluster: "eu-west-1"},
+		{Owner: "a", Session: "b", Cluster: "c"},
+		{Owner: "a", Session: "b/1:c"},
 	}
 	keys := map[string]HolderID{}
 	for i, a := range ids {

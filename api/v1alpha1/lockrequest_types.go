@@ -274,6 +274,7 @@ type LockRequestStatus struct {
 // +kubebuilder:printcolumn:name="Owner",type=string,JSONPath=`.spec.holder.owner`
 // +kubebuilder:printcolumn:name="Session",type=string,JSONPath=`.spec.holder.session`,description="The holder's session: a gated workload's pod/NAME or job/NAME, a run's run-ID"
 // +kubebuilder:printcolumn:name="Pull",type=integer,JSONPath=`.spec.holder.pull`
+// +kubebuilder:printcolumn:name="Cluster",type=string,JSONPath=`.spec.holder.cluster`,priority=1,description="The fleet member the holder runs in (docs/fleet.md); empty for this cluster"
 // +kubebuilder:printcolumn:name="Command",type=string,JSONPath=`.spec.command`,priority=1
 // +kubebuilder:printcolumn:name="Priority",type=string,JSONPath=`.spec.priority`
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`

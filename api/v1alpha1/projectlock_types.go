@@ -29,6 +29,12 @@ type LockHolder struct {
 	// +kubebuilder:validation:MaxLength=253
 	Session string `json:"session,omitempty"`
 
+	// cluster of the holding requests (spec.holder.cluster): the fleet member they run in; empty
+	// for the cluster the lock lives in.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	Cluster string `json:"cluster,omitempty"`
+
 	// url of the holder's pull request or pipeline run (spec.holder.url, at most 2048 characters).
 	// +optional
 	// +kubebuilder:validation:MaxLength=2048
@@ -85,6 +91,12 @@ type SharedHolder struct {
 	// +kubebuilder:validation:MaxLength=253
 	Session string `json:"session,omitempty"`
 
+	// cluster of the request (spec.holder.cluster): the fleet member it runs in; empty for the
+	// cluster the lock lives in.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	Cluster string `json:"cluster,omitempty"`
+
 	// url of the holder's pull request or pipeline run.
 	// +optional
 	// +kubebuilder:validation:MaxLength=2048
@@ -107,7 +119,7 @@ type SharedHolder struct {
 
 // ID is the identity of a shared holder.
 func (h SharedHolder) ID() HolderID {
-	return HolderID{Owner: h.Owner, Pull: h.Pull, Session: h.Session}
+	return HolderID{Owner: h.Owner, Pull: h.Pull, Session: h.Session, Cluster: h.Cluster}
 }
 
 // MaxSharedHolders is the most requests that hold one key in Shared mode at once (the bound of
@@ -130,6 +142,12 @@ type QueueEntry struct {
 	// pull of the waiting request.
 	// +optional
 	Pull int64 `json:"pull,omitempty"`
+
+	// cluster of the waiting request (spec.holder.cluster): the fleet member it runs in; empty
+	// for the cluster the lock lives in.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	Cluster string `json:"cluster,omitempty"`
 
 	// priority the request waits with, after aging.
 	// +required
@@ -212,6 +230,7 @@ type ProjectLockStatus struct {
 // +kubebuilder:printcolumn:name="Holder",type=string,JSONPath=`.status.holder.owner`
 // +kubebuilder:printcolumn:name="Pull",type=integer,JSONPath=`.status.holder.pull`
 // +kubebuilder:printcolumn:name="Session",type=string,JSONPath=`.status.holder.session`,description="The holder's session: a gated workload's pod/NAME or job/NAME, a run's run-ID"
+// +kubebuilder:printcolumn:name="Cluster",type=string,JSONPath=`.status.holder.cluster`,priority=1,description="The fleet member the holder runs in (docs/fleet.md); empty for this cluster"
 // +kubebuilder:printcolumn:name="Queue",type=integer,JSONPath=`.status.queueLength`
 // +kubebuilder:printcolumn:name="Token",type=integer,JSONPath=`.status.fencingToken`,priority=1
 // +kubebuilder:printcolumn:name="Expires",type=string,JSONPath=`.status.holder.expiresAt`

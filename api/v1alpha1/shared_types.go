@@ -78,9 +78,9 @@ const (
 // IsShared reports whether the mode is Shared; unset is Exclusive.
 func (m LockMode) IsShared() bool { return m == ModeShared }
 
-// Holder identifies who holds (or wants) a lock. Identity is owner, pull and session, compared
-// field by field (HolderID): a request from an identity that already holds a key shares that key
-// at once (a pull request's plan, then apply).
+// Holder identifies who holds (or wants) a lock. Identity is owner, pull, session and cluster,
+// compared field by field (HolderID): a request from an identity that already holds a key shares
+// that key at once (a pull request's plan, then apply).
 type Holder struct {
 	// owner is the user or pipeline that holds the lock, e.g. "alice" or "ci/deploy". It is shown
 	// to everyone waiting, so it is one line of at most 253 characters: no leading or trailing
@@ -123,4 +123,14 @@ type Holder struct {
 	// +kubebuilder:validation:XValidation:rule="self == self.trim()",message="session must not start or end with whitespace"
 	// +kubebuilder:validation:XValidation:rule="!self.matches('\\\\p{Cc}')",message="session must not contain control characters (newlines, tabs, escapes)"
 	Session string `json:"session,omitempty"`
+
+	// cluster is the fleet member the holder runs in (docs/fleet.md): a spoke's agent sets it on
+	// the requests it mirrors to the hub, so that two gated Jobs of one name in two clusters are
+	// two identities and never share a key. Part of the identity; empty (the default) is the
+	// cluster the request was made in. A DNS-1123 label of at most 63 characters, e.g.
+	// "eu-west-1"; immutable with the rest of the holder.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",message="cluster must be a cluster name of the fleet (a DNS-1123 label: lowercase letters, digits and '-', starting and ending with a letter or digit), e.g. eu-west-1"
+	Cluster string `json:"cluster,omitempty"`
 }

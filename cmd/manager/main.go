@@ -17,7 +17,9 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -28,6 +30,7 @@ import (
 	"github.com/turnstile-dev/turnstile/internal/compat"
 	"github.com/turnstile-dev/turnstile/internal/controller"
 	"github.com/turnstile-dev/turnstile/internal/deadlock"
+	"github.com/turnstile-dev/turnstile/internal/fleet/spoke"
 	"github.com/turnstile-dev/turnstile/internal/lockmetrics"
 	"github.com/turnstile-dev/turnstile/internal/memlimit"
 	"github.com/turnstile-dev/turnstile/internal/metricsauth"
@@ -63,6 +66,8 @@ type options struct {
 	gateWorkloads                   bool
 	memoryReserve                   resource.Quantity
 	memory                          memlimit.Limit
+	hubKubeconfig, clusterName      string
+	hubLease                        time.Duration
 }
 
 func parseFlags(args []string) (options, zap.Options, error) {
@@ -108,6 +113,9 @@ func parseFlags(args []string) (options, zap.Options, error) {
 	o.memoryReserve = *resource.NewQuantity(memlimit.DefaultReserve, resource.BinarySI)
 	fs.Var(quantityFlag{&o.memoryReserve}, "memory-limit-reserve", "What the Go runtime's soft memory limit leaves of $MEMORY_LIMIT, the container's memory limit, for what the runtime does not count: the binary's page cache, which the container is charged for too (at most half the limit is left). Ignored when $GOMEMLIMIT is set or $MEMORY_LIMIT is not.")
 	fs.BoolVar(&o.gateWorkloads, "gate-workloads", true, "Take the lock of every Pod and Job annotated locks.turnstile.dev/lock, and let it run once granted (docs/gated-workloads.md).")
+	fs.StringVar(&o.hubKubeconfig, "hub-kubeconfig", "", "Run as a fleet's spoke agent (docs/fleet.md): the kubeconfig of the hub, as this spoke's identity there. The hub decides every lock of this cluster; this manager mirrors the cluster's LockRequests to it and copies its decisions back. Needs --cluster-name.")
+	fs.StringVar(&o.clusterName, "cluster-name", "", "This cluster's name in the fleet (a DNS-1123 label, unique in the fleet), with --hub-kubeconfig.")
+	fs.DurationVar(&o.hubLease, "hub-lease-duration", spoke.DefaultLeaseDuration, "With --hub-kubeconfig, the duration of the spoke's holder Lease on the hub: a spoke that stops renewing it loses its locks this long after its last renewal.")
 	zopts := zap.Options{Development: false}
 	zopts.BindFlags(fs)
 	if err := fs.Parse(args); err != nil {
@@ -138,6 +146,20 @@ func (o *options) validate() error {
 	}
 	if o.memoryReserve.Sign() < 0 {
 		return fmt.Errorf("--memory-limit-reserve (%s) must not be negative", o.memoryReserve.String())
+	}
+	if (o.hubKubeconfig == "") != (o.clusterName == "") {
+		return errors.New("a fleet's spoke needs both --hub-kubeconfig and --cluster-name")
+	}
+	if o.clusterName != "" {
+		if errs := validation.IsDNS1123Label(o.clusterName); len(errs) > 0 {
+			return fmt.Errorf("--cluster-name %q: %s", o.clusterName, strings.Join(errs, "; "))
+		}
+		if o.activeActive {
+			return errors.New("--hub-kubeconfig and --active-active exclude each other: a spoke decides nothing (run its replicas with --leader-elect)")
+		}
+		if o.hubLease < 3*time.Second {
+			return fmt.Errorf("--hub-lease-duration (%s) must be at least 3s", o.hubLease)
+		}
 	}
 	if o.cfg.DefaultTTL <= 0 || o.cfg.MaxTTL <= 0 || o.cfg.DefaultTTL > o.cfg.MaxTTL {
 		return fmt.Errorf("--default-ttl (%s) must be positive and at most --max-ttl (%s)", o.cfg.DefaultTTL, o.cfg.MaxTTL)
@@ -246,7 +268,11 @@ func run(ctx context.Context, o options) error {
 		setup.Router = members
 		ctx = handOverOnStop(ctx, members, o.handover)
 	}
-	if err := controller.Setup(ctx, mgr, setup); err != nil {
+	if o.hubKubeconfig != "" {
+		if err := setupSpoke(mgr, o, setup); err != nil {
+			return err
+		}
+	} else if err := controller.Setup(ctx, mgr, setup); err != nil {
 		return err
 	}
 	if o.gateWorkloads {
@@ -266,7 +292,7 @@ func run(ctx context.Context, o options) error {
 	// memoryLimitSource: $MEMORY_LIMIT, the container's limit (containerMemoryLimit) that the
 	// chart passes, less --memory-limit-reserve; or $GOMEMLIMIT.
 	log.Info("starting manager", "version", build.Version, "commit", build.Commit, "goVersion", build.GoVersion, "leaderElection", o.leaderElect, "activeActive", o.activeActive,
-		"identity", o.membership.Identity, "metrics", o.metricsAddr, "probes", o.probeAddr,
+		"identity", o.membership.Identity, "fleetSpoke", o.clusterName, "metrics", o.metricsAddr, "probes", o.probeAddr,
 		"memoryLimit", debug.SetMemoryLimit(-1), "memoryLimitSource", o.memory.Source, "containerMemoryLimit", o.memory.Container)
 	return mgr.Start(ctx)
 }
@@ -276,6 +302,22 @@ func run(ctx context.Context, o options) error {
 // missing (rather than a controller's "no matches for kind"). The Reporter it returns then
 // records the same as an Event on the manager's Pod and the turnstile_cluster_info metric,
 // with the admission policies it finds running (compat.Probe).
+// setupSpoke runs the manager as a fleet's spoke (docs/fleet.md): the agent, and of the
+// controllers only what decides nothing (controller.SetupSpoke).
+func setupSpoke(mgr ctrl.Manager, o options, setup controller.SetupOptions) error {
+	hub, err := clientcmd.BuildConfigFromFlags("", o.hubKubeconfig)
+	if err != nil {
+		return fmt.Errorf("--hub-kubeconfig: %w", err)
+	}
+	hub.QPS, hub.Burst = float32(o.qps), o.burst
+	turnstile.BoundRetryAfter(hub, time.Second)
+	if err := controller.SetupSpoke(mgr, setup); err != nil {
+		return err
+	}
+	_, err = spoke.SetupWithManager(mgr, spoke.Options{Cluster: o.clusterName, Hub: hub, LeaseDuration: o.hubLease})
+	return err
+}
+
 func reportCluster(mgr ctrl.Manager, log logr.Logger) (*compat.Reporter, error) {
 	dc, err := discovery.NewDiscoveryClientForConfig(mgr.GetConfig())
 	if err != nil {

@@ -558,7 +558,8 @@ func WaitsFor(locks []locksv1.ProjectLock, reqs []locksv1.LockRequest, freezes q
 		for _, r := range h.Requests {
 			// guard:deadlock-edge-to-departed-holder
 			if live[r.UID] {
-				k.holder = &deadlock.Identity{Owner: h.Owner, Pull: h.Pull, Session: h.Session}
+				// guard:deadlock-holder-cluster
+				k.holder = new(h.ID()) // every field, the cluster included
 				break
 			}
 		}

@@ -55,6 +55,12 @@ func dlLock(path, owner string, pull int64, requests ...string) locksv1.ProjectL
 	return pl
 }
 
+// inCluster is pl with its holder in cluster (a fleet's spoke, docs/fleet.md).
+func inCluster(pl locksv1.ProjectLock, cluster string) locksv1.ProjectLock {
+	pl.Status.Holder.Cluster = cluster
+	return pl
+}
+
 // keyView is a KeyState in short: the key, its holder, its queue as identity/request.
 type keyView struct {
 	Key    string
@@ -161,6 +167,31 @@ func TestWaitsFor(t *testing.T) {
 				{Key: dlKey("k2"), Holder: "bob#2", Queue: []string{"alice#1/a2"}},
 			},
 			wantCycle: "deadlock: alice#1 waits for bob#2 on acme/infra/k2/default; bob#2 waits for alice#1 on acme/infra/k1/default",
+		},
+		// docs/fleet.md "Identity is per cluster": alice#1 in a spoke is one identity through
+		// its requests and the ProjectLock it holds, and another than alice#1 of this cluster.
+		"the classic deadlock of a holder in a spoke": {
+			locks: []locksv1.ProjectLock{inCluster(dlLock("k1", "alice", 1, "a1"), "eu-west-1"), lockK2},
+			reqs: []*wrappers.LockRequestWrapper{
+				dlReq("a1", "alice", 1, "k1").Cluster("eu-west-1").Held(dlTarget("k1")).Phase(granted), b1(),
+				dlReq("a2", "alice", 1, "k2").Cluster("eu-west-1").QueuedAt(dlQueued(20)), b2(),
+			},
+			wantKeys: []keyView{
+				{Key: dlKey("k1"), Holder: "alice#1 in eu-west-1", Queue: []string{"bob#2/b2"}},
+				{Key: dlKey("k2"), Holder: "bob#2", Queue: []string{"alice#1 in eu-west-1/a2"}},
+			},
+			wantCycle: "deadlock: alice#1 in eu-west-1 waits for bob#2 on acme/infra/k2/default; bob#2 waits for alice#1 in eu-west-1 on acme/infra/k1/default",
+		},
+		"alice#1 of another cluster holds: her namesake's wait closes no cycle": {
+			locks: []locksv1.ProjectLock{inCluster(dlLock("k1", "alice", 1, "a1"), "us-east-1"), lockK2},
+			reqs: []*wrappers.LockRequestWrapper{
+				dlReq("a1", "alice", 1, "k1").Cluster("us-east-1").Held(dlTarget("k1")).Phase(granted), b1(),
+				dlReq("a2", "alice", 1, "k2").Cluster("eu-west-1").QueuedAt(dlQueued(20)), b2(),
+			},
+			wantKeys: []keyView{
+				{Key: dlKey("k1"), Holder: "alice#1 in us-east-1", Queue: []string{"bob#2/b2"}},
+				{Key: dlKey("k2"), Holder: "bob#2", Queue: []string{"alice#1 in eu-west-1/a2"}},
+			},
 		},
 		"a request with several keys waits on the first it does not hold": {
 			locks: []locksv1.ProjectLock{dlLock("k1", "alice", 1, "m"), dlLock("k3", "carol", 3, "c1")},

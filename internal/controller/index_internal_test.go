@@ -95,6 +95,24 @@ func TestSameIdentity(t *testing.T) {
 	if !cannotCloseCycle(w, true, same) {
 		t.Error("a waiter nobody can wait for is checked because another identity shares its bucket")
 	}
+	// carol#3 in a spoke of a fleet is another identity (docs/fleet.md "Identity is per
+	// cluster"), even in carol's bucket: her live request there costs carol's waiter nothing.
+	var spoke *locksv1.LockRequest
+	for i := range 10000 {
+		o := indexedRequest(3)
+		o.Spec.Holder = w.Spec.Holder
+		o.Spec.Holder.Cluster = fmt.Sprintf("spoke-%d", i)
+		if IdentityBucket(o.Spec.Holder.ID()) == IdentityBucket(w.Spec.Holder.ID()) {
+			spoke = o
+			break
+		}
+	}
+	if spoke == nil {
+		t.Fatal("no cluster of carol#3 shares her bucket")
+	}
+	if same := sameIdentity(append(bucket, *spoke), w.Spec.Holder.ID()); len(same) != 1 || same[0].Name != w.Name {
+		t.Fatalf("sameIdentity kept %d requests, want carol's own in this cluster", len(same))
+	}
 	twin := other.DeepCopy()
 	twin.Name, twin.UID, twin.Spec.Holder = "twin", "uid-twin", w.Spec.Holder
 	if cannotCloseCycle(w, true, sameIdentity(append(bucket, *twin), w.Spec.Holder.ID())) {

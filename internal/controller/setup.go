@@ -115,3 +115,18 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o SetupOptions) error {
 	}
 	return NewRetentionReconciler(mgr.GetClient(), o.Retention, WithRouter(o.Router), WithClock(clk)).SetupWithManager(mgr)
 }
+
+// SetupSpoke sets up what a fleet's spoke runs of the controllers (docs/fleet.md "One
+// authority"): the retention of finished requests, and nothing that decides. The hub is the
+// only authority of a spoke's keys: its agent (internal/fleet/spoke) writes the hub's decisions
+// into the spoke's requests, and a lock controller here would be a second authority, granting
+// keys the hub has given to another cluster. So no lock controller, no ProjectLocks, no
+// deadlock detector, no watchdog and no CommandLock controller run in a spoke.
+func SetupSpoke(mgr ctrl.Manager, o SetupOptions) error {
+	clk := o.Clock
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	// guard:spoke-decides-nothing
+	return NewRetentionReconciler(mgr.GetClient(), o.Retention, WithRouter(o.Router), WithClock(clk)).SetupWithManager(mgr)
+}

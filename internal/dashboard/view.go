@@ -208,7 +208,7 @@ func buildKeys(in Input) []Key {
 		}
 		row.Mode = string(pl.Status.Mode)
 		for _, sh := range pl.Status.SharedHolders {
-			h := holderRow(&locksv1.LockHolder{Owner: sh.Owner, Pull: sh.Pull, URL: sh.URL, Requests: []locksv1.HolderRequest{sh.Request},
+			h := holderRow(&locksv1.LockHolder{Owner: sh.Owner, Pull: sh.Pull, Session: sh.Session, Cluster: sh.Cluster, URL: sh.URL, Requests: []locksv1.HolderRequest{sh.Request},
 				Since: sh.GrantedAt, ExpiresAt: sh.ExpiresAt}, pl.Namespace, byName)
 			h.Token = strconv.FormatInt(sh.FencingToken, 10)
 			row.Shared = append(row.Shared, h)
@@ -236,7 +236,7 @@ func buildKeys(in Input) []Key {
 
 func holderRow(h *locksv1.LockHolder, ns string, byName map[nsName]*locksv1.LockRequest) *Holder {
 	out := &Holder{
-		Who: locksv1.Holder{Owner: h.Owner, Pull: h.Pull}.Describe(), Owner: h.Owner, Pull: h.Pull, URL: SafeURL(h.URL),
+		Who: locksv1.Holder{Owner: h.Owner, Pull: h.Pull, Cluster: h.Cluster}.Describe(), Owner: h.Owner, Pull: h.Pull, URL: SafeURL(h.URL),
 		Since: h.Since.Time, Requests: make([]HolderRequest, 0, len(h.Requests)),
 	}
 	if h.ExpiresAt != nil {
@@ -278,7 +278,7 @@ func queueRows(pl *locksv1.ProjectLock, ws []waitingRef, byName map[nsName]*lock
 				continue // the ProjectLock's head is older than what the request says now
 			}
 			listed[e.Request] = true
-			w := Waiter{Request: e.Request, Who: locksv1.Holder{Owner: e.Owner, Pull: e.Pull}.Describe(), Owner: e.Owner, Pull: e.Pull,
+			w := Waiter{Request: e.Request, Who: locksv1.Holder{Owner: e.Owner, Pull: e.Pull, Cluster: e.Cluster}.Describe(), Owner: e.Owner, Pull: e.Pull,
 				Priority: string(locksv1.PriorityNormal), Aged: string(e.Priority)}
 			if r != nil {
 				fillWaiter(&w, r)

@@ -37,9 +37,10 @@ func simulateModes(t testing.TB, seed uint64, rounds int, m modes) map[string]in
 	rng := rand.New(rand.NewPCG(seed, 0x7475726e7374696c))
 	cfg := Config{DefaultTTL: 20 * time.Second, MaxTTL: time.Minute, AgingStep: 15 * time.Second, QueueCap: 5, HeadSize: 3}
 	// "alice#1" without a pull and bob's second session are identities of their own: a joined
-	// owner#pull string would take the first for alice's pull 1 and the second for bob.
+	// owner#pull string would take the first for alice's pull 1 and the second for bob. So is
+	// bob's second session in a spoke of a fleet (docs/fleet.md "Identity is per cluster").
 	holders := []locksv1.Holder{{Owner: "alice", Pull: 1}, {Owner: "alice", Pull: 2}, {Owner: "bob"}, {Owner: "carol", Pull: 3},
-		{Owner: "alice#1"}, {Owner: "bob", Session: "s2"}}
+		{Owner: "alice#1"}, {Owner: "bob", Session: "s2"}, {Owner: "bob", Session: "s2", Cluster: "eu-west-1"}}
 	priorities := []locksv1.Priority{locksv1.PriorityLow, locksv1.PriorityNormal, locksv1.PriorityHigh, locksv1.PriorityCritical}
 	commands := []string{"", "plan", "apply"}
 
@@ -73,7 +74,7 @@ func simulateModes(t testing.TB, seed uint64, rounds int, m modes) map[string]in
 		case k < 8:
 			seq++
 			h := holders[rng.IntN(len(holders))]
-			b := makeReq(fmt.Sprintf("r%03d", seq)).Owner(h.Owner, h.Pull).Session(h.Session).
+			b := makeReq(fmt.Sprintf("r%03d", seq)).Owner(h.Owner, h.Pull).Session(h.Session).Cluster(h.Cluster).
 				Priority(priorities[rng.IntN(len(priorities))]).
 				Command(commands[rng.IntN(len(commands))]).
 				Creation(clock.Truncate(time.Second))

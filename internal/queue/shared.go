@@ -194,7 +194,7 @@ func sharedHolders(lock *locksv1.ProjectLock, set []*entry, now time.Time) []loc
 		}
 		out = append(out, locksv1.SharedHolder{
 			Request: locksv1.HolderRequest{Name: e.req.Name, UID: string(e.req.UID)},
-			Owner:   h.Owner, Pull: h.Pull, Session: h.Session, URL: h.URL,
+			Owner:   h.Owner, Pull: h.Pull, Session: h.Session, Cluster: h.Cluster, URL: h.URL,
 			FencingToken: e.tok, GrantedAt: at, ExpiresAt: expiresAt(e, now),
 		})
 	}

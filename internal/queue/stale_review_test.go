@@ -454,7 +454,8 @@ func staleWalkModes(t testing.TB, seed uint64, rounds int, counting bool) map[st
 	crng := rand.New(rand.NewPCG(seed, 0x636f756e74))
 	rng := rand.New(rand.NewPCG(seed, 0x73686172656421))
 	cfg := Config{DefaultTTL: 20 * time.Second, MaxTTL: time.Minute, AgingStep: 15 * time.Second, QueueCap: 6, HeadSize: 3}
-	holders := []locksv1.Holder{{Owner: "alice", Pull: 1}, {Owner: "alice", Pull: 2}, {Owner: "bob"}, {Owner: "carol", Pull: 3}, {Owner: "bob", Session: "s2"}}
+	holders := []locksv1.Holder{{Owner: "alice", Pull: 1}, {Owner: "alice", Pull: 2}, {Owner: "bob"}, {Owner: "carol", Pull: 3}, {Owner: "bob", Session: "s2"},
+		{Owner: "bob", Session: "s2", Cluster: "eu-west-1"}}
 	commands := []string{"", "plan", "apply"}
 	priorities := []locksv1.Priority{locksv1.PriorityLow, locksv1.PriorityNormal, locksv1.PriorityHigh, locksv1.PriorityCritical}
 	w := newStaleWorld(t)
@@ -533,7 +534,7 @@ func staleWalkModes(t testing.TB, seed uint64, rounds int, counting bool) map[st
 		case k < 7:
 			seq++
 			h := holders[rng.IntN(len(holders))]
-			b := makeReq(fmt.Sprintf("r%03d", seq)).Owner(h.Owner, h.Pull).Session(h.Session).
+			b := makeReq(fmt.Sprintf("r%03d", seq)).Owner(h.Owner, h.Pull).Session(h.Session).Cluster(h.Cluster).
 				Command(commands[rng.IntN(len(commands))]).Creation(clock.Truncate(time.Second)).
 				Priority(priorities[rng.IntN(len(priorities))]).
 				ResourceVersion("0")

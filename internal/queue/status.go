@@ -88,7 +88,8 @@ func lockStatus(lock *locksv1.ProjectLock, holders, waiting []*entry, token int6
 	case len(holders) > 0:
 		st.Mode = locksv1.ModeExclusive
 		first := holders[0].req
-		h := &locksv1.LockHolder{Owner: first.Spec.Holder.Owner, Pull: first.Spec.Holder.Pull, Session: first.Spec.Holder.Session, URL: first.Spec.Holder.URL}
+		h := &locksv1.LockHolder{Owner: first.Spec.Holder.Owner, Pull: first.Spec.Holder.Pull, Session: first.Spec.Holder.Session,
+			Cluster: first.Spec.Holder.Cluster, URL: first.Spec.Holder.URL}
 		h.Since = newTime(now)
 		if !newHolder && lock != nil && lock.Status.Holder != nil {
 			h.Since = lock.Status.Holder.Since
@@ -113,14 +114,14 @@ func lockStatus(lock *locksv1.ProjectLock, holders, waiting []*entry, token int6
 		}
 		st.Queue = append(st.Queue, locksv1.QueueEntry{
 			Request: e.req.Name, Owner: e.req.Spec.Holder.Owner, Pull: e.req.Spec.Holder.Pull,
-			Priority: rankName(e.priority),
+			Cluster: e.req.Spec.Holder.Cluster, Priority: rankName(e.priority),
 		})
 	}
 	st.QueueLength = int32(len(waiting))
 	switch {
 	case st.Holder != nil:
 		SetCondition(&st.Conditions, locksv1.ConditionLocked, metav1.ConditionTrue, locksv1.ReasonHeld,
-			fmt.Sprintf("locked by %s", locksv1.Holder{Owner: st.Holder.Owner, Pull: st.Holder.Pull}.Describe()), st.ObservedGeneration, now)
+			fmt.Sprintf("locked by %s", locksv1.Holder{Owner: st.Holder.Owner, Pull: st.Holder.Pull, Cluster: st.Holder.Cluster}.Describe()), st.ObservedGeneration, now)
 	case len(st.SharedHolders) > 0:
 		SetCondition(&st.Conditions, locksv1.ConditionLocked, metav1.ConditionTrue, locksv1.ReasonHeld,
 			"locked by "+sharedText(holders)+boundText(holders), st.ObservedGeneration, now)

@@ -78,3 +78,22 @@ func TestModelComparesClientsStructurally(t *testing.T) {
 		t.Fatalf("a release by another identity rendering alike: %v, want Illegal", got.Verdict)
 	}
 }
+
+// A holder in one cluster of a fleet and its namesake in another are two clients (docs/fleet.md
+// "Identity is per cluster"): the second cannot release what the first acquired; the first can.
+func TestModelTellsClustersApart(t *testing.T) {
+	eu := locksv1.HolderID{Owner: "ci/deploy", Pull: 7, Session: "job/apply", Cluster: "eu-west-1"}
+	us := eu
+	us.Cluster = "us-east-1"
+	for _, tc := range []struct {
+		releaser locksv1.HolderID
+		want     porcupine.CheckResult
+	}{{us, porcupine.Illegal}, {eu, porcupine.Ok}} {
+		h := NewHistory()
+		h.Add(Input{Kind: Acquire, Key: "k", Client: eu}, Output{KeyToken: 5, RequestToken: 5}, 0, 2)
+		h.Add(Input{Kind: Release, Key: "k", Client: tc.releaser}, Output{}, 3, 4)
+		if got := h.Check(10 * time.Second); got.Verdict != tc.want {
+			t.Errorf("%s acquires, %s releases: %v, want %v", eu, tc.releaser, got.Verdict, tc.want)
+		}
+	}
+}

@@ -105,6 +105,12 @@ func (w *LockRequestWrapper) Session(s string) *LockRequestWrapper {
 	return w
 }
 
+// Cluster sets the holder's cluster: the fleet member it runs in (docs/fleet.md).
+func (w *LockRequestWrapper) Cluster(c string) *LockRequestWrapper {
+	w.Spec.Holder.Cluster = c
+	return w
+}
+
 // URL sets the holder's url.
 func (w *LockRequestWrapper) URL(u string) *LockRequestWrapper {
 	w.Spec.Holder.URL = u

@@ -292,6 +292,27 @@ func TestLockRequestCreateRejected(t *testing.T) {
 			spec:    lockRequestSpec(map[string]any{"holder": holder(map[string]any{"lease": "runner-"})}),
 			wantErr: []string{"spec.holder.lease", msgLease},
 		},
+		// cluster (docs/fleet.md): a DNS-1123 label
+		"cluster with capitals": {
+			spec:    lockRequestSpec(map[string]any{"holder": holder(map[string]any{"cluster": "EU-west-1"})}),
+			wantErr: []string{"spec.holder.cluster", msgCluster},
+		},
+		"cluster with a dot": {
+			spec:    lockRequestSpec(map[string]any{"holder": holder(map[string]any{"cluster": "eu.west-1"})}),
+			wantErr: []string{"spec.holder.cluster", msgCluster},
+		},
+		"cluster ending with -": {
+			spec:    lockRequestSpec(map[string]any{"holder": holder(map[string]any{"cluster": "eu-west-"})}),
+			wantErr: []string{"spec.holder.cluster", msgCluster},
+		},
+		"cluster empty": {
+			spec:    lockRequestSpec(map[string]any{"holder": holder(map[string]any{"cluster": ""})}),
+			wantErr: []string{"spec.holder.cluster", msgCluster},
+		},
+		"cluster of 64 chars": {
+			spec:    lockRequestSpec(map[string]any{"holder": holder(map[string]any{"cluster": strings.Repeat("c", 64)})}),
+			wantErr: []string{"spec.holder.cluster", "Too long", "63"},
+		},
 		// command
 		"command Apply!": {
 			spec:    lockRequestSpec(map[string]any{"command": "Apply!"}),
@@ -521,7 +542,7 @@ func TestLockRequestCreateAccepted(t *testing.T) {
 				"holder": map[string]any{
 					"owner": "ci/deploy", "pull": int64(7),
 					"url":   "https://example.com/" + strings.Repeat("u", 2048-len("https://example.com/")),
-					"lease": "runner-1.workdir",
+					"lease": "runner-1.workdir", "session": "job/apply", "cluster": "eu-west-1",
 				},
 				"command":     "apply",
 				"priority":    "Critical",
@@ -534,7 +555,7 @@ func TestLockRequestCreateAccepted(t *testing.T) {
 				Holder: locksv1.Holder{
 					Owner: "ci/deploy", Pull: 7,
 					URL:   "https://example.com/" + strings.Repeat("u", 2048-len("https://example.com/")),
-					Lease: "runner-1.workdir",
+					Lease: "runner-1.workdir", Session: "job/apply", Cluster: "eu-west-1",
 				},
 				Command:     "apply",
 				Priority:    locksv1.PriorityCritical,
@@ -611,6 +632,22 @@ func TestLockRequestUpdate(t *testing.T) {
 		},
 		"set the holder's lease": {
 			updates: []func(*locksv1.LockRequestSpec){func(s *locksv1.LockRequestSpec) { s.Holder.Lease = "runner-1" }},
+			wantErr: []string{"spec.holder", msgHolderImmut},
+		},
+		// The cluster is part of the identity (docs/fleet.md): immutable once set, and never
+		// set, or removed, after creation.
+		"set the holder's cluster": {
+			updates: []func(*locksv1.LockRequestSpec){func(s *locksv1.LockRequestSpec) { s.Holder.Cluster = "eu-west-1" }},
+			wantErr: []string{"spec.holder", msgHolderImmut},
+		},
+		"change the holder's cluster": {
+			initial: func(s *locksv1.LockRequestSpec) { s.Holder.Cluster = "eu-west-1" },
+			updates: []func(*locksv1.LockRequestSpec){func(s *locksv1.LockRequestSpec) { s.Holder.Cluster = "us-east-1" }},
+			wantErr: []string{"spec.holder", msgHolderImmut},
+		},
+		"remove the holder's cluster": {
+			initial: func(s *locksv1.LockRequestSpec) { s.Holder.Cluster = "eu-west-1" },
+			updates: []func(*locksv1.LockRequestSpec){func(s *locksv1.LockRequestSpec) { s.Holder.Cluster = "" }},
 			wantErr: []string{"spec.holder", msgHolderImmut},
 		},
 		"change the command": {

@@ -117,6 +117,7 @@ const (
 	msgOwnerControl   = "owner must not contain control characters (newlines, tabs, escapes)"
 	msgURL            = "url must be an http or https URL with a host and no spaces, e.g. https://github.com/acme/infra/pull/100"
 	msgLease          = "lease must be the name of a Lease (a DNS subdomain: lowercase letters, digits, '-', '.')"
+	msgCluster        = "cluster must be a cluster name of the fleet (a DNS-1123 label: lowercase letters, digits and '-', starting and ending with a letter or digit), e.g. eu-west-1"
 	msgKeyImmutable   = "a ProjectLock's key is immutable"
 	msgCommandLock    = "a CommandLock is named after the command it freezes (e.g. apply, or all): at most 63 lowercase letters, digits and '-', starting with a letter and not ending with '-'"
 )

@@ -59,7 +59,7 @@ func NewCmdLocks(g *util.Globals) *cobra.Command {
 			for _, pl := range pls.Items {
 				holder, expires, reason := "<free>", "", ""
 				if h := pl.Status.Holder; h != nil {
-					holder = locksv1.Holder{Owner: h.Owner, Pull: h.Pull}.Describe()
+					holder = locksv1.Holder{Owner: h.Owner, Pull: h.Pull, Cluster: h.Cluster}.Describe()
 					if h.ExpiresAt != nil {
 						expires = h.ExpiresAt.UTC().Format(time.RFC3339)
 					}
@@ -96,7 +96,7 @@ func sharedHoldersText(hs []locksv1.SharedHolder, maxHolders int32, ns string, r
 	names := make([]string, 0, len(hs))
 	var latest *metav1.Time
 	for _, h := range hs {
-		names = append(names, locksv1.Holder{Owner: h.Owner, Pull: h.Pull}.Describe())
+		names = append(names, locksv1.Holder{Owner: h.Owner, Pull: h.Pull, Cluster: h.Cluster}.Describe())
 		if h.ExpiresAt != nil && (latest == nil || h.ExpiresAt.After(latest.Time)) {
 			latest = h.ExpiresAt
 		}

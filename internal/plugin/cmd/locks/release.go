@@ -116,7 +116,7 @@ func releasePull(cmd *cobra.Command, tc *client.Client, from, repo string, pull 
 		if was == "" {
 			was = "not yet seen"
 		}
-		fmt.Fprintf(out, "lockrequest/%s released (%s, was %s): %s\n", lr.Name, locksv1.Holder{Owner: lr.Spec.Holder.Owner, Pull: lr.Spec.Holder.Pull}.Describe(), was, strings.Join(keys, ", "))
+		fmt.Fprintf(out, "lockrequest/%s released (%s, was %s): %s\n", lr.Name, locksv1.Holder{Owner: lr.Spec.Holder.Owner, Pull: lr.Spec.Holder.Pull, Cluster: lr.Spec.Holder.Cluster}.Describe(), was, strings.Join(keys, ", "))
 	}
 	if len(released) == 0 && err == nil {
 		fmt.Fprintf(out, "no unfinished lock request of pull #%d in %s in namespace %s\n", pull, repo, tc.Namespace())

@@ -109,7 +109,7 @@ func explainHeader(out io.Writer, lr *locksv1.LockRequest, listed bool) {
 	st := lr.Status
 	cond := meta.FindStatusCondition(st.Conditions, locksv1.ConditionGranted)
 	h := lr.Spec.Holder
-	fmt.Fprintf(out, "lockrequest/%s for %s", lr.Name, locksv1.Holder{Owner: h.Owner, Pull: h.Pull}.Describe())
+	fmt.Fprintf(out, "lockrequest/%s for %s", lr.Name, locksv1.Holder{Owner: h.Owner, Pull: h.Pull, Cluster: h.Cluster}.Describe())
 	if lr.Spec.Command != "" {
 		fmt.Fprintf(out, ", command %s", lr.Spec.Command)
 	}
@@ -172,7 +172,7 @@ func explainLock(ctx context.Context, c ctrlclient.Client, body io.Writer, lr *l
 		for _, r := range hh.Requests {
 			names = append(names, r.Name)
 		}
-		fmt.Fprintf(body, "held by %s via %s (token %d", locksv1.Holder{Owner: hh.Owner, Pull: hh.Pull}.Describe(), strings.Join(names, ", "), pl.Status.FencingToken)
+		fmt.Fprintf(body, "held by %s via %s (token %d", locksv1.Holder{Owner: hh.Owner, Pull: hh.Pull, Cluster: hh.Cluster}.Describe(), strings.Join(names, ", "), pl.Status.FencingToken)
 		if hh.ExpiresAt != nil {
 			fmt.Fprintf(body, ", until %s", hh.ExpiresAt.UTC().Format(time.RFC3339))
 		}
@@ -193,7 +193,7 @@ func explainLock(ctx context.Context, c ctrlclient.Client, body io.Writer, lr *l
 			marker = "  <- this request"
 			listed = true
 		}
-		fmt.Fprintf(body, "    %d. %s %s (%s)%s\n", i+1, q.Request, locksv1.Holder{Owner: q.Owner, Pull: q.Pull}.Describe(), q.Priority, marker)
+		fmt.Fprintf(body, "    %d. %s %s (%s)%s\n", i+1, q.Request, locksv1.Holder{Owner: q.Owner, Pull: q.Pull, Cluster: q.Cluster}.Describe(), q.Priority, marker)
 	}
 	if rest := int(pl.Status.QueueLength) - len(pl.Status.Queue); rest > 0 {
 		fmt.Fprintf(body, "    ... and %d more waiting\n", rest)
@@ -210,7 +210,7 @@ func explainShared(body io.Writer, hs []locksv1.SharedHolder, maxHolders int32) 
 		if i == 0 {
 			sep = ""
 		}
-		fmt.Fprintf(body, "%s %s via %s (token %d", sep, locksv1.Holder{Owner: h.Owner, Pull: h.Pull}.Describe(), h.Request.Name, h.FencingToken)
+		fmt.Fprintf(body, "%s %s via %s (token %d", sep, locksv1.Holder{Owner: h.Owner, Pull: h.Pull, Cluster: h.Cluster}.Describe(), h.Request.Name, h.FencingToken)
 		if h.ExpiresAt != nil {
 			fmt.Fprintf(body, ", until %s", h.ExpiresAt.UTC().Format(time.RFC3339))
 		}
@@ -224,7 +224,7 @@ func otherShared(hs []locksv1.SharedHolder, self string) string {
 	var names []string
 	for _, h := range hs {
 		if h.Request.Name != self {
-			names = append(names, locksv1.Holder{Owner: h.Owner, Pull: h.Pull}.Describe()+" via "+h.Request.Name)
+			names = append(names, locksv1.Holder{Owner: h.Owner, Pull: h.Pull, Cluster: h.Cluster}.Describe()+" via "+h.Request.Name)
 		}
 	}
 	if len(names) == 0 {

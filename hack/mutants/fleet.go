@@ -1,0 +1,32 @@
+package main
+
+// The fleet's guards (docs/fleet.md, issue #45): a holder's cluster is part of its identity,
+// wherever an identity is made or compared. In a file of their own so the list in main.go stays
+// the grant path's.
+const (
+	apiPkg   = "./api/v1alpha1/"
+	spokePkg = "./internal/fleet/spoke/"
+)
+
+func init() {
+	mutants = append(mutants,
+		mutant{name: "identity-cluster", pkg: queuePkg, focus: "run:TestDecideComparesIdentitiesStructurally", guard: "a request's holder identity includes its cluster: two gated Jobs of one name in two clusters never share a key", edits: []edit{
+			{"identity-cluster", "\treturn HolderID{Owner: h.Owner, Pull: h.Pull, Session: h.Session, Cluster: h.Cluster}\n", "\treturn HolderID{Owner: h.Owner, Pull: h.Pull, Session: h.Session}\n"},
+		}},
+		mutant{name: "identity-key-cluster", pkg: apiPkg, focus: "run:TestHolderIDIsStructural", guard: "the holder-identity index key writes the cluster (length-prefixed): one owner, pull and session in two clusters are two keys", edits: []edit{
+			{"identity-key-cluster", "\tif id.Cluster != \"\" {", "\tif false && id.Cluster != \"\" {"},
+		}},
+		mutant{name: "deadlock-holder-cluster", pkg: controls, focus: "run:TestWaitsFor", guard: "the deadlock detector takes a ProjectLock holder's identity with its cluster", edits: []edit{
+			{"deadlock-holder-cluster", "\t\t\t\tk.holder = new(h.ID()) // every field, the cluster included\n", "\t\t\t\tk.holder = &deadlock.Identity{Owner: h.Owner, Pull: h.Pull, Session: h.Session}\n"},
+		}},
+		mutant{name: "spoke-uid-adopted", pkg: spokePkg, focus: "run:TestAgentRestartedLosesAndDoublesNothing", guard: "a hub request of a spoke request deleted and re-created under its name is deleted, never adopted", edits: []edit{
+			{"spoke-uid-adopted", "\tcase err == nil && hub.Annotations[AnnotationSpokeUID] != string(spoke.UID):\n", "\tcase false && err == nil && hub.Annotations[AnnotationSpokeUID] != string(spoke.UID):\n"},
+		}},
+		mutant{name: "spoke-lease-before-request", pkg: spokePkg, focus: "run:TestSpokeRequestFollowsTheHub", guard: "the spoke's hub Lease exists before the hub request that names it (else the hub releases it, HolderLost)", edits: []edit{
+			{"spoke-lease-before-request", "\tif err := a.ensureLease(ctx, spoke.Namespace); err != nil {\n", "\tif err := error(nil); err != nil {\n"},
+		}},
+		mutant{name: "spoke-decides-nothing", pkg: spokePkg, focus: "run:TestSpokeRequestIsNeverDecidedInTheSpoke", guard: "a spoke runs no lock controller: the hub is the only authority of its keys", edits: []edit{
+			{"spoke-decides-nothing", "\treturn NewRetentionReconciler(mgr.GetClient(), o.Retention, WithRouter(o.Router), WithClock(clk)).SetupWithManager(mgr)\n", "\treturn Setup(context.Background(), mgr, o)\n"},
+		}},
+	)
+}

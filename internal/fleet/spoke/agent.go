@@ -1,0 +1,278 @@
+package spoke
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
+	"github.com/turnstile-dev/turnstile/pkg/workdir"
+)
+
+// DefaultLeaseDuration is L of docs/fleet.md: a spoke's hub Lease lapses this long after its
+// last renewal, and its locks pass on.
+const DefaultLeaseDuration = 40 * time.Second
+
+// Options configure an agent.
+type Options struct {
+	// Cluster is the spoke's name in the fleet (--cluster-name), unique in the fleet.
+	Cluster string
+	// Hub is the connection to the hub's API server (--hub-kubeconfig), as the spoke's identity.
+	Hub *rest.Config
+	// LeaseDuration is the hub Lease's duration; renewed every third of it.
+	LeaseDuration time.Duration
+	// Clock is the agent's clock (a fake one in tests).
+	Clock clock.WithTicker
+}
+
+// Agent mirrors the spoke's LockRequests to the hub and the hub's decisions back.
+type Agent struct {
+	opts  Options
+	spoke client.Client // the spoke's cached client
+	hub   client.Client // the hub, uncached: writes and Lease reads
+	hubs  cache.Cache   // the hub's requests of this cluster
+	// leases are the namespaces whose hub Lease the agent renews, and when it last renewed each.
+	mu     sync.Mutex
+	leases map[string]time.Time
+}
+
+// SetupWithManager adds the agent to mgr, the spoke's manager: a controller of the spoke's
+// LockRequests that also watches this cluster's requests on the hub, and the Lease renewal.
+func SetupWithManager(mgr ctrl.Manager, o Options) (*Agent, error) {
+	if o.Cluster == "" || o.Hub == nil {
+		return nil, errors.New("a spoke agent needs its cluster name and the hub's kubeconfig")
+	}
+	if o.LeaseDuration <= 0 {
+		o.LeaseDuration = DefaultLeaseDuration
+	}
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
+	}
+	hub, err := client.New(o.Hub, client.Options{Scheme: mgr.GetScheme()})
+	if err != nil {
+		return nil, fmt.Errorf("hub client: %w", err)
+	}
+	mine := labels.SelectorFromSet(labels.Set{LabelCluster: o.Cluster})
+	hubs, err := cache.New(o.Hub, cache.Options{
+		Scheme:           mgr.GetScheme(),
+		ByObject:         map[client.Object]cache.ByObject{&locksv1.LockRequest{}: {Label: mine}},
+		DefaultTransform: cache.TransformStripManagedFields(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("hub cache: %w", err)
+	}
+	if err := mgr.Add(hubs); err != nil {
+		return nil, err
+	}
+	a := &Agent{opts: o, spoke: mgr.GetClient(), hub: hub, hubs: hubs, leases: map[string]time.Time{}}
+	err = builder.ControllerManagedBy(mgr).
+		Named("fleet-spoke").
+		For(&locksv1.LockRequest{}).
+		WatchesRawSource(source.Kind(hubs, client.Object(&locksv1.LockRequest{}), handler.EnqueueRequestsFromMapFunc(a.spokeOf))).
+		Complete(a)
+	if err != nil {
+		return nil, err
+	}
+	return a, mgr.Add(a.renewer())
+}
+
+// spokeOf maps a hub request to the spoke request it mirrors. A hub request whose spoke
+// request is gone is reconciled too, and deleted: that is how an agent restarted finds the hub
+// requests of spoke requests deleted while it was away (the cache's first list brings them all).
+func (a *Agent) spokeOf(_ context.Context, o client.Object) []reconcile.Request {
+	name := o.GetAnnotations()[AnnotationSpokeName]
+	if name == "" || o.GetLabels()[LabelCluster] != a.opts.Cluster {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: name}}}
+}
+
+// Reconcile brings one spoke request and its hub request together.
+func (a *Agent) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	var spoke locksv1.LockRequest
+	if err := a.spoke.Get(ctx, req.NamespacedName, &spoke); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return ctrl.Result{}, err
+		}
+		return ctrl.Result{}, a.deleteHub(ctx, req.Namespace, HubName(a.opts.Cluster, req.Name), "")
+	}
+	hubKey := types.NamespacedName{Namespace: spoke.Namespace, Name: HubName(a.opts.Cluster, spoke.Name)}
+	var hub locksv1.LockRequest
+	err := a.hubs.Get(ctx, hubKey, &hub)
+	switch {
+	case err != nil && !apierrors.IsNotFound(err):
+		return ctrl.Result{}, err
+	// A request of a spoke request that was deleted and re-created under its name is not
+	// adopted: its grant was the old request's (its workload's), not this one's.
+	// guard:spoke-uid-adopted
+	case err == nil && hub.Annotations[AnnotationSpokeUID] != string(spoke.UID):
+		return ctrl.Result{}, a.deleteHub(ctx, hub.Namespace, hub.Name, hub.Annotations[AnnotationSpokeUID])
+	case spoke.DeletionTimestamp != nil:
+		if err == nil {
+			return ctrl.Result{}, a.deleteHub(ctx, hub.Namespace, hub.Name, string(spoke.UID))
+		}
+		return ctrl.Result{}, nil
+	case apierrors.IsNotFound(err):
+		return ctrl.Result{}, a.create(ctx, &spoke)
+	}
+	if next, changed := SpecUpdate(&spoke, &hub); changed {
+		patch := client.MergeFromWithOptions(hub.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		hub.Spec = next
+		hub.Annotations[AnnotationSpokeGeneration] = itoa(spoke.Generation)
+		if err := a.hub.Patch(ctx, &hub, patch); err != nil {
+			return ctrl.Result{}, client.IgnoreNotFound(err)
+		}
+	}
+	// One status write per hub change, only when it differs.
+	if want := SpokeStatus(&spoke, &hub); !equality.Semantic.DeepEqual(spoke.Status, want) {
+		spoke.Status = want
+		if err := a.spoke.Status().Update(ctx, &spoke); err != nil {
+			return ctrl.Result{}, client.IgnoreNotFound(err)
+		}
+	}
+	return ctrl.Result{}, nil
+}
+
+// create makes spoke's hub request, after the hub Lease it names: a hub request whose Lease is
+// missing is released at once (HolderLost).
+func (a *Agent) create(ctx context.Context, spoke *locksv1.LockRequest) error {
+	if spoke.Status.Phase.IsFinal() || spoke.Spec.Release {
+		return nil // nothing to ask the hub for
+	}
+	// guard:spoke-lease-before-request
+	if err := a.ensureLease(ctx, spoke.Namespace); err != nil {
+		return err
+	}
+	hub := HubRequest(a.opts.Cluster, spoke)
+	if err := a.hub.Create(ctx, hub); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create hub request %s/%s: %w", hub.Namespace, hub.Name, err)
+	}
+	log.FromContext(ctx).V(1).Info("mirrored to the hub", "hub", hub.Name)
+	return nil
+}
+
+// deleteHub deletes a hub request, only the one of the spoke UID uid when uid is set.
+func (a *Agent) deleteHub(ctx context.Context, ns, name, uid string) error {
+	hub := &locksv1.LockRequest{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+	var opts []client.DeleteOption
+	if uid != "" {
+		var cur locksv1.LockRequest
+		if err := a.hubs.Get(ctx, client.ObjectKeyFromObject(hub), &cur); err != nil {
+			return client.IgnoreNotFound(err)
+		}
+		if cur.Annotations[AnnotationSpokeUID] != uid {
+			return nil
+		}
+		opts = append(opts, client.Preconditions{UID: &cur.UID})
+	}
+	if err := a.hub.Delete(ctx, hub, opts...); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return fmt.Errorf("delete hub request %s/%s: %w", ns, name, err)
+	}
+	return nil
+}
+
+// ensureLease makes sure the spoke's hub Lease in ns exists and is renewed, and keeps it
+// renewed from then on.
+func (a *Agent) ensureLease(ctx context.Context, ns string) error {
+	a.mu.Lock()
+	_, known := a.leases[ns]
+	a.mu.Unlock()
+	if known {
+		return nil
+	}
+	return a.renew(ctx, ns)
+}
+
+// renew renews (or creates) the hub Lease in ns.
+func (a *Agent) renew(ctx context.Context, ns string) error {
+	now := metav1.NewMicroTime(a.opts.Clock.Now())
+	name := LeaseName(a.opts.Cluster)
+	var lease coordinationv1.Lease
+	err := a.hub.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &lease)
+	switch {
+	case apierrors.IsNotFound(err):
+		lease = coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{workdir.LabelRole: RoleSpoke, LabelCluster: a.opts.Cluster}},
+			Spec: coordinationv1.LeaseSpec{
+				HolderIdentity:       ptr.To(name),
+				LeaseDurationSeconds: ptr.To(int32(a.opts.LeaseDuration / time.Second)),
+				AcquireTime:          &now, RenewTime: &now,
+			},
+		}
+		if err := a.hub.Create(ctx, &lease); err != nil {
+			return fmt.Errorf("create hub lease %s/%s: %w", ns, name, err)
+		}
+	case err != nil:
+		return fmt.Errorf("get hub lease %s/%s: %w", ns, name, err)
+	default:
+		lease.Spec.RenewTime = &now
+		lease.Spec.LeaseDurationSeconds = ptr.To(int32(a.opts.LeaseDuration / time.Second))
+		if err := a.hub.Update(ctx, &lease); err != nil {
+			return fmt.Errorf("renew hub lease %s/%s: %w", ns, name, err)
+		}
+	}
+	a.mu.Lock()
+	a.leases[ns] = now.Time
+	a.mu.Unlock()
+	return nil
+}
+
+// renewer renews the hub Lease of every namespace with a live hub request of this cluster,
+// every third of the lease duration.
+func (a *Agent) renewer() manager.RunnableFunc {
+	return func(ctx context.Context) error {
+		t := a.opts.Clock.NewTicker(a.opts.LeaseDuration / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-t.C():
+			}
+			if err := a.renewAll(ctx); err != nil {
+				log.FromContext(ctx).Error(err, "renewing the hub Leases")
+			}
+		}
+	}
+}
+
+// renewAll renews the Lease of each namespace in use: one with a hub request of this cluster
+// that is not final.
+func (a *Agent) renewAll(ctx context.Context) error {
+	var list locksv1.LockRequestList
+	if err := a.hubs.List(ctx, &list); err != nil {
+		return err
+	}
+	inUse := map[string]bool{}
+	for i := range list.Items {
+		if !list.Items[i].Status.Phase.IsFinal() {
+			inUse[list.Items[i].Namespace] = true
+		}
+	}
+	var errs []error
+	for ns := range inUse {
+		errs = append(errs, a.renew(ctx, ns))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,328 @@
+package spoke_test
+
+import (
+	"context"
+	"os"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/onsi/gomega"
+	batchv1 "k8s.io/api/batch/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
+	"github.com/turnstile-dev/turnstile/internal/cache"
+	"github.com/turnstile-dev/turnstile/internal/controller"
+	"github.com/turnstile-dev/turnstile/internal/fleet/spoke"
+	"github.com/turnstile-dev/turnstile/internal/queue"
+	"github.com/turnstile-dev/turnstile/internal/testing/framework"
+	"github.com/turnstile-dev/turnstile/internal/workload"
+)
+
+// These tests run a hub and a spoke, each a real kube-apiserver and etcd: the hub with the lock
+// controllers as the manager runs them, the spoke with what a spoke's manager runs
+// (controller.SetupSpoke, the agent, the gated workload controller), in this process. The
+// agent talks to the hub as an admin here; test/fleet runs the built binaries as the spoke's
+// identity with the RBAC docs/fleet.md lists.
+
+const cluster = "eu-west-1"
+
+var (
+	envOnce  sync.Once
+	hub, spk *framework.Env
+	hubMgr   *framework.Manager
+	envErr   error
+)
+
+func TestMain(m *testing.M) {
+	gomega.SetDefaultEventuallyTimeout(30 * time.Second)
+	gomega.SetDefaultEventuallyPollingInterval(50 * time.Millisecond)
+	code := m.Run()
+	if hubMgr != nil {
+		_ = hubMgr.Stop()
+	}
+	for _, e := range []*framework.Env{hub, spk} {
+		if e != nil {
+			_ = e.Stop()
+		}
+	}
+	os.Exit(code)
+}
+
+// fleet starts the hub (with its manager) and the spoke once, and makes namespace ns in both.
+func fleet(t *testing.T, ns string) {
+	t.Helper()
+	envOnce.Do(func() {
+		if hub, envErr = framework.Start(""); envErr != nil {
+			return
+		}
+		if spk, envErr = framework.Start(""); envErr != nil {
+			return
+		}
+		hubMgr, envErr = hub.StartManager(controller.SetupOptions{Queue: queue.DefaultConfig()})
+	})
+	if envErr != nil {
+		t.Fatal(envErr)
+	}
+	for _, e := range []*framework.Env{hub, spk} {
+		if err := e.Client.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// startSpoke runs the spoke's manager as cmd/manager runs it with --hub-kubeconfig.
+func startSpoke(t *testing.T) *framework.Manager {
+	t.Helper()
+	cfg := rest.CopyConfig(spk.Config)
+	cfg.QPS, cfg.Burst = 1000, 2000
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme: framework.Scheme, Cache: cache.Options(), NewCache: cache.New,
+		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := controller.SetupSpoke(mgr, controller.SetupOptions{Retention: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := spoke.SetupWithManager(mgr, spoke.Options{Cluster: cluster, Hub: rest.CopyConfig(hub.Config)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := workload.SetupWithManager(mgr, workload.WithIdentity("system:serviceaccount:turnstile-system:turnstile-controller-manager")); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	m, err := framework.Run(ctx, cancel, mgr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func request(ns, name, owner string) *locksv1.LockRequest {
+	return &locksv1.LockRequest{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: locksv1.LockRequestSpec{
+			Locks:  []locksv1.LockTarget{{Repo: "acme/infra", Path: "vpc", Workspace: "default"}},
+			Holder: locksv1.Holder{Owner: owner},
+		},
+	}
+}
+
+// neverGranted watches the spoke request ns/name and reports whether any version of it showed
+// Granted, until stop.
+func neverGranted(t *testing.T, ns, name string) func() bool {
+	t.Helper()
+	w, err := spk.Client.Watch(context.Background(), &locksv1.LockRequestList{}, client.InNamespace(ns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	granted := make(chan bool, 1)
+	go func() {
+		seen := false
+		for ev := range w.ResultChan() {
+			if lr, ok := ev.Object.(*locksv1.LockRequest); ok && ev.Type != watch.Deleted && lr.Name == name && lr.Status.Phase == locksv1.PhaseGranted {
+				seen = true
+			}
+		}
+		granted <- seen
+	}()
+	return func() bool {
+		w.Stop()
+		return !<-granted
+	}
+}
+
+func get(g gomega.Gomega, c client.Client, ns, name string) *locksv1.LockRequest {
+	lr := &locksv1.LockRequest{}
+	g.Expect(c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, lr)).To(gomega.Succeed())
+	return lr
+}
+
+// A spoke request waits on the hub behind the hub's holder, shows the hub's decision, is granted
+// by the hub (never by the spoke) with the hub's token, and its release reaches the hub.
+func TestSpokeRequestFollowsTheHub(t *testing.T) {
+	const ns = "team-follow"
+	fleet(t, ns)
+	g := gomega.NewWithT(t)
+	ctx := context.Background()
+	m := startSpoke(t)
+	defer func() { _ = m.Stop() }()
+
+	holder := request(ns, "alice-apply", "alice")
+	g.Expect(hub.Client.Create(ctx, holder)).To(gomega.Succeed())
+	g.Eventually(func(g gomega.Gomega) {
+		g.Expect(get(g, hub.Client, ns, "alice-apply").Status.Phase).To(gomega.Equal(locksv1.PhaseGranted))
+	}).Should(gomega.Succeed())
+
+	stop := neverGranted(t, ns, "bob-apply")
+	g.Expect(spk.Client.Create(ctx, request(ns, "bob-apply", "bob"))).To(gomega.Succeed())
+	hubName := cluster + ".bob-apply"
+	g.Eventually(func(g gomega.Gomega) {
+		lr := get(g, spk.Client, ns, "bob-apply")
+		g.Expect(lr.Status.Phase).To(gomega.Equal(locksv1.PhasePending))
+		g.Expect(lr.Status.QueuePosition).To(gomega.Equal(int32(1)))
+		g.Expect(lr.Status.BlockedBy).To(gomega.ContainSubstring("alice"))
+	}).Should(gomega.Succeed())
+	mirror := get(g, hub.Client, ns, hubName)
+	g.Expect(mirror.Spec.Holder).To(gomega.Equal(locksv1.Holder{Owner: "bob", Cluster: cluster, Lease: "spoke-" + cluster}))
+	g.Expect(mirror.Labels).To(gomega.HaveKeyWithValue(spoke.LabelCluster, cluster))
+	var lease coordinationv1.Lease
+	g.Expect(hub.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "spoke-" + cluster}, &lease)).To(gomega.Succeed())
+	g.Expect(lease.Labels).To(gomega.HaveKeyWithValue("locks.turnstile.dev/role", "spoke"))
+	// The spoke decided nothing: no ProjectLock of its own, the request Pending as the hub says.
+	var locks locksv1.ProjectLockList
+	g.Expect(spk.Client.List(ctx, &locks, client.InNamespace(ns))).To(gomega.Succeed())
+	g.Expect(locks.Items).To(gomega.BeEmpty())
+
+	// The hub hands the key on: the spoke shows the hub's grant and token.
+	g.Expect(hub.Client.Patch(ctx, holder, client.RawPatch("application/merge-patch+json", []byte(`{"spec":{"release":true}}`)))).To(gomega.Succeed())
+	g.Eventually(func(g gomega.Gomega) {
+		h := get(g, hub.Client, ns, hubName)
+		g.Expect(h.Status.Phase).To(gomega.Equal(locksv1.PhaseGranted))
+		lr := get(g, spk.Client, ns, "bob-apply")
+		g.Expect(lr.Status.Phase).To(gomega.Equal(locksv1.PhaseGranted))
+		g.Expect(lr.Status.FencingToken).To(gomega.Equal(h.Status.FencingToken))
+		g.Expect(lr.Status.ObservedGeneration).To(gomega.Equal(lr.Generation))
+		c := meta.FindStatusCondition(lr.Status.Conditions, locksv1.ConditionGranted)
+		g.Expect(c).NotTo(gomega.BeNil())
+		g.Expect(c.Status).To(gomega.Equal(metav1.ConditionTrue))
+		g.Expect(c.Reason).To(gomega.Equal(meta.FindStatusCondition(h.Status.Conditions, locksv1.ConditionGranted).Reason))
+	}).Should(gomega.Succeed())
+	g.Expect(stop()).To(gomega.BeFalse(), "the spoke request was Granted (the hub granted it)")
+
+	// Released in the spoke, released on the hub.
+	g.Expect(spk.Client.Patch(ctx, request(ns, "bob-apply", "bob"), client.RawPatch("application/merge-patch+json", []byte(`{"spec":{"release":true}}`)))).To(gomega.Succeed())
+	g.Eventually(func(g gomega.Gomega) {
+		g.Expect(get(g, hub.Client, ns, hubName).Status.Phase).To(gomega.Equal(locksv1.PhaseReleased))
+		g.Expect(get(g, spk.Client, ns, "bob-apply").Status.Phase).To(gomega.Equal(locksv1.PhaseReleased))
+	}).Should(gomega.Succeed())
+
+	// Deleted in the spoke, deleted on the hub.
+	g.Expect(spk.Client.Delete(ctx, request(ns, "bob-apply", "bob"))).To(gomega.Succeed())
+	g.Eventually(func() bool {
+		return apierrors.IsNotFound(hub.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: hubName}, &locksv1.LockRequest{}))
+	}).Should(gomega.BeTrue())
+}
+
+// TestSpokeRequestIsNeverDecidedInTheSpoke: while the hub's holder keeps the key, the spoke
+// request is never Granted, and the spoke makes no ProjectLock, whatever time passes: a lock
+// controller of the spoke would grant it at once (the key is free in the spoke).
+func TestSpokeRequestIsNeverDecidedInTheSpoke(t *testing.T) {
+	const ns = "team-authority"
+	fleet(t, ns)
+	g := gomega.NewWithT(t)
+	ctx := context.Background()
+	m := startSpoke(t)
+	defer func() { _ = m.Stop() }()
+	g.Expect(hub.Client.Create(ctx, request(ns, "alice-apply", "alice"))).To(gomega.Succeed())
+	g.Eventually(func(g gomega.Gomega) {
+		g.Expect(get(g, hub.Client, ns, "alice-apply").Status.Phase).To(gomega.Equal(locksv1.PhaseGranted))
+	}).Should(gomega.Succeed())
+	stop := neverGranted(t, ns, "bob-apply")
+	g.Expect(spk.Client.Create(ctx, request(ns, "bob-apply", "bob"))).To(gomega.Succeed())
+	// Twice the hub's verdict, and every renewal of the spoke's Lease in between: nothing.
+	for range 2 {
+		g.Eventually(func(g gomega.Gomega) {
+			g.Expect(get(g, spk.Client, ns, "bob-apply").Status.Phase).To(gomega.Equal(locksv1.PhasePending))
+		}).Should(gomega.Succeed())
+		var locks locksv1.ProjectLockList
+		g.Consistently(func(g gomega.Gomega) {
+			g.Expect(spk.Client.List(ctx, &locks, client.InNamespace(ns))).To(gomega.Succeed())
+			g.Expect(locks.Items).To(gomega.BeEmpty())
+		}).WithTimeout(2 * time.Second).Should(gomega.Succeed())
+	}
+	g.Expect(stop()).To(gomega.BeTrue(), "the spoke request was Granted while the hub's holder held the key")
+}
+
+// A gated Job in the spoke is let go on the hub's grant, as the agent writes it into its
+// request, with the hub's fencing token.
+func TestGatedJobRunsOnTheHubsGrant(t *testing.T) {
+	const ns = "team-job"
+	fleet(t, ns)
+	g := gomega.NewWithT(t)
+	ctx := context.Background()
+	m := startSpoke(t)
+	defer func() { _ = m.Stop() }()
+	job := &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "apply", Labels: map[string]string{workload.LabelGated: "true"},
+			Annotations: map[string]string{workload.AnnotationLock: "acme/infra:vpc", workload.AnnotationCreatedBy: "alice"}},
+		Spec: batchv1.JobSpec{Suspend: ptr.To(true), Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+			RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}},
+	}
+	g.Expect(spk.Client.Create(ctx, job)).To(gomega.Succeed())
+	hubName := cluster + "." + workload.RequestName("job", "apply")
+	g.Eventually(func(g gomega.Gomega) {
+		h := get(g, hub.Client, ns, hubName)
+		g.Expect(h.Status.Phase).To(gomega.Equal(locksv1.PhaseGranted))
+		g.Expect(h.Spec.Holder.Session).To(gomega.Equal("job/apply"))
+		g.Expect(h.Spec.Holder.Cluster).To(gomega.Equal(cluster))
+		var j batchv1.Job
+		g.Expect(spk.Client.Get(ctx, client.ObjectKeyFromObject(job), &j)).To(gomega.Succeed())
+		g.Expect(j.Spec.Suspend).To(gomega.HaveValue(gomega.BeFalse()))
+		g.Expect(j.Annotations).To(gomega.HaveKeyWithValue(workload.AnnotationFencingToken, strconv.FormatInt(h.Status.FencingToken, 10)))
+	}).Should(gomega.Succeed())
+}
+
+// An agent restarted loses and doubles nothing: a spoke request deleted while it was away loses
+// its hub request; one re-created under its name gets a new one (the old one's spoke UID is
+// gone); one made while it was away is mirrored once; the one left alone keeps its hub request.
+func TestAgentRestartedLosesAndDoublesNothing(t *testing.T) {
+	const ns = "team-restart"
+	fleet(t, ns)
+	g := gomega.NewWithT(t)
+	ctx := context.Background()
+	m := startSpoke(t)
+	for _, n := range []string{"kept", "deleted", "recreated"} {
+		g.Expect(spk.Client.Create(ctx, request(ns, n, "bob-"+n))).To(gomega.Succeed())
+	}
+	uids := map[string]string{}
+	g.Eventually(func(g gomega.Gomega) {
+		for _, n := range []string{"kept", "deleted", "recreated"} {
+			h := get(g, hub.Client, ns, cluster+"."+n)
+			uids[n] = string(h.UID)
+		}
+	}).Should(gomega.Succeed())
+	g.Expect(m.Stop()).To(gomega.Succeed())
+
+	g.Expect(spk.Client.Delete(ctx, request(ns, "deleted", ""))).To(gomega.Succeed())
+	g.Expect(spk.Client.Delete(ctx, request(ns, "recreated", ""))).To(gomega.Succeed())
+	g.Eventually(func() bool {
+		return apierrors.IsNotFound(spk.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "recreated"}, &locksv1.LockRequest{}))
+	}).Should(gomega.BeTrue())
+	g.Expect(spk.Client.Create(ctx, request(ns, "recreated", "bob-recreated"))).To(gomega.Succeed())
+	g.Expect(spk.Client.Create(ctx, request(ns, "new", "bob-new"))).To(gomega.Succeed())
+
+	m = startSpoke(t)
+	defer func() { _ = m.Stop() }()
+	g.Eventually(func(g gomega.Gomega) {
+		var list locksv1.LockRequestList
+		g.Expect(hub.Client.List(ctx, &list, client.InNamespace(ns))).To(gomega.Succeed())
+		byName := map[string]locksv1.LockRequest{}
+		for _, lr := range list.Items {
+			byName[lr.Name] = lr
+		}
+		g.Expect(byName).To(gomega.HaveLen(3))
+		g.Expect(string(byName[cluster+".kept"].UID)).To(gomega.Equal(uids["kept"]))
+		g.Expect(byName).NotTo(gomega.HaveKey(cluster + ".deleted"))
+		var recreated locksv1.LockRequest
+		g.Expect(spk.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "recreated"}, &recreated)).To(gomega.Succeed())
+		g.Expect(byName[cluster+".recreated"].Annotations).To(gomega.HaveKeyWithValue(spoke.AnnotationSpokeUID, string(recreated.UID)))
+		g.Expect(byName).To(gomega.HaveKey(cluster + ".new"))
+	}).Should(gomega.Succeed())
+}

@@ -1,0 +1,118 @@
+// Package spoke is a fleet's spoke agent (docs/fleet.md): it mirrors every LockRequest of the
+// spoke cluster to the hub, where the hub's managers decide it, renews the spoke's holder Lease
+// on the hub in each namespace it uses, and copies the hub's decision back into the spoke
+// request's status, which the gated workload controller and kubectl read as in one cluster.
+package spoke
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
+)
+
+// The labels and annotations of a hub request (docs/fleet.md "A request on the hub").
+const (
+	// LabelCluster names the spoke a hub request (or Lease) belongs to: the agent watches its own
+	// requests by it, and the hub's admission policy keeps each spoke to its own.
+	LabelCluster = "fleet.turnstile.dev/cluster"
+	// AnnotationSpokeUID is the spoke request's UID: a spoke request deleted and re-created under
+	// its name is a new hub request.
+	AnnotationSpokeUID = "fleet.turnstile.dev/spoke-uid"
+	// AnnotationSpokeName is the spoke request's name (the hub name may be shortened by a hash).
+	AnnotationSpokeName = "fleet.turnstile.dev/spoke-name"
+	// AnnotationSpokeGeneration is the spoke request's generation that the hub request's spec
+	// reflects: the spoke's status.observedGeneration once the hub has decided on it.
+	AnnotationSpokeGeneration = "fleet.turnstile.dev/spoke-generation"
+	// RoleSpoke is the locks.turnstile.dev/role of a spoke's hub Lease: the hub's holder-Lease
+	// rule protects it as it protects every labelled holder Lease.
+	RoleSpoke = "spoke"
+	// maxName is the longest object name (a DNS subdomain).
+	maxName = 253
+)
+
+// HubName is the name of the hub request that mirrors the spoke request name of cluster:
+// "<cluster>.<name>", shortened with a hash of name when that is longer than a name may be.
+func HubName(cluster, name string) string {
+	full := cluster + "." + name
+	if len(full) <= maxName {
+		return full
+	}
+	sum := sha256.Sum256([]byte(name))
+	suffix := "-" + hex.EncodeToString(sum[:])[:16]
+	keep := strings.TrimRight(full[:maxName-len(suffix)], ".-")
+	return keep + suffix
+}
+
+// LeaseName is the spoke's holder Lease on the hub, one in each namespace it uses.
+func LeaseName(cluster string) string { return "spoke-" + cluster }
+
+// HubRequest is the hub request that mirrors spoke, the request of cluster: its spec with the
+// holder's cluster and the spoke's hub Lease, the request's locks.turnstile.dev labels, and
+// the annotations that tie it to spoke.
+func HubRequest(cluster string, spoke *locksv1.LockRequest) *locksv1.LockRequest {
+	hub := &locksv1.LockRequest{ObjectMeta: metav1.ObjectMeta{
+		Name:        HubName(cluster, spoke.Name),
+		Namespace:   spoke.Namespace,
+		Labels:      map[string]string{},
+		Annotations: map[string]string{},
+	}}
+	for k, v := range spoke.Labels {
+		if strings.HasPrefix(k, "locks.turnstile.dev/") {
+			hub.Labels[k] = v
+		}
+	}
+	hub.Labels[LabelCluster] = cluster
+	hub.Annotations[AnnotationSpokeUID] = string(spoke.UID)
+	hub.Annotations[AnnotationSpokeName] = spoke.Name
+	hub.Annotations[AnnotationSpokeGeneration] = itoa(spoke.Generation)
+	spoke.Spec.DeepCopyInto(&hub.Spec)
+	hub.Spec.Holder.Cluster = cluster
+	hub.Spec.Holder.Lease = LeaseName(cluster)
+	return hub
+}
+
+// SpecUpdate is the hub request's spec once the spoke request's changes are carried over, and
+// whether any was: the fields a request may change after creation (release, ttl, priority,
+// waitTimeout, reason). The rest is immutable on both sides.
+func SpecUpdate(spoke, hub *locksv1.LockRequest) (locksv1.LockRequestSpec, bool) {
+	out := *hub.Spec.DeepCopy()
+	out.Release = out.Release || spoke.Spec.Release // a release is never undone
+	out.TTL = spoke.Spec.TTL.DeepCopy()
+	out.Priority = spoke.Spec.Priority
+	out.WaitTimeout = spoke.Spec.WaitTimeout.DeepCopy()
+	out.Reason = spoke.Spec.Reason
+	changed := out.Release != hub.Spec.Release || !durEqual(out.TTL, hub.Spec.TTL) || out.Priority != hub.Spec.Priority ||
+		!durEqual(out.WaitTimeout, hub.Spec.WaitTimeout) || out.Reason != hub.Spec.Reason
+	return out, changed
+}
+
+// SpokeStatus is the spoke request's status that shows the hub's decision: the hub request's
+// status as it is (phase, locks and tokens, position, blockedBy, the times, fences, the
+// conditions with the hub's reasons and messages), with the spoke's own observedGeneration: the
+// spoke generation the hub request's spec reflects, once the hub has decided on that spec, else
+// what the spoke showed.
+func SpokeStatus(spoke, hub *locksv1.LockRequest) locksv1.LockRequestStatus {
+	out := *hub.Status.DeepCopy()
+	observed := spoke.Status.ObservedGeneration
+	if hub.Status.ObservedGeneration >= hub.Generation && hub.Generation > 0 {
+		if g, ok := atoi(hub.Annotations[AnnotationSpokeGeneration]); ok {
+			observed = g
+		}
+	}
+	out.ObservedGeneration = observed
+	for i := range out.Conditions {
+		out.Conditions[i].ObservedGeneration = observed
+	}
+	return out
+}
+
+func durEqual(a, b *metav1.Duration) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.Duration == b.Duration
+}
