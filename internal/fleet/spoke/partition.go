@@ -167,11 +167,11 @@ func (a *Agent) kick() {
 type Action int
 
 const (
-	// Show: the hub's grant is shown in the spoke request (the holder runs, or is let go).
+	// Show says the hub's grant is shown in the spoke request (the holder runs, or is let go).
 	Show Action = iota
-	// Stop: the running holder is stopped (LostStatus).
+	// Stop says the running holder is stopped (LostStatus).
 	Stop
-	// Hold: the grant is not shown yet; the request stays as it was (HeldStatus).
+	// Hold says the grant is not shown yet; the request stays as it was (HeldStatus).
 	Hold
 )
 
