@@ -30,6 +30,7 @@ import (
 	"github.com/turnstile-dev/turnstile/internal/compat"
 	"github.com/turnstile-dev/turnstile/internal/controller"
 	"github.com/turnstile-dev/turnstile/internal/deadlock"
+	"github.com/turnstile-dev/turnstile/internal/fleet/skew"
 	"github.com/turnstile-dev/turnstile/internal/fleet/spoke"
 	"github.com/turnstile-dev/turnstile/internal/lockmetrics"
 	"github.com/turnstile-dev/turnstile/internal/memlimit"
@@ -68,6 +69,7 @@ type options struct {
 	memory                          memlimit.Limit
 	hubKubeconfig, clusterName      string
 	hubLease                        time.Duration
+	fleetGrace, maxClockSkew        time.Duration
 }
 
 func parseFlags(args []string) (options, zap.Options, error) {
@@ -116,6 +118,8 @@ func parseFlags(args []string) (options, zap.Options, error) {
 	fs.StringVar(&o.hubKubeconfig, "hub-kubeconfig", "", "Run as a fleet's spoke agent (docs/fleet.md): the kubeconfig of the hub, as this spoke's identity there. The hub decides every lock of this cluster; this manager mirrors the cluster's LockRequests to it and copies its decisions back. Needs --cluster-name.")
 	fs.StringVar(&o.clusterName, "cluster-name", "", "This cluster's name in the fleet (a DNS-1123 label, unique in the fleet), with --hub-kubeconfig.")
 	fs.DurationVar(&o.hubLease, "hub-lease-duration", spoke.DefaultLeaseDuration, "With --hub-kubeconfig, the duration of the spoke's holder Lease on the hub: a spoke that stops renewing it loses its locks this long after its last renewal.")
+	fs.DurationVar(&o.fleetGrace, "fleet-grace", skew.DefaultGrace, "With --hub-kubeconfig, how long a running holder's stop may take when the hub is unreachable (a gated Pod's deletion grace): the spoke stops its holders this long, plus 3s and --max-clock-skew, before the hub can hand their locks on; at most --hub-lease-duration/2 - 3s - --max-clock-skew.")
+	fs.DurationVar(&o.maxClockSkew, "max-clock-skew", skew.DefaultMaxSkew, "With --hub-kubeconfig, the largest clock skew with the hub the spoke accepts, measured from its Lease renewals: past it the spoke stops every holder and lets nothing go (at least 1.5s).")
 	zopts := zap.Options{Development: false}
 	zopts.BindFlags(fs)
 	if err := fs.Parse(args); err != nil {
@@ -160,11 +164,19 @@ func (o *options) validate() error {
 		if o.hubLease < 3*time.Second {
 			return fmt.Errorf("--hub-lease-duration (%s) must be at least 3s", o.hubLease)
 		}
+		if err := o.fleetSettings().Validate(); err != nil {
+			return err
+		}
 	}
 	if o.cfg.DefaultTTL <= 0 || o.cfg.MaxTTL <= 0 || o.cfg.DefaultTTL > o.cfg.MaxTTL {
 		return fmt.Errorf("--default-ttl (%s) must be positive and at most --max-ttl (%s)", o.cfg.DefaultTTL, o.cfg.MaxTTL)
 	}
 	return nil
+}
+
+// fleetSettings are the spoke's partition rule's flags.
+func (o options) fleetSettings() skew.Settings {
+	return skew.Settings{Lease: o.hubLease, Grace: o.fleetGrace, MaxSkew: o.maxClockSkew}
 }
 
 func main() {
@@ -314,7 +326,7 @@ func setupSpoke(mgr ctrl.Manager, o options, setup controller.SetupOptions) erro
 	if err := controller.SetupSpoke(mgr, setup); err != nil {
 		return err
 	}
-	_, err = spoke.SetupWithManager(mgr, spoke.Options{Cluster: o.clusterName, Hub: hub, LeaseDuration: o.hubLease})
+	_, err = spoke.SetupWithManager(mgr, spoke.Options{Cluster: o.clusterName, Hub: hub, Settings: o.fleetSettings()})
 	return err
 }
 

@@ -28,5 +28,14 @@ func init() {
 		mutant{name: "spoke-decides-nothing", pkg: spokePkg, focus: "run:TestSpokeRequestIsNeverDecidedInTheSpoke", guard: "a spoke runs no lock controller: the hub is the only authority of its keys", edits: []edit{
 			{"spoke-decides-nothing", "\treturn NewRetentionReconciler(mgr.GetClient(), o.Retention, WithRouter(o.Router), WithClock(clk)).SetupWithManager(mgr)\n", "\treturn Setup(context.Background(), mgr, o)\n"},
 		}},
+		mutant{name: "spoke-stop-at-deadline", pkg: spokePkg, focus: "run:TestPartitionAction", guard: "a spoke cut off from the hub stops its running holders at the stop deadline (skew.Judge's Stop), before the hub can hand their locks on", edits: []edit{
+			{"spoke-stop-at-deadline", "\tcase running && v.Stop:\n", "\tcase false && running && v.Stop:\n"},
+		}},
+		mutant{name: "spoke-held-while-unreachable", pkg: spokePkg, focus: "run:TestPartitionAction", guard: "a hub grant is not let go in the spoke while the partition rule lets nothing go (skew.Judge's LetGo false)", edits: []edit{
+			{"spoke-held-while-unreachable", "\tcase !v.LetGo:\n", "\tcase false && !v.LetGo:\n"},
+		}},
+		mutant{name: "spoke-lost-stays-lost", pkg: spokePkg, focus: "run:TestPartitionStopsHoldersBeforeTheHubLetsGo", guard: "a spoke request whose holder was stopped on a partition stays released (HubUnreachable): the hub's old grant is never shown again", edits: []edit{
+			{"spoke-lost-stays-lost", "\tif LostToPartition(&spoke) {\n", "\tif false && LostToPartition(&spoke) {\n"},
+		}},
 	)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"sync"
 	"time"
 
@@ -27,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
+	"github.com/turnstile-dev/turnstile/internal/fleet/skew"
 	"github.com/turnstile-dev/turnstile/pkg/workdir"
 )
 
@@ -40,8 +42,12 @@ type Options struct {
 	Cluster string
 	// Hub is the connection to the hub's API server (--hub-kubeconfig), as the spoke's identity.
 	Hub *rest.Config
-	// LeaseDuration is the hub Lease's duration; renewed every third of it.
+	// LeaseDuration is the hub Lease's duration; renewed every third of it. Settings.Lease
+	// when that is set.
 	LeaseDuration time.Duration
+	// Settings are the partition rule's (--hub-lease-duration, --fleet-grace, --max-clock-skew);
+	// skew.Defaults() when zero (with LeaseDuration as its Lease when that is set).
+	Settings skew.Settings
 	// Clock is the agent's clock (a fake one in tests).
 	Clock clock.WithTicker
 }
@@ -52,9 +58,11 @@ type Agent struct {
 	spoke client.Client // the spoke's cached client
 	hub   client.Client // the hub, uncached: writes and Lease reads
 	hubs  cache.Cache   // the hub's requests of this cluster
-	// leases are the namespaces whose hub Lease the agent renews, and when it last renewed each.
+	// clocks are the namespaces whose hub Lease the agent renews, and each one's partition
+	// clock.
 	mu     sync.Mutex
-	leases map[string]time.Time
+	clocks map[string]*hubClock
+	kicks  chan struct{} // a renewal wanted now
 }
 
 // SetupWithManager adds the agent to mgr, the spoke's manager: a controller of the spoke's
@@ -63,13 +71,24 @@ func SetupWithManager(mgr ctrl.Manager, o Options) (*Agent, error) {
 	if o.Cluster == "" || o.Hub == nil {
 		return nil, errors.New("a spoke agent needs its cluster name and the hub's kubeconfig")
 	}
-	if o.LeaseDuration <= 0 {
-		o.LeaseDuration = DefaultLeaseDuration
+	if o.Settings == (skew.Settings{}) {
+		o.Settings = skew.Defaults()
+		if o.LeaseDuration > 0 {
+			o.Settings.Lease = o.LeaseDuration
+		}
+	}
+	o.LeaseDuration = o.Settings.Lease
+	if err := o.Settings.Validate(); err != nil {
+		return nil, err
 	}
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
 	}
-	hub, err := client.New(o.Hub, client.Options{Scheme: mgr.GetScheme()})
+	// The hub client's responses carry the hub's Date: the renewals' round trips measure the
+	// clock skew with it.
+	hubCfg := rest.CopyConfig(o.Hub)
+	hubCfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return dateRecorder{next: rt} })
+	hub, err := client.New(hubCfg, client.Options{Scheme: mgr.GetScheme()})
 	if err != nil {
 		return nil, fmt.Errorf("hub client: %w", err)
 	}
@@ -85,7 +104,7 @@ func SetupWithManager(mgr ctrl.Manager, o Options) (*Agent, error) {
 	if err := mgr.Add(hubs); err != nil {
 		return nil, err
 	}
-	a := &Agent{opts: o, spoke: mgr.GetClient(), hub: hub, hubs: hubs, leases: map[string]time.Time{}}
+	a := &Agent{opts: o, spoke: mgr.GetClient(), hub: hub, hubs: hubs, clocks: map[string]*hubClock{}, kicks: make(chan struct{}, 1)}
 	err = builder.ControllerManagedBy(mgr).
 		Named("fleet-spoke").
 		For(&locksv1.LockRequest{}).
@@ -136,6 +155,17 @@ func (a *Agent) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, e
 	case apierrors.IsNotFound(err):
 		return ctrl.Result{}, a.create(ctx, &spoke)
 	}
+	// A request whose holder was stopped when the hub was unreachable stays as the agent wrote
+	// it: the hub's grant (its old token) is never shown again, and it is released on the hub.
+	// guard:spoke-lost-stays-lost
+	if LostToPartition(&spoke) {
+		if hub.Spec.Release || hub.Status.Phase.IsFinal() {
+			return ctrl.Result{}, nil
+		}
+		patch := client.MergeFromWithOptions(hub.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		hub.Spec.Release = true
+		return ctrl.Result{}, client.IgnoreNotFound(a.hub.Patch(ctx, &hub, patch))
+	}
 	if next, changed := SpecUpdate(&spoke, &hub); changed {
 		patch := client.MergeFromWithOptions(hub.DeepCopy(), client.MergeFromWithOptimisticLock{})
 		hub.Spec = next
@@ -144,14 +174,45 @@ func (a *Agent) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, e
 			return ctrl.Result{}, client.IgnoreNotFound(err)
 		}
 	}
+	want := SpokeStatus(&spoke, &hub)
+	res, want, err := a.partition(ctx, &spoke, want)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
 	// One status write per hub change, only when it differs.
-	if want := SpokeStatus(&spoke, &hub); !equality.Semantic.DeepEqual(spoke.Status, want) {
+	if !equality.Semantic.DeepEqual(spoke.Status, want) {
 		spoke.Status = want
 		if err := a.spoke.Status().Update(ctx, &spoke); err != nil {
 			return ctrl.Result{}, client.IgnoreNotFound(err)
 		}
 	}
-	return ctrl.Result{}, nil
+	return res, nil
+}
+
+// partition applies the partition rule to a spoke request whose hub grant it would show (want,
+// the hub's status): a granted holder is stopped at the stop deadline (want becomes
+// LostStatus), a grant not shown yet is not shown while the rule lets nothing go (HeldStatus),
+// and a holder that runs is looked at again at its deadline.
+func (a *Agent) partition(ctx context.Context, spoke *locksv1.LockRequest, want locksv1.LockRequestStatus) (ctrl.Result, locksv1.LockRequestStatus, error) {
+	if want.Phase != locksv1.PhaseGranted {
+		return ctrl.Result{}, want, nil
+	}
+	var hubs locksv1.LockRequestList
+	if err := a.hubs.List(ctx, &hubs, client.InNamespace(spoke.Namespace)); err != nil {
+		return ctrl.Result{}, want, err
+	}
+	st, v := a.judge(ctx, spoke.Namespace, hubs.Items)
+	now := a.opts.Clock.Now()
+	switch PartitionAction(spoke.Status.Phase == locksv1.PhaseGranted, v) {
+	case Stop:
+		log.FromContext(ctx).Info("stopping a holder: the hub is unreachable", "why", v.Why)
+		return ctrl.Result{}, LostStatus(spoke, LeaseName(a.opts.Cluster), st, v, now), nil
+	case Hold:
+		a.kick()
+		return ctrl.Result{RequeueAfter: time.Second}, HeldStatus(spoke, st, v), nil
+	}
+	// Looked at again at its stop deadline (a renewal meanwhile moves it on).
+	return ctrl.Result{RequeueAfter: max(v.StopAt.Sub(now), 0) + 10*time.Millisecond}, want, nil
 }
 
 // create makes spoke's hub request, after the hub Lease it names: a hub request whose Lease is
@@ -195,21 +256,37 @@ func (a *Agent) deleteHub(ctx context.Context, ns, name, uid string) error {
 // ensureLease makes sure the spoke's hub Lease in ns exists and is renewed, and keeps it
 // renewed from then on.
 func (a *Agent) ensureLease(ctx context.Context, ns string) error {
-	a.mu.Lock()
-	_, known := a.leases[ns]
-	a.mu.Unlock()
-	if known {
+	if st, _ := a.clockOf(ns); !st.Renewed.IsZero() {
 		return nil
 	}
 	return a.renew(ctx, ns)
 }
 
-// renew renews (or creates) the hub Lease in ns.
+// renew renews (or creates) the hub Lease in ns, within RetryAfter (a renewal that hangs in a
+// partition is given up and retried), and on its answer moves the partition clock: the
+// renewTime it wrote (the spoke's clock just before it was sent) and the skew its round trip
+// measures against the hub's Date.
 func (a *Agent) renew(ctx context.Context, ns string) error {
-	now := metav1.NewMicroTime(a.opts.Clock.Now())
+	ctx, cancel := context.WithTimeout(ctx, a.opts.Settings.RetryAfter())
+	defer cancel()
+	err := a.renewOnce(ctx, ns)
+	a.mu.Lock()
+	if a.clocks[ns] == nil {
+		a.clocks[ns] = &hubClock{}
+	}
+	a.clocks[ns].tried = true
+	a.mu.Unlock()
+	return err
+}
+
+func (a *Agent) renewOnce(ctx context.Context, ns string) error {
 	name := LeaseName(a.opts.Cluster)
 	var lease coordinationv1.Lease
 	err := a.hub.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &lease)
+	date := &hubDate{}
+	wctx := context.WithValue(ctx, dateKey{}, date)
+	sent := a.opts.Clock.Now()
+	now := metav1.NewMicroTime(sent)
 	switch {
 	case apierrors.IsNotFound(err):
 		lease = coordinationv1.Lease{
@@ -220,7 +297,7 @@ func (a *Agent) renew(ctx context.Context, ns string) error {
 				AcquireTime:          &now, RenewTime: &now,
 			},
 		}
-		if err := a.hub.Create(ctx, &lease); err != nil {
+		if err := a.hub.Create(wctx, &lease); err != nil {
 			return fmt.Errorf("create hub lease %s/%s: %w", ns, name, err)
 		}
 	case err != nil:
@@ -228,13 +305,24 @@ func (a *Agent) renew(ctx context.Context, ns string) error {
 	default:
 		lease.Spec.RenewTime = &now
 		lease.Spec.LeaseDurationSeconds = ptr.To(int32(a.opts.LeaseDuration / time.Second))
-		if err := a.hub.Update(ctx, &lease); err != nil {
+		if err := a.hub.Update(wctx, &lease); err != nil {
 			return fmt.Errorf("renew hub lease %s/%s: %w", ns, name, err)
 		}
 	}
+	received := a.opts.Clock.Now()
+	sample, err := skew.Measure(skew.RoundTrip{Sent: sent, Received: received, Hub: HubTimes(date.get())})
 	a.mu.Lock()
-	a.leases[ns] = now.Time
-	a.mu.Unlock()
+	defer a.mu.Unlock()
+	c := a.clocks[ns]
+	if c == nil {
+		c = &hubClock{}
+		a.clocks[ns] = c
+	}
+	c.st.Renewed = sent
+	if err != nil {
+		return fmt.Errorf("hub lease %s/%s renewed, its clock skew not measured: %w", ns, name, err)
+	}
+	c.st.Skew = c.st.Skew.Add(sample)
 	return nil
 }
 
@@ -242,15 +330,19 @@ func (a *Agent) renew(ctx context.Context, ns string) error {
 // every third of the lease duration.
 func (a *Agent) renewer() manager.RunnableFunc {
 	return func(ctx context.Context) error {
-		t := a.opts.Clock.NewTicker(a.opts.LeaseDuration / 3)
-		defer t.Stop()
+		next := a.opts.Settings.RenewEvery()
 		for {
 			select {
 			case <-ctx.Done():
 				return nil
-			case <-t.C():
+			case <-a.opts.Clock.After(next):
+			case <-a.kicks:
 			}
+			next = a.opts.Settings.RenewEvery()
 			if err := a.renewAll(ctx); err != nil {
+				// A failed renewal is tried again sooner: it and its retry both come before the
+				// stop must begin.
+				next = a.opts.Settings.RetryAfter()
 				log.FromContext(ctx).Error(err, "renewing the hub Leases")
 			}
 		}

@@ -26,6 +26,7 @@ import (
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
 	"github.com/turnstile-dev/turnstile/internal/cache"
 	"github.com/turnstile-dev/turnstile/internal/controller"
+	"github.com/turnstile-dev/turnstile/internal/fleet/skew"
 	"github.com/turnstile-dev/turnstile/internal/fleet/spoke"
 	"github.com/turnstile-dev/turnstile/internal/queue"
 	"github.com/turnstile-dev/turnstile/internal/testing/framework"
@@ -87,6 +88,13 @@ func fleet(t *testing.T, ns string) {
 // startSpoke runs the spoke's manager as cmd/manager runs it with --hub-kubeconfig.
 func startSpoke(t *testing.T) *framework.Manager {
 	t.Helper()
+	return startSpokeWith(t, rest.CopyConfig(hub.Config), skew.Settings{})
+}
+
+// startSpokeWith runs the spoke's manager talking to the hub through hubCfg, with the partition
+// rule's settings (the flags' defaults when zero).
+func startSpokeWith(t *testing.T, hubCfg *rest.Config, settings skew.Settings) *framework.Manager {
+	t.Helper()
 	cfg := rest.CopyConfig(spk.Config)
 	cfg.QPS, cfg.Burst = 1000, 2000
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
@@ -100,7 +108,7 @@ func startSpoke(t *testing.T) *framework.Manager {
 	if err := controller.SetupSpoke(mgr, controller.SetupOptions{Retention: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := spoke.SetupWithManager(mgr, spoke.Options{Cluster: cluster, Hub: rest.CopyConfig(hub.Config)}); err != nil {
+	if _, err := spoke.SetupWithManager(mgr, spoke.Options{Cluster: cluster, Hub: hubCfg, Settings: settings}); err != nil {
 		t.Fatal(err)
 	}
 	if err := workload.SetupWithManager(mgr, workload.WithIdentity("system:serviceaccount:turnstile-system:turnstile-controller-manager")); err != nil {
