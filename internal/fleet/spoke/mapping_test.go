@@ -110,6 +110,25 @@ func TestHubRequest(t *testing.T) {
 	}
 }
 
+// TestHubRequestIgnoresWhatASpokeUserClaims: the agent writes on the hub with its spoke's
+// rights, so nothing a user of the spoke writes on her request may speak for another cluster,
+// another spoke's Lease, or another spoke request: the cluster, the hub Lease and the spoke
+// annotations are the agent's own, whatever the request says (the hub's turnstile-fleet-spoke
+// policy would refuse the rest; test/admission attacks it as a spoke).
+func TestHubRequestIgnoresWhatASpokeUserClaims(t *testing.T) {
+	honest := HubRequest("eu-west-1", spokeRequest())
+	forged := spokeRequest()
+	forged.Spec.Holder.Cluster = "us-east-1"
+	forged.Spec.Holder.Lease = "spoke-us-east-1"
+	forged.Labels[LabelCluster] = "us-east-1"
+	forged.Annotations[AnnotationSpokeUID] = "uid-of-another"
+	forged.Annotations[AnnotationSpokeName] = "another"
+	forged.Annotations[AnnotationSpokeGeneration] = "99"
+	if diff := cmp.Diff(honest, HubRequest("eu-west-1", forged)); diff != "" {
+		t.Errorf("a spoke user's claims reached the hub request (-honest +forged):\n%s", diff)
+	}
+}
+
 func TestSpecUpdate(t *testing.T) {
 	sp := spokeRequest()
 	hub := HubRequest("eu-west-1", sp)
