@@ -76,11 +76,12 @@ type compactRequest struct {
 
 // compactExtra is what a request made for a workload, by the Go client or by `kubectl
 // turnstile run` has beyond a pipeline's: the workload it is for, the prefix its name was
-// generated from, its holder's Lease and session, a reason.
+// generated from, its holder's Lease and session, the fleet member it runs in, a reason.
 type compactExtra struct {
 	owners         []metav1.OwnerReference
 	generateName   string
 	lease, session string
+	cluster        string
 	reason         string
 }
 
@@ -164,9 +165,9 @@ func (c *compactRequest) packSpec(s *locksv1.LockRequestSpec) {
 	c.target = unique.Make(s.Locks[0])
 	c.owner, c.url, c.pull, c.command, c.priority = s.Holder.Owner, s.Holder.URL, s.Holder.Pull, s.Command, s.Priority
 	c.ttl, c.wait, c.release = s.TTL, s.WaitTimeout, s.Release
-	if s.Holder.Lease != "" || s.Holder.Session != "" || s.Reason != "" {
+	if s.Holder.Lease != "" || s.Holder.Session != "" || s.Holder.Cluster != "" || s.Reason != "" {
 		x := c.more()
-		x.lease, x.session, x.reason = s.Holder.Lease, s.Holder.Session, s.Reason
+		x.lease, x.session, x.cluster, x.reason = s.Holder.Lease, s.Holder.Session, s.Holder.Cluster, s.Reason
 	}
 }
 
@@ -320,7 +321,7 @@ func (c *compactRequest) expandSpec(s *locksv1.LockRequestSpec) {
 	s.Holder = locksv1.Holder{Owner: c.owner, URL: c.url, Pull: c.pull}
 	s.Command, s.Priority, s.Release = c.command, c.priority, c.release
 	if x := c.extra; x != nil {
-		s.Holder.Lease, s.Holder.Session, s.Reason = x.lease, x.session, x.reason
+		s.Holder.Lease, s.Holder.Session, s.Holder.Cluster, s.Reason = x.lease, x.session, x.cluster, x.reason
 	}
 	// guard:compact-expand-copies
 	s.TTL, s.WaitTimeout = copyOf(c.ttl), copyOf(c.wait)

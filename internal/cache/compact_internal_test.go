@@ -388,6 +388,7 @@ func TestCompactKeepsWhatItCannotPack(t *testing.T) {
 		{"a holder lease, session and reason", func(lr *locksv1.LockRequest) {
 			lr.Spec.Holder.Lease, lr.Spec.Holder.Session, lr.Spec.Reason = "l", "s", "r"
 		}, packedStatus},
+		{"a holder's cluster alone", func(lr *locksv1.LockRequest) { lr.Spec.Holder.Cluster = "east" }, packedStatus},
 		{"an owner reference", func(lr *locksv1.LockRequest) {
 			lr.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: "p", UID: "u", Controller: ptr.To(true)}}
 		}, packedStatus},

@@ -3,6 +3,7 @@ package fleet
 import (
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -71,6 +72,40 @@ var _ = Describe("A fleet", Ordered, func() {
 		}
 		AddReportEntry("grants in order", strings.Join(record, "\n"))
 		Expect(clusters).To(HaveLen(2), "both spokes held the key")
+	})
+
+	// One owner in two clusters is two holders: the hub tells them apart by spec.holder.cluster,
+	// which the agent writes and the hub's cache must keep (a cache that dropped it made the two
+	// one identity, and the second a re-entrant grant while the first held).
+	It("keeps the same owner in two spokes apart: the second waits for the first", func() {
+		for _, s := range []*member{spokeA, spokeB} {
+			_, err := s.kubectl.Run(lockRequest("same-owner", "atlantis", "same-owner"), "apply", "-f", "-")
+			Expect(err).NotTo(HaveOccurred())
+			if s == spokeA {
+				_, err = s.kubectl.Run("", "-n", ns, "wait", "--for=condition=Granted", "lockrequest/same-owner", "--timeout=60s")
+				Expect(err).NotTo(HaveOccurred())
+			}
+		}
+		By("spoke-b's request waits, blocked by the holder in spoke-a")
+		Eventually(func(g Gomega) {
+			out, err := spokeB.kubectl.Run("", "-n", ns, "get", "lockrequest", "same-owner", "-o", "jsonpath={.status.phase}|{.status.blockedBy}")
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(out).To(Equal("Pending|locked by atlantis in spoke-a"))
+		}).Should(Succeed())
+		out, err := hub.kubectl.Run("", "-n", ns, "get", "lockrequest", "spoke-b.same-owner", "-o", "jsonpath={.status.phase}")
+		Expect(err).NotTo(HaveOccurred())
+		Expect(out).To(Equal("Pending"))
+		tokenA, err := spokeA.kubectl.Run("", "-n", ns, "get", "lockrequest", "same-owner", "-o", "jsonpath={.status.fencingToken}")
+		Expect(err).NotTo(HaveOccurred())
+
+		By("releasing in spoke-a hands the key to spoke-b, with a higher token")
+		_, err = spokeA.kubectl.Run("", "-n", ns, "patch", "lockrequest", "same-owner", "--type=merge", "-p", `{"spec":{"release":true}}`)
+		Expect(err).NotTo(HaveOccurred())
+		_, err = spokeB.kubectl.Run("", "-n", ns, "wait", "--for=condition=Granted", "lockrequest/same-owner", "--timeout=60s")
+		Expect(err).NotTo(HaveOccurred())
+		tokenB, err := spokeB.kubectl.Run("", "-n", ns, "get", "lockrequest", "same-owner", "-o", "jsonpath={.status.fencingToken}")
+		Expect(err).NotTo(HaveOccurred())
+		Expect(strconv.ParseInt(tokenB, 10, 64)).To(BeNumerically(">", mustInt(tokenA)))
 	})
 
 	It("restarts an agent that loses and doubles nothing", func() {
@@ -160,4 +195,11 @@ func uids(m *member, args ...string) map[string]string {
 		}
 	}
 	return got
+}
+
+func mustInt(s string) int64 {
+	GinkgoHelper()
+	n, err := strconv.ParseInt(s, 10, 64)
+	Expect(err).NotTo(HaveOccurred())
+	return n
 }
