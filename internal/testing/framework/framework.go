@@ -71,9 +71,11 @@ func Start(assets string) (*Env, error) {
 	if err != nil {
 		return nil, err
 	}
-	return start(assets, &envtest.Environment{
-		CRDDirectoryPaths:     []string{filepath.Join(root, "config", "crd", "bases")},
-		ErrorIfCRDPathMissing: true,
+	return start(assets, func() (*envtest.Environment, error) {
+		return &envtest.Environment{
+			CRDDirectoryPaths:     []string{filepath.Join(root, "config", "crd", "bases")},
+			ErrorIfCRDPathMissing: true,
+		}, nil
 	})
 }
 
@@ -81,25 +83,60 @@ func Start(assets string) (*Env, error) {
 // nothing installed: for the suites whose subject is the install itself (kubectl apply -k,
 // helm template), which puts the CRDs in.
 func StartBare(assets string) (*Env, error) {
-	return start(assets, &envtest.Environment{})
+	return start(assets, func() (*envtest.Environment, error) { return &envtest.Environment{}, nil })
 }
 
 // StartBareWith is StartBare with kube-apiserver flags (--name=value) added, as an admin of a
 // cluster sets them (--emulated-version=kube=1.32: a server that serves an older version's APIs).
 func StartBareWith(assets string, apiserverFlags ...string) (*Env, error) {
-	s := &envtest.APIServer{}
-	if err := appendFlags(s, "StartBareWith", apiserverFlags); err != nil {
-		return nil, err
-	}
-	return start(assets, &envtest.Environment{ControlPlane: envtest.ControlPlane{APIServer: s}})
+	return start(assets, func() (*envtest.Environment, error) {
+		s := &envtest.APIServer{}
+		if err := appendFlags(s, "StartBareWith", apiserverFlags); err != nil {
+			return nil, err
+		}
+		return &envtest.Environment{ControlPlane: envtest.ControlPlane{APIServer: s}}, nil
+	})
 }
 
-func start(assets string, env *envtest.Environment) (*Env, error) {
+// startAttempts is how many times start tries a control plane on fresh ports.
+const startAttempts = 3
+
+// start starts the control plane newEnv describes, on fresh ports up to startAttempts times.
+// envtest picks a free port, closes it, and passes it to kube-apiserver (and etcd); a control
+// plane started at the same moment (go test runs packages side by side, make test-versions runs
+// versions side by side) can pick the same one. The second kube-apiserver cannot bind; the
+// first answers envtest's readiness poll, and envtest's wait for the default namespace, through
+// a client that trusts only its own CA, times out. A start that fails is stopped, said on
+// stderr, and tried again with a new Environment; every attempt's error is returned if none
+// starts.
+func start(assets string, newEnv func() (*envtest.Environment, error)) (*Env, error) {
+	var errs []error
+	for attempt := range startAttempts {
+		env, err := newEnv()
+		if err != nil {
+			return nil, err
+		}
+		e, err := startOnce(assets, env)
+		if err == nil {
+			return e, nil
+		}
+		if errors.Is(err, errNoAssets) {
+			return nil, err
+		}
+		fmt.Fprintf(os.Stderr, "framework: control plane start %d of %d failed, trying fresh ports: %v\n", attempt+1, startAttempts, err)
+		errs = append(errs, err)
+	}
+	return nil, errors.Join(errs...)
+}
+
+var errNoAssets = errors.New("KUBEBUILDER_ASSETS is not set: run through `make test` (it builds kube-apiserver, etcd and kubectl into bin/k8s)")
+
+func startOnce(assets string, env *envtest.Environment) (*Env, error) {
 	if assets == "" {
 		assets = os.Getenv("KUBEBUILDER_ASSETS")
 	}
 	if assets == "" {
-		return nil, errors.New("KUBEBUILDER_ASSETS is not set: run through `make test` (it builds kube-apiserver, etcd and kubectl into bin/k8s)")
+		return nil, errNoAssets
 	}
 	env.BinaryAssetsDirectory = assets
 	env.Scheme = Scheme
@@ -111,6 +148,7 @@ func start(assets string, env *envtest.Environment) (*Env, error) {
 	}
 	cfg, err := env.Start()
 	if err != nil {
+		_ = env.Stop() // what did start: etcd, a kube-apiserver that did not get ready
 		return nil, fmt.Errorf("start control plane: %w", err)
 	}
 	// Tests drive the API server hard on purpose; a client-side limiter would measure itself.
