@@ -233,6 +233,16 @@ func expectDenied(err error, message string) {
 	Expect(err.Error()).To(Equal(message))
 }
 
+// expectDeniedByOneOf is expectDenied for a write two policies refuse: the API server names the
+// first that denies in an order of its own (a map's: k8s.io/apiserver's policy source), so
+// either message is the answer.
+func expectDeniedByOneOf(err error, messages ...string) {
+	GinkgoHelper()
+	Expect(err).To(HaveOccurred(), "want denied: one of %q", messages)
+	Expect(apierrors.IsForbidden(err)).To(BeTrue(), "want Forbidden, got %v", err)
+	Expect(err.Error()).To(BeElementOf(messages))
+}
+
 // waitForPolicies polls, for each shipped policy, a dry-run that it must deny or change until
 // it does: policies and bindings take effect asynchronously after they are created.
 func waitForPolicies() {
