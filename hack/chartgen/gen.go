@@ -773,58 +773,13 @@ func fleetTemplate(src string, data []byte) ([]byte, error) {
 			}
 			b.WriteString("data:\n  {{- range $cluster, $labels := .Values.fleet.members }}\n  {{ $cluster }}: {{ toJson (default (dict) $labels) | quote }}\n  {{- end }}\n")
 		case "ClusterRole", "ClusterRoleBinding":
-			rest := map[string]any{}
-			for k, v := range o {
-				if k != "apiVersion" && k != "kind" && k != "metadata" {
-					rest[k] = v
-				}
-			}
-			if ref := asMap(rest["roleRef"]); ref != nil {
-				refName, err := ChartName(fmt.Sprint(ref["name"]))
-				if err != nil {
-					return nil, fmt.Errorf("%s %s roleRef: %w", kind, objName, err)
-				}
-				ref["name"] = fullnamePlaceholder + strings.TrimPrefix(refName, fullname)
-			}
-			for _, s := range asSlice(rest["subjects"]) {
-				if k := fmt.Sprint(asMap(s)["kind"]); k != "Group" {
-					return nil, fmt.Errorf("%s %s: subject kind %s: config/fleet binds the spokes' groups only", kind, objName, k)
-				}
-			}
-			text, err := yaml.Marshal(rest)
-			if err != nil {
+			if err := fleetRBAC(&b, kind, objName, o); err != nil {
 				return nil, err
 			}
-			b.WriteString(strings.ReplaceAll(escape(string(text)), fullnamePlaceholder, fullname))
 		default:
-			spec := asMap(o["spec"])
-			ref := asMap(spec["paramRef"])
-			if ref != nil {
-				if ns := fmt.Sprint(ref["namespace"]); ns != fleetNamespace {
-					return nil, fmt.Errorf("%s %s: paramRef namespace %s: the fleet's params live in %s", kind, objName, ns, fleetNamespace)
-				}
-				// renameBinding would move the params to the release namespace: they stay in
-				// the fleet's.
-				delete(ref, "namespace")
-			}
-			if strings.HasSuffix(kind, "Binding") {
-				if err := renameBinding(kind, objName, spec); err != nil {
-					return nil, err
-				}
-			}
-			if ref != nil {
-				ref["namespace"] = fleetNamespace
-			}
-			text, err := yaml.Marshal(map[string]any{"spec": spec})
-			if err != nil {
+			if err := fleetPolicy(&b, kind, objName, o); err != nil {
 				return nil, err
 			}
-			for _, fixed := range []string{namespaceFromConfig, managerServiceAccount} {
-				if strings.Contains(string(text), fixed) {
-					return nil, fmt.Errorf("%s %s: its spec names %s, which differs per release", kind, objName, fixed)
-				}
-			}
-			b.WriteString(strings.ReplaceAll(escape(string(text)), fullnamePlaceholder, fullname))
 		}
 	}
 	if n == 0 {
@@ -835,3 +790,66 @@ func fleetTemplate(src string, data []byte) ([]byte, error) {
 }
 
 func asSlice(v any) []any { s, _ := v.([]any); return s }
+
+// fleetRBAC writes a ClusterRole's or ClusterRoleBinding's body: rules verbatim, the role
+// reference renamed after the release, the spokes' groups as subjects (nothing else).
+func fleetRBAC(b *strings.Builder, kind, objName string, o map[string]any) error {
+	rest := map[string]any{}
+	for k, v := range o {
+		if k != "apiVersion" && k != "kind" && k != "metadata" {
+			rest[k] = v
+		}
+	}
+	if ref := asMap(rest["roleRef"]); ref != nil {
+		refName, err := ChartName(fmt.Sprint(ref["name"]))
+		if err != nil {
+			return fmt.Errorf("%s %s roleRef: %w", kind, objName, err)
+		}
+		ref["name"] = fullnamePlaceholder + strings.TrimPrefix(refName, fullname)
+	}
+	for _, s := range asSlice(rest["subjects"]) {
+		if k := fmt.Sprint(asMap(s)["kind"]); k != "Group" {
+			return fmt.Errorf("%s %s: subject kind %s: config/fleet binds the spokes' groups only", kind, objName, k)
+		}
+	}
+	text, err := yaml.Marshal(rest)
+	if err != nil {
+		return err
+	}
+	b.WriteString(strings.ReplaceAll(escape(string(text)), fullnamePlaceholder, fullname))
+	return nil
+}
+
+// fleetPolicy writes a policy's or binding's spec: the policy and params names after the
+// release, the params kept in turnstile-fleet, the expressions verbatim.
+func fleetPolicy(b *strings.Builder, kind, objName string, o map[string]any) error {
+	spec := asMap(o["spec"])
+	ref := asMap(spec["paramRef"])
+	if ref != nil {
+		if ns := fmt.Sprint(ref["namespace"]); ns != fleetNamespace {
+			return fmt.Errorf("%s %s: paramRef namespace %s: the fleet's params live in %s", kind, objName, ns, fleetNamespace)
+		}
+		// renameBinding would move the params to the release namespace: they stay in
+		// the fleet's.
+		delete(ref, "namespace")
+	}
+	if strings.HasSuffix(kind, "Binding") {
+		if err := renameBinding(kind, objName, spec); err != nil {
+			return err
+		}
+	}
+	if ref != nil {
+		ref["namespace"] = fleetNamespace
+	}
+	text, err := yaml.Marshal(map[string]any{"spec": spec})
+	if err != nil {
+		return err
+	}
+	for _, fixed := range []string{namespaceFromConfig, managerServiceAccount} {
+		if strings.Contains(string(text), fixed) {
+			return fmt.Errorf("%s %s: its spec names %s, which differs per release", kind, objName, fixed)
+		}
+	}
+	b.WriteString(strings.ReplaceAll(escape(string(text)), fullnamePlaceholder, fullname))
+	return nil
+}

@@ -27,11 +27,12 @@ type member struct {
 	env        *framework.Env
 	kubeconfig string // the admin's, printed for the user
 	log        string // the manager's log file
+	logFile    *os.File
 	proc       *framework.Process
 }
 
-// runFleet starts a hub and spokes spokes and runs until a signal or a manager's exit.
-func runFleet(assets, manager, state, metrics, probes string, spokes int, extra []string) (err error) {
+// runFleet starts a hub and n spokes and runs until a signal or a manager's exit.
+func runFleet(assets, manager, state, metrics, probes string, n int, extra []string) (err error) {
 	sig := make(chan os.Signal, 2)
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 
@@ -50,53 +51,14 @@ func runFleet(assets, manager, state, metrics, probes string, spokes int, extra 
 	defer cancel()
 
 	names := []string{"hub"}
-	for i := range spokes {
+	for i := range n {
 		names = append(names, "spoke-"+string(rune('a'+i)))
 	}
 	var members []*member
-	// Stop in reverse: the spokes' agents, then the hub's manager, then each control plane.
-	defer func() {
-		for i := len(members) - 1; i >= 0; i-- {
-			m := members[i]
-			if m.proc != nil {
-				if stopErr := m.proc.Stop(15 * time.Second); stopErr != nil {
-					fmt.Fprintf(os.Stderr, "dev: the manager of %s: %v\n", m.name, stopErr)
-				}
-			}
-		}
-		fmt.Println("Stopping kube-apiserver and etcd of every cluster ...")
-		for i := len(members) - 1; i >= 0; i-- {
-			if stopErr := members[i].env.Stop(); stopErr != nil {
-				fmt.Fprintf(os.Stderr, "dev: stop the control plane of %s: %v\n", members[i].name, stopErr)
-			}
-		}
-	}()
-	var kubectl string
-	for _, name := range names {
-		fmt.Printf("Starting the control plane of %s (kube-apiserver and etcd) ...\n", name)
-		env, err := framework.StartBare(assets)
-		if err != nil {
-			return fmt.Errorf("%s: %w", name, err)
-		}
-		m := &member{name: name, env: env, kubeconfig: filepath.Join(state, name+".kubeconfig"), log: filepath.Join(state, name+".log")}
-		members = append(members, m)
-		if err := env.WriteKubeconfig(m.kubeconfig); err != nil {
-			return err
-		}
-		if kubectl, err = filepath.Abs(env.Kubectl()); err != nil {
-			return err
-		}
-		bundle, err := framework.BundleFor(env.Config)
-		if err != nil {
-			return err
-		}
-		fmt.Printf("Installing %s in %s (CRDs, RBAC, admission policies; not the Deployment) ...\n", bundle, name)
-		if err := install(root, bundle, kubectl, m.kubeconfig); err != nil {
-			return fmt.Errorf("%s: %w", name, err)
-		}
-		if err := kubectlRun(kubectl, m.kubeconfig, "create", "namespace", teamNamespace); err != nil {
-			return err
-		}
+	defer func() { stopMembers(members) }()
+	kubectl, err := startMembers(root, assets, state, names, &members)
+	if err != nil {
+		return err
 	}
 	hub := members[0]
 	fmt.Printf("Installing config/fleet in hub, with %s as its members ...\n", strings.Join(names[1:], ", "))
@@ -104,6 +66,31 @@ func runFleet(assets, manager, state, metrics, probes string, spokes int, extra 
 		return err
 	}
 
+	if err := startManagers(ctx, members, state, manager, metrics, probes, extra); err != nil {
+		return err
+	}
+	fleetHowTo(members, filepath.Join(root, "bin"), filepath.Dir(kubectl))
+
+	exited := make(chan *member, len(members))
+	for _, m := range members {
+		go func() {
+			<-m.proc.Done()
+			exited <- m
+		}()
+	}
+	select {
+	case s := <-sig:
+		fmt.Printf("\nReceived %s; stopping the managers ...\n", s)
+		return nil
+	case m := <-exited:
+		return fmt.Errorf("the manager of %s exited (log: %s): %w", m.name, m.log, m.proc.Err())
+	}
+}
+
+// startManagers runs the built manager in each member as its ServiceAccount: the hub's as in
+// one cluster, each spoke's as the hub's agent with a kubeconfig of its own hub ServiceAccount.
+func startManagers(ctx context.Context, members []*member, state, manager, metrics, probes string, extra []string) error {
+	hub := members[0]
 	// The managers' namespace and name, as the Deployment's downward API gives them.
 	os.Setenv("POD_NAMESPACE", namespace)
 	os.Setenv("POD_NAME", "turnstile-dev")
@@ -132,27 +119,68 @@ func runFleet(assets, manager, state, metrics, probes string, spokes int, extra 
 		if err != nil {
 			return err
 		}
-		defer logFile.Close()
+		m.logFile = logFile
 		if m.proc, err = framework.StartProcess(manager, config, logFile, args...); err != nil {
 			return fmt.Errorf("the manager of %s: %w", m.name, err)
 		}
 	}
-	fleetHowTo(members, filepath.Join(root, "bin"), filepath.Dir(kubectl))
+	return nil
+}
 
-	exited := make(chan *member, len(members))
-	for _, m := range members {
-		go func() {
-			<-m.proc.Done()
-			exited <- m
-		}()
+// stopMembers stops in reverse: the spokes' agents, then the hub's manager, then each control
+// plane.
+func stopMembers(members []*member) {
+	for i := len(members) - 1; i >= 0; i-- {
+		m := members[i]
+		if m.proc != nil {
+			if err := m.proc.Stop(15 * time.Second); err != nil {
+				fmt.Fprintf(os.Stderr, "dev: the manager of %s: %v\n", m.name, err)
+			}
+		}
+		if m.logFile != nil {
+			_ = m.logFile.Close()
+		}
 	}
-	select {
-	case s := <-sig:
-		fmt.Printf("\nReceived %s; stopping the managers ...\n", s)
-		return nil
-	case m := <-exited:
-		return fmt.Errorf("the manager of %s exited (log: %s): %w", m.name, m.log, m.proc.Err())
+	fmt.Println("Stopping kube-apiserver and etcd of every cluster ...")
+	for i := len(members) - 1; i >= 0; i-- {
+		if err := members[i].env.Stop(); err != nil {
+			fmt.Fprintf(os.Stderr, "dev: stop the control plane of %s: %v\n", members[i].name, err)
+		}
 	}
+}
+
+// startMembers starts a control plane per name, with the shipped install and namespace team-a,
+// appending each to members as it starts (so the caller stops what started), and returns
+// kubectl's path.
+func startMembers(root, assets, state string, names []string, members *[]*member) (string, error) {
+	var kubectl string
+	for _, name := range names {
+		fmt.Printf("Starting the control plane of %s (kube-apiserver and etcd) ...\n", name)
+		env, err := framework.StartBare(assets)
+		if err != nil {
+			return "", fmt.Errorf("%s: %w", name, err)
+		}
+		m := &member{name: name, env: env, kubeconfig: filepath.Join(state, name+".kubeconfig"), log: filepath.Join(state, name+".log")}
+		*members = append(*members, m)
+		if err := env.WriteKubeconfig(m.kubeconfig); err != nil {
+			return "", err
+		}
+		if kubectl, err = filepath.Abs(env.Kubectl()); err != nil {
+			return "", err
+		}
+		bundle, err := framework.BundleFor(env.Config)
+		if err != nil {
+			return "", err
+		}
+		fmt.Printf("Installing %s in %s (CRDs, RBAC, admission policies; not the Deployment) ...\n", bundle, name)
+		if err := install(root, bundle, kubectl, m.kubeconfig); err != nil {
+			return "", fmt.Errorf("%s: %w", name, err)
+		}
+		if err := kubectlRun(kubectl, m.kubeconfig, "create", "namespace", teamNamespace); err != nil {
+			return "", err
+		}
+	}
+	return kubectl, nil
 }
 
 // installFleet applies config/fleet to the hub as its admin does, lists the spokes as members

@@ -419,14 +419,9 @@ func (b *bench) runPhases(ctx context.Context, res *Result) error {
 		res.Freeze = &r
 	}
 	if b.cfg.runs("fleet") {
-		if err := b.ensureManager(ctx); err != nil {
+		if err := b.fleet(ctx, res); err != nil {
 			return err
 		}
-		r, err := b.fleetPhase(ctx)
-		if err != nil {
-			return fmt.Errorf("fleet: %w", err)
-		}
-		res.Fleet = &r
 	}
 	if b.cfg.runs("replicas") || b.cfg.runs("failover") || b.cfg.runs("roll") {
 		// These phases run their own managers; the steady-state one would act on every key.

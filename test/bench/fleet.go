@@ -17,6 +17,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -123,6 +124,19 @@ const (
 	simLabel         = "bench.turnstile.dev/spoke"
 )
 
+// fleet runs the fleet phase on the steady-state manager into res.Fleet.
+func (b *bench) fleet(ctx context.Context, res *Result) error {
+	if err := b.ensureManager(ctx); err != nil {
+		return err
+	}
+	r, err := b.fleetPhase(ctx)
+	if err != nil {
+		return fmt.Errorf("fleet: %w", err)
+	}
+	res.Fleet = &r
+	return nil
+}
+
 // fleetPhase measures FleetResult on the running manager, which is the hub.
 func (b *bench) fleetPhase(ctx context.Context) (res FleetResult, err error) {
 	fc := b.cfg.Fleet
@@ -153,7 +167,11 @@ func (b *bench) fleetPhase(ctx context.Context) (res FleetResult, err error) {
 	if err := f.handoffs(ctx, &res); err != nil {
 		return res, err
 	}
-	// The hand-off's agents stop; spoke A's API server is the simulated spokes' spoke side.
+	// The hand-off's agents stop once they have deleted their last hub requests; spoke A's API
+	// server is the simulated spokes' spoke side.
+	if err := f.waitHubEmpty(ctx, []string{"spoke-a", "spoke-b"}); err != nil {
+		return res, err
+	}
 	for _, s := range f.spokes {
 		if err := s.mgr.Stop(30 * time.Second); err != nil {
 			return res, fmt.Errorf("stop the agent of %s: %w", s.name, err)
@@ -485,11 +503,19 @@ func (f *fleetRun) load(ctx context.Context, sims, nss []string, fleet bool) (Fl
 		return out, err
 	}
 	b.step(fmt.Sprintf("fleet: %d requests decided in %.1f s; releasing them", out.Requests, out.LoadSeconds))
+	return out, f.release(ctx, sims, nss, fleet)
+}
+
+// release deletes the requests load made, where it made them, and waits until the hub holds
+// no lock of them.
+func (f *fleetRun) release(ctx context.Context, sims, nss []string, fleet bool) error {
+	b, fc := f.b, f.b.cfg.Fleet
+	requests := fc.Spokes * fc.Requests
 	// Released newest first, so nearly every deletion is a waiter's and the release is not a
 	// chain of 5,000 hand-offs. One by one: a deletecollection of thousands outlasts the API
 	// server's request timeout on this machine.
 	release := func(ctx context.Context, n int) error {
-		n = out.Requests - 1 - n
+		n = requests - 1 - n
 		i, k := n/fc.Requests, n%fc.Requests
 		lr := lockRequest(nss[k%len(nss)], fmt.Sprintf("r-%s-%04d", sims[i], k))
 		if !fleet {
@@ -497,36 +523,21 @@ func (f *fleetRun) load(ctx context.Context, sims, nss []string, fleet bool) (Fl
 		}
 		return f.spokes[0].env.Client.Delete(ctx, lr)
 	}
-	if err := parallel(ctx, out.Requests, 8, release); err != nil {
-		return out, err
+	if err := parallel(ctx, requests, 8, release); err != nil {
+		return err
 	}
 	if fleet {
 		// The agents delete their hub requests.
-		for deadline := time.Now().Add(10 * waitLimit); ; {
-			var list metav1.PartialObjectMetadataList
-			list.SetGroupVersionKind(locksv1.GroupVersion.WithKind("LockRequestList"))
-			if err := b.c.List(ctx, &list, client.HasLabels{spoke.LabelCluster}); err != nil {
-				return out, err
-			}
-			if len(list.Items) == 0 {
-				break
-			}
-			if time.Now().After(deadline) {
-				return out, fmt.Errorf("%d hub requests of the simulated spokes left %s after their spoke requests were deleted", len(list.Items), 10*waitLimit)
-			}
-			select {
-			case <-ctx.Done():
-				return out, ctx.Err()
-			case <-time.After(500 * time.Millisecond):
-			}
+		if err := f.waitHubEmpty(ctx, sims); err != nil {
+			return err
 		}
 	}
 	for _, ns := range nss {
 		if err := b.waitReleased(ctx, ns); err != nil {
-			return out, err
+			return err
 		}
 	}
-	return out, nil
+	return nil
 }
 
 // rest measures the hub manager over the Rest window: CPU as % of a core, the median heap in
@@ -688,6 +699,33 @@ func fleetGoals(fr *FleetResult) []Goal {
 		goal("FL1", "hand-off between two spokes, added p50 ÷ hub round trip p50 (same run)", fr.AddedRoundTrips, "<=", 1),
 		goal("FL2", fmt.Sprintf("hub manager CPU per simulated spoke at rest, %% of a core (%d spokes)", fr.Fleet.Spokes), fr.RestCPUPerSpokePct, "<=", 1),
 		goal("FL3", "hub manager heap in use per simulated spoke, MiB", fr.HeapPerSpokeBytes/(1<<20), "<=", 2),
+	}
+}
+
+// waitHubEmpty waits until the hub has no request of the clusters (their agents delete them
+// after their spoke requests).
+func (f *fleetRun) waitHubEmpty(ctx context.Context, clusters []string) error {
+	sel, err := labels.NewRequirement(spoke.LabelCluster, selection.In, clusters)
+	if err != nil {
+		return err
+	}
+	for deadline := time.Now().Add(10 * waitLimit); ; {
+		var list metav1.PartialObjectMetadataList
+		list.SetGroupVersionKind(locksv1.GroupVersion.WithKind("LockRequestList"))
+		if err := f.b.c.List(ctx, &list, client.MatchingLabelsSelector{Selector: labels.NewSelector().Add(*sel)}); err != nil {
+			return err
+		}
+		if len(list.Items) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d hub requests of %d spokes left %s after their spoke requests were deleted", len(list.Items), len(clusters), 10*waitLimit)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
 	}
 }
 

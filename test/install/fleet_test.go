@@ -148,10 +148,7 @@ func mountSecrets(c *cluster, podSpec, container map[string]any) map[string]any 
 	for k, v := range container {
 		out[k] = v
 	}
-	var args []any
-	for _, a := range container["args"].([]any) {
-		args = append(args, a)
-	}
+	args := append([]any(nil), container["args"].([]any)...)
 	for _, m := range container["volumeMounts"].([]any) {
 		m := m.(map[string]any)
 		src, ok := secrets[m["name"].(string)]
