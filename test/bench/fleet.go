@@ -130,10 +130,11 @@ func (b *bench) fleet(ctx context.Context, res *Result) error {
 		return err
 	}
 	r, err := b.fleetPhase(ctx)
+	// What was measured before a failure is kept: the run's result is marked partial.
+	res.Fleet = &r
 	if err != nil {
 		return fmt.Errorf("fleet: %w", err)
 	}
-	res.Fleet = &r
 	return nil
 }
 
@@ -478,10 +479,12 @@ func (f *fleetRun) load(ctx context.Context, sims, nss []string, fleet bool) (Fl
 		ns := nss[k%len(nss)]
 		lr := request(ns, fmt.Sprintf("r-%s-%04d", sims[i], k), "bench/fleet", fmt.Sprintf("k%04d", k), sims[i], int64(n+1))
 		if !fleet {
-			return b.create(ctx, lr)
+			return retried(ctx, func() error { return ignore(b.create(ctx, lr.DeepCopy()), apierrors.IsAlreadyExists) })
 		}
 		lr.Labels = map[string]string{simLabel: sims[i]}
-		return f.spokes[0].env.Client.Create(ctx, lr)
+		return retried(ctx, func() error {
+			return ignore(f.spokes[0].env.Client.Create(ctx, lr.DeepCopy()), apierrors.IsAlreadyExists)
+		})
 	}
 	if err := parallel(ctx, out.Requests, 8, made); err != nil {
 		return out, err
@@ -519,9 +522,9 @@ func (f *fleetRun) release(ctx context.Context, sims, nss []string, fleet bool) 
 		i, k := n/fc.Requests, n%fc.Requests
 		lr := lockRequest(nss[k%len(nss)], fmt.Sprintf("r-%s-%04d", sims[i], k))
 		if !fleet {
-			return b.remove(ctx, lr.Namespace, lr.Name)
+			return retried(ctx, func() error { return ignore(b.remove(ctx, lr.Namespace, lr.Name), apierrors.IsNotFound) })
 		}
-		return f.spokes[0].env.Client.Delete(ctx, lr)
+		return retried(ctx, func() error { return ignore(f.spokes[0].env.Client.Delete(ctx, lr), apierrors.IsNotFound) })
 	}
 	if err := parallel(ctx, requests, 8, release); err != nil {
 		return err
@@ -727,6 +730,32 @@ func (f *fleetRun) waitHubEmpty(ctx context.Context, clusters []string) error {
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
+}
+
+// retried calls f until it succeeds, at most 5 times a second apart while the API server
+// answers that it timed out or is overloaded (a 2-core machine loaded far past its cores
+// makes a write outlast the server's timeout now and then); any other error at once.
+func retried(ctx context.Context, f func() error) error {
+	for attempt := 1; ; attempt++ {
+		err := f()
+		if err == nil || attempt == 5 || !(apierrors.IsServerTimeout(err) || apierrors.IsTimeout(err) ||
+			apierrors.IsTooManyRequests(err) || apierrors.IsInternalError(err) || errors.Is(err, context.DeadlineExceeded)) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// ignore is err unless it is one that is fine to see (a retried create that had succeeded).
+func ignore(err error, fine func(error) bool) error {
+	if err != nil && fine(err) {
+		return nil
+	}
+	return err
 }
 
 // valid checks FleetConfig.
