@@ -782,8 +782,7 @@ func (f *fleetRun) waitHubEmpty(ctx context.Context, clusters []string) error {
 func retried(ctx context.Context, f func() error) error {
 	for attempt := 1; ; attempt++ {
 		err := f()
-		if err == nil || attempt == 5 || !(apierrors.IsServerTimeout(err) || apierrors.IsTimeout(err) ||
-			apierrors.IsTooManyRequests(err) || apierrors.IsInternalError(err) || errors.Is(err, context.DeadlineExceeded)) {
+		if err == nil || attempt == 5 || !overloaded(err) {
 			return err
 		}
 		select {
@@ -792,6 +791,12 @@ func retried(ctx context.Context, f func() error) error {
 		case <-time.After(time.Second):
 		}
 	}
+}
+
+// overloaded is an error of an API server that timed out or was too busy to answer.
+func overloaded(err error) bool {
+	return apierrors.IsServerTimeout(err) || apierrors.IsTimeout(err) || apierrors.IsTooManyRequests(err) ||
+		apierrors.IsInternalError(err) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // ignore is err unless it is one that is fine to see (a retried create that had succeeded).
