@@ -61,13 +61,15 @@ help: ## Show this help.
 
 # Where `make dev` writes its kubeconfigs and the manager's token, and extra flags for hack/dev and the manager (e.g.
 # DEV_ARGS="--metrics-bind-address=0 --health-probe-bind-address=0 -- --default-ttl=5m").
+# FLEET=N starts a fleet instead (docs/fleet.md): a hub and N spokes, each its own control plane.
 DEV_STATE ?= $(BIN)/dev
 DEV_ARGS ?=
+FLEET ?=
 
 .PHONY: dev
-dev: k8s-bins build ## Start a local control plane, install config/default, run the manager as its ServiceAccount; prints what to paste. Ctrl-C stops all.
+dev: k8s-bins build ## Start a local control plane, install config/default, run the manager as its ServiceAccount; prints what to paste. Ctrl-C stops all. FLEET=2: a hub and two spokes (docs/fleet.md).
 	go build -o $(BIN)/turnstile-dev ./hack/dev
-	$(BIN)/turnstile-dev --assets $(K8S_BIN) --manager $(BIN)/manager --state $(DEV_STATE) $(DEV_ARGS)
+	$(BIN)/turnstile-dev --assets $(K8S_BIN) --manager $(BIN)/manager --state $(DEV_STATE) $(if $(FLEET),--fleet=$(FLEET)) $(DEV_ARGS)
 
 .PHONY: manifests
 manifests: $(CONTROLLER_GEN) ## Generate CRDs and RBAC from the API types and markers, and the chart's copies of them.

@@ -35,6 +35,7 @@ var generatedDirs = []string{
 	chartDir + "/templates/rbac",
 	chartDir + "/templates/admission",
 	chartDir + "/templates/compatibility",
+	chartDir + "/templates/fleet",
 	chartDir + "/files",
 }
 
@@ -82,6 +83,7 @@ var templated = []struct {
 	{[]string{"config/crd"}, crdTemplate, func(src string) string { return chartDir + "/templates/crd/" + crdFileName(src) }},
 	{[]string{"config/rbac"}, rbacTemplate, func(src string) string { return chartDir + "/templates/rbac/" + dashed(src) }},
 	{admissionDirs, admissionTemplate, func(src string) string { return chartDir + "/templates/admission/" + dashed(src) }},
+	{[]string{"config/fleet"}, fleetTemplate, func(src string) string { return chartDir + "/templates/fleet/" + dashed(src) }},
 	{[]string{"config/compatibility"}, compatibilityTemplate, func(src string) string { return chartDir + "/templates/compatibility/" + dashed(src) }},
 }
 
@@ -711,4 +713,143 @@ func stringMap(m map[string]any) map[string]string {
 		out[k] = fmt.Sprint(v)
 	}
 	return out
+}
+
+// fleetNamespace is config/fleet's namespace of the spokes' ServiceAccounts: its policies name
+// it in their expressions (system:serviceaccount:turnstile-fleet:spoke-<cluster>), so the chart
+// keeps it, and the members ConfigMap in it, whatever the release is called.
+const fleetNamespace = "turnstile-fleet"
+
+// fleetKinds are the kinds config/fleet may hold.
+var fleetKinds = []string{"Namespace", "ConfigMap", "ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+
+// fleetTemplate turns a file of config/fleet (the hub's side of a fleet: docs/fleet.md) into a
+// template installed when fleet.role is hub: the namespace turnstile-fleet verbatim; the
+// members ConfigMap in it with its data from fleet.members (a cluster's labels as JSON); the
+// ClusterRoles, the ClusterRoleBinding, the policies and bindings with names from the release,
+// the bindings' subjects (the spokes' groups) and the policies' expressions verbatim.
+func fleetTemplate(src string, data []byte) ([]byte, error) {
+	var b strings.Builder
+	b.WriteString(header(src))
+	b.WriteString("{{- if eq .Values.fleet.role \"hub\" }}\n")
+	n := 0
+	for _, doc := range documents(data) {
+		var o map[string]any
+		if err := yaml.Unmarshal(doc, &o); err != nil {
+			return nil, err
+		}
+		kind, _ := o["kind"].(string)
+		md := asMap(o["metadata"])
+		objName, _ := md["name"].(string)
+		if !slices.Contains(fleetKinds, kind) {
+			return nil, fmt.Errorf("%s %s: chartgen templates only %v in config/fleet", kind, objName, fleetKinds)
+		}
+		if ns, _ := md["namespace"].(string); ns != "" && ns != fleetNamespace {
+			return nil, fmt.Errorf("%s %s: namespace %s: config/fleet's objects live in %s", kind, objName, ns, fleetNamespace)
+		}
+		if n > 0 {
+			b.WriteString("---\n")
+		}
+		n++
+		name := objName
+		if kind != "Namespace" {
+			var err error
+			if name, err = ChartName(objName); err != nil {
+				return nil, fmt.Errorf("%s: %w", kind, err)
+			}
+		}
+		b.WriteString(leadingComments(doc))
+		apiVersion, _ := o["apiVersion"].(string)
+		fmt.Fprintf(&b, "apiVersion: %s\nkind: %s\nmetadata:\n  name: %s\n", apiVersion, kind, name)
+		if ns, _ := md["namespace"].(string); ns != "" {
+			b.WriteString("  namespace: " + ns + "\n")
+		}
+		b.WriteString("  labels:\n    " + chartLabels + "\n")
+		switch kind {
+		case "Namespace":
+		case "ConfigMap":
+			if len(asMap(o["data"])) > 0 {
+				return nil, fmt.Errorf("ConfigMap %s: the members come from fleet.members, not config/fleet", objName)
+			}
+			b.WriteString("data:\n  {{- range $cluster, $labels := .Values.fleet.members }}\n  {{ $cluster }}: {{ toJson (default (dict) $labels) | quote }}\n  {{- end }}\n")
+		case "ClusterRole", "ClusterRoleBinding":
+			if err := fleetRBAC(&b, kind, objName, o); err != nil {
+				return nil, err
+			}
+		default:
+			if err := fleetPolicy(&b, kind, objName, o); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if n == 0 {
+		return nil, fmt.Errorf("no objects")
+	}
+	b.WriteString("{{- end }}\n")
+	return []byte(b.String()), nil
+}
+
+func asSlice(v any) []any { s, _ := v.([]any); return s }
+
+// fleetRBAC writes a ClusterRole's or ClusterRoleBinding's body: rules verbatim, the role
+// reference renamed after the release, the spokes' groups as subjects (nothing else).
+func fleetRBAC(b *strings.Builder, kind, objName string, o map[string]any) error {
+	rest := map[string]any{}
+	for k, v := range o {
+		if k != "apiVersion" && k != "kind" && k != "metadata" {
+			rest[k] = v
+		}
+	}
+	if ref := asMap(rest["roleRef"]); ref != nil {
+		refName, err := ChartName(fmt.Sprint(ref["name"]))
+		if err != nil {
+			return fmt.Errorf("%s %s roleRef: %w", kind, objName, err)
+		}
+		ref["name"] = fullnamePlaceholder + strings.TrimPrefix(refName, fullname)
+	}
+	for _, s := range asSlice(rest["subjects"]) {
+		if k := fmt.Sprint(asMap(s)["kind"]); k != "Group" {
+			return fmt.Errorf("%s %s: subject kind %s: config/fleet binds the spokes' groups only", kind, objName, k)
+		}
+	}
+	text, err := yaml.Marshal(rest)
+	if err != nil {
+		return err
+	}
+	b.WriteString(strings.ReplaceAll(escape(string(text)), fullnamePlaceholder, fullname))
+	return nil
+}
+
+// fleetPolicy writes a policy's or binding's spec: the policy and params names after the
+// release, the params kept in turnstile-fleet, the expressions verbatim.
+func fleetPolicy(b *strings.Builder, kind, objName string, o map[string]any) error {
+	spec := asMap(o["spec"])
+	ref := asMap(spec["paramRef"])
+	if ref != nil {
+		if ns := fmt.Sprint(ref["namespace"]); ns != fleetNamespace {
+			return fmt.Errorf("%s %s: paramRef namespace %s: the fleet's params live in %s", kind, objName, ns, fleetNamespace)
+		}
+		// renameBinding would move the params to the release namespace: they stay in
+		// the fleet's.
+		delete(ref, "namespace")
+	}
+	if strings.HasSuffix(kind, "Binding") {
+		if err := renameBinding(kind, objName, spec); err != nil {
+			return err
+		}
+	}
+	if ref != nil {
+		ref["namespace"] = fleetNamespace
+	}
+	text, err := yaml.Marshal(map[string]any{"spec": spec})
+	if err != nil {
+		return err
+	}
+	for _, fixed := range []string{namespaceFromConfig, managerServiceAccount} {
+		if strings.Contains(string(text), fixed) {
+			return fmt.Errorf("%s %s: its spec names %s, which differs per release", kind, objName, fixed)
+		}
+	}
+	b.WriteString(strings.ReplaceAll(escape(string(text)), fullnamePlaceholder, fullname))
+	return nil
 }

@@ -5,6 +5,15 @@
 // allows and refuses what a real install does. It writes an admin kubeconfig, prints the lines
 // to paste into another shell, and on Ctrl-C (or SIGTERM, or the terminal closing) stops
 // everything it started. Flags after "--" go to the manager.
+//
+// With --fleet=N (`make dev FLEET=2`) it starts a fleet (docs/fleet.md) instead: a hub and N
+// spokes (spoke-a, spoke-b, ...), each a control plane of its own with the shipped install and
+// its manager as its ServiceAccount; the hub also gets config/fleet (the spokes' roles and
+// admission policies) with the spokes as its members, and each spoke's manager runs as its
+// agent (--hub-kubeconfig, --cluster-name) with a kubeconfig of its own ServiceAccount of the
+// hub (turnstile-fleet/spoke-<name>), as docs/fleet.md tells an admin to make one. Namespace
+// team-a is a fleet namespace in every cluster. It prints a KUBECONFIG per cluster; the
+// managers log to files beside them. Flags after "--" go to the hub's manager.
 package main
 
 import (
@@ -39,7 +48,12 @@ func main() {
 	state := flag.String("state", "bin/dev", "Directory for the kubeconfigs and the manager's token.")
 	metrics := flag.String("metrics-bind-address", "", "Manager metrics address; \"0\" turns it off (default: a free loopback port).")
 	probes := flag.String("health-probe-bind-address", "", "Manager probe address; \"0\" turns it off (default: a free loopback port).")
+	fleet := flag.Int("fleet", 0, "Start a fleet instead of one cluster: a hub and this many spokes (spoke-a, spoke-b, ...; at most 26), each a control plane of its own (docs/fleet.md).")
 	flag.Parse()
+	if *fleet < 0 || *fleet > 26 {
+		fmt.Fprintln(os.Stderr, "dev: --fleet is the number of spokes, 0 to 26")
+		os.Exit(2)
+	}
 	for _, addr := range []*string{metrics, probes} {
 		if *addr == "" {
 			free, err := freeLoopback()
@@ -48,6 +62,12 @@ func main() {
 				os.Exit(1)
 			}
 			*addr = free
+		}
+	}
+	run := run
+	if *fleet > 0 {
+		run = func(assets, manager, state, metrics, probes string, extra []string) error {
+			return runFleet(assets, manager, state, metrics, probes, *fleet, extra)
 		}
 	}
 	if err := run(*assets, *manager, *state, *metrics, *probes, flag.Args()); err != nil {
@@ -142,8 +162,15 @@ func run(assets, manager, state, metrics, probes string, extra []string) error {
 // managerKubeconfig writes the kubeconfig the manager runs with, as its ServiceAccount, into
 // state, and keeps the ServiceAccount's token in it fresh until ctx is done.
 func managerKubeconfig(ctx context.Context, env *framework.Env, state string) (string, error) {
-	tokenFile := filepath.Join(state, "manager.token")
-	if err := writeToken(ctx, env, tokenFile); err != nil {
+	return serviceAccountKubeconfig(ctx, env, namespace, serviceAccount, filepath.Join(state, "manager"))
+}
+
+// serviceAccountKubeconfig writes base.kubeconfig, which authenticates as the ServiceAccount
+// ns/sa of env with the token in base.token, and keeps the token fresh until ctx is done. It
+// returns the kubeconfig's path.
+func serviceAccountKubeconfig(ctx context.Context, env *framework.Env, ns, sa, base string) (string, error) {
+	tokenFile := base + ".token"
+	if err := writeToken(ctx, env, ns, sa, tokenFile); err != nil {
 		return "", err
 	}
 	go func() {
@@ -152,14 +179,14 @@ func managerKubeconfig(ctx context.Context, env *framework.Env, state string) (s
 			case <-ctx.Done():
 				return
 			case <-time.After(tokenRefresh):
-				if err := writeToken(ctx, env, tokenFile); err != nil {
-					fmt.Fprintln(os.Stderr, "dev: renew the manager's token:", err)
+				if err := writeToken(ctx, env, ns, sa, tokenFile); err != nil {
+					fmt.Fprintf(os.Stderr, "dev: renew the token of %s/%s: %v\n", ns, sa, err)
 				}
 			}
 		}
 	}()
-	managerConfig := filepath.Join(state, "manager.kubeconfig")
-	return managerConfig, writeServiceAccountKubeconfig(env, managerConfig, tokenFile)
+	path := base + ".kubeconfig"
+	return path, writeServiceAccountKubeconfig(env, path, tokenFile, ns, sa)
 }
 
 // howTo tells the user how to reach the running control plane and manager.
@@ -245,8 +272,8 @@ func install(root string, bundle framework.Bundle, kubectl, kubeconfig string) e
 	return fmt.Errorf("the API server does not serve LockRequests under the admission policies after 60s: %w", last)
 }
 
-// writeToken writes a fresh token of the manager's ServiceAccount to path (atomically).
-func writeToken(ctx context.Context, env *framework.Env, path string) error {
+// writeToken writes a fresh token of a ServiceAccount to path (atomically).
+func writeToken(ctx context.Context, env *framework.Env, namespace, serviceAccount, path string) error {
 	cs, err := kubernetes.NewForConfig(env.Config)
 	if err != nil {
 		return err
@@ -266,7 +293,7 @@ func writeToken(ctx context.Context, env *framework.Env, path string) error {
 
 // writeServiceAccountKubeconfig writes a kubeconfig that authenticates with the token in
 // tokenFile and nothing else.
-func writeServiceAccountKubeconfig(env *framework.Env, path, tokenFile string) error {
+func writeServiceAccountKubeconfig(env *framework.Env, path, tokenFile, namespace, serviceAccount string) error {
 	cfg := clientcmdapi.NewConfig()
 	cfg.Clusters["dev"] = &clientcmdapi.Cluster{Server: env.Config.Host, CertificateAuthorityData: env.Config.CAData}
 	cfg.AuthInfos[serviceAccount] = &clientcmdapi.AuthInfo{TokenFile: tokenFile}

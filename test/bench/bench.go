@@ -123,6 +123,10 @@ type Config struct {
 	// Freeze sizes the "freeze" phase (BENCH_PHASES=freeze): the latency the write-freeze
 	// policies add per write with 0, 10 and 100 CommandLocks, beside no policy.
 	Freeze FreezeConfig `json:"freeze"`
+	// Fleet sizes the "fleet" phase (BENCH_PHASES=fleet): a hand-off between two spokes beside
+	// one inside the hub and a hub round trip, and the hub manager serving simulated spokes
+	// beside the same requests made inside it.
+	Fleet FleetConfig `json:"fleet"`
 
 	// ProfileSeconds, when positive, serves pprof from the manager and records a CPU profile
 	// of that many seconds from the start of each back-to-back hand-off run, as
@@ -171,6 +175,9 @@ func Full() Config {
 		Gated:         GatedConfig{Samples: 40},
 		Freeze:        FreezeConfig{Samples: 300, Rounds: 2, Locks: []int{0, 10, 100}},
 		Roll:          RollConfig{Replicas: 2, Keys: 4, Steady: Duration(30 * time.Second), Rounds: 5},
+		// 50 spokes × 100 requests (docs/fleet.md "Bench goals"), over 3 namespaces: 150 hub
+		// Leases renewed every 13 s; the rest window holds three renewals of each.
+		Fleet: FleetConfig{Samples: 100, Spokes: 50, Requests: 100, Namespaces: 3, Lease: Duration(40 * time.Second), Rest: Duration(40 * time.Second)},
 	}
 }
 
@@ -192,11 +199,12 @@ func Smoke() Config {
 	c.Gated.Samples = 2
 	c.Freeze = FreezeConfig{Samples: 6, Rounds: 1, Locks: []int{0, 2}}
 	c.Roll = RollConfig{Replicas: 2, Keys: 2, Steady: Duration(2 * time.Second), Rounds: 1}
+	c.Fleet = FleetConfig{Samples: 2, Spokes: 3, Requests: 4, Namespaces: 2, Lease: Duration(10 * time.Second), Rest: Duration(2 * time.Second)}
 	return c
 }
 
 // phases are the phases Config.Phases may name.
-var phases = []string{"steady", "scale", "run", "shared", "gated", "freeze", "replicas", "failover", "roll"}
+var phases = []string{"steady", "scale", "run", "shared", "gated", "freeze", "fleet", "replicas", "failover", "roll"}
 
 // runs says whether phase is to run.
 func (c Config) runs(phase string) bool {
@@ -227,6 +235,8 @@ func (c Config) validate() error {
 		return errors.New("the gated phase needs at least 1 sample")
 	case c.runs("freeze") && (c.Freeze.Samples < 3 || c.Freeze.Rounds < 1 || len(c.Freeze.Locks) == 0 || !slices.IsSorted(c.Freeze.Locks) || c.Freeze.Locks[0] < 0):
 		return errors.New("the freeze phase needs at least 3 samples (a create, an update, a delete), a round and ascending CommandLock counts")
+	case c.runs("fleet") && c.Fleet.valid() != nil:
+		return c.Fleet.valid()
 	case c.Roll.Replicas < 1 || c.Roll.Keys < 1 || c.Roll.Steady <= 0 || c.Roll.Rounds < 1:
 		return errors.New("the roll phase needs a replica, a key and a steady window")
 	case c.ReplicasPhase.Replicas < 2 || c.ReplicasPhase.Rounds < 1:
@@ -407,6 +417,11 @@ func (b *bench) runPhases(ctx context.Context, res *Result) error {
 			return fmt.Errorf("freeze: %w", err)
 		}
 		res.Freeze = &r
+	}
+	if b.cfg.runs("fleet") {
+		if err := b.fleet(ctx, res); err != nil {
+			return err
+		}
 	}
 	if b.cfg.runs("replicas") || b.cfg.runs("failover") || b.cfg.runs("roll") {
 		// These phases run their own managers; the steady-state one would act on every key.

@@ -136,6 +136,18 @@ func TestSmoke(t *testing.T) {
 			latency("deletes", w.Delete, per/3)
 		}
 	}
+	if fr := back.Fleet; fr == nil {
+		t.Error("no fleet phase in the result")
+	} else {
+		latency("fleet hand-off inside the hub", fr.Local, cfg.Fleet.Samples)
+		latency("fleet hand-off between spokes", fr.Spokes, cfg.Fleet.Samples)
+		latency("hub round trip", fr.HubRoundTrip, cfg.Fleet.Samples)
+		latency("hub write", fr.HubWrite, cfg.Fleet.Samples)
+		n := cfg.Fleet.Spokes * cfg.Fleet.Requests
+		check("fleet baseline: every request made and decided", fr.Baseline.Requests == n && fr.Baseline.Spokes == 0 && fr.Baseline.LoadSeconds > 0)
+		check("fleet: every spoke's requests made and decided", fr.Fleet.Requests == n && fr.Fleet.Spokes == cfg.Fleet.Spokes && fr.Fleet.LoadSeconds > 0)
+		check("fleet: the hub manager's heap and RSS read", fr.Baseline.HeapInUse > 0 && fr.Fleet.HeapInUse > 0 && fr.Fleet.RSS > 0 && fr.Fleet.IdleRSS > 0)
+	}
 	check("detection rounds", len(back.Detection.Rounds) == 2*cfg.DetectionRounds)
 	check("detection on and off must both hand off", back.Detection.HandoffsPerSecOn > 0 && back.Detection.HandoffsPerSecOff > 0)
 	for _, r := range back.Detection.Rounds {

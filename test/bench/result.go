@@ -34,6 +34,7 @@ type Result struct {
 	Shared       *SharedResult   `json:"shared,omitempty"`
 	Gated        *GatedResult    `json:"gated,omitempty"`
 	Freeze       *FreezeResult   `json:"freeze,omitempty"`
+	Fleet        *FleetResult    `json:"fleet,omitempty"`
 	Replicas     *ReplicasResult `json:"replicas,omitempty"`
 	Failover     *FailoverResult `json:"failover,omitempty"`
 	Roll         *RollResult     `json:"roll,omitempty"`
@@ -83,6 +84,9 @@ func computeGoals(r *Result) []Goal {
 	}
 	if rp := r.Replicas; rp != nil {
 		goals = append(goals, replicasGoals(rp)...)
+	}
+	if fr := r.Fleet; fr != nil {
+		goals = append(goals, fleetGoals(fr)...)
 	}
 	goals = append(goals, scaleGoals(r.ScaleCurve)...)
 	if rl := r.Roll; rl != nil {
@@ -297,6 +301,7 @@ func (r *Result) sharedRows(t *table) {
 	}
 	t.rows = append(t.rows, r.gatedRows()...)
 	t.rows = append(t.rows, r.freezeRows()...)
+	t.rows = append(t.rows, r.fleetRows()...)
 }
 
 func (r *Result) replicasRows(t *table) {

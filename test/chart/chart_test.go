@@ -589,6 +589,9 @@ func TestRenderedInputsMatchManager(t *testing.T) {
 	for name, args := range map[string][]string{
 		"default values": nil,
 		"all on":         {"-f", filepath.Join(root, "test", "chart", "testdata", "all-on.yaml")},
+		// A fleet's spoke: the hub flags are the manager's too.
+		"fleet spoke": {"--set", "fleet.role=spoke", "--set", "fleet.clusterName=eu-west-1", "--set", "fleet.spoke.hubKubeconfigSecret=hub",
+			"--set", "activeActive.enabled=false", "--set", "leaderElection.enabled=true"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			dep := find(t, render(t, "turnstile", "turnstile-system", args...), "Deployment")

@@ -375,3 +375,142 @@ func alive(p proc) bool {
 	now, ok := readProc(p.pid)
 	return ok && now.start == p.start
 }
+
+// exportFleet matches the lines `make dev FLEET=2` prints per cluster.
+var exportFleet = regexp.MustCompile(`(?m)^\s+(hub|spoke-[a-z])\s+KUBECONFIG=(\S+)`)
+
+// TestMakeDevFleet is `make dev FLEET=2` (docs/fleet.md): a hub and two spokes on three control
+// planes, the spokes' managers as agents of the hub with their own ServiceAccounts of it; the
+// lines it prints, pasted into a fresh shell, make a request in spoke-a that the hub grants and
+// the same request in spoke-b wait behind it; Ctrl-C stops all nine processes.
+func TestMakeDevFleet(t *testing.T) {
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		t.Fatal("KUBEBUILDER_ASSETS is not set: run through `make test` (it builds kube-apiserver, etcd and kubectl first)")
+	}
+	root, err := framework.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	state := t.TempDir()
+	cmd := exec.Command("make", "--no-print-directory", "dev", "FLEET=2", "DEV_STATE="+state)
+	cmd.Dir = root
+	cmd.Env = withoutMakeVars(os.Environ())
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	out := &framework.SyncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start make dev FLEET=2: %v", err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	var seen []proc
+	t.Cleanup(func() {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		for _, p := range append(seen, descendants(cmd.Process.Pid)...) {
+			_ = syscall.Kill(p.pid, syscall.SIGKILL)
+		}
+		if t.Failed() {
+			t.Logf("make dev FLEET=2 printed:\n%s", out)
+			for _, name := range []string{"hub", "spoke-a", "spoke-b"} {
+				if log, err := os.ReadFile(filepath.Join(state, "fleet", name+".log")); err == nil {
+					t.Logf("--- the manager of %s:\n%s", name, log)
+				}
+			}
+		}
+	})
+
+	// Three control planes start one after the other: three times make dev's wait.
+	configs := map[string]string{}
+	waitFor(t, exited, 3*startTimeout, "make dev FLEET=2 to print how to use it", func() bool {
+		text := out.String()
+		if !strings.Contains(text, "Press Ctrl-C") {
+			return false
+		}
+		for _, m := range exportFleet.FindAllStringSubmatch(text, -1) {
+			configs[m[1]] = m[2]
+		}
+		return true
+	})
+	for _, name := range []string{"hub", "spoke-a", "spoke-b"} {
+		if !strings.HasPrefix(configs[name], state) {
+			t.Errorf("no KUBECONFIG of %s under DEV_STATE %s: %v", name, state, configs)
+		}
+	}
+
+	t.Run("the printed lines work pasted into a fresh shell", func(t *testing.T) {
+		text := out.String()
+		start, end := strings.Index(text, "In another shell"), strings.Index(text, "Press Ctrl-C")
+		if start < 0 || end < start {
+			t.Fatalf("make dev FLEET=2 printed no block of lines to paste")
+		}
+		var lines []string
+		for _, l := range strings.Split(text[start:end], "\n")[1:] {
+			// The commands are indented; the sentence after them is not.
+			if strings.HasPrefix(l, "    ") {
+				lines = append(lines, strings.TrimSpace(l))
+			}
+		}
+		script := "set -e\n" + strings.Join(lines, "\n") + "\n"
+		t.Logf("pasting:\n%s", script)
+		sh := exec.Command("env", "-i", "HOME="+t.TempDir(), "bash", "--norc", "--noprofile", "-c", script)
+		sh.Dir = root
+		got, err := sh.CombinedOutput()
+		if err != nil {
+			t.Fatalf("the pasted lines failed: %v\n%s", err, got)
+		}
+		// The hub's copy of spoke-a's request, granted; spoke-b's queued behind it on one key.
+		for _, w := range []*regexp.Regexp{
+			regexp.MustCompile(`lockrequest.locks.turnstile.dev/plan-pr-100 condition met`),
+			regexp.MustCompile(`(?m)^spoke-a\.plan-pr-100\s.*\sGranted\s`),
+			regexp.MustCompile(`(?m)^lockrequest\.locks\.turnstile\.dev/spoke-b\.plan-pr-100\s.*\sPending\s`),
+		} {
+			if !w.Match(got) {
+				t.Errorf("the pasted lines' output does not match %q:\n%s", w, got)
+			}
+		}
+	})
+
+	seen = descendants(cmd.Process.Pid)
+	count := map[string]int{}
+	for _, p := range seen {
+		count[p.comm]++
+	}
+	for _, name := range []string{"manager", "kube-apiserver", "etcd"} {
+		if count[name] != 3 {
+			t.Errorf("make dev FLEET=2 runs %d %s processes, want 3 (one per cluster): %v", count[name], name, seen)
+		}
+	}
+	// Each spoke's agent authenticates to the hub as its own ServiceAccount there, by a token.
+	for _, name := range []string{"spoke-a", "spoke-b"} {
+		cfg, err := clientcmd.LoadFromFile(filepath.Join(state, "fleet", name, "hub.kubeconfig"))
+		if err != nil {
+			t.Fatalf("the hub kubeconfig of %s: %v", name, err)
+		}
+		auth := cfg.AuthInfos[cfg.Contexts[cfg.CurrentContext].AuthInfo]
+		if auth == nil || auth.TokenFile == "" || cfg.CurrentContext == "" || cfg.Contexts[cfg.CurrentContext].AuthInfo != "spoke-"+name {
+			t.Errorf("%s does not reach the hub as ServiceAccount spoke-%s with a token: %+v", name, name, cfg.Contexts[cfg.CurrentContext])
+		}
+	}
+
+	if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGINT); err != nil {
+		t.Fatalf("SIGINT: %v", err)
+	}
+	select {
+	case err := <-exited:
+		t.Logf("make dev FLEET=2 ended after Ctrl-C: %v", err)
+	case <-time.After(3 * stopTimeout):
+		t.Fatalf("make dev FLEET=2 did not exit within %s of Ctrl-C", 3*stopTimeout)
+	}
+	for _, p := range seen {
+		if alive(p) {
+			t.Errorf("after Ctrl-C, %s (pid %d) is still running", p.comm, p.pid)
+		}
+	}
+	for name, kubeconfig := range configs {
+		addr := apiserverAddress(t, kubeconfig)
+		if conn, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+			_ = conn.Close()
+			t.Errorf("after Ctrl-C, something still listens on the API server address of %s, %s", name, addr)
+		}
+	}
+}

@@ -27,7 +27,7 @@ func main() {
 		manager   = flag.String("manager", "bin/manager", "the manager binary")
 		out       = flag.String("out", "bin/bench", "directory for results.json and manager.log")
 		assets    = flag.String("assets", "", "directory with kube-apiserver and etcd (default $KUBEBUILDER_ASSETS)")
-		phases    = flag.String("phases", "", "comma-separated phases to run: steady, scale, run, shared, gated, freeze, replicas, failover, roll (default: all)")
+		phases    = flag.String("phases", "", "comma-separated phases to run: steady, scale, run, shared, gated, freeze, fleet, replicas, failover, roll (default: all)")
 		plugin    = flag.String("plugin", "bin/kubectl-turnstile", "the kubectl-turnstile binary the run phase measures")
 		baseline  = flag.String("run-baseline", "", "another kubectl-turnstile binary the run phase measures side by side (e.g. one built from main)")
 		replicas  = flag.Int("replicas", 1, "managers in the steady-state phases; above 1 they run active-active")

@@ -1,0 +1,89 @@
+package chart
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// TestFleetMatchesKustomize: with fleet.role=hub the chart installs config/fleet object for
+// object (the spokes' namespace, roles, binding, admission policies and the members ConfigMap
+// with fleet.members as its data), under the release's names; the namespace turnstile-fleet and
+// the ConfigMap's place in it are kept, since the policies name them. One cluster's chart and a
+// spoke's install none of it.
+func TestFleetMatchesKustomize(t *testing.T) {
+	kustomize := kustomizeBuildOf(t, "config/fleet")
+	if len(kustomize) < 9 {
+		t.Fatalf("kubectl kustomize config/fleet has %d objects", len(kustomize))
+	}
+	for name, tc := range releases {
+		t.Run(name, func(t *testing.T) {
+			want := map[string]any{}
+			for _, o := range kustomize {
+				o = fleetObject(o)
+				if o.Kind() != "Namespace" {
+					md := o["metadata"].(map[string]any)
+					md["name"] = tc.rename(md["name"].(string))
+				}
+				if ref, ok := o["roleRef"].(map[string]any); ok {
+					ref["name"] = tc.rename(ref["name"].(string))
+				}
+				if spec, ok := o["spec"].(map[string]any); ok && strings.HasSuffix(o.Kind(), "Binding") {
+					spec["policyName"] = tc.rename(spec["policyName"].(string))
+					if ref, ok := spec["paramRef"].(map[string]any); ok {
+						ref["name"] = tc.rename(ref["name"].(string))
+					}
+				}
+				if o.Kind() == "ConfigMap" {
+					o["data"] = map[string]any{"eu-west-1": `{"region":"eu"}`, "us-east-1": "{}"}
+				}
+				want[o.Kind()+" "+o.Meta("namespace")+"/"+o.Meta("name")] = map[string]any(o)
+			}
+			got := fleetObjects(render(t, tc.release, tc.namespace, "--set", "fleet.role=hub",
+				"--set-json", `fleet.members={"eu-west-1":{"region":"eu"},"us-east-1":{}}`), tc.rename("turnstile-fleet"))
+			if diff := cmp.Diff(sameCEL(want), sameCEL(got)); diff != "" {
+				t.Errorf("the chart's fleet objects differ from config/fleet (-kustomize +chart):\n%s", diff)
+			}
+			for role, args := range map[string][]string{
+				"one cluster": nil,
+				"spoke": {"--set", "fleet.role=spoke", "--set", "fleet.clusterName=eu-west-1", "--set", "fleet.spoke.hubKubeconfigSecret=hub",
+					"--set", "activeActive.enabled=false", "--set", "leaderElection.enabled=true"},
+			} {
+				if got := fleetObjects(render(t, tc.release, tc.namespace, args...), tc.rename("turnstile-fleet")); len(got) > 0 {
+					t.Errorf("%s renders fleet objects: %v", role, got)
+				}
+			}
+		})
+	}
+}
+
+// fleetObjects are the rendered objects of config/fleet: the namespace turnstile-fleet and
+// those named prefix-*, keyed by kind, namespace and name, without their labels.
+func fleetObjects(objs []object, prefix string) map[string]any {
+	out := map[string]any{}
+	for _, o := range objs {
+		n := o.Meta("name")
+		if (o.Kind() == "Namespace" && n == "turnstile-fleet") || (o.Kind() != "Namespace" && strings.HasPrefix(n, prefix)) {
+			o = fleetObject(o)
+			out[o.Kind()+" "+o.Meta("namespace")+"/"+n] = map[string]any(o)
+		}
+	}
+	return out
+}
+
+// fleetObject is o without its labels (the chart's own).
+func fleetObject(o object) object {
+	c := object{}
+	for k, v := range o {
+		c[k] = v
+	}
+	md := map[string]any{}
+	for k, v := range o["metadata"].(map[string]any) {
+		if k != "labels" {
+			md[k] = v
+		}
+	}
+	c["metadata"] = md
+	return c
+}
