@@ -85,9 +85,12 @@ func (a *Agent) createOrReport(ctx context.Context, spoke *locksv1.LockRequest) 
 		return ctrl.Result{}, err
 	}
 	log.FromContext(ctx).Error(err, "the hub refused this spoke: nothing of this cluster is decided until it accepts it", "cluster", a.opts.Cluster)
-	want := RefusedStatus(spoke, a.opts.Cluster, why, a.opts.Clock.Now())
-	if c := meta.FindStatusCondition(spoke.Status.Conditions, locksv1.ConditionStalled); c == nil || c.Reason != ReasonFleetRefused || c.Message != RefusedMessage(a.opts.Cluster, why) {
-		spoke.Status = want
+	// A request the hub decided already (under this spoke's name before, for an agent started
+	// again under another) keeps what it was decided: the refusal does not take a grant back.
+	undecided := spoke.Status.Phase == "" || spoke.Status.Phase == locksv1.PhasePending
+	if c := meta.FindStatusCondition(spoke.Status.Conditions, locksv1.ConditionStalled); undecided &&
+		(c == nil || c.Reason != ReasonFleetRefused || c.Message != RefusedMessage(a.opts.Cluster, why)) {
+		spoke.Status = RefusedStatus(spoke, a.opts.Cluster, why, a.opts.Clock.Now())
 		if err := a.spoke.Status().Update(ctx, spoke); err != nil {
 			return ctrl.Result{}, ignoreGone(err)
 		}
