@@ -76,6 +76,7 @@ func TestRefusedClusterSaysSoInTheSpoke(t *testing.T) {
 			g.Expect(c.Message).To(gomega.ContainSubstring("cluster " + name + " is not a member of this fleet: ask the hub's admin to run `kubectl turnstile fleet join " + name + "`"))
 		}
 		g.Expect(meta.IsStatusConditionTrue(lr.Status.Conditions, locksv1.ConditionStalled)).To(gomega.BeTrue())
+		g.Expect(lr.Status.ObservedGeneration).To(gomega.Equal(lr.Generation), "kubectl wait reads conditions of the generation observed")
 	}).Should(gomega.Succeed())
 	g.Eventually(func(g gomega.Gomega) {
 		var evs eventsv1.EventList

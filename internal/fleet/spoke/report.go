@@ -59,7 +59,10 @@ func RefusedStatus(spoke *locksv1.LockRequest, cluster, why string, now time.Tim
 	}
 	msg := RefusedMessage(cluster, why)
 	out.BlockedBy = queue.Clip(msg)
-	g := out.ObservedGeneration
+	// The refusal is the verdict on this generation of the request: kubectl wait and kstatus
+	// read a condition only once status.observedGeneration reaches metadata.generation.
+	g := spoke.Generation
+	out.ObservedGeneration = g
 	queue.SetCondition(&out.Conditions, locksv1.ConditionStalled, metav1.ConditionTrue, ReasonFleetRefused, msg, g, now)
 	queue.SetCondition(&out.Conditions, locksv1.ConditionGranted, metav1.ConditionFalse, ReasonFleetRefused, msg, g, now)
 	queue.SetCondition(&out.Conditions, locksv1.ConditionReady, metav1.ConditionFalse, ReasonFleetRefused, msg, g, now)
