@@ -120,7 +120,7 @@ spec: {locked: false}
 		_, err = hub.waiter().Run("", "-n", ns, "wait", "--for=condition=Granted", "lockrequest/hub-holds", fmt.Sprintf("--timeout=%s", wait))
 		Expect(err).NotTo(HaveOccurred())
 
-		_, err = spokeA.kubectl.Run(jobManifest("cut-holder", lock, untilFinished, ""), "apply", "-f", "-")
+		_, err = spokeA.kubectl.Run(jobManifest("cut-holder", lock, untilStopped, ""), "apply", "-f", "-")
 		Expect(err).NotTo(HaveOccurred())
 		holder := waitRun(spokeA, "cut-holder")
 		Expect(holder.token).To(BeNumerically(">", 0))

@@ -39,10 +39,10 @@ import (
 const (
 	// node is each spoke's one Node, registered Ready as a kubelet would.
 	node = "node-1"
-	// annotationRunsFor is how long a Job's container runs (a Go duration), or untilFinished:
-	// until the test says so (finish), or until the Pod is deleted.
+	// annotationRunsFor is how long a Job's container runs (a Go duration), or untilStopped:
+	// until the Pod is deleted.
 	annotationRunsFor = "test.turnstile.dev/runs-for"
-	untilFinished     = "until-finished"
+	untilStopped      = "until-stopped"
 )
 
 // run is one run of a Job's Pod in a spoke, as its container records it.
@@ -54,7 +54,6 @@ type run struct {
 	stopped bool
 
 	done     chan struct{} // closed at end
-	finish   chan struct{} // closed by the test: exit 0 now
 	stopOnce *sync.Once
 	stop     chan struct{} // closed when the Pod is deleted
 }
@@ -188,7 +187,7 @@ func (k *kubelet) see(ctx context.Context, p *corev1.Pod) {
 		}
 	case r == nil && p.Spec.NodeName == node && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed:
 		r = &run{cluster: k.m.name, job: p.Labels[batchv1.JobNameLabel], pod: p.Name, lock: p.Annotations[workload.AnnotationLock], token: -1,
-			stopOnce: &sync.Once{}, start: time.Now(), done: make(chan struct{}), finish: make(chan struct{}), stop: make(chan struct{})}
+			stopOnce: &sync.Once{}, start: time.Now(), done: make(chan struct{}), stop: make(chan struct{})}
 		if t, err := strconv.ParseInt(p.Annotations[workload.AnnotationFencingToken], 10, 64); err == nil {
 			r.token = t
 		}
@@ -198,8 +197,8 @@ func (k *kubelet) see(ctx context.Context, p *corev1.Pod) {
 	}
 }
 
-// container runs r until its time is up or the test finishes it (exit 0: the Pod Succeeded, as
-// the kubelet writes it), or until its Pod is deleted (stopped: the kubelet confirms the
+// container runs r until its time is up (exit 0: the Pod Succeeded, as the kubelet writes it),
+// or until its Pod is deleted (stopped: the kubelet confirms the
 // deletion).
 func (k *kubelet) container(ctx context.Context, r *run, p *corev1.Pod) {
 	defer close(r.done)
@@ -217,7 +216,6 @@ func (k *kubelet) container(ctx context.Context, r *run, p *corev1.Pod) {
 		k.remove(ctx, p.Namespace, p.Name, p.UID)
 		return
 	case <-timeout:
-	case <-r.finish:
 	}
 	k.end(r, false)
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
@@ -267,20 +265,6 @@ func (k *kubelet) runsOf(job string) []run {
 		}
 	}
 	return out
-}
-
-// finish makes the running container of job exit 0.
-func (k *kubelet) finish(job string) {
-	GinkgoHelper()
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	for _, r := range k.runs {
-		if r.job == job && r.end.IsZero() {
-			close(r.finish)
-			return
-		}
-	}
-	Fail("no run of job " + job + " in " + k.m.name + " to finish")
 }
 
 func (r *run) snapshot() run {

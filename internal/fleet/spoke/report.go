@@ -38,7 +38,7 @@ const (
 // Anything else (a timeout, a conflict, a hub that is down) is retried as it is.
 func Refusal(err error) (string, bool) {
 	var st apierrors.APIStatus
-	if err == nil || !errors.As(err, &st) || !(apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err)) {
+	if err == nil || !errors.As(err, &st) || !apierrors.IsForbidden(err) && !apierrors.IsUnauthorized(err) {
 		return "", false
 	}
 	msg := st.Status().Message
