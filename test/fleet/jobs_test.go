@@ -91,10 +91,10 @@ spec: {locked: false}
 		}).WithTimeout(5 * time.Second).WithPolling(500 * time.Millisecond).Should(Succeed())
 
 		By("thawing apply on the hub")
+		thawAt := time.Now() // before the patch: the hub may thaw, and the Job run, before kubectl returns
 		_, err = hub.kubectl.Run("", "patch", "commandlock", "apply", "--type=merge", "-p", `{"spec":{"locked":false}}`)
 		Expect(err).NotTo(HaveOccurred())
 		thawed = true
-		thawAt := time.Now()
 		_, err = spokeA.waiter().Run("", "-n", ns, "wait", "--for=condition=Granted", "lockrequest/frozen-apply", fmt.Sprintf("--timeout=%s", wait))
 		Expect(err).NotTo(HaveOccurred())
 		grantedA := time.Since(thawAt)
