@@ -19,7 +19,8 @@ import (
 // running; started again with its own name, it mirrors those requests as if nothing happened.
 var _ = Describe("A cluster name the hub does not allow", Ordered, func() {
 	It("is refused by the hub, and the spoke's agent says so on its requests rather than retry silently or crash", func() {
-		By("stopping spoke-b's manager")
+		By("stopping spoke-b's manager, once it runs (a manager stopped while it starts has no clean exit to give)")
+		Eventually(spokeB.manager.Log).WithTimeout(wait).Should(ContainSubstring(`"msg":"Starting workers","controller":"fleet-spoke"`))
 		Expect(spokeB.manager.Stop(15 * time.Second)).To(Succeed())
 		restarted := false
 		DeferCleanup(func() {
