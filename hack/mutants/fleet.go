@@ -34,6 +34,9 @@ func init() {
 		mutant{name: "spoke-held-while-unreachable", pkg: spokePkg, focus: "run:TestPartitionAction", guard: "a hub grant is not let go in the spoke while the partition rule lets nothing go (skew.Judge's LetGo false)", edits: []edit{
 			{"spoke-held-while-unreachable", "\tcase !v.LetGo:\n", "\tcase false && !v.LetGo:\n"},
 		}},
+		mutant{name: "spoke-refusal-reported", pkg: spokePkg, focus: "run:TestRefusedClusterSaysSoInTheSpoke", guard: "a spoke request whose mirror the hub refuses (a cluster not a member, a name not the spoke's) says so (Stalled, FleetRefused, the hub's words) instead of waiting silently", edits: []edit{
+			{"spoke-refusal-reported", "\tif !refused {\n", "\tif true || !refused {\n"},
+		}},
 		mutant{name: "spoke-lost-stays-lost", pkg: spokePkg, focus: "run:TestPartitionStopsHoldersBeforeTheHubLetsGo", guard: "a spoke request whose holder was stopped on a partition stays released (HubUnreachable): the hub's old grant is never shown again", edits: []edit{
 			{"spoke-lost-stays-lost", "\tif LostToPartition(&spoke) {\n", "\tif false && LostToPartition(&spoke) {\n"},
 		}},

@@ -7,6 +7,7 @@ package fleet
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"testing"
@@ -14,8 +15,11 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/turnstile-dev/turnstile/internal/fleet/spoke"
 	"github.com/turnstile-dev/turnstile/internal/testing/framework"
+	"github.com/turnstile-dev/turnstile/internal/testing/netcut"
 )
 
 // ns is the fleet namespace every test uses: a namespace is one lock space fleet-wide.
@@ -29,12 +33,26 @@ type member struct {
 	manager *framework.Process
 	args    []string
 	logPath string
+	// kubelet runs the Pods of the spoke's node (spokes only).
+	kubelet *kubelet
+	// hubProxy is the network between the spoke's agent and the hub (spoke-a only): its hub
+	// kubeconfig points at it.
+	hubProxy *netcut.Proxy
+	// hubConfig is the spoke's kubeconfig of the hub, as its ServiceAccount there.
+	hubConfig string
+	// managerConfig is the kubeconfig the manager runs with in its own cluster: its
+	// ServiceAccount's where the bundle is installed (the spokes), else the admin's.
+	managerConfig string
 }
 
 var (
 	hub, spokeA, spokeB *member
 	managerBin          string
+	suiteDir            string
 )
+
+// leaseDuration is the spokes' --hub-lease-duration: the default, what a user gets.
+const leaseDuration = spoke.DefaultLeaseDuration
 
 func TestFleet(t *testing.T) { framework.RunSuite(t, "Turnstile fleet suite") }
 
@@ -64,14 +82,19 @@ var _ = BeforeSuite(func() {
 		"--group=system:serviceaccounts:turnstile-fleet")
 	Expect(err).NotTo(HaveOccurred())
 	dir := GinkgoT().TempDir()
+	suiteDir = dir
 	for _, s := range []*member{spokeA, spokeB} {
-		sa := "spoke-" + s.name // the hub's identity of cluster s.name
-		_, err := hub.kubectl.Run("", "-n", "turnstile-fleet", "create", "serviceaccount", sa)
-		Expect(err).NotTo(HaveOccurred())
-		hubConfig, err := hub.env.WriteServiceAccountKubeconfig(context.Background(), dir, "turnstile-fleet", sa)
-		Expect(err).NotTo(HaveOccurred())
-		s.args = []string{"--hub-kubeconfig=" + hubConfig, "--cluster-name=" + s.name}
+		s.hubConfig = serviceAccountKubeconfig("spoke-"+s.name, "") // the hub's identity of cluster s.name
+		s.args = []string{"--hub-kubeconfig=" + s.hubConfig, "--cluster-name=" + s.name}
+		s.startWorkloads(dir)
 	}
+	By("putting a network that the tests can cut (internal/testing/netcut) between spoke-a's agent and the hub")
+	host, err := url.Parse(hub.env.Config.Host)
+	Expect(err).NotTo(HaveOccurred())
+	spokeA.hubProxy, err = netcut.New(host.Host)
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(spokeA.hubProxy.Close)
+	Expect(pointAt(spokeA.hubConfig, "https://"+spokeA.hubProxy.Addr())).To(Succeed())
 	for _, m := range []*member{hub, spokeA, spokeB} {
 		m.logPath = filepath.Join(dir, m.name+".log")
 		m.start()
@@ -88,11 +111,56 @@ var _ = AfterSuite(func() {
 	}
 })
 
+// serviceAccountKubeconfig makes the hub ServiceAccount sa in turnstile-fleet (when it is not
+// there yet) and writes a kubeconfig of the hub as it, into a directory of its own (named);
+// it returns the kubeconfig's path.
+func serviceAccountKubeconfig(sa, name string) string {
+	GinkgoHelper()
+	if _, err := hub.kubectl.Run("", "-n", "turnstile-fleet", "get", "serviceaccount", sa); err != nil {
+		_, err := hub.kubectl.Run("", "-n", "turnstile-fleet", "create", "serviceaccount", sa)
+		Expect(err).NotTo(HaveOccurred())
+	}
+	dir := filepath.Join(suiteDir, "hub-"+sa+name)
+	Expect(os.MkdirAll(dir, 0o700)).To(Succeed())
+	path, err := hub.env.WriteServiceAccountKubeconfig(context.Background(), dir, "turnstile-fleet", sa)
+	Expect(err).NotTo(HaveOccurred())
+	return path
+}
+
+// pointAt makes the kubeconfig at path talk to server (the same certificate authority: the
+// proxy passes TLS through).
+func pointAt(path, server string) error {
+	cfg, err := clientcmd.LoadFromFile(path)
+	if err != nil {
+		return err
+	}
+	for _, c := range cfg.Clusters {
+		c.Server = server
+	}
+	return clientcmd.WriteToFile(*cfg, path)
+}
+
+// kubeconfig is the kubeconfig m's manager runs with.
+func (m *member) kubeconfig() string {
+	if m.managerConfig != "" {
+		return m.managerConfig
+	}
+	return m.kubectl.Kubeconfig
+}
+
+// waiter is m's kubectl for kubectl wait: bounded by wait (and a minute to start), not by one
+// call's usual bound.
+func (m *member) waiter() framework.Kubectl {
+	k := m.kubectl
+	k.Timeout = wait + time.Minute
+	return k
+}
+
 // start runs m's manager, the built binary, as its admin (its own cluster) with m's arguments.
 func (m *member) start() {
 	GinkgoHelper()
 	args := append([]string{"--metrics-bind-address=0", "--health-probe-bind-address=0"}, m.args...)
-	p, err := framework.StartProcessLogFile(managerBin, m.kubectl.Kubeconfig, m.logPath, args...)
+	p, err := framework.StartProcessLogFile(managerBin, m.kubeconfig(), m.logPath, args...)
 	Expect(err).NotTo(HaveOccurred())
 	m.manager = p
 	DeferCleanup(func() {

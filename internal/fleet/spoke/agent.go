@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -58,6 +59,9 @@ type Agent struct {
 	spoke client.Client // the spoke's cached client
 	hub   client.Client // the hub, uncached: writes and Lease reads
 	hubs  cache.Cache   // the hub's requests of this cluster
+	// recorder reports in the spoke what the agent did or could not do (StoppedOnPartition,
+	// FleetRefused).
+	recorder events.EventRecorder
 	// clocks are the namespaces whose hub Lease the agent renews, and each one's partition
 	// clock.
 	mu     sync.Mutex
@@ -104,7 +108,8 @@ func SetupWithManager(mgr ctrl.Manager, o Options) (*Agent, error) {
 	if err := mgr.Add(hubs); err != nil {
 		return nil, err
 	}
-	a := &Agent{opts: o, spoke: mgr.GetClient(), hub: hub, hubs: hubs, clocks: map[string]*hubClock{}, kicks: make(chan struct{}, 1)}
+	a := &Agent{opts: o, spoke: mgr.GetClient(), hub: hub, hubs: hubs, clocks: map[string]*hubClock{}, kicks: make(chan struct{}, 1),
+		recorder: mgr.GetEventRecorder("turnstile-fleet-spoke")}
 	err = builder.ControllerManagedBy(mgr).
 		Named("fleet-spoke").
 		For(&locksv1.LockRequest{}).
@@ -153,7 +158,7 @@ func (a *Agent) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, e
 		}
 		return ctrl.Result{}, nil
 	case apierrors.IsNotFound(err):
-		return ctrl.Result{}, a.create(ctx, &spoke)
+		return a.createOrReport(ctx, &spoke)
 	}
 	// A request whose holder was stopped when the hub was unreachable stays as the agent wrote
 	// it: the hub's grant (its old token) is never shown again, and it is released on the hub.
@@ -181,9 +186,13 @@ func (a *Agent) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, e
 	}
 	// One status write per hub change, only when it differs.
 	if !equality.Semantic.DeepEqual(spoke.Status, want) {
+		wasLost := LostToPartition(&spoke)
 		spoke.Status = want
 		if err := a.spoke.Status().Update(ctx, &spoke); err != nil {
 			return ctrl.Result{}, client.IgnoreNotFound(err)
+		}
+		if !wasLost && LostToPartition(&spoke) {
+			a.stopped(ctx, &spoke)
 		}
 	}
 	return res, nil

@@ -95,6 +95,12 @@ func startSpoke(t *testing.T) *framework.Manager {
 // rule's settings (the flags' defaults when zero).
 func startSpokeWith(t *testing.T, hubCfg *rest.Config, settings skew.Settings) *framework.Manager {
 	t.Helper()
+	return startSpokeAs(t, cluster, hubCfg, settings)
+}
+
+// startSpokeAs is startSpokeWith for the spoke named name.
+func startSpokeAs(t *testing.T, name string, hubCfg *rest.Config, settings skew.Settings) *framework.Manager {
+	t.Helper()
 	cfg := rest.CopyConfig(spk.Config)
 	cfg.QPS, cfg.Burst = 1000, 2000
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
@@ -108,7 +114,7 @@ func startSpokeWith(t *testing.T, hubCfg *rest.Config, settings skew.Settings) *
 	if err := controller.SetupSpoke(mgr, controller.SetupOptions{Retention: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := spoke.SetupWithManager(mgr, spoke.Options{Cluster: cluster, Hub: hubCfg, Settings: settings}); err != nil {
+	if _, err := spoke.SetupWithManager(mgr, spoke.Options{Cluster: name, Hub: hubCfg, Settings: settings}); err != nil {
 		t.Fatal(err)
 	}
 	if err := workload.SetupWithManager(mgr, workload.WithIdentity("system:serviceaccount:turnstile-system:turnstile-controller-manager")); err != nil {

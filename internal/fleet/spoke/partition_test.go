@@ -11,6 +11,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
@@ -114,6 +115,19 @@ func TestPartitionStopsHoldersBeforeTheHubLetsGo(t *testing.T) {
 		g.Expect(spk.Client.Get(ctx, client.ObjectKeyFromObject(job), &j)).To(gomega.Succeed())
 		g.Expect(j.Spec.Suspend).To(gomega.HaveValue(gomega.BeTrue()))
 		g.Expect(j.Annotations).NotTo(gomega.HaveKey(workload.AnnotationFencingToken))
+	}).Should(gomega.Succeed())
+	// The agent says what it did, on the request and on the Job.
+	g.Eventually(func(g gomega.Gomega) {
+		var evs eventsv1.EventList
+		g.Expect(spk.Client.List(ctx, &evs, client.InNamespace(ns))).To(gomega.Succeed())
+		on := map[string]string{}
+		for _, e := range evs.Items {
+			if e.Reason == spoke.ReasonStoppedOnPartition && e.Type == corev1.EventTypeWarning {
+				on[e.Regarding.Kind+"/"+e.Regarding.Name] = e.Note
+			}
+		}
+		g.Expect(on).To(gomega.HaveKeyWithValue("LockRequest/"+reqName, gomega.ContainSubstring("stopped: the hub has not answered a renewal")))
+		g.Expect(on).To(gomega.HaveKeyWithValue("Job/apply", gomega.ContainSubstring("stopped: the hub has not answered a renewal")))
 	}).Should(gomega.Succeed())
 
 	// The hub lets the spoke's locks go once its Lease lapses.
