@@ -79,6 +79,12 @@ func (r *CommandLockReconciler) Reconcile(ctx context.Context, req reconcile.Req
 	if err := r.client.List(ctx, &list, opts...); err != nil {
 		return reconcile.Result{}, fmt.Errorf("list lockrequests for commandlock %s: %w", cl.Name, err)
 	}
+	members, err := scopeMembers(ctx, r.apiReader, &cl)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	// guard:fleet-counts-in-scope
+	list.Items = inClusterScope(cl.Spec.Clusters, list.Items, members)
 	st := CommandLockStatus(&cl, list.Items, r.flags, now, 0)
 	inForce := meta.IsStatusConditionTrue(st.Conditions, locksv1.ConditionLocked)
 	byWindow := inForce && meta.FindStatusCondition(st.Conditions, locksv1.ConditionLocked).Reason == locksv1.ReasonWindow
@@ -93,7 +99,7 @@ func (r *CommandLockReconciler) Reconcile(ctx context.Context, req reconcile.Req
 			// The cache says drained. Before saying so, ask the store: a grant decided from a
 			// cache without this freeze may be under way (docs/protocol.md, "Freezes and Drained").
 			// guard:drained-from-cache
-			granting, err := r.granting(ctx, &cl)
+			granting, err := r.granting(ctx, &cl, members)
 			if err != nil {
 				return reconcile.Result{}, err
 			}
@@ -207,7 +213,7 @@ func drainedAlready(cl *locksv1.CommandLock) bool {
 // grant is still being written (not yet held on that key). Each one was listed before this
 // read, so before any grant the freeze check lets through could be; once none is left, no
 // request of the command is granted until the freeze lifts.
-func (r *CommandLockReconciler) granting(ctx context.Context, cl *locksv1.CommandLock) (int, error) {
+func (r *CommandLockReconciler) granting(ctx context.Context, cl *locksv1.CommandLock, members map[string]map[string]string) (int, error) {
 	var pls locksv1.ProjectLockList
 	if err := r.apiReader.List(ctx, &pls); err != nil {
 		return 0, fmt.Errorf("list projectlocks to confirm %s drained: %w", cl.Name, err)
@@ -239,7 +245,8 @@ func (r *CommandLockReconciler) granting(ctx context.Context, cl *locksv1.Comman
 				}
 				lr = &live
 			}
-			if !queue.Governs(cl.Name, lr.Spec.Command, r.flags) || lr.Status.Phase.IsFinal() {
+			if !queue.Governs(cl.Name, lr.Spec.Command, r.flags) || lr.Status.Phase.IsFinal() ||
+				!queue.ClusterScopeMatches(cl.Spec.Clusters, lr.Spec.Holder.Cluster, members[lr.Spec.Holder.Cluster], members == nil) {
 				continue
 			}
 			// guard:drained-ignores-unconfirmed-grants
