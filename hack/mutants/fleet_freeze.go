@@ -23,5 +23,14 @@ func init() {
 		mutant{name: "fleet-counts-in-scope", pkg: controls, focus: "cluster scopes", guard: "a CommandLock scoped to clusters counts and drains only their requests", edits: []edit{
 			{"fleet-counts-in-scope", "\tlist.Items = inClusterScope(cl.Spec.Clusters, list.Items, members)\n", "\t_ = inClusterScope\n"},
 		}},
+		mutant{name: "fleet-mirror-no-write-freeze", pkg: spokePkg, focus: "run:TestMirrorCommandLock", guard: "a CommandLock mirror leaves out the hub's write freeze (spec.admission, status.admission): the spoke's admission policy must not enforce the hub's", edits: []edit{
+			{"fleet-mirror-no-write-freeze", "\tm.Spec.Admission, m.Status.Admission = nil, nil\n", "\t_ = m\n"},
+		}},
+		mutant{name: "fleet-mirror-put-back", pkg: spokePkg, focus: "run:TestMirrorsShowTheHubsTruth", guard: "a mirror whose labels a spoke user changed is put back as the hub has it", edits: []edit{
+			{"fleet-mirror-put-back", "\tif !maps.Equal(cur.GetLabels(), meta.Labels) || !maps.Equal(cur.GetAnnotations(), meta.Annotations) || len(cur.GetFinalizers()) > 0 {\n", "\tif false {\n"},
+		}},
+		mutant{name: "fleet-mirror-delete-only-mirrors", pkg: spokePkg, focus: "run:TestMirrorsShowTheHubsTruth", guard: "the agent deletes only mirrors: a spoke object of a name the hub lacks that is no mirror is left alone", edits: []edit{
+			{"fleet-mirror-delete-only-mirrors", "\t\tif !IsMirror(o) {\n", "\t\tif false {\n"},
+		}},
 	)
 }

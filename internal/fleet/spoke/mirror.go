@@ -163,10 +163,9 @@ func (m *mirrors) reconcileProjectLock(ctx context.Context, req reconcile.Reques
 	} else if err != nil {
 		return reconcile.Result{}, err
 	}
-	// guard:fleet-mirror-key-changed
 	if !equality.Semantic.DeepEqual(cur.Spec, want.Spec) {
-		// Another key under this name (the key is immutable): a spoke user's ProjectLock, or a
-		// hub key deleted and made anew. Replace it.
+		// Another key under this name (the key is immutable): a spoke user's ProjectLock made
+		// before the mirror. Replace it.
 		return reconcile.Result{}, m.deleteMirror(ctx, &cur, req.NamespacedName)
 	}
 	return reconcile.Result{}, m.update(ctx, &cur, want.ObjectMeta, func() bool {

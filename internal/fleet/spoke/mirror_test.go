@@ -117,6 +117,13 @@ func TestMirrorsShowTheHubsTruth(t *testing.T) {
 		g.Expect(equality.Semantic.DeepEqual(mc.Status, h.Status)).To(gomega.BeTrue(), "the mirror's status is the hub's")
 	}).Should(gomega.Succeed())
 
+	// A spoke CommandLock that is no mirror, of a name the hub does not have, is the spoke
+	// user's: the agent leaves it alone (it freezes nothing: nothing in a spoke decides).
+	own := &locksv1.CommandLock{ObjectMeta: metav1.ObjectMeta{Name: "spoke-own"}}
+	g.Expect(spk.Client.Create(ctx, own)).To(gomega.Succeed())
+	defer func() { _ = spk.Client.Delete(ctx, own) }()
+	g.Consistently(func(g gomega.Gomega) { spokeCommandLock(g, "spoke-own") }).WithTimeout(3 * time.Second).Should(gomega.Succeed())
+
 	// A spoke user thaws the mirror: the agent freezes it again, and the hub's stays frozen.
 	g.Expect(spk.Client.Patch(ctx, &locksv1.CommandLock{ObjectMeta: metav1.ObjectMeta{Name: "deploy"}},
 		client.RawPatch("application/merge-patch+json", []byte(`{"spec":{"locked":false}}`)))).To(gomega.Succeed())
