@@ -79,12 +79,10 @@ func (r *CommandLockReconciler) Reconcile(ctx context.Context, req reconcile.Req
 	if err := r.client.List(ctx, &list, opts...); err != nil {
 		return reconcile.Result{}, fmt.Errorf("list lockrequests for commandlock %s: %w", cl.Name, err)
 	}
-	members, err := scopeMembers(ctx, r.apiReader, &cl)
+	members, err := r.inScope(ctx, &cl, &list)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	// guard:fleet-counts-in-scope
-	list.Items = inClusterScope(cl.Spec.Clusters, list.Items, members)
 	st := CommandLockStatus(&cl, list.Items, r.flags, now, 0)
 	inForce := meta.IsStatusConditionTrue(st.Conditions, locksv1.ConditionLocked)
 	byWindow := inForce && meta.FindStatusCondition(st.Conditions, locksv1.ConditionLocked).Reason == locksv1.ReasonWindow
@@ -256,6 +254,18 @@ func (r *CommandLockReconciler) granting(ctx context.Context, cl *locksv1.Comman
 		}
 	}
 	return n, nil
+}
+
+// inScope keeps in list the requests cl's cluster scope holds (queue.ClusterScopeMatches), and
+// returns the members' labels it judged them by (nil when cl selects no clusters by label).
+func (r *CommandLockReconciler) inScope(ctx context.Context, cl *locksv1.CommandLock, list *locksv1.LockRequestList) (map[string]map[string]string, error) {
+	members, err := scopeMembers(ctx, r.apiReader, cl)
+	if err != nil {
+		return nil, err
+	}
+	// guard:fleet-counts-in-scope
+	list.Items = inClusterScope(cl.Spec.Clusters, list.Items, members)
+	return members, nil
 }
 
 // holds reports whether the request's status says it holds the ProjectLock named name.

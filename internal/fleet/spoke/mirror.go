@@ -80,7 +80,7 @@ func MirrorCommandLock(hub *locksv1.CommandLock, cluster string, seen time.Time)
 	m.Spec = *hub.Spec.DeepCopy()
 	m.Status = *hub.Status.DeepCopy()
 	// guard:fleet-mirror-no-write-freeze
-	_ = m
+	m.Spec.Admission, m.Status.Admission = nil, nil
 	m.Annotations[locksv1.AnnotationMirrorCluster] = cluster
 	if !seen.IsZero() {
 		m.Annotations[AnnotationHubSeenAt] = seen.UTC().Format(time.RFC3339)

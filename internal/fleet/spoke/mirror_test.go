@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/onsi/gomega"
-	"k8s.io/apimachinery/pkg/api/equality"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
@@ -173,7 +173,7 @@ func TestMirrorsShowTheHubsTruth(t *testing.T) {
 		var hl, sl locksv1.ProjectLockList
 		g.Expect(hub.Client.List(ctx, &hl, client.InNamespace(ns))).To(gomega.Succeed())
 		g.Expect(spk.Client.List(ctx, &sl, client.InNamespace(ns))).To(gomega.Succeed())
-		g.Expect(len(sl.Items)).To(gomega.Equal(len(hl.Items)))
+		g.Expect(sl.Items).To(gomega.HaveLen(len(hl.Items)))
 		for i := range hl.Items {
 			expectProjectLockMirror(g, &hl.Items[i])
 		}
