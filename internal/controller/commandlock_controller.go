@@ -72,14 +72,7 @@ func (r *CommandLockReconciler) Reconcile(ctx context.Context, req reconcile.Req
 	}
 	now := r.clock.Now()
 	var list locksv1.LockRequestList
-	opts := []client.ListOption{}
-	if cl.Name != locksv1.CommandAll {
-		opts = append(opts, client.MatchingFields{IndexCommand: cl.Name})
-	}
-	if err := r.client.List(ctx, &list, opts...); err != nil {
-		return reconcile.Result{}, fmt.Errorf("list lockrequests for commandlock %s: %w", cl.Name, err)
-	}
-	members, err := r.inScope(ctx, &cl, &list)
+	members, err := r.requestsOf(ctx, &cl, &list)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
@@ -256,9 +249,17 @@ func (r *CommandLockReconciler) granting(ctx context.Context, cl *locksv1.Comman
 	return n, nil
 }
 
-// inScope keeps in list the requests cl's cluster scope holds (queue.ClusterScopeMatches), and
-// returns the members' labels it judged them by (nil when cl selects no clusters by label).
-func (r *CommandLockReconciler) inScope(ctx context.Context, cl *locksv1.CommandLock, list *locksv1.LockRequestList) (map[string]map[string]string, error) {
+// requestsOf lists into list the requests of cl's command (every command's for "all") that its
+// cluster scope holds (queue.ClusterScopeMatches), and returns the members' labels it judged
+// them by (nil when cl selects no clusters by label).
+func (r *CommandLockReconciler) requestsOf(ctx context.Context, cl *locksv1.CommandLock, list *locksv1.LockRequestList) (map[string]map[string]string, error) {
+	opts := []client.ListOption{}
+	if cl.Name != locksv1.CommandAll {
+		opts = append(opts, client.MatchingFields{IndexCommand: cl.Name})
+	}
+	if err := r.client.List(ctx, list, opts...); err != nil {
+		return nil, fmt.Errorf("list lockrequests for commandlock %s: %w", cl.Name, err)
+	}
 	members, err := scopeMembers(ctx, r.apiReader, cl)
 	if err != nil {
 		return nil, err
