@@ -7,7 +7,9 @@ import (
 // CommandAll is the CommandLock name that freezes every command.
 const CommandAll = "all"
 
-// CommandLockSpec freezes a command cluster-wide.
+// CommandLockSpec freezes a command cluster-wide (on a fleet's hub: fleet-wide, or in the
+// clusters spec.clusters names).
+// +kubebuilder:validation:XValidation:rule="!has(self.admission) || !has(self.clusters)",message="spec.admission freezes writes to this cluster's API server, which spec.clusters cannot scope: use a CommandLock without spec.clusters for the write freeze"
 // +kubebuilder:validation:XValidation:rule="!has(self.admission) || !has(self.windows) || self.windows.all(w, !has(w.namespaceSelector) && !has(w.repos) && !has(w.paths))",message="the windows of a CommandLock with spec.admission must not be scoped (namespaceSelector, repos, paths): scope the write freeze with spec.admission, or use a CommandLock of its own for it"
 type CommandLockSpec struct {
 	// locked freezes the command: requests for it are not granted until it is false again.
@@ -43,6 +45,33 @@ type CommandLockSpec struct {
 	// scoped: their scopes name Terraform repos and paths, not Kubernetes objects.
 	// +optional
 	Admission *AdmissionFreeze `json:"admission,omitempty"`
+
+	// clusters scopes the whole freeze (spec.locked and every window) to requests from the
+	// fleet's clusters it names or selects by label (docs/fleet.md, "Freezes everywhere, also
+	// offline"): a request's cluster is its spec.holder.cluster. A request without one (made in
+	// the hub itself) is never in a cluster scope. Unset: every request, whatever its cluster.
+	// +optional
+	Clusters *ClusterScope `json:"clusters,omitempty"`
+}
+
+// ClusterScope names the fleet clusters a CommandLock freezes: a request's cluster is in scope
+// when names lists it or selector matches its labels (the labels the hub's admin gives each
+// member: docs/fleet.md). At least one of the two.
+// +kubebuilder:validation:XValidation:rule="(has(self.names) && size(self.names) > 0) || has(self.selector)",message="spec.clusters names the clusters it freezes (names) or selects them by label (selector); remove spec.clusters to freeze every cluster"
+type ClusterScope struct {
+	// names are cluster names (each spoke's --cluster-name, a DNS-1123 label).
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=256
+	// +kubebuilder:validation:items:MaxLength=63
+	// +kubebuilder:validation:items:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Names []string `json:"names,omitempty"`
+
+	// selector matches the labels of a member cluster (an empty selector: every member, the hub's
+	// own requests still not). A member whose labels the hub cannot read is matched (a scope
+	// that cannot be judged freezes more, never less).
+	// +optional
+	Selector *metav1.LabelSelector `json:"selector,omitempty"`
 }
 
 // CommandLockStatus reports the freeze and how many holders still run the command.
@@ -99,6 +128,8 @@ type CommandLockStatus struct {
 // +kubebuilder:printcolumn:name="Locked",type=boolean,JSONPath=`.spec.locked`
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.spec.reason`
 // +kubebuilder:printcolumn:name="Until",type=string,JSONPath=`.spec.until`
+// +kubebuilder:printcolumn:name="Clusters",type=string,JSONPath=`.spec.clusters.names`
+// +kubebuilder:printcolumn:name="Cluster-Selector",type=string,JSONPath=`.spec.clusters.selector`,priority=1
 // +kubebuilder:printcolumn:name="Next",type=date,JSONPath=`.status.nextTransition`,priority=1
 // +kubebuilder:printcolumn:name="Active",type=integer,JSONPath=`.status.activeHolders`
 // +kubebuilder:printcolumn:name="Blocked",type=integer,JSONPath=`.status.blockedRequests`

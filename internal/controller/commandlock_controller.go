@@ -72,12 +72,9 @@ func (r *CommandLockReconciler) Reconcile(ctx context.Context, req reconcile.Req
 	}
 	now := r.clock.Now()
 	var list locksv1.LockRequestList
-	opts := []client.ListOption{}
-	if cl.Name != locksv1.CommandAll {
-		opts = append(opts, client.MatchingFields{IndexCommand: cl.Name})
-	}
-	if err := r.client.List(ctx, &list, opts...); err != nil {
-		return reconcile.Result{}, fmt.Errorf("list lockrequests for commandlock %s: %w", cl.Name, err)
+	members, err := r.requestsOf(ctx, &cl, &list)
+	if err != nil {
+		return reconcile.Result{}, err
 	}
 	st := CommandLockStatus(&cl, list.Items, r.flags, now, 0)
 	inForce := meta.IsStatusConditionTrue(st.Conditions, locksv1.ConditionLocked)
@@ -93,7 +90,7 @@ func (r *CommandLockReconciler) Reconcile(ctx context.Context, req reconcile.Req
 			// The cache says drained. Before saying so, ask the store: a grant decided from a
 			// cache without this freeze may be under way (docs/protocol.md, "Freezes and Drained").
 			// guard:drained-from-cache
-			granting, err := r.granting(ctx, &cl)
+			granting, err := r.granting(ctx, &cl, members)
 			if err != nil {
 				return reconcile.Result{}, err
 			}
@@ -207,7 +204,7 @@ func drainedAlready(cl *locksv1.CommandLock) bool {
 // grant is still being written (not yet held on that key). Each one was listed before this
 // read, so before any grant the freeze check lets through could be; once none is left, no
 // request of the command is granted until the freeze lifts.
-func (r *CommandLockReconciler) granting(ctx context.Context, cl *locksv1.CommandLock) (int, error) {
+func (r *CommandLockReconciler) granting(ctx context.Context, cl *locksv1.CommandLock, members map[string]map[string]string) (int, error) {
 	var pls locksv1.ProjectLockList
 	if err := r.apiReader.List(ctx, &pls); err != nil {
 		return 0, fmt.Errorf("list projectlocks to confirm %s drained: %w", cl.Name, err)
@@ -239,7 +236,8 @@ func (r *CommandLockReconciler) granting(ctx context.Context, cl *locksv1.Comman
 				}
 				lr = &live
 			}
-			if !queue.Governs(cl.Name, lr.Spec.Command, r.flags) || lr.Status.Phase.IsFinal() {
+			if !queue.Governs(cl.Name, lr.Spec.Command, r.flags) || lr.Status.Phase.IsFinal() ||
+				!queue.ClusterScopeMatches(cl.Spec.Clusters, lr.Spec.Holder.Cluster, members[lr.Spec.Holder.Cluster], members == nil) {
 				continue
 			}
 			// guard:drained-ignores-unconfirmed-grants
@@ -249,6 +247,26 @@ func (r *CommandLockReconciler) granting(ctx context.Context, cl *locksv1.Comman
 		}
 	}
 	return n, nil
+}
+
+// requestsOf lists into list the requests of cl's command (every command's for "all") that its
+// cluster scope holds (queue.ClusterScopeMatches), and returns the members' labels it judged
+// them by (nil when cl selects no clusters by label).
+func (r *CommandLockReconciler) requestsOf(ctx context.Context, cl *locksv1.CommandLock, list *locksv1.LockRequestList) (map[string]map[string]string, error) {
+	opts := []client.ListOption{}
+	if cl.Name != locksv1.CommandAll {
+		opts = append(opts, client.MatchingFields{IndexCommand: cl.Name})
+	}
+	if err := r.client.List(ctx, list, opts...); err != nil {
+		return nil, fmt.Errorf("list lockrequests for commandlock %s: %w", cl.Name, err)
+	}
+	members, err := scopeMembers(ctx, r.apiReader, cl)
+	if err != nil {
+		return nil, err
+	}
+	// guard:fleet-counts-in-scope
+	list.Items = inClusterScope(cl.Spec.Clusters, list.Items, members)
+	return members, nil
 }
 
 // holds reports whether the request's status says it holds the ProjectLock named name.

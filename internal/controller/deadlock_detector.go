@@ -506,6 +506,9 @@ func (d *DeadlockDetector) snapshot(ctx context.Context, namespace string) (*dea
 		}
 		freezes = freezes.InNamespace(labels)
 	}
+	if err := inFleet(ctx, d.live, &freezes); err != nil {
+		return nil, err
+	}
 	return deadlock.Build(WaitsFor(locks.Items, reqs.Items, freezes, now, d.cfg)), nil
 }
 

@@ -169,6 +169,10 @@ func (r *LockReconciler) read(ctx context.Context, req reconcile.Request, now ti
 	if err := r.inNamespace(ctx, req.Namespace, &in.Freezes); err != nil {
 		return in, false, err
 	}
+	// guard:fleet-grant-cluster-labels
+	if err := inFleet(ctx, r.apiReader, &in.Freezes); err != nil {
+		return in, false, err
+	}
 	return in, true, nil
 }
 
@@ -387,6 +391,9 @@ func (r *LockReconciler) frozenSince(ctx context.Context, in *queue.Input, comma
 	freezes, thaw := queue.ResolveFreezes(read, r.flags, in.Now)
 	if len(grants) > 0 {
 		if err := r.inNamespace(ctx, grants[0].Request.Namespace, &freezes); err != nil {
+			return false, err
+		}
+		if err := inFleet(ctx, r.apiReader, &freezes); err != nil {
 			return false, err
 		}
 	}

@@ -38,6 +38,9 @@ type Freezes struct {
 	// windows and nsLabels judge freeze windows per request (windows.go).
 	windows  map[string]windowsOf
 	nsLabels map[string]string
+	// scopes and members judge cluster scopes per request (clusters.go).
+	scopes  map[string]*locksv1.ClusterScope
+	members map[string]map[string]string
 }
 
 // IsLockInForce reports whether a CommandLock freezes its command at now, by the clock of its
@@ -93,6 +96,7 @@ func resolve(locks []locksv1.CommandLock, flags FreezeFlags, now time.Time, inFo
 	for i := range locks {
 		cl := &locks[i]
 		f.addWindows(cl)
+		f.addScope(cl)
 		if !inForce(cl) {
 			continue
 		}
@@ -100,6 +104,9 @@ func resolve(locks []locksv1.CommandLock, flags FreezeFlags, now time.Time, inFo
 			nextThaw = u.Time
 		}
 		fr := Freeze{Source: "commandlock/" + cl.Name, Message: FreezeMessage(cl.Name, cl.Spec.Reason)}
+		if cl.Spec.Clusters != nil {
+			fr.Message = scopedFreezeMessage(cl.Name, cl.Spec.Reason, cl.Spec.Clusters)
+		}
 		if cl.Name == locksv1.CommandAll {
 			f.all = &fr
 			continue

@@ -72,7 +72,7 @@ func (f Freezes) ForRequest(req *locksv1.LockRequest) (Freeze, bool) {
 		return Freeze{}, false
 	}
 	// guard:window-manual-beats-windows
-	if fr, ok := f.For(command); ok {
+	if fr, ok := f.forCluster(command, req.Spec.Holder.Cluster); ok {
 		return fr, true
 	}
 	if command == CommandApply && f.flags.DisableGlobalApplyLock {
@@ -98,7 +98,8 @@ func (f Freezes) Bypassed(req *locksv1.LockRequest) (Freeze, bool) {
 func (f Freezes) windowFreeze(req *locksv1.LockRequest) (Freeze, bool) {
 	var owners []windowsOf
 	for _, name := range []string{req.Spec.Command, locksv1.CommandAll} {
-		if ws, ok := f.windows[name]; ok {
+		// guard:fleet-window-cluster-scope
+		if ws, ok := f.windows[name]; ok && f.inClusterScope(name, req.Spec.Holder.Cluster) {
 			owners = append(owners, ws)
 		}
 	}

@@ -36,7 +36,7 @@ var _ = Describe("A fleet's spokes on the hub", Ordered, func() {
 		euName, usName    string
 		spokeGroups       = []string{"system:serviceaccounts", "system:serviceaccounts:turnstile-fleet"}
 		leaseRef          = func(name string) string { return fmt.Sprintf("leases.coordination.k8s.io %q", name) }
-		members           = map[string]string{"eu-west-1": `{"region":"eu"}`, "us-east-1": `{"region":"us"}`}
+		members           = map[string]string{"eu-west-1": `{"labels":{"region":"eu"}}`, "us-east-1": `{"labels":{"region":"us"}}`}
 		spokeSA           = func(cluster string) string { return "system:serviceaccount:turnstile-fleet:spoke-" + cluster }
 		mirrored          func(cluster, name string) *locksv1.LockRequest
 		hubLease          func(cluster string) *coordinationv1.Lease
@@ -207,6 +207,17 @@ var _ = Describe("A fleet's spokes on the hub", Ordered, func() {
 		Expect(certEU.Create(ctx, mirrored("eu-west-1", "by-cert"))).To(Succeed())
 		expectDenied(certEU.Create(ctx, mirrored("us-east-1", "by-cert")), denial(lockRequestRef("us-east-1.by-cert"), spokePolicy,
 			`spoke eu-west-1 labels its requests fleet.turnstile.dev/cluster=eu-west-1, not "us-east-1"`))
+	})
+
+	It("lets a spoke read the hub's ProjectLocks and CommandLocks for its mirrors, and write none", func() {
+		for _, list := range []client.ObjectList{&locksv1.ProjectLockList{}, &locksv1.CommandLockList{}} {
+			Expect(eu.List(ctx, list)).To(Succeed(), "a spoke mirrors every hub %T", list)
+		}
+		cl := &locksv1.CommandLock{ObjectMeta: metav1.ObjectMeta{Name: "mirror-probe"}, Spec: locksv1.CommandLockSpec{Locked: true}}
+		Expect(eu.Create(ctx, cl, client.DryRunAll)).To(MatchError(ContainSubstring("forbidden")), "a spoke writes no CommandLock on the hub")
+		pl := &locksv1.ProjectLock{ObjectMeta: metav1.ObjectMeta{Namespace: t.ns, Name: "mirror-probe"}}
+		Expect(eu.Create(ctx, pl, client.DryRunAll)).To(MatchError(ContainSubstring("forbidden")), "a spoke writes no ProjectLock on the hub")
+		Expect(eu.Delete(ctx, pl)).To(MatchError(ContainSubstring("forbidden")))
 	})
 
 	It("refuses a cluster that is not a member, and a ServiceAccount that is not a spoke", func() {

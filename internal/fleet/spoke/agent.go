@@ -118,6 +118,9 @@ func SetupWithManager(mgr ctrl.Manager, o Options) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := a.setupMirrors(mgr); err != nil {
+		return nil, err
+	}
 	return a, mgr.Add(a.renewer())
 }
 

@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -95,14 +96,59 @@ func explain(ctx context.Context, c ctrlclient.Client, ns, name string, out io.W
 	if err := c.List(ctx, &cls); err != nil {
 		return err
 	}
+	now := time.Now()
 	for i := range cls.Items {
 		cl := &cls.Items[i]
-		if (cl.Name == lr.Spec.Command || cl.Name == locksv1.CommandAll) && queue.IsLockInForce(cl, time.Now()) {
-			fmt.Fprintf(out, "  commandlock/%s freezes it: %s\n", cl.Name, orDefault(cl.Spec.Reason, "no reason given"))
+		if (cl.Name == lr.Spec.Command || cl.Name == locksv1.CommandAll) && queue.IsLockInForce(cl, now) {
+			explainCommandLock(out, &lr, cl, now)
 		}
 	}
 	return nil
 }
+
+// explainCommandLock says what the CommandLock cl in force does to lr: whether its cluster
+// scope holds lr's cluster, and, in a fleet's spoke, that cl is the hub's, as last seen when.
+func explainCommandLock(out io.Writer, lr *locksv1.LockRequest, cl *locksv1.CommandLock, now time.Time) {
+	reason := orDefault(cl.Spec.Reason, "no reason given")
+	mirror := cl.Labels[locksv1.LabelMirror] == locksv1.MirrorHub
+	cluster := lr.Spec.Holder.Cluster
+	if mirror {
+		cluster = cl.Annotations[locksv1.AnnotationMirrorCluster] // the spoke's requests are its cluster's on the hub
+	}
+	switch s := cl.Spec.Clusters; {
+	case s == nil:
+		fmt.Fprintf(out, "  commandlock/%s freezes it: %s\n", cl.Name, reason)
+	case lr.Status.BlockedBy == "commandlock/"+cl.Name:
+		fmt.Fprintf(out, "  commandlock/%s freezes it (it freezes %s; cluster %s is one): %s\n", cl.Name, queue.ClusterScopeText(s), cluster, reason)
+	case cluster == "":
+		fmt.Fprintf(out, "  commandlock/%s does not freeze it: it freezes %s, and this request was made in the hub, in no cluster\n", cl.Name, queue.ClusterScopeText(s))
+	case slices.Contains(s.Names, cluster):
+		fmt.Fprintf(out, "  commandlock/%s freezes it (it freezes %s; cluster %s is one): %s\n", cl.Name, queue.ClusterScopeText(s), cluster, reason)
+	case s.Selector == nil:
+		fmt.Fprintf(out, "  commandlock/%s does not freeze it: it freezes %s, not cluster %s\n", cl.Name, queue.ClusterScopeText(s), cluster)
+	default:
+		fmt.Fprintf(out, "  commandlock/%s freezes %s: %s; whether cluster %s is one is the hub's to judge, by the labels it gives its members (the request's status says the hub's verdict)\n",
+			cl.Name, queue.ClusterScopeText(s), reason, cluster)
+	}
+	if !mirror {
+		return
+	}
+	seen, err := time.Parse(time.RFC3339, cl.Annotations[locksv1.AnnotationHubSeenAt])
+	switch {
+	case err != nil:
+		fmt.Fprintf(out, "    the hub's CommandLock, mirrored in this spoke (not yet dated: the agent has not read the hub since it started)\n")
+	case now.Sub(seen) > mirrorStale:
+		fmt.Fprintf(out, "    the hub's CommandLock, as last seen from the hub at %s (%s ago): this spoke has not heard from the hub since, so this is the freeze as it was then; nothing new is granted here until it hears again\n",
+			seen.UTC().Format(time.RFC3339), now.Sub(seen).Truncate(time.Second))
+	default:
+		fmt.Fprintf(out, "    the hub's CommandLock, as last seen from the hub at %s\n", seen.UTC().Format(time.RFC3339))
+	}
+}
+
+// mirrorStale is how old a CommandLock mirror's last sight of the hub may be before why says
+// the spoke has not heard from the hub: the agent reads the hub every 30 s and dates the mirror
+// once a minute (internal/fleet/spoke, MirrorRefresh), so 3 minutes is three missed dates.
+const mirrorStale = 3 * time.Minute
 
 // explainHeader writes the request's own state; listed says a queue below shows its place.
 func explainHeader(out io.Writer, lr *locksv1.LockRequest, listed bool) {

@@ -1,0 +1,339 @@
+package spoke
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
+)
+
+// Mirrors (docs/fleet.md, "Mirrors in a spoke"): the agent copies the hub's ProjectLocks (of
+// every namespace the spoke has: every namespace of a spoke is a fleet namespace) and its
+// CommandLocks into the spoke, read-only copies marked fleet.turnstile.dev/mirror=hub, so that
+// kubectl get locks, projectlocks and commandlocks and kubectl turnstile why in the spoke show
+// the hub's truth. Nothing in a spoke decides on them (controller.SetupSpoke runs no lock and no
+// CommandLock controller). The copy goes one way only, hub to spoke: nothing a spoke user writes
+// to a mirror reaches the hub, and the agent puts a mirror back when a spoke user edits or
+// deletes it (its spec is immutable anyway: the CRD's key rule). While the hub cannot be
+// reached the hub cache keeps the last objects it saw, so the mirrors stay as last seen; each
+// CommandLock mirror says when (AnnotationHubSeenAt).
+
+const (
+	// LabelMirror marks a spoke object that mirrors the hub's (value MirrorHub).
+	LabelMirror = locksv1.LabelMirror
+	// MirrorHub is LabelMirror's value.
+	MirrorHub = locksv1.MirrorHub
+	// AnnotationHubSeenAt is, on a CommandLock mirror, the last time the agent read the hub's
+	// CommandLocks (RFC 3339): the freeze is as the hub said then.
+	AnnotationHubSeenAt = locksv1.AnnotationHubSeenAt
+	// AnnotationHubResourceVersion is the hub object's resourceVersion the mirror copies.
+	AnnotationHubResourceVersion = locksv1.AnnotationHubResourceVersion
+
+	// MirrorRefresh is how often the agent reads the hub's CommandLocks past its cache, which
+	// confirms the mirrors and dates them.
+	MirrorRefresh = 30 * time.Second
+	// seenStep is how old a mirror's AnnotationHubSeenAt may grow before the agent rewrites
+	// it: one write per CommandLock per step while the hub answers.
+	seenStep = time.Minute
+)
+
+// +kubebuilder:rbac:groups=locks.turnstile.dev,resources=projectlocks;commandlocks,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=locks.turnstile.dev,resources=projectlocks/status;commandlocks/status,verbs=get;update;patch
+
+// IsMirror reports whether o is a mirror of a hub object.
+func IsMirror(o metav1.Object) bool { return o.GetLabels()[LabelMirror] == MirrorHub }
+
+// MirrorProjectLock is the spoke mirror of the hub's ProjectLock: its key, labels and status;
+// no finalizers (nothing in the spoke would remove them) and none of the hub's annotations.
+func MirrorProjectLock(hub *locksv1.ProjectLock) *locksv1.ProjectLock {
+	m := &locksv1.ProjectLock{ObjectMeta: mirrorMeta(hub)}
+	m.Spec = *hub.Spec.DeepCopy()
+	m.Status = *hub.Status.DeepCopy()
+	return m
+}
+
+// MirrorCommandLock is the spoke mirror of the hub's CommandLock, as the hub said it at seen:
+// its freeze, windows and cluster scope and the status the hub's reconciler judged. Not its
+// write freeze (spec.admission, status.admission): that freezes writes to the hub's API server,
+// and a mirror must not make the spoke's admission policy enforce it in the spoke.
+//
+// cluster is the spoke's (AnnotationMirrorCluster), for `why`.
+func MirrorCommandLock(hub *locksv1.CommandLock, cluster string, seen time.Time) *locksv1.CommandLock {
+	m := &locksv1.CommandLock{ObjectMeta: mirrorMeta(hub)}
+	m.Spec = *hub.Spec.DeepCopy()
+	m.Status = *hub.Status.DeepCopy()
+	// guard:fleet-mirror-no-write-freeze
+	m.Spec.Admission, m.Status.Admission = nil, nil
+	m.Annotations[locksv1.AnnotationMirrorCluster] = cluster
+	if !seen.IsZero() {
+		m.Annotations[AnnotationHubSeenAt] = seen.UTC().Format(time.RFC3339)
+	}
+	return m
+}
+
+func mirrorMeta(hub metav1.Object) metav1.ObjectMeta {
+	labels := maps.Clone(hub.GetLabels())
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	labels[LabelMirror] = MirrorHub
+	return metav1.ObjectMeta{
+		Name: hub.GetName(), Namespace: hub.GetNamespace(), Labels: labels,
+		Annotations: map[string]string{AnnotationHubResourceVersion: hub.GetResourceVersion()},
+	}
+}
+
+// HubSeenAt is when the hub's CommandLocks were last read for the mirror m (zero: unknown).
+func HubSeenAt(m metav1.Object) time.Time {
+	t, err := time.Parse(time.RFC3339, m.GetAnnotations()[AnnotationHubSeenAt])
+	if err != nil {
+		return time.Time{}
+	}
+	return t
+}
+
+// mirrors keeps the spoke's mirrors: a controller per kind, keyed by the object's name, woken
+// by the hub's object (its watch in the hub cache) and by the spoke's (a user's edit is put
+// back), and a refresher that reads the hub's CommandLocks past the cache.
+type mirrors struct {
+	a *Agent
+	// seen is the last time the hub's CommandLocks were read live; zero before the first read.
+	mu   sync.Mutex
+	seen time.Time
+}
+
+// setupMirrors adds the mirror controllers and the refresher to mgr, the spoke's manager.
+func (a *Agent) setupMirrors(mgr ctrl.Manager) error {
+	m := &mirrors{a: a}
+	same := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: o.GetName()}}}
+	})
+	err := builder.ControllerManagedBy(mgr).
+		Named("fleet-mirror-projectlocks").
+		For(&locksv1.ProjectLock{}).
+		WatchesRawSource(source.Kind(a.hubs, client.Object(&locksv1.ProjectLock{}), same)).
+		WatchesMetadata(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(m.hubLocksIn)).
+		Complete(reconcile.Func(m.reconcileProjectLock))
+	if err != nil {
+		return err
+	}
+	err = builder.ControllerManagedBy(mgr).
+		Named("fleet-mirror-commandlocks").
+		For(&locksv1.CommandLock{}).
+		WatchesRawSource(source.Kind(a.hubs, client.Object(&locksv1.CommandLock{}), same)).
+		Complete(reconcile.Func(m.reconcileCommandLock))
+	if err != nil {
+		return err
+	}
+	return mgr.Add(manager.RunnableFunc(m.refresh))
+}
+
+// hubLocksIn maps a spoke namespace to the hub's ProjectLocks in it: a namespace made in the
+// spoke after the hub's keys gets their mirrors then.
+func (m *mirrors) hubLocksIn(ctx context.Context, ns client.Object) []reconcile.Request {
+	var list locksv1.ProjectLockList
+	if err := m.a.hubs.List(ctx, &list, client.InNamespace(ns.GetName())); err != nil {
+		return nil
+	}
+	out := make([]reconcile.Request, 0, len(list.Items))
+	for i := range list.Items {
+		out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
+	}
+	return out
+}
+
+// reconcileProjectLock makes the spoke's object of this name the mirror of the hub's
+// ProjectLock, or deletes the mirror when the hub has none. A ProjectLock of a namespace the
+// spoke does not have is not mirrored (the agent makes no namespaces).
+func (m *mirrors) reconcileProjectLock(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	var hub locksv1.ProjectLock
+	err := m.a.hubs.Get(ctx, req.NamespacedName, &hub)
+	switch {
+	case apierrors.IsNotFound(err):
+		return reconcile.Result{}, m.deleteMirror(ctx, &locksv1.ProjectLock{}, req.NamespacedName)
+	case err != nil:
+		return reconcile.Result{}, err
+	}
+	want := MirrorProjectLock(&hub)
+	var cur locksv1.ProjectLock
+	err = m.a.spoke.Get(ctx, req.NamespacedName, &cur)
+	if apierrors.IsNotFound(err) {
+		return reconcile.Result{}, m.create(ctx, want, &cur, func() { want.Status.DeepCopyInto(&cur.Status) })
+	} else if err != nil {
+		return reconcile.Result{}, err
+	}
+	if !equality.Semantic.DeepEqual(cur.Spec, want.Spec) {
+		// Another key under this name (the key is immutable): a spoke user's ProjectLock made
+		// before the mirror. Replace it.
+		return reconcile.Result{}, m.deleteMirror(ctx, &cur, req.NamespacedName)
+	}
+	return reconcile.Result{}, m.update(ctx, &cur, want.ObjectMeta, func() bool {
+		same := equality.Semantic.DeepEqual(cur.Status, want.Status)
+		want.Status.DeepCopyInto(&cur.Status)
+		return !same
+	})
+}
+
+// reconcileCommandLock makes the spoke's CommandLock of this name the mirror of the hub's, or
+// deletes the mirror when the hub has none.
+func (m *mirrors) reconcileCommandLock(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	var hub locksv1.CommandLock
+	err := m.a.hubs.Get(ctx, req.NamespacedName, &hub)
+	switch {
+	case apierrors.IsNotFound(err):
+		return reconcile.Result{}, m.deleteMirror(ctx, &locksv1.CommandLock{}, req.NamespacedName)
+	case err != nil:
+		return reconcile.Result{}, err
+	}
+	var cur locksv1.CommandLock
+	err = m.a.spoke.Get(ctx, req.NamespacedName, &cur)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return reconcile.Result{}, err
+	}
+	// The mirror keeps the date it has unless the hub was read since: an edit put back while
+	// the hub is away is still the freeze as last seen then.
+	seen := m.seenAt()
+	if old := HubSeenAt(&cur); seen.IsZero() || (!old.IsZero() && seen.Sub(old) < seenStep && cur.Annotations[AnnotationHubResourceVersion] == hub.ResourceVersion) {
+		seen = old
+	}
+	want := MirrorCommandLock(&hub, m.a.opts.Cluster, seen)
+	if apierrors.IsNotFound(err) {
+		return reconcile.Result{}, m.create(ctx, want, &cur, func() { want.Status.DeepCopyInto(&cur.Status) })
+	}
+	specChanged := !equality.Semantic.DeepEqual(cur.Spec, want.Spec)
+	want.Spec.DeepCopyInto(&cur.Spec)
+	return reconcile.Result{}, m.update(ctx, &cur, want.ObjectMeta, func() bool {
+		same := equality.Semantic.DeepEqual(cur.Status, want.Status)
+		want.Status.DeepCopyInto(&cur.Status)
+		return !same
+	}, specChanged)
+}
+
+// create makes the mirror want, then writes its status (created objects have none): into cur,
+// the created object, by setStatus.
+func (m *mirrors) create(ctx context.Context, want, cur client.Object, setStatus func()) error {
+	if err := m.a.spoke.Create(ctx, want); err != nil {
+		if apierrors.IsAlreadyExists(err) || apierrors.IsNotFound(err) {
+			// AlreadyExists: the cache is behind (the next event brings it); NotFound: the
+			// namespace is not in the spoke, nothing to mirror into.
+			return nil
+		}
+		return fmt.Errorf("create mirror %s: %w", client.ObjectKeyFromObject(want), err)
+	}
+	if err := m.a.spoke.Get(ctx, client.ObjectKeyFromObject(want), cur); err != nil {
+		return err
+	}
+	setStatus()
+	if err := m.a.spoke.Status().Update(ctx, cur); err != nil && !apierrors.IsConflict(err) {
+		return fmt.Errorf("write mirror status %s: %w", client.ObjectKeyFromObject(want), err)
+	}
+	return nil
+}
+
+// update writes cur's metadata (labels and annotations as meta says, the spoke's own finalizers
+// gone) when they differ, or spec when specChanged, then its status when setStatus says it
+// changed.
+func (m *mirrors) update(ctx context.Context, cur client.Object, meta metav1.ObjectMeta, setStatus func() bool, specChanged ...bool) error {
+	changed := len(specChanged) > 0 && specChanged[0]
+	// guard:fleet-mirror-put-back
+	if !maps.Equal(cur.GetLabels(), meta.Labels) || !maps.Equal(cur.GetAnnotations(), meta.Annotations) || len(cur.GetFinalizers()) > 0 {
+		cur.SetLabels(meta.Labels)
+		cur.SetAnnotations(meta.Annotations)
+		cur.SetFinalizers(nil)
+		changed = true
+	}
+	if changed {
+		if err := m.a.spoke.Update(ctx, cur); err != nil {
+			return client.IgnoreNotFound(err)
+		}
+	}
+	if setStatus() {
+		if err := m.a.spoke.Status().Update(ctx, cur); err != nil {
+			return client.IgnoreNotFound(err)
+		}
+	}
+	return nil
+}
+
+// deleteMirror deletes the spoke's object key when it is a mirror, or when o (already read)
+// is one to replace; a spoke object that is no mirror and names no hub object is left alone.
+func (m *mirrors) deleteMirror(ctx context.Context, o client.Object, key types.NamespacedName) error {
+	if o.GetName() == "" {
+		if err := m.a.spoke.Get(ctx, key, o); err != nil {
+			return client.IgnoreNotFound(err)
+		}
+		// guard:fleet-mirror-delete-only-mirrors
+		if !IsMirror(o) {
+			return nil
+		}
+	}
+	log.FromContext(ctx).V(1).Info("deleting mirror", "key", key.String())
+	pre := client.Preconditions{UID: new(o.GetUID())}
+	return client.IgnoreNotFound(m.a.spoke.Delete(ctx, o, pre))
+}
+
+func (m *mirrors) seenAt() time.Time {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.seen
+}
+
+// refresh reads the hub's CommandLocks past the cache every MirrorRefresh: each answered read
+// dates the mirrors (AnnotationHubSeenAt, rewritten once a seenStep) and puts them in line
+// with the hub even if a watch event was missed.
+func (m *mirrors) refresh(ctx context.Context) error {
+	t := m.a.opts.Clock.NewTicker(MirrorRefresh)
+	defer t.Stop()
+	for {
+		m.refreshOnce(ctx)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C():
+		}
+	}
+}
+
+func (m *mirrors) refreshOnce(ctx context.Context) {
+	var hub locksv1.CommandLockList
+	if err := m.a.hub.List(ctx, &hub); err != nil {
+		log.FromContext(ctx).V(1).Info("the hub's CommandLocks cannot be read: the mirrors stay as last seen", "error", err.Error())
+		return
+	}
+	m.mu.Lock()
+	m.seen = m.a.opts.Clock.Now()
+	m.mu.Unlock()
+	names := map[string]bool{}
+	for i := range hub.Items {
+		names[hub.Items[i].Name] = true
+		if _, err := m.reconcileCommandLock(ctx, reconcile.Request{NamespacedName: types.NamespacedName{Name: hub.Items[i].Name}}); err != nil {
+			log.FromContext(ctx).Info("mirror commandlock", "name", hub.Items[i].Name, "error", err.Error())
+		}
+	}
+	var mine locksv1.CommandLockList
+	if err := m.a.spoke.List(ctx, &mine, client.MatchingLabels{LabelMirror: MirrorHub}); err != nil {
+		return
+	}
+	for i := range mine.Items {
+		if !names[mine.Items[i].Name] {
+			_ = m.deleteMirror(ctx, &mine.Items[i], types.NamespacedName{Name: mine.Items[i].Name})
+		}
+	}
+}
