@@ -577,7 +577,7 @@ func TestFleetTemplate(t *testing.T) {
 		"the members come from values, in turnstile-fleet": {
 			src: "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: turnstile-fleet-members\n  namespace: turnstile-fleet\ndata: {}\n",
 			want: head + "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ include \"turnstile.fullname\" . }}-fleet-members\n  namespace: turnstile-fleet\n" + labels +
-				"data:\n  {{- range $cluster, $labels := .Values.fleet.members }}\n  {{ $cluster }}: {{ toJson (default (dict) $labels) | quote }}\n  {{- end }}\n{{- end }}\n",
+				"data:\n  {{- range $cluster, $labels := .Values.fleet.members }}\n  {{ $cluster }}: {{ dict \"labels\" (default (dict) $labels) | toJson | quote }}\n  {{- end }}\n{{- end }}\n",
 		},
 		"a binding keeps its params in turnstile-fleet": {
 			src: "apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingAdmissionPolicyBinding\nmetadata:\n  name: turnstile-fleet-members\nspec:\n  policyName: turnstile-fleet-members\n" +
@@ -593,7 +593,7 @@ func TestFleetTemplate(t *testing.T) {
 		"a ServiceAccount subject": {
 			src: "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata:\n  name: turnstile-fleet-x\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: ClusterRole\n  name: turnstile-fleet-x\n" +
 				"subjects:\n- kind: ServiceAccount\n  name: spoke-a\n  namespace: turnstile-fleet\n",
-			wantErr: "config/fleet binds the spokes' groups only",
+			wantErr: "config/fleet binds the spokes' groups and the manager's ServiceAccount only",
 		},
 		"params in another namespace": {
 			src: "apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingAdmissionPolicyBinding\nmetadata:\n  name: turnstile-fleet-members\nspec:\n  policyName: turnstile-fleet-members\n" +

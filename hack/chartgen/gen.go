@@ -721,7 +721,7 @@ func stringMap(m map[string]any) map[string]string {
 const fleetNamespace = "turnstile-fleet"
 
 // fleetKinds are the kinds config/fleet may hold.
-var fleetKinds = []string{"Namespace", "ConfigMap", "ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+var fleetKinds = []string{"Namespace", "ConfigMap", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
 
 // fleetTemplate turns a file of config/fleet (the hub's side of a fleet: docs/fleet.md) into a
 // template installed when fleet.role is hub: the namespace turnstile-fleet verbatim; the
@@ -771,8 +771,8 @@ func fleetTemplate(src string, data []byte) ([]byte, error) {
 			if len(asMap(o["data"])) > 0 {
 				return nil, fmt.Errorf("ConfigMap %s: the members come from fleet.members, not config/fleet", objName)
 			}
-			b.WriteString("data:\n  {{- range $cluster, $labels := .Values.fleet.members }}\n  {{ $cluster }}: {{ toJson (default (dict) $labels) | quote }}\n  {{- end }}\n")
-		case "ClusterRole", "ClusterRoleBinding":
+			b.WriteString("data:\n  {{- range $cluster, $labels := .Values.fleet.members }}\n  {{ $cluster }}: {{ dict \"labels\" (default (dict) $labels) | toJson | quote }}\n  {{- end }}\n")
+		case "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding":
 			if err := fleetRBAC(&b, kind, objName, o); err != nil {
 				return nil, err
 			}
@@ -791,8 +791,9 @@ func fleetTemplate(src string, data []byte) ([]byte, error) {
 
 func asSlice(v any) []any { s, _ := v.([]any); return s }
 
-// fleetRBAC writes a ClusterRole's or ClusterRoleBinding's body: rules verbatim, the role
-// reference renamed after the release, the spokes' groups as subjects (nothing else).
+// fleetRBAC writes a role's or binding's body: rules verbatim, the role reference renamed after
+// the release, the spokes' groups and the manager's ServiceAccount (as the chart names it, in
+// the release namespace: the hub's managers read the members) as subjects, nothing else.
 func fleetRBAC(b *strings.Builder, kind, objName string, o map[string]any) error {
 	rest := map[string]any{}
 	for k, v := range o {
@@ -808,15 +809,21 @@ func fleetRBAC(b *strings.Builder, kind, objName string, o map[string]any) error
 		ref["name"] = fullnamePlaceholder + strings.TrimPrefix(refName, fullname)
 	}
 	for _, s := range asSlice(rest["subjects"]) {
-		if k := fmt.Sprint(asMap(s)["kind"]); k != "Group" {
-			return fmt.Errorf("%s %s: subject kind %s: config/fleet binds the spokes' groups only", kind, objName, k)
+		subject := asMap(s)
+		switch k := fmt.Sprint(subject["kind"]); {
+		case k == "Group":
+		case k == "ServiceAccount" && subject["name"] == managerServiceAccount:
+			subject["name"], subject["namespace"] = serviceAccountPlaceholder, namespacePlaceholder
+		default:
+			return fmt.Errorf("%s %s: subject %s %v: config/fleet binds the spokes' groups and the manager's ServiceAccount only", kind, objName, k, subject["name"])
 		}
 	}
 	text, err := yaml.Marshal(rest)
 	if err != nil {
 		return err
 	}
-	b.WriteString(strings.ReplaceAll(escape(string(text)), fullnamePlaceholder, fullname))
+	b.WriteString(strings.NewReplacer(fullnamePlaceholder, fullname, serviceAccountPlaceholder, serviceAccountName,
+		namespacePlaceholder, releaseNamespace).Replace(escape(string(text))))
 	return nil
 }
 

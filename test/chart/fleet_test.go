@@ -36,7 +36,7 @@ func TestFleetMatchesKustomize(t *testing.T) {
 					}
 				}
 				if o.Kind() == "ConfigMap" {
-					o["data"] = map[string]any{"eu-west-1": `{"region":"eu"}`, "us-east-1": "{}"}
+					o["data"] = map[string]any{"eu-west-1": `{"labels":{"region":"eu"}}`, "us-east-1": `{"labels":{}}`}
 				}
 				want[o.Kind()+" "+o.Meta("namespace")+"/"+o.Meta("name")] = map[string]any(o)
 			}

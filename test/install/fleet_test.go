@@ -88,7 +88,7 @@ var _ = Describe("A fleet installed with the Helm chart: a hub and a spoke", Ord
 		podSpec := install(hub, "--set", "fleet.role=hub", "--set-json", `fleet.members={"`+member+`":{"region":"eu"}}`,
 			"--set", "fleet.namespaces={"+team+"}")
 		Expect(hub.mustKubectl("", "-n", "turnstile-fleet", "get", "configmap", "turnstile-fleet-members", "-o", "jsonpath={.data}")).
-			To(MatchJSON(`{"` + member + `":"{\"region\":\"eu\"}"}`))
+			To(MatchJSON(`{"` + member + `":"{\"labels\":{\"region\":\"eu\"}}"}`))
 		Expect(hub.mustKubectl("", "-n", team, "get", "rolebinding", "turnstile-fleet-spoke", "-o", "jsonpath={.roleRef.name}")).
 			To(Equal("turnstile-fleet-spoke"))
 		hubMgr = start(hub, "hub-manager", podSpec, podSpec["containers"].([]any)[0].(map[string]any))
