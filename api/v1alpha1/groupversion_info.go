@@ -27,6 +27,7 @@ func addKnownTypes(s *runtime.Scheme) error {
 		&LockRequest{}, &LockRequestList{},
 		&ProjectLock{}, &ProjectLockList{},
 		&CommandLock{}, &CommandLockList{},
+		&Spoke{}, &SpokeList{},
 	)
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil

@@ -16,20 +16,25 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
+	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
 	"github.com/turnstile-dev/turnstile/internal/cache"
 	"github.com/turnstile-dev/turnstile/internal/compat"
 	"github.com/turnstile-dev/turnstile/internal/controller"
 	"github.com/turnstile-dev/turnstile/internal/deadlock"
+	"github.com/turnstile-dev/turnstile/internal/fleet/hub"
 	"github.com/turnstile-dev/turnstile/internal/fleet/skew"
 	"github.com/turnstile-dev/turnstile/internal/fleet/spoke"
 	"github.com/turnstile-dev/turnstile/internal/lockmetrics"
@@ -284,8 +289,13 @@ func run(ctx context.Context, o options) error {
 		if err := setupSpoke(mgr, o, setup); err != nil {
 			return err
 		}
-	} else if err := controller.Setup(ctx, mgr, setup); err != nil {
-		return err
+	} else {
+		if err := controller.Setup(ctx, mgr, setup); err != nil {
+			return err
+		}
+		if err := setupHub(ctx, mgr, setup.Router, log); err != nil {
+			return err
+		}
 	}
 	if o.gateWorkloads {
 		if err := workload.SetupWithManager(mgr); err != nil {
@@ -328,6 +338,28 @@ func setupSpoke(mgr ctrl.Manager, o options, setup controller.SetupOptions) erro
 	}
 	_, err = spoke.SetupWithManager(mgr, spoke.Options{Cluster: o.clusterName, Hub: hub, Settings: o.fleetSettings()})
 	return err
+}
+
+// setupHub runs the fleet view (internal/fleet/hub) on a manager that is not a spoke: every
+// such manager is a hub to the spokes its members ConfigMap lists, and without config/fleet it
+// keeps no Spoke. An API server that does not serve Spokes (CRDs of an older release) turns it
+// off, saying so once.
+func setupHub(ctx context.Context, mgr ctrl.Manager, router sharding.Router, log logr.Logger) error {
+	gvk := locksv1.GroupVersion.WithKind("Spoke")
+	if _, err := mgr.GetRESTMapper().RESTMapping(gvk.GroupKind(), gvk.Version); err != nil {
+		if meta.IsNoMatchError(err) {
+			log.Info("the API server serves no Spokes (install this release's CRDs): the fleet view is off")
+			return nil
+		}
+		return fmt.Errorf("the Spoke resource: %w", err)
+	}
+	if err := hub.NewSpokeReconciler(mgr.GetClient(), hub.WithRouter(router)).SetupWithManager(ctx, mgr); err != nil {
+		return err
+	}
+	if err := metrics.Registry.Register(hub.NewCollector(mgr.GetCache(), nil)); err != nil {
+		return fmt.Errorf("register fleet metrics: %w", err)
+	}
+	return nil
 }
 
 func reportCluster(mgr ctrl.Manager, log logr.Logger) (*compat.Reporter, error) {
@@ -376,7 +408,7 @@ func newManager(o options) (ctrl.Manager, error) {
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        controller.NewScheme(),
-		Cache:                         cache.Options(),
+		Cache:                         cacheOptions(),
 		NewCache:                      cache.New,
 		Metrics:                       metricsOpts,
 		HealthProbeBindAddress:        o.probeAddr,
@@ -393,6 +425,14 @@ func newManager(o options) (ctrl.Manager, error) {
 		return nil, fmt.Errorf("create manager: %w", err)
 	}
 	return mgr, nil
+}
+
+// cacheOptions are the manager's cache's options: internal/cache's, and of ConfigMaps only the
+// fleet's members (internal/fleet/hub).
+func cacheOptions() ctrlcache.Options {
+	o := cache.Options()
+	o.ByObject = map[client.Object]ctrlcache.ByObject{hub.CacheObject(): hub.CacheOptions()}
+	return o
 }
 
 // joinMembership adds this replica's membership (--active-active) to mgr, with its metric.

@@ -9,6 +9,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -218,6 +219,50 @@ var _ = Describe("A fleet's spokes on the hub", Ordered, func() {
 		pl := &locksv1.ProjectLock{ObjectMeta: metav1.ObjectMeta{Namespace: t.ns, Name: "mirror-probe"}}
 		Expect(eu.Create(ctx, pl, client.DryRunAll)).To(MatchError(ContainSubstring("forbidden")), "a spoke writes no ProjectLock on the hub")
 		Expect(eu.Delete(ctx, pl)).To(MatchError(ContainSubstring("forbidden")))
+	})
+
+	It("lets a spoke renew its heartbeat Lease in turnstile-fleet with its clock skew in seconds, and nothing else there", func() {
+		heartbeat := func(cluster, skew string) *coordinationv1.Lease {
+			l := hubLease(cluster)
+			l.Namespace = "turnstile-fleet"
+			l.Labels["fleet.turnstile.dev/cluster"] = cluster
+			if skew != "" {
+				l.Annotations = map[string]string{"fleet.turnstile.dev/clock-skew": skew}
+			}
+			return l
+		}
+		By("its own heartbeat, created and renewed as its agent does, with the skew it measured")
+		mine := heartbeat("eu-west-1", "")
+		Expect(eu.Create(ctx, mine)).To(Succeed())
+		Expect(eu.Get(ctx, client.ObjectKeyFromObject(mine), mine)).To(Succeed())
+		mine.Annotations = map[string]string{"fleet.turnstile.dev/clock-skew": "0.042"}
+		Expect(eu.Update(ctx, mine)).To(Succeed())
+		Expect(mine.Annotations).To(HaveKeyWithValue("locks.turnstile.dev/created-by", euName), "the hub's fleet view trusts it by this stamp")
+
+		By("a skew in any other form")
+		for _, bad := range []string{"42ms", "-0.042", "0.04", "1e3", "10000.000"} {
+			mine.Annotations["fleet.turnstile.dev/clock-skew"] = bad
+			expectDenied(eu.Update(ctx, mine.DeepCopy()), denial(leaseRef("spoke-eu-west-1"), spokePolicy,
+				`hub Lease spoke-eu-west-1: annotation fleet.turnstile.dev/clock-skew is the measured clock skew in seconds to the millisecond (e.g. 0.042), not "`+bad+`"`))
+		}
+		expectDenied(eu.Create(ctx, heartbeat("eu-west-1", "soon")), denial(leaseRef("spoke-eu-west-1"), spokePolicy,
+			`hub Lease spoke-eu-west-1: annotation fleet.turnstile.dev/clock-skew is the measured clock skew in seconds to the millisecond (e.g. 0.042), not "soon"`))
+
+		By("another spoke's heartbeat, or another Lease there")
+		Expect(us.Create(ctx, heartbeat("us-east-1", "0.001"))).To(Succeed())
+		theirs := heartbeat("us-east-1", "")
+		Expect(admin.Get(ctx, client.ObjectKeyFromObject(theirs), theirs)).To(Succeed())
+		theirs.Annotations["fleet.turnstile.dev/clock-skew"] = "0.000"
+		expectDeniedByOneOf(eu.Update(ctx, theirs.DeepCopy()),
+			denial(leaseRef("spoke-us-east-1"), spokePolicy, "spoke eu-west-1 writes only its own hub Lease spoke-eu-west-1, not spoke-us-east-1"),
+			denial(leaseRef("spoke-us-east-1"), "turnstile-holder-lease", fmt.Sprintf("lease spoke-us-east-1 is the holder Lease of %[1]s (label locks.turnstile.dev/role): "+
+				"only %[1]s or a turnstile-admin in namespace turnstile-fleet may update it, and you are %[2]s; to take its locks, wait for them or ask an admin to force-unlock", usName, euName)))
+		other := heartbeat("eu-west-1", "")
+		other.Name = "turnstile-fleet-members"
+		expectDenied(eu.Create(ctx, other), denial(leaseRef("turnstile-fleet-members"), spokePolicy,
+			"spoke eu-west-1 writes only its own hub Lease spoke-eu-west-1, not turnstile-fleet-members"))
+		err := eu.Delete(ctx, mine.DeepCopy())
+		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "its heartbeat lapses, it is not deleted (RBAC: no delete there): %v", err)
 	})
 
 	It("refuses a cluster that is not a member, and a ServiceAccount that is not a spoke", func() {

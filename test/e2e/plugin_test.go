@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"syscall"
@@ -114,5 +115,26 @@ var _ = Describe("The kubectl turnstile plugin", func() {
 		_, err := kubectl("turnstile", "-n", ns, "acquire", "-l", "acme-infra")
 		Expect(err).To(HaveOccurred())
 		Expect(stderrOf(err)).To(MatchRegexp(regexp.QuoteMeta(`--lock "acme-infra": want REPO:PATH[:WORKSPACE[:PROJECT]]`)))
+	})
+})
+
+var _ = Describe("The fleet view on a hub", func() {
+	It("lists a member as a Spoke: kubectl get spokes and kubectl turnstile fleet say it never connected, and why", func() {
+		const cluster = "e2e-fleet-view"
+		mustKubectl("apply", "--server-side", "-f", filepath.Join(repoRoot, "config", "fleet", "namespace.yaml"),
+			"-f", filepath.Join(repoRoot, "config", "fleet", "members.yaml"))
+		mustKubectl("-n", "turnstile-fleet", "patch", "configmap", "turnstile-fleet-members", "--type=merge",
+			"-p", `{"data":{"`+cluster+`":"{\"region\":\"eu\"}"}}`)
+		DeferCleanup(func() {
+			mustKubectl("-n", "turnstile-fleet", "patch", "configmap", "turnstile-fleet-members", "--type=merge", "-p", `{"data":{"`+cluster+`":null}}`)
+			Eventually(func() (string, error) { return kubectl("get", "spokes", "-o", "name") }).WithTimeout(settle).WithPolling(poll).
+				ShouldNot(ContainSubstring(cluster), "a cluster removed from the members loses its Spoke")
+		})
+		Eventually(func() (string, error) { return kubectl("get", "spokes") }).WithTimeout(settle).WithPolling(poll).
+			Should(MatchRegexp(`(?m)^NAME\s+CONNECTION\s+SINCE\s+HEARTBEAT\s+SKEW\s+HOLDERS\s+WAITERS\s+AGE\n(.*\n)*` + cluster + `\s+Never\s+0\s+0\s+\S+`))
+		Expect(mustKubectl("get", "spoke", cluster, "-o", "jsonpath={.spec.labels.region}")).To(Equal("eu"))
+		out := mustKubectl("turnstile", "fleet")
+		Expect(out).To(MatchRegexp(`(?m)^` + cluster + `\s+Never\s+-\s+-\s+-\s+0\s+0\s+False$`))
+		Expect(out).To(ContainSubstring(cluster + ": NeverConnected: the agent of cluster " + cluster + " has not renewed a hub Lease yet"))
 	})
 })

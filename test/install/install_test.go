@@ -343,6 +343,15 @@ spec:
 `, "apply", "-f", "-")
 		Eventually(phase("apply-pr-102")).WithTimeout(settle).WithPolling(poll).Should(Equal(locksv1.PhaseExpired))
 		scrapeInto(a) // releases and expirations counted
+
+		By("a fleet member declared on this cluster, its hub: the manager keeps its Spoke (the fleet view) with the installed RBAC")
+		c.mustKubectl("", "apply", "--server-side", "-f", filepath.Join(repoRoot, "config", "fleet", "namespace.yaml"),
+			"-f", filepath.Join(repoRoot, "config", "fleet", "members.yaml"))
+		c.mustKubectl("", "-n", "turnstile-fleet", "patch", "configmap", "turnstile-fleet-members", "--type=merge", "-p", `{"data":{"eu-west-1":"{}"}}`)
+		Eventually(func() (string, error) {
+			return c.kubectl("", "get", "spoke", "eu-west-1", "-o", "jsonpath={.status.connection}")
+		}).WithTimeout(settle).WithPolling(poll).Should(Equal("Never"))
+		scrapeInto(a) // the spoke's gauges
 	})
 
 	It("serves its metrics over HTTPS only to scrapers the installed RBAC allows", func() {

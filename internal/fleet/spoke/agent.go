@@ -299,6 +299,7 @@ func (a *Agent) renewOnce(ctx context.Context, ns string) error {
 	wctx := context.WithValue(ctx, dateKey{}, date)
 	sent := a.opts.Clock.Now()
 	now := metav1.NewMicroTime(sent)
+	skewed, measured := a.skewBound()
 	switch {
 	case apierrors.IsNotFound(err):
 		lease = coordinationv1.Lease{
@@ -309,6 +310,9 @@ func (a *Agent) renewOnce(ctx context.Context, ns string) error {
 				AcquireTime:          &now, RenewTime: &now,
 			},
 		}
+		if measured {
+			lease.Annotations = map[string]string{AnnotationClockSkew: FormatSkew(skewed)}
+		}
 		if err := a.hub.Create(wctx, &lease); err != nil {
 			return fmt.Errorf("create hub lease %s/%s: %w", ns, name, err)
 		}
@@ -317,6 +321,12 @@ func (a *Agent) renewOnce(ctx context.Context, ns string) error {
 	default:
 		lease.Spec.RenewTime = &now
 		lease.Spec.LeaseDurationSeconds = ptr.To(int32(a.opts.LeaseDuration / time.Second))
+		if measured {
+			if lease.Annotations == nil {
+				lease.Annotations = map[string]string{}
+			}
+			lease.Annotations[AnnotationClockSkew] = FormatSkew(skewed)
+		}
 		if err := a.hub.Update(wctx, &lease); err != nil {
 			return fmt.Errorf("renew hub lease %s/%s: %w", ns, name, err)
 		}
@@ -361,14 +371,16 @@ func (a *Agent) renewer() manager.RunnableFunc {
 	}
 }
 
-// renewAll renews the Lease of each namespace in use: one with a hub request of this cluster
-// that is not final.
+// renewAll renews the Lease of each namespace in use (one with a hub request of this cluster
+// that is not final) and the heartbeat Lease in FleetNamespace.
 func (a *Agent) renewAll(ctx context.Context) error {
 	var list locksv1.LockRequestList
 	if err := a.hubs.List(ctx, &list); err != nil {
 		return err
 	}
-	inUse := map[string]bool{}
+	// The heartbeat Lease, renewed whether or not the spoke holds anything: the hub's fleet view
+	// tells an idle spoke from a lost one by it.
+	inUse := map[string]bool{FleetNamespace: true}
 	for i := range list.Items {
 		if !list.Items[i].Status.Phase.IsFinal() {
 			inUse[list.Items[i].Namespace] = true
@@ -379,4 +391,19 @@ func (a *Agent) renewAll(ctx context.Context) error {
 		errs = append(errs, a.renew(ctx, ns))
 	}
 	return errors.Join(errs...)
+}
+
+// skewBound is the largest clock skew bound of the agent's hub Leases, which it publishes on
+// each (AnnotationClockSkew); false before the first measure.
+func (a *Agent) skewBound() (time.Duration, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out time.Duration
+	var ok bool
+	for _, c := range a.clocks {
+		if b, known := c.st.Skew.Max(); known {
+			out, ok = max(out, b), true
+		}
+	}
+	return out, ok
 }

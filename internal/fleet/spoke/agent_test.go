@@ -73,6 +73,10 @@ func fleet(t *testing.T, ns string) {
 		if spk, envErr = framework.Start(""); envErr != nil {
 			return
 		}
+		// The hub's fleet namespace (config/fleet), where the agent renews its heartbeat Lease.
+		if envErr = hub.Client.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: spoke.FleetNamespace}}); envErr != nil {
+			return
+		}
 		hubMgr, envErr = hub.StartManager(controller.SetupOptions{Queue: queue.DefaultConfig()})
 	})
 	if envErr != nil {
@@ -352,4 +356,26 @@ func TestAgentRestartedLosesAndDoublesNothing(t *testing.T) {
 		g.Expect(byName[cluster+".recreated"].Annotations).To(gomega.HaveKeyWithValue(spoke.AnnotationSpokeUID, string(recreated.UID)))
 		g.Expect(byName).To(gomega.HaveKey(cluster + ".new"))
 	}).Should(gomega.Succeed())
+}
+
+// An idle spoke (no request anywhere) renews its heartbeat Lease in the hub's fleet namespace,
+// and publishes on it the clock skew bound its renewals measured, for the hub's fleet view
+// (internal/fleet/hub reads both).
+func TestAgentPublishesItsHeartbeatAndSkew(t *testing.T) {
+	fleet(t, "team-heartbeat")
+	g := gomega.NewWithT(t)
+	// Renewals every 4 s: the first writes the Lease and measures, the second publishes.
+	m := startSpokeWith(t, rest.CopyConfig(hub.Config), skew.Settings{Lease: 12 * time.Second, Grace: time.Second, MaxSkew: 2 * time.Second})
+	defer func() { g.Expect(m.Stop()).To(gomega.Succeed()) }()
+	var lease coordinationv1.Lease
+	g.Eventually(func() (string, error) {
+		err := hub.Client.Get(context.Background(), client.ObjectKey{Namespace: spoke.FleetNamespace, Name: spoke.LeaseName(cluster)}, &lease)
+		return lease.Annotations[spoke.AnnotationClockSkew], err
+	}).Should(gomega.MatchRegexp(`^[0-9]{1,4}\.[0-9]{3}$`), "the skew, in seconds to the millisecond (the hub's admission policy admits no other form)")
+	g.Expect(lease.Labels).To(gomega.HaveKeyWithValue(spoke.LabelCluster, cluster))
+	g.Expect(lease.Spec.LeaseDurationSeconds).To(gomega.Equal(ptr.To(int32(12))))
+	skewed, err := strconv.ParseFloat(lease.Annotations[spoke.AnnotationClockSkew], 64)
+	g.Expect(err).NotTo(gomega.HaveOccurred())
+	// One process, one clock: the bound is the Date header's second and the round trip.
+	g.Expect(skewed).To(gomega.BeNumerically("<=", 2), "clocks in step measure at most 1 s + the round trip")
 }

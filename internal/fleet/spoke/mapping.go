@@ -7,7 +7,9 @@ package spoke
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"strconv"
 	"strings"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -30,6 +32,14 @@ const (
 	// RoleSpoke is the locks.turnstile.dev/role of a spoke's hub Lease: the hub's holder-Lease
 	// rule protects it as it protects every labelled holder Lease.
 	RoleSpoke = "spoke"
+	// AnnotationClockSkew is the clock skew bound the agent measured against the hub (seconds,
+	// FormatSkew), which it writes on its hub Leases with each renewal for the hub's fleet view
+	// (internal/fleet/hub): a spoke may write only its own Leases there.
+	AnnotationClockSkew = "fleet.turnstile.dev/clock-skew"
+	// FleetNamespace is the hub's fleet namespace (config/fleet): the spokes' ServiceAccounts,
+	// the members ConfigMap, and each spoke's heartbeat Lease spoke-<cluster>, which the agent
+	// renews whether or not it holds anything, so the hub tells an idle spoke from a lost one.
+	FleetNamespace = "turnstile-fleet"
 	// maxName is the longest object name (a DNS subdomain).
 	maxName = 253
 )
@@ -45,6 +55,11 @@ func HubName(cluster, name string) string {
 	suffix := "-" + hex.EncodeToString(sum[:])[:16]
 	keep := strings.TrimRight(full[:maxName-len(suffix)], ".-")
 	return keep + suffix
+}
+
+// FormatSkew writes a skew bound as AnnotationClockSkew's value: seconds, to the millisecond.
+func FormatSkew(d time.Duration) string {
+	return strconv.FormatFloat(d.Round(time.Millisecond).Seconds(), 'f', 3, 64)
 }
 
 // LeaseName is the spoke's holder Lease on the hub, one in each namespace it uses.

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/turnstile-dev/turnstile/internal/plugin/cmd/dashboard"
+	"github.com/turnstile-dev/turnstile/internal/plugin/cmd/fleet"
 	"github.com/turnstile-dev/turnstile/internal/plugin/cmd/freeze"
 	"github.com/turnstile-dev/turnstile/internal/plugin/cmd/locks"
 	"github.com/turnstile-dev/turnstile/internal/plugin/cmd/run"
@@ -62,6 +63,6 @@ holding one (flock for Kubernetes), freezes commands, and explains why a request
 	g.Flags.AddFlags(root.PersistentFlags())
 
 	root.AddCommand(freeze.NewCmdBreakGlass(g), locks.NewCmdLocks(g), locks.NewCmdAcquire(g), locks.NewCmdRelease(g), run.NewCmdRun(g),
-		freeze.NewCmdFreeze(g), freeze.NewCmdThaw(g), why.NewCmdWhy(g), dashboard.NewCmdDashboard(g), version.NewCmdVersion())
+		freeze.NewCmdFreeze(g), freeze.NewCmdThaw(g), why.NewCmdWhy(g), dashboard.NewCmdDashboard(g), fleet.NewCmdFleet(g), version.NewCmdVersion())
 	return root
 }

@@ -1,0 +1,107 @@
+// Package fleet is `kubectl turnstile fleet`: the fleet at a glance, read on its hub from the
+// Spokes the hub's manager keeps (docs/fleet.md).
+package fleet
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/duration"
+
+	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
+	"github.com/turnstile-dev/turnstile/internal/plugin/cmd/util"
+)
+
+// NewCmdFleet is `fleet`: each spoke's connection, heartbeat, clock skew, holders and waiters.
+func NewCmdFleet(g *util.Globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "fleet",
+		Short: "The fleet at a glance, on its hub: each spoke's connection, heartbeat, clock skew, holders and waiters",
+		Long: `fleet lists the hub's Spokes, one per member of the fleet (turnstile-fleet/turnstile-fleet-members):
+whether each is connected (a hub Lease of its agent is live), since when, its last heartbeat, the clock
+skew its agent measured against the hub, and how many of the hub's requests it holds and waits for.
+A spoke that is not Ready says why.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, _, err := g.Client()
+			if err != nil {
+				return err
+			}
+			var spokes locksv1.SpokeList
+			if err := c.List(cmd.Context(), &spokes); err != nil {
+				if meta.IsNoMatchError(err) {
+					return fmt.Errorf("this cluster serves no Spokes: it is not a fleet's hub, or its Turnstile predates the fleet view (docs/fleet.md)")
+				}
+				return fmt.Errorf("list spokes: %w", err)
+			}
+			return Print(cmd.OutOrStdout(), spokes.Items, time.Now())
+		},
+	}
+}
+
+// Print writes the fleet view of spokes at now: a row per spoke (by name), then a summary,
+// then why each spoke that is not Ready is not.
+func Print(out io.Writer, spokes []locksv1.Spoke, now time.Time) error {
+	if len(spokes) == 0 {
+		_, err := fmt.Fprintln(out, "No spokes: this hub's fleet has no members (kubectl -n turnstile-fleet get configmap turnstile-fleet-members).")
+		return err
+	}
+	spokes = slices.Clone(spokes)
+	slices.SortFunc(spokes, func(a, b locksv1.Spoke) int { return strings.Compare(a.Name, b.Name) })
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "CLUSTER\tCONNECTION\tSINCE\tHEARTBEAT\tSKEW\tHOLDERS\tWAITERS\tREADY")
+	count := map[locksv1.SpokeConnection]int{}
+	var holders, waiters int32
+	var notReady []string
+	for i := range spokes {
+		sp := &spokes[i]
+		conn := sp.Status.Connection
+		if conn == "" {
+			conn = "Unknown" // not reconciled yet
+		}
+		count[conn]++
+		holders += sp.Status.Holders
+		waiters += sp.Status.Waiters
+		ready := "Unknown"
+		if c := meta.FindStatusCondition(sp.Status.Conditions, locksv1.ConditionReady); c != nil {
+			ready = string(c.Status)
+			if c.Status != metav1.ConditionTrue {
+				notReady = append(notReady, fmt.Sprintf("%s: %s: %s", sp.Name, c.Reason, c.Message))
+			}
+		}
+		if stalled := meta.FindStatusCondition(sp.Status.Conditions, locksv1.ConditionStalled); stalled != nil &&
+			stalled.Status == metav1.ConditionTrue && stalled.Reason != locksv1.ReasonSpokeUnreachable {
+			notReady = append(notReady, fmt.Sprintf("%s: %s: %s", sp.Name, stalled.Reason, stalled.Message))
+		}
+		skew := "-"
+		if sp.Status.ClockSkew != nil {
+			skew = fmt.Sprintf("%.3fs", sp.Status.ClockSkew.Seconds())
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n", sp.Name, conn, age(sp.Status.ConnectionSince, now), age(sp.Status.LastHeartbeat, now),
+			skew, sp.Status.Holders, sp.Status.Waiters, ready)
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "\n%d spokes: %d connected, %d unreachable, %d never connected; %d holders, %d waiters.\n",
+		len(spokes), count[locksv1.SpokeConnected], count[locksv1.SpokeUnreachable], count[locksv1.SpokeNever], holders, waiters)
+	for _, s := range notReady {
+		fmt.Fprintln(out, s)
+	}
+	return nil
+}
+
+// age is how long ago t was ("-" when unset), as kubectl prints ages.
+func age(t *metav1.Time, now time.Time) string {
+	if t == nil {
+		return "-"
+	}
+	return duration.HumanDuration(max(now.Sub(t.Time), 0)) + " ago"
+}
