@@ -1,9 +1,7 @@
 package controller
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
@@ -12,6 +10,7 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
+	"github.com/turnstile-dev/turnstile/internal/fleet/members"
 	"github.com/turnstile-dev/turnstile/internal/queue"
 )
 
@@ -21,15 +20,9 @@ import (
 // reads (config/fleet/members.yaml): one key per cluster, its value {"labels": {...}}. This is
 // the one place that reads them, so that the source can move (to a Spoke resource) alone.
 const (
-	FleetMembersNamespace = "turnstile-fleet"
-	FleetMembersName      = "turnstile-fleet-members"
+	FleetMembersNamespace = members.Namespace
+	FleetMembersName      = members.ConfigMap
 )
-
-// FleetMember is the value of a cluster's key in the members ConfigMap.
-type FleetMember struct {
-	// Labels are the cluster's labels, for CommandLock scopes.
-	Labels map[string]string `json:"labels,omitempty"`
-}
 
 // fleetMembers reads the fleet's members' labels by cluster name, past the cache (one object,
 // read only while a CommandLock selects clusters by label: a manager outside a fleet never
@@ -59,20 +52,15 @@ func fleetMembers(ctx context.Context, r client.Reader) (map[string]map[string]s
 // ParseFleetMembers reads the members ConfigMap's data: each value a JSON object
 // {"labels": {...}} ({} for none). A value that is not is an error naming its cluster. Pure.
 func ParseFleetMembers(data map[string]string) (map[string]map[string]string, error) {
-	members := make(map[string]map[string]string, len(data))
+	out := make(map[string]map[string]string, len(data))
 	for cluster, v := range data {
-		var m FleetMember
-		dec := json.NewDecoder(bytes.NewReader([]byte(v)))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&m); err != nil {
-			return nil, fmt.Errorf(`member %s: its value must be a JSON object {"labels": {"key": "value"}} ({} for none): %w`, cluster, err)
+		labels, err := members.Labels(cluster, v)
+		if err != nil {
+			return nil, err
 		}
-		if m.Labels == nil {
-			m.Labels = map[string]string{}
-		}
-		members[cluster] = m.Labels
+		out[cluster] = labels
 	}
-	return members, nil
+	return out, nil
 }
 
 // inFleet gives freezes the fleet's members' labels when a CommandLock selects clusters by

@@ -124,7 +124,7 @@ var _ = Describe("The fleet view on a hub", func() {
 		mustKubectl("apply", "--server-side", "-f", filepath.Join(repoRoot, "config", "fleet", "namespace.yaml"),
 			"-f", filepath.Join(repoRoot, "config", "fleet", "members.yaml"))
 		mustKubectl("-n", "turnstile-fleet", "patch", "configmap", "turnstile-fleet-members", "--type=merge",
-			"-p", `{"data":{"`+cluster+`":"{\"region\":\"eu\"}"}}`)
+			"-p", `{"data":{"`+cluster+`":"{\"labels\":{\"region\":\"eu\"}}"}}`)
 		DeferCleanup(func() {
 			mustKubectl("-n", "turnstile-fleet", "patch", "configmap", "turnstile-fleet-members", "--type=merge", "-p", `{"data":{"`+cluster+`":null}}`)
 			Eventually(func() (string, error) { return kubectl("get", "spokes", "-o", "name") }).WithTimeout(settle).WithPolling(poll).

@@ -1,21 +1,22 @@
 package hub
 
 import (
-	"encoding/json"
 	"fmt"
 	"maps"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/turnstile-dev/turnstile/internal/fleet/members"
 )
 
 const (
 	// Namespace is the hub's fleet namespace: the spokes' ServiceAccounts, the members
 	// ConfigMap and the spokes' heartbeat Leases (config/fleet).
-	Namespace = "turnstile-fleet"
-	// MembersConfigMap lists the fleet's members: one key per cluster name, its labels as a JSON
-	// object. The admission policy turnstile-fleet-members reads it; the hub's manager makes a
+	Namespace = members.Namespace
+	// MembersConfigMap lists the fleet's members: one key per cluster name, its value
+	// {"labels": {...}} (internal/fleet/members). The admission policy turnstile-fleet-members reads it; the hub's manager makes a
 	// Spoke for each key.
-	MembersConfigMap = "turnstile-fleet-members"
+	MembersConfigMap = members.ConfigMap
 )
 
 // Member is one member cluster as the members ConfigMap declares it.
@@ -27,7 +28,7 @@ type Member struct {
 }
 
 // Members reads the members ConfigMap: each key a member. A nil cm (no fleet on this hub) has
-// none. An entry whose value is not a JSON object of strings is still a member (the admission
+// none. An entry whose value is not {"labels": {...}} is still a member (the admission
 // policy admits it: the key alone is the membership), with a Problem.
 func Members(cm *corev1.ConfigMap) map[string]Member {
 	out := map[string]Member{}
@@ -36,15 +37,11 @@ func Members(cm *corev1.ConfigMap) map[string]Member {
 	}
 	for name, v := range cm.Data {
 		m := Member{}
-		if v != "" {
-			var labels map[string]string
-			if err := json.Unmarshal([]byte(v), &labels); err != nil {
-				m.Problem = fmt.Sprintf("the entry of cluster %s in configmap %s/%s is not a JSON object of strings (%v): fix it, e.g. "+
-					`kubectl -n %s patch configmap %s --type merge -p '{"data":{"%s":"{\"region\":\"eu\"}"}}'`,
-					name, Namespace, MembersConfigMap, err, Namespace, MembersConfigMap, name)
-			} else if len(labels) > 0 {
-				m.Labels = maps.Clone(labels)
-			}
+		labels, err := members.Labels(name, v)
+		if err != nil {
+			m.Problem = fmt.Sprintf("the entry of cluster %s in configmap %s/%s cannot be read: %v", name, Namespace, MembersConfigMap, err)
+		} else if len(labels) > 0 {
+			m.Labels = maps.Clone(labels)
 		}
 		out[name] = m
 	}

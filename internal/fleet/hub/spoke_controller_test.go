@@ -204,7 +204,7 @@ func TestSpokesFollowTheMembersConfigMap(t *testing.T) {
 	c := start(t)
 	g := gomega.NewWithT(t)
 
-	member(t, c, "fm-eu", labels(`{"region":"eu"}`))
+	member(t, c, "fm-eu", labels(`{"labels":{"region":"eu"}}`))
 	member(t, c, "fm-us", labels(`{}`))
 	g.Eventually(spokeOf(c, "fm-eu")).Should(gomega.HaveField("Spec.Labels", map[string]string{"region": "eu"}))
 	g.Eventually(connection(c, "fm-us")).Should(gomega.Equal(locksv1.SpokeNever))
@@ -221,7 +221,7 @@ func TestSpokesFollowTheMembersConfigMap(t *testing.T) {
 	g.Eventually(kstatusOf(c, "fm-us")).Should(gomega.Equal(status.InProgressStatus), "a member that has not connected yet")
 
 	t.Run("a member's labels follow its entry", func(t *testing.T) {
-		member(t, c, "fm-eu", labels(`{"region":"eu","tier":"prod"}`))
+		member(t, c, "fm-eu", labels(`{"labels":{"region":"eu","tier":"prod"}}`))
 		g.Eventually(spokeOf(c, "fm-eu")).Should(gomega.HaveField("Spec.Labels", map[string]string{"region": "eu", "tier": "prod"}))
 	})
 	t.Run("an entry that is not a JSON object of strings is Stalled, saying how to fix it", func(t *testing.T) {

@@ -204,7 +204,7 @@ func TestParseSkewReadsWhatTheAgentWrites(t *testing.T) {
 }
 
 func TestMembers(t *testing.T) {
-	got := Members(&corev1.ConfigMap{Data: map[string]string{"eu-west-1": `{"region":"eu"}`, "us-east-1": "{}", "ap-1": "", "bad": "region=eu"}})
+	got := Members(&corev1.ConfigMap{Data: map[string]string{"eu-west-1": `{"labels":{"region":"eu"}}`, "us-east-1": "{}", "ap-1": "", "bad": "region=eu"}})
 	if diff := cmp.Diff(map[string]string{"region": "eu"}, got["eu-west-1"].Labels); diff != "" {
 		t.Error(diff)
 	}
