@@ -22,6 +22,9 @@ func init() {
 		mutant{name: "spoke-uid-adopted", pkg: spokePkg, focus: "run:TestAgentRestartedLosesAndDoublesNothing", guard: "a hub request of a spoke request deleted and re-created under its name is deleted, never adopted", edits: []edit{
 			{"spoke-uid-adopted", "\tcase err == nil && hub.Annotations[AnnotationSpokeUID] != string(spoke.UID):\n", "\tcase false && err == nil && hub.Annotations[AnnotationSpokeUID] != string(spoke.UID):\n"},
 		}},
+		mutant{name: "spoke-stamps-creator", pkg: spokePkg, focus: "run:TestSpokeRequestFollowsTheHub", guard: "the agent's hub requests record their creator themselves (a validating-only hub refuses a delegate's request without it)", edits: []edit{
+			{"spoke-stamps-creator", "\tif err := a.self.Stamp(ctx, a.hub, hub); err != nil {\n", "\tif err := error(nil); err != nil {\n"},
+		}},
 		mutant{name: "spoke-lease-before-request", pkg: spokePkg, focus: "run:TestSpokeRequestFollowsTheHub", guard: "the spoke's hub Lease exists before the hub request that names it (else the hub releases it, HolderLost)", edits: []edit{
 			{"spoke-lease-before-request", "\tif err := a.ensureLease(ctx, spoke.Namespace); err != nil {\n", "\tif err := error(nil); err != nil {\n"},
 		}},

@@ -30,6 +30,7 @@ import (
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
 	"github.com/turnstile-dev/turnstile/internal/fleet/skew"
+	"github.com/turnstile-dev/turnstile/internal/whoami"
 	"github.com/turnstile-dev/turnstile/pkg/workdir"
 )
 
@@ -67,6 +68,11 @@ type Agent struct {
 	mu     sync.Mutex
 	clocks map[string]*hubClock
 	kicks  chan struct{} // a renewal wanted now
+	// self is the spoke's user name on the hub: the creator its hub requests and Leases record
+	// (locks.turnstile.dev/created-by). A hub with MutatingAdmissionPolicy writes the same name
+	// over it; a validating-only hub (Kubernetes 1.33 to 1.35) requires it, as of every
+	// Turnstile client (internal/whoami).
+	self *whoami.Cache
 }
 
 // SetupWithManager adds the agent to mgr, the spoke's manager: a controller of the spoke's
@@ -108,7 +114,7 @@ func SetupWithManager(mgr ctrl.Manager, o Options) (*Agent, error) {
 	if err := mgr.Add(hubs); err != nil {
 		return nil, err
 	}
-	a := &Agent{opts: o, spoke: mgr.GetClient(), hub: hub, hubs: hubs, clocks: map[string]*hubClock{}, kicks: make(chan struct{}, 1),
+	a := &Agent{opts: o, spoke: mgr.GetClient(), hub: hub, hubs: hubs, clocks: map[string]*hubClock{}, kicks: make(chan struct{}, 1), self: &whoami.Cache{},
 		recorder: mgr.GetEventRecorder("turnstile-fleet-spoke")}
 	err = builder.ControllerManagedBy(mgr).
 		Named("fleet-spoke").
@@ -238,6 +244,10 @@ func (a *Agent) create(ctx context.Context, spoke *locksv1.LockRequest) error {
 		return err
 	}
 	hub := HubRequest(a.opts.Cluster, spoke)
+	// guard:spoke-stamps-creator
+	if err := a.self.Stamp(ctx, a.hub, hub); err != nil {
+		return err
+	}
 	if err := a.hub.Create(ctx, hub); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("create hub request %s/%s: %w", hub.Namespace, hub.Name, err)
 	}
@@ -312,6 +322,9 @@ func (a *Agent) renewOnce(ctx context.Context, ns string) error {
 		}
 		if measured {
 			lease.Annotations = map[string]string{AnnotationClockSkew: FormatSkew(skewed)}
+		}
+		if err := a.self.Stamp(ctx, a.hub, &lease); err != nil {
+			return err
 		}
 		if err := a.hub.Create(wctx, &lease); err != nil {
 			return fmt.Errorf("create hub lease %s/%s: %w", ns, name, err)

@@ -30,6 +30,7 @@ import (
 	"github.com/turnstile-dev/turnstile/internal/fleet/spoke"
 	"github.com/turnstile-dev/turnstile/internal/queue"
 	"github.com/turnstile-dev/turnstile/internal/testing/framework"
+	"github.com/turnstile-dev/turnstile/internal/whoami"
 	"github.com/turnstile-dev/turnstile/internal/workload"
 )
 
@@ -203,6 +204,13 @@ func TestSpokeRequestFollowsTheHub(t *testing.T) {
 	var lease coordinationv1.Lease
 	g.Expect(hub.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "spoke-" + cluster}, &lease)).To(gomega.Succeed())
 	g.Expect(lease.Labels).To(gomega.HaveKeyWithValue("locks.turnstile.dev/role", "spoke"))
+	// Both record their creator, the spoke's hub identity, themselves: a hub without
+	// MutatingAdmissionPolicy (1.33 to 1.35) refuses a delegate's request or a holder Lease
+	// that does not (config/admission/filled.yaml).
+	self, err := whoami.Ask(ctx, hub.Client)
+	g.Expect(err).NotTo(gomega.HaveOccurred())
+	g.Expect(mirror.Annotations).To(gomega.HaveKeyWithValue(whoami.AnnotationCreatedBy, self))
+	g.Expect(lease.Annotations).To(gomega.HaveKeyWithValue(whoami.AnnotationCreatedBy, self))
 	// The spoke decided nothing: no ProjectLock of its own (only the hub's mirrors), the request
 	// Pending as the hub says.
 	var locks locksv1.ProjectLockList
