@@ -202,8 +202,9 @@ func TestSmoke(t *testing.T) {
 		case "R2": // a count of lost hand-offs: 0 when none is lost
 			check("R2 must count lost hand-offs", g.Value >= 0 && g.Value == math.Trunc(g.Value))
 			continue
-		case "M3": // a difference of two RSS readings: at a tiny size, noise of either sign
-			check("M3 must be finite", !math.IsInf(g.Value, 0) && !math.IsNaN(g.Value))
+		case "M3", "FL2", "FL3": // differences of two readings (RSS; the fleet's CPU and heap per
+			// spoke, fleet less baseline): at a tiny size, noise of either sign
+			check(g.ID+" must be finite", !math.IsInf(g.Value, 0) && !math.IsNaN(g.Value))
 			continue
 		}
 		check(g.ID+" must be a finite positive ratio", g.Value > 0 && !math.IsInf(g.Value, 0) && !math.IsNaN(g.Value))

@@ -265,8 +265,8 @@ func TestCRDsMatchKustomize(t *testing.T) {
 		return out
 	}
 	want := specs(kustomizeBuild(t))
-	if len(want) != 3 {
-		t.Fatalf("kustomize build has %d CRDs, want 3", len(want))
+	if len(want) != 4 { // ProjectLock, CommandLock, LockRequest, Spoke
+		t.Fatalf("kustomize build has %d CRDs, want 4", len(want))
 	}
 	chart := render(t, "turnstile", "turnstile-system")
 	if diff := cmp.Diff(want, specs(chart)); diff != "" {

@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -33,6 +34,9 @@ import (
 	"github.com/turnstile-dev/turnstile/internal/whoami"
 	"github.com/turnstile-dev/turnstile/pkg/workdir"
 )
+
+// reconcileWorkers is how many spoke requests the agent reconciles at once (Reconcile).
+const reconcileWorkers = 4
 
 // DefaultLeaseDuration is L of docs/fleet.md: a spoke's hub Lease lapses this long after its
 // last renewal, and its locks pass on.
@@ -118,6 +122,7 @@ func SetupWithManager(mgr ctrl.Manager, o Options) (*Agent, error) {
 		recorder: mgr.GetEventRecorder("turnstile-fleet-spoke")}
 	err = builder.ControllerManagedBy(mgr).
 		Named("fleet-spoke").
+		WithOptions(controller.Options{MaxConcurrentReconciles: reconcileWorkers}).
 		For(&locksv1.LockRequest{}).
 		WatchesRawSource(source.Kind(hubs, client.Object(&locksv1.LockRequest{}), handler.EnqueueRequestsFromMapFunc(a.spokeOf))).
 		Complete(a)
@@ -141,8 +146,13 @@ func (a *Agent) spokeOf(_ context.Context, o client.Object) []reconcile.Request 
 	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: name}}}
 }
 
-// Reconcile brings one spoke request and its hub request together.
+// Reconcile brings one spoke request and its hub request together. Its hub writes are given up
+// after RetryAfter, as a renewal is: in a partition a write to the hub can hang (a black hole
+// answers nothing), and a worker held by one must not keep the others from stopping their
+// holders at their deadlines. Several workers run, for the same reason.
 func (a *Agent) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	ctx, cancel := context.WithTimeout(ctx, a.opts.Settings.RetryAfter())
+	defer cancel()
 	var spoke locksv1.LockRequest
 	if err := a.spoke.Get(ctx, req.NamespacedName, &spoke); err != nil {
 		if !apierrors.IsNotFound(err) {
