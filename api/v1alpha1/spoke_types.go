@@ -66,11 +66,13 @@ type SpokeStatus struct {
 	// +optional
 	LastHeartbeat *metav1.Time `json:"lastHeartbeat,omitempty"`
 
-	// clockSkew is the clock skew bound the spoke's agent measured against the hub from its
-	// renewals' round trips (internal/fleet/skew), as it published it on its heartbeat Lease
-	// (annotation fleet.turnstile.dev/clock-skew). Unset before the first measure.
+	// clockSkewMilliseconds is the clock skew bound, in milliseconds, the spoke's agent measured
+	// against the hub from its renewals' round trips (internal/fleet/skew), as it published it on
+	// its heartbeat Lease (annotation fleet.turnstile.dev/clock-skew). Unset before the first
+	// measure.
 	// +optional
-	ClockSkew *metav1.Duration `json:"clockSkew,omitempty"`
+	// +kubebuilder:validation:Minimum=0
+	ClockSkewMilliseconds *int64 `json:"clockSkewMilliseconds,omitempty"`
 
 	// leases counts the spoke's hub Leases, live or lapsed.
 	// +optional
@@ -85,7 +87,7 @@ type SpokeStatus struct {
 	// +optional
 	Waiters int32 `json:"waiters,omitempty"`
 
-	// conditions: Ready (True while Connected), Reconciling (True before the first connection:
+	// conditions are Ready (True while Connected), Reconciling (True before the first connection:
 	// kstatus InProgress) and Stalled (True while Unreachable: kstatus Failed).
 	// +optional
 	// +listType=map
@@ -105,7 +107,7 @@ type SpokeStatus struct {
 // +kubebuilder:printcolumn:name="Connection",type=string,JSONPath=`.status.connection`
 // +kubebuilder:printcolumn:name="Since",type=date,JSONPath=`.status.connectionSince`
 // +kubebuilder:printcolumn:name="Heartbeat",type=date,JSONPath=`.status.lastHeartbeat`
-// +kubebuilder:printcolumn:name="Skew",type=string,JSONPath=`.status.clockSkew`
+// +kubebuilder:printcolumn:name="Skew-ms",type=integer,JSONPath=`.status.clockSkewMilliseconds`
 // +kubebuilder:printcolumn:name="Holders",type=integer,JSONPath=`.status.holders`
 // +kubebuilder:printcolumn:name="Waiters",type=integer,JSONPath=`.status.waiters`
 // +kubebuilder:printcolumn:name="Leases",type=integer,JSONPath=`.status.leases`,priority=1

@@ -849,9 +849,9 @@ func (in *SpokeStatus) DeepCopyInto(out *SpokeStatus) {
 		in, out := &in.LastHeartbeat, &out.LastHeartbeat
 		*out = (*in).DeepCopy()
 	}
-	if in.ClockSkew != nil {
-		in, out := &in.ClockSkew, &out.ClockSkew
-		*out = new(v1.Duration)
+	if in.ClockSkewMilliseconds != nil {
+		in, out := &in.ClockSkewMilliseconds, &out.ClockSkewMilliseconds
+		*out = new(int64)
 		**out = **in
 	}
 	if in.Conditions != nil {

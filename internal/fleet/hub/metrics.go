@@ -22,7 +22,7 @@ var (
 	heartbeatAgeDesc = prometheus.NewDesc("turnstile_fleet_spoke_heartbeat_age_seconds",
 		"Seconds since the spoke's latest hub Lease renewal (Spoke status.lastHeartbeat), by the hub's clock; absent before its first.", []string{"cluster"}, nil)
 	skewDesc = prometheus.NewDesc("turnstile_fleet_spoke_clock_skew_seconds",
-		"The clock skew bound the spoke's agent measured against the hub (Spoke status.clockSkew); absent before its first measure.", []string{"cluster"}, nil)
+		"The clock skew bound the spoke's agent measured against the hub (Spoke status.clockSkewMilliseconds); absent before its first measure.", []string{"cluster"}, nil)
 	holdersDesc = prometheus.NewDesc("turnstile_fleet_spoke_holders",
 		"The hub's granted requests whose holder is in the spoke's cluster.", []string{"cluster"}, nil)
 	waitersDesc = prometheus.NewDesc("turnstile_fleet_spoke_waiters",
@@ -78,8 +78,8 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		if hb := sp.Status.LastHeartbeat; hb != nil {
 			gauge(heartbeatAgeDesc, max(now.Sub(hb.Time), 0).Seconds())
 		}
-		if s := sp.Status.ClockSkew; s != nil {
-			gauge(skewDesc, s.Seconds())
+		if ms := sp.Status.ClockSkewMilliseconds; ms != nil {
+			gauge(skewDesc, float64(*ms)/1000)
 		}
 		gauge(holdersDesc, float64(sp.Status.Holders))
 		gauge(waitersDesc, float64(sp.Status.Waiters))

@@ -283,13 +283,13 @@ func TestSpokeConnectionFollowsItsHubLeases(t *testing.T) {
 	g.Eventually(connection(c, cl)).Should(gomega.Equal(locksv1.SpokeConnected))
 	sp, err := spokeOf(c, cl)()
 	g.Expect(err).NotTo(gomega.HaveOccurred())
-	g.Expect(sp.Status.ClockSkew).To(gomega.Equal(&metav1.Duration{Duration: 42 * time.Millisecond}))
+	g.Expect(sp.Status.ClockSkewMilliseconds).To(gomega.Equal(ptr.To[int64](42)))
 	g.Expect(sp.Status.LastHeartbeat.Time).To(gomega.BeTemporally("==", renewed.Truncate(time.Second)), "in whole seconds, as metav1.Time is written")
 	g.Expect(sp.Status.Leases).To(gomega.Equal(int32(1)))
 	g.Expect(meta.IsStatusConditionTrue(sp.Status.Conditions, locksv1.ConditionReady)).To(gomega.BeTrue())
 	g.Expect(kstatusOf(c, cl)()).To(gomega.Equal(status.CurrentStatus))
 	expectMetrics(t, cl, `
-# HELP turnstile_fleet_spoke_clock_skew_seconds The clock skew bound the spoke's agent measured against the hub (Spoke status.clockSkew); absent before its first measure.
+# HELP turnstile_fleet_spoke_clock_skew_seconds The clock skew bound the spoke's agent measured against the hub (Spoke status.clockSkewMilliseconds); absent before its first measure.
 # TYPE turnstile_fleet_spoke_clock_skew_seconds gauge
 turnstile_fleet_spoke_clock_skew_seconds{cluster="cn-eu"} 0.042
 # HELP turnstile_fleet_spoke_connected 1 while a hub Lease of the spoke is live (Spoke status.connection Connected), 0 when Unreachable or Never connected.
@@ -318,7 +318,7 @@ turnstile_fleet_spoke_connected{cluster="cn-eu"} 1
 		sp, err := spokeOf(c, cl)()
 		g.Expect(err).NotTo(gomega.HaveOccurred())
 		g.Expect(sp.Status.Leases).To(gomega.Equal(int32(2)))
-		g.Expect(sp.Status.ClockSkew).To(gomega.Equal(&metav1.Duration{Duration: 42 * time.Millisecond}), "the last skew published stays")
+		g.Expect(sp.Status.ClockSkewMilliseconds).To(gomega.Equal(ptr.To[int64](42)), "the last skew published stays")
 	})
 	member(t, c, cl, nil)
 }

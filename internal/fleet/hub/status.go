@@ -8,6 +8,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
 	"github.com/turnstile-dev/turnstile/internal/fleet/spoke"
@@ -95,13 +96,13 @@ type Observation struct {
 func Status(sp *locksv1.Spoke, o Observation, now time.Time) (locksv1.SpokeStatus, time.Time) {
 	old := sp.Status
 	st := locksv1.SpokeStatus{
-		ObservedGeneration: sp.Generation,
-		Holders:            o.Holders,
-		Waiters:            o.Waiters,
-		Leases:             int32(len(o.Leases)),
-		Conditions:         append([]metav1.Condition(nil), old.Conditions...),
-		LastHeartbeat:      old.LastHeartbeat,
-		ClockSkew:          old.ClockSkew,
+		ObservedGeneration:    sp.Generation,
+		Holders:               o.Holders,
+		Waiters:               o.Waiters,
+		Leases:                int32(len(o.Leases)),
+		Conditions:            append([]metav1.Condition(nil), old.Conditions...),
+		LastHeartbeat:         old.LastHeartbeat,
+		ClockSkewMilliseconds: old.ClockSkewMilliseconds,
 	}
 	var latest, lastLapse, next time.Time
 	var latestSkewAt time.Time
@@ -118,7 +119,7 @@ func Status(sp *locksv1.Spoke, o Observation, now time.Time) (locksv1.SpokeStatu
 		}
 		if l.Skew != nil && !l.Renewed.Before(latestSkewAt) {
 			latestSkewAt = l.Renewed
-			st.ClockSkew = &metav1.Duration{Duration: *l.Skew}
+			st.ClockSkewMilliseconds = ptr.To(l.Skew.Milliseconds())
 		}
 	}
 	if !latest.IsZero() && (st.LastHeartbeat == nil || latest.After(st.LastHeartbeat.Time)) {

@@ -34,7 +34,7 @@ func TestStatusConnection(t *testing.T) {
 		wantConnection locksv1.SpokeConnection
 		wantSince      *metav1.Time
 		wantHeartbeat  *metav1.Time
-		wantSkew       *metav1.Duration
+		wantSkew       *int64
 		wantNext       time.Time
 		wantReady      metav1.ConditionStatus
 		wantStalled    metav1.ConditionStatus
@@ -45,7 +45,7 @@ func TestStatusConnection(t *testing.T) {
 		},
 		"a live Lease: Connected since its renewal, looked at again when it lapses": {
 			leases: []LeaseView{lease(Namespace, 0, ms(42))}, now: 10 * time.Second,
-			wantConnection: locksv1.SpokeConnected, wantSince: at(0), wantHeartbeat: at(0), wantSkew: &metav1.Duration{Duration: 42 * time.Millisecond},
+			wantConnection: locksv1.SpokeConnected, wantSince: at(0), wantHeartbeat: at(0), wantSkew: ptr.To[int64](42),
 			wantNext: t0.Add(40 * time.Second), wantReady: metav1.ConditionTrue, wantStalled: metav1.ConditionFalse, wantRecon: metav1.ConditionFalse,
 		},
 		"still Connected: the since of the old status stays": {
@@ -76,14 +76,14 @@ func TestStatusConnection(t *testing.T) {
 			wantReady: metav1.ConditionFalse, wantStalled: metav1.ConditionTrue, wantRecon: metav1.ConditionFalse,
 		},
 		"its Leases deleted after it connected: Unreachable, not Never, since its heartbeat": {
-			old:            locksv1.SpokeStatus{Connection: locksv1.SpokeConnected, ConnectionSince: at(0), LastHeartbeat: at(10 * time.Second), ClockSkew: &metav1.Duration{Duration: time.Millisecond}},
+			old:            locksv1.SpokeStatus{Connection: locksv1.SpokeConnected, ConnectionSince: at(0), LastHeartbeat: at(10 * time.Second), ClockSkewMilliseconds: ptr.To[int64](1)},
 			now:            time.Minute,
-			wantConnection: locksv1.SpokeUnreachable, wantSince: at(10 * time.Second), wantHeartbeat: at(10 * time.Second), wantSkew: &metav1.Duration{Duration: time.Millisecond},
+			wantConnection: locksv1.SpokeUnreachable, wantSince: at(10 * time.Second), wantHeartbeat: at(10 * time.Second), wantSkew: ptr.To[int64](1),
 			wantReady: metav1.ConditionFalse, wantStalled: metav1.ConditionTrue, wantRecon: metav1.ConditionFalse,
 		},
 		"the skew is the one on the latest renewal that carries one": {
 			leases: []LeaseView{lease("team-a", 2*time.Second, ms(7)), lease(Namespace, time.Second, ms(300)), lease("team-b", 3*time.Second, nil)}, now: 10 * time.Second,
-			wantConnection: locksv1.SpokeConnected, wantSince: at(3 * time.Second), wantHeartbeat: at(3 * time.Second), wantSkew: &metav1.Duration{Duration: 7 * time.Millisecond},
+			wantConnection: locksv1.SpokeConnected, wantSince: at(3 * time.Second), wantHeartbeat: at(3 * time.Second), wantSkew: ptr.To[int64](7),
 			wantNext: t0.Add(41 * time.Second), wantReady: metav1.ConditionTrue, wantStalled: metav1.ConditionFalse, wantRecon: metav1.ConditionFalse,
 		},
 		"sub-second renewals are kept in whole seconds, as the API server stores them": {
@@ -105,7 +105,7 @@ func TestStatusConnection(t *testing.T) {
 			if diff := cmp.Diff(tc.wantHeartbeat, got.LastHeartbeat); diff != "" {
 				t.Errorf("lastHeartbeat (-want +got):\n%s", diff)
 			}
-			if diff := cmp.Diff(tc.wantSkew, got.ClockSkew); diff != "" {
+			if diff := cmp.Diff(tc.wantSkew, got.ClockSkewMilliseconds); diff != "" {
 				t.Errorf("clockSkew (-want +got):\n%s", diff)
 			}
 			if !next.Equal(tc.wantNext) {

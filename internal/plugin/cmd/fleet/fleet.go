@@ -81,8 +81,8 @@ func Print(out io.Writer, spokes []locksv1.Spoke, now time.Time) error {
 			notReady = append(notReady, fmt.Sprintf("%s: %s: %s", sp.Name, stalled.Reason, stalled.Message))
 		}
 		skew := "-"
-		if sp.Status.ClockSkew != nil {
-			skew = fmt.Sprintf("%.3fs", sp.Status.ClockSkew.Seconds())
+		if ms := sp.Status.ClockSkewMilliseconds; ms != nil {
+			skew = fmt.Sprintf("%.3fs", float64(*ms)/1000)
 		}
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n", sp.Name, conn, age(sp.Status.ConnectionSince, now), age(sp.Status.LastHeartbeat, now),
 			skew, sp.Status.Holders, sp.Status.Waiters, ready)

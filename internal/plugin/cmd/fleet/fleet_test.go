@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
 )
@@ -20,14 +21,14 @@ func TestPrint(t *testing.T) {
 	spokes := []locksv1.Spoke{
 		{ObjectMeta: metav1.ObjectMeta{Name: "us-east-1"}, Status: locksv1.SpokeStatus{
 			Connection: locksv1.SpokeUnreachable, ConnectionSince: ago(2 * time.Minute), LastHeartbeat: ago(160 * time.Second),
-			ClockSkew: &metav1.Duration{Duration: 110 * time.Millisecond}, Holders: 1,
+			ClockSkewMilliseconds: ptr.To[int64](110), Holders: 1,
 			Conditions: []metav1.Condition{
 				cond(locksv1.ConditionReady, metav1.ConditionFalse, locksv1.ReasonSpokeUnreachable, "no hub Lease of spoke us-east-1 is live"),
 				cond(locksv1.ConditionStalled, metav1.ConditionTrue, locksv1.ReasonSpokeUnreachable, "no hub Lease of spoke us-east-1 is live"),
 			}}},
 		{ObjectMeta: metav1.ObjectMeta{Name: "eu-west-1"}, Status: locksv1.SpokeStatus{
 			Connection: locksv1.SpokeConnected, ConnectionSince: ago(12 * 24 * time.Hour), LastHeartbeat: ago(3 * time.Second),
-			ClockSkew: &metav1.Duration{Duration: 42 * time.Millisecond}, Holders: 2, Waiters: 5,
+			ClockSkewMilliseconds: ptr.To[int64](42), Holders: 2, Waiters: 5,
 			Conditions: []metav1.Condition{cond(locksv1.ConditionReady, metav1.ConditionTrue, locksv1.ReasonSpokeConnected, "renews")}}},
 		{ObjectMeta: metav1.ObjectMeta{Name: "ap-south-1"}, Status: locksv1.SpokeStatus{
 			Connection: locksv1.SpokeNever,
