@@ -10,12 +10,12 @@ import (
 type SpokeConnection string
 
 const (
-	// SpokeConnected: at least one of the spoke's hub Leases is live by the hub's clock.
+	// SpokeConnected means at least one of the spoke's hub Leases is live by the hub's clock.
 	SpokeConnected SpokeConnection = "Connected"
-	// SpokeUnreachable: the spoke renewed hub Leases once, and every one of them has lapsed:
+	// SpokeUnreachable means the spoke renewed hub Leases once, and every one of them has lapsed:
 	// its locks have passed on (or will, as the hub's lock controllers see the lapse).
 	SpokeUnreachable SpokeConnection = "Unreachable"
-	// SpokeNever: the spoke's agent has never renewed a hub Lease (a member that has not joined
+	// SpokeNever means the spoke's agent has never renewed a hub Lease (a member that has not joined
 	// yet, or whose agent is refused).
 	SpokeNever SpokeConnection = "Never"
 )

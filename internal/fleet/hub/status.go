@@ -199,5 +199,5 @@ func boolStatus(b bool) metav1.ConditionStatus {
 	return metav1.ConditionFalse
 }
 
-// ReasonInvalidMember: the member's entry in the members ConfigMap cannot be read (Stalled).
+// ReasonInvalidMember says the member's entry in the members ConfigMap cannot be read (Stalled).
 const ReasonInvalidMember = "InvalidMember"

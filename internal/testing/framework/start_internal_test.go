@@ -32,7 +32,7 @@ func TestStartTakesFreshPorts(t *testing.T) {
 		attempts++
 		s := &envtest.APIServer{}
 		if attempts == 1 {
-			s.SecureServing.Address, s.SecureServing.Port = u.Hostname(), u.Port()
+			s.Address, s.Port = u.Hostname(), u.Port()
 		}
 		return &envtest.Environment{ControlPlane: envtest.ControlPlane{APIServer: s}}, nil
 	})
