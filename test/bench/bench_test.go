@@ -195,8 +195,8 @@ func TestSmoke(t *testing.T) {
 		check("a run pools with itself into twice its rounds", err == nil && pooled.Replicas.Rounds == 2*rp.Rounds && len(pooled.Goals) == 27)
 	}
 	// F1–F4, 27 of the replicas (A, S, L 1–8 with 2a and 2b), the steady ones, M1–M5 of the
-	// scale curve and R1–R2 of the roll.
-	check("want every goal", len(back.Goals) == 43+len(cfg.LeaderElection))
+	// scale curve, R1–R2 of the roll and FL1–FL3 of the fleet.
+	check("want every goal", len(back.Goals) == 46+len(cfg.LeaderElection))
 	for _, g := range back.Goals {
 		switch g.ID {
 		case "R2": // a count of lost hand-offs: 0 when none is lost
