@@ -211,6 +211,12 @@ func TestFleet(t *testing.T) {
 	}
 	p.notReloaded()
 
+	// A page opened on the Fleet tab (its URL keeps the tab) starts from the whole tab as it is.
+	q := h.open(t, h.adminURL+"&tab=fleet", ns)
+	q.run(fleetHelpers)
+	q.expect("a page opened with tab=fleet shows the Fleet tab, as it is now", `[T.tab(), T.spoke('eu-west-1').connection, T.spoke('us-east-1').connection]`,
+		[]string{"tab-fleet", "Unreachable", "Never"})
+
 	// A user who may not list Spokes (alice: no turnstile-freeze-viewer here) is told so.
 	a := h.open(t, h.aliceURL, "")
 	a.expect("alice's page offers the Fleet tab", `document.getElementById('tabs').hidden`, false)
