@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	neturl "net/url"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -15,14 +16,19 @@ import (
 
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
+	"github.com/go-logr/logr"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/yaml"
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
 	"github.com/turnstile-dev/turnstile/internal/fleet/hub"
@@ -225,6 +231,14 @@ func TestFleet(t *testing.T) {
 		`You may not list spokes (cluster-wide). The API server said: spokes.locks.turnstile.dev is forbidden: User "alice" cannot list resource "spokes" in API group "locks.turnstile.dev" at the cluster scope`)
 	a.expect("and shows no spokes", `document.getElementById('fleet').hidden`, true)
 
+	// A user with no other right than the shipped turnstile-freeze-viewer ClusterRole (which a
+	// real install binds to every authenticated user) sees the fleet.
+	b := h.open(t, dashboardAs(t, h, "bob", "turnstile-freeze-viewer"), "")
+	b.run(fleetHelpers)
+	b.click("#tab-fleet")
+	b.expect("bob, bound only to turnstile-freeze-viewer, sees both spokes and no problem", `[T.spokes().map((s) => s.name + ' ' + s.connection), document.getElementById('fleet-problem').hidden]`,
+		[]any{[]string{"eu-west-1 Unreachable", "us-east-1 Never"}, true})
+
 	// The members removed: the Spokes go, and so does the tab.
 	if err := h.admin.Delete(ctx, members); err != nil {
 		t.Fatal(err)
@@ -239,6 +253,9 @@ func TestFleet(t *testing.T) {
 // problem, no error. Its own control plane, with the three other CRDs only.
 func TestNotAHub(t *testing.T) {
 	h := setup(t)
+	// envtest logs through controller-runtime's logger, which nothing here reads: without one it
+	// prints a warning with a stack when the process is older than 30s.
+	ctrllog.SetLogger(logr.Discard())
 	env, err := framework.StartBare("")
 	if err != nil {
 		t.Fatal(err)
@@ -336,4 +353,60 @@ func dropNow(t *testing.T, data string) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// dashboardAs starts a dashboard as user (impersonated with the admin's credentials), bound
+// cluster-wide only to the shipped ClusterRole role (from config/rbac, its first document), and
+// returns its URL. It is stopped when the test ends.
+func dashboardAs(t *testing.T, h *harness, user, role string) string {
+	t.Helper()
+	ctx := context.Background()
+	file := map[string]string{"turnstile-freeze-viewer": "freeze_viewer_role.yaml"}[role]
+	data, err := os.ReadFile(filepath.Join(h.root, "config", "rbac", file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cr rbacv1.ClusterRole
+	if err := yaml.UnmarshalStrict([]byte(strings.SplitN(string(data), "\n---\n", 2)[0]), &cr); err != nil || cr.Name != role {
+		t.Fatalf("%s: the ClusterRole %s: %v", file, role, err)
+	}
+	switch err := h.admin.Create(ctx, &cr); {
+	case err == nil:
+		t.Cleanup(func() { _ = h.admin.Delete(ctx, &cr) })
+	case !apierrors.IsAlreadyExists(err):
+		t.Fatal(err)
+	}
+	binding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: user + "-" + role},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: user}},
+	}
+	if err := h.admin.Create(ctx, binding); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.admin.Delete(ctx, binding) })
+	kubeconfig := filepath.Join(t.TempDir(), user+".kubeconfig")
+	if err := h.env.WriteKubeconfig(kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := clientcmd.LoadFromFile(kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ai := range cfg.AuthInfos {
+		ai.Impersonate = user
+	}
+	if err := clientcmd.WriteToFile(*cfg, kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	url, dash, err := startDashboard(orEnv("TURNSTILE_PLUGIN", filepath.Join(h.root, "bin", "kubectl-turnstile")), kubeconfig, "default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := dash.Stop(10 * time.Second); err != nil {
+			t.Errorf("the dashboard of %s did not stop cleanly: %v", user, err)
+		}
+	})
+	return url
 }
