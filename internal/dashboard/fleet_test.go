@@ -2,12 +2,14 @@ package dashboard
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
@@ -202,5 +204,63 @@ func TestKeysNameTheirCluster(t *testing.T) {
 	want := []string{"alice in eu-west-1 @eu-west-1", "bob in us-east-1 @us-east-1", "carol in ap-south-1 @ap-south-1"}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
+	}
+}
+
+// TestFleetMessages: a page that joins before the Spokes' first list gets the whole tab when it
+// is built, one that joins after gets it on joining; then only changes are sent, as patches,
+// and the whole tab again when the Spokes come to be served or stop being.
+func TestFleetMessages(t *testing.T) {
+	cl := &cluster{hub: &hub{opts: Options{Clock: clocktesting.NewFakePassiveClock(now)}}, subs: map[*subscriber]bool{},
+		fleetDirty: make(chan struct{}, 1), spokes: &resourceWatch{resource: "spokes", absent: true}}
+	events := func(s *subscriber) []string {
+		var out []string
+		for len(s.ch) > 0 {
+			m := string(<-s.ch)
+			event, data, _ := strings.Cut(strings.TrimPrefix(m, "event: "), "\ndata: ")
+			var d map[string]any
+			if err := json.Unmarshal([]byte(strings.TrimSpace(data)), &d); err != nil {
+				t.Fatalf("%v: %q", err, m)
+			}
+			delete(d, "now")
+			// Re-encoded: the keys in sorted order.
+			out = append(out, event+" "+string(mustJSON(d)))
+		}
+		return out
+	}
+	early := newSubscriber()
+	if _, fleet := cl.subscribe(early); fleet != nil {
+		t.Errorf("before the first list a joining page got %s, want nothing yet", fleet)
+	}
+	const notServed = `{"served":false,"spokes":[],"summary":{"connected":0,"holders":0,"never":0,"spokes":0,"unreachable":0,"waiters":0}}`
+	cl.fleetRebuild()
+	if diff := cmp.Diff([]string{"fleet " + notServed}, events(early)); diff != "" {
+		t.Errorf("the first build (-want +got):\n%s", diff)
+	}
+	late := newSubscriber()
+	_, fleet := cl.subscribe(late)
+	if !strings.HasPrefix(string(fleet), "event: fleet\n") || !strings.Contains(string(fleet), `"served":false`) {
+		t.Errorf("a page joining after it got %q, want the whole tab", fleet)
+	}
+	cl.fleetRebuild()
+	if got := events(early); len(got) != 0 {
+		t.Errorf("nothing changed, yet the page got %v", got)
+	}
+
+	// Served, but the user may not list them: the whole tab again (Served changed).
+	cl.spokes.absent = false
+	cl.spokes.setProblem("You may not list spokes (cluster-wide).")
+	cl.fleetRebuild()
+	want := `{"problem":"You may not list spokes (cluster-wide).","served":true,"spokes":[],"summary":{"connected":0,"holders":0,"never":0,"spokes":0,"unreachable":0,"waiters":0}}`
+	for name, s := range map[string]*subscriber{"early": early, "late": late} {
+		if diff := cmp.Diff([]string{"fleet " + want}, events(s)); diff != "" {
+			t.Errorf("%s page, served (-want +got):\n%s", name, diff)
+		}
+	}
+	// The problem cleared: a patch that says so.
+	cl.spokes.setProblem("")
+	cl.fleetRebuild()
+	if diff := cmp.Diff([]string{`fleetpatch {"problem":"","summary":{"connected":0,"holders":0,"never":0,"spokes":0,"unreachable":0,"waiters":0}}`}, events(late)); diff != "" {
+		t.Errorf("the problem cleared (-want +got):\n%s", diff)
 	}
 }
