@@ -80,6 +80,7 @@ func TestAttack(t *testing.T) {
 	t.Run("HubUserLabelledRequestStopsASpokesHolders", f.attackHubUserExpiry)
 	t.Run("HubUserSquatsASpokeRequestsHubName", f.attackSquat)
 	t.Run("HashedNameCollisionDeletesAnothersHubRequest", f.attackHashCollision)
+	t.Run("SpokeAdminsPowersAreNotTheHubs", f.attackSpokeAdmin)
 	t.Run("HubUserSquatsTheSpokesHubLease", func(t *testing.T) { f.attackLeaseSquat(t, false) })
 	t.Run("HubUserSquatsTheSpokesHubLeaseLabelled", func(t *testing.T) { f.attackLeaseSquat(t, true) })
 }
@@ -412,6 +413,10 @@ func (f *installed) attackSquat(t *testing.T) {
 	bob := get(g, r.mallorySpoke, ns, "bob-deploy") // mallory reads it: she is a viewer
 	squat := lockOn(ns, spoke.HubName(cluster, bob.Name), "decoy")
 	squat.Labels = map[string]string{spoke.LabelCluster: cluster}
+	// bob's changeable fields as they are (ttl, priority, waitTimeout, reason: SpecUpdate's),
+	// so the agent has nothing to carry over (the hub would refuse it that patch: the spoke
+	// writes only requests of spec.holder.cluster its own).
+	squat.Spec.TTL, squat.Spec.Priority, squat.Spec.WaitTimeout, squat.Spec.Reason = bob.Spec.TTL, bob.Spec.Priority, bob.Spec.WaitTimeout, bob.Spec.Reason
 	squat.Annotations = map[string]string{
 		spoke.AnnotationSpokeUID: string(bob.UID), spoke.AnnotationSpokeName: bob.Name,
 		spoke.AnnotationSpokeGeneration: fmt.Sprint(bob.Generation),
@@ -425,14 +430,9 @@ func (f *installed) attackSquat(t *testing.T) {
 		g.Expect(lr.Status.Phase).NotTo(gomega.Equal(locksv1.PhaseGranted),
 			"BREAK: bob's spoke request shows mallory's hub grant (locks %v, token %d) while carol holds acme/infra/vpc", lr.Status.Locks, lr.Status.FencingToken)
 	}).WithTimeout(10 * time.Second).Should(gomega.Succeed())
-	// Mallory releases her request: bob's must not end with it.
-	h := get(g, r.malloryHub, ns, squat.Name)
-	h.Spec.Release = true
-	g.Expect(r.malloryHub.Update(ctx, h)).To(gomega.Succeed())
-	g.Consistently(func(g gomega.Gomega) {
-		g.Expect(get(g, r.spokeView, ns, "bob-deploy").Status.Phase).NotTo(gomega.Equal(locksv1.PhaseReleased),
-			"BREAK: mallory's release on the hub released bob's spoke request")
-	}).WithTimeout(5 * time.Second).Should(gomega.Succeed())
+	// She cannot release or delete it now (turnstile-fleet-hub-users: a labelled request is
+	// changed only by its spoke or an admin), but with bob's ttl copied it ends when its ttl
+	// does, and bob's with it; and the agent releases it when bob's spoke request is released.
 }
 
 // Attack 4, a spoke requester: alice's request has a long name, so its hub name is shortened
@@ -492,4 +492,40 @@ func (f *installed) attackLeaseSquat(t *testing.T, labelled bool) {
 		}
 		g.Expect(lr.Status.Phase).To(gomega.Equal(locksv1.PhaseGranted))
 	}).WithTimeout(60 * time.Second).Should(gomega.Succeed())
+}
+
+// Attack 6, a spoke's namespace admin (turnstile-admin there, as the built-in admin role
+// aggregates it): dana may bypass freezes and ask for any priority in the spoke, which are the
+// spoke's to give, not the hub's. The agent, acting on the hub as the spoke (which has neither
+// bypassfreeze nor prioritize there: config/fleet), must not carry them to the hub: the hub
+// refuses the mirror, and the spoke request says so (FleetRefused) rather than wait.
+func (f *installed) attackSpokeAdmin(t *testing.T) {
+	const ns = "attack-admin"
+	r := f.room(t, ns)
+	bindIn(t, f.spk, ns, "turnstile-admin", user("dana"))
+	dana := f.as(t, f.spk, "dana")
+	g := gomega.NewWithT(t)
+	ctx := context.Background()
+	f.startAgent(t)
+
+	bypass := lockOn(ns, "dana-bypass", "vpc")
+	bypass.Spec.BypassFreeze = &locksv1.FreezeBypass{Reason: "hotfix"}
+	critical := lockOn(ns, "dana-critical", "dns")
+	critical.Spec.Priority = locksv1.PriorityCritical
+	for _, lr := range []*locksv1.LockRequest{bypass, critical} {
+		g.Expect(dana.Create(ctx, lr)).To(gomega.Succeed(), "the spoke's admin may (%s)", lr.Name)
+	}
+	for name, words := range map[string]string{"dana-bypass": "bypassfreeze permission", "dana-critical": "prioritize permission"} {
+		g.Eventually(func(g gomega.Gomega) {
+			lr := get(g, r.spokeView, ns, name)
+			c := meta.FindStatusCondition(lr.Status.Conditions, locksv1.ConditionStalled)
+			g.Expect(c).NotTo(gomega.BeNil())
+			g.Expect(c.Reason).To(gomega.Equal(spoke.ReasonFleetRefused))
+			g.Expect(c.Message).To(gomega.ContainSubstring(words))
+			g.Expect(lr.Status.Phase).To(gomega.Equal(locksv1.PhasePending))
+		}).WithTimeout(60*time.Second).Should(gomega.Succeed(), name)
+		var h locksv1.LockRequest
+		err := r.hubAdmin.Get(ctx, types.NamespacedName{Namespace: ns, Name: spoke.HubName(cluster, name)}, &h)
+		g.Expect(err).To(gomega.HaveOccurred(), "%s reached the hub", name)
+	}
 }
