@@ -23,7 +23,7 @@ import (
 // namespace (internal/fleet/spoke: TestAttack shows each on a real hub and spoke). So these are
 // the spoke's alone: a hub user who writes them makes the agent stop spoke holders, show her
 // grant as a spoke user's, or refuse the spoke the namespace.
-var _ = Describe("A hub user dressing her objects as a spoke's", Ordered, func() {
+var _ = Describe("A hub user dressing her objects as a spoke's", Ordered, ContinueOnFailure, func() {
 	var t *team
 
 	BeforeAll(func() {
