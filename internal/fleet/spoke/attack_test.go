@@ -81,6 +81,7 @@ func TestAttack(t *testing.T) {
 	t.Run("HubUserSquatsASpokeRequestsHubName", f.attackSquat)
 	t.Run("HashedNameCollisionDeletesAnothersHubRequest", f.attackHashCollision)
 	t.Run("SpokeAdminsPowersAreNotTheHubs", f.attackSpokeAdmin)
+	t.Run("EditRefusedByTheHubFreezesTheSpokesGrant", f.attackRefusedEdit)
 	t.Run("HubUserSquatsTheSpokesHubLease", func(t *testing.T) { f.attackLeaseSquat(t, false) })
 	t.Run("HubUserSquatsTheSpokesHubLeaseLabelled", func(t *testing.T) { f.attackLeaseSquat(t, true) })
 }
@@ -528,4 +529,32 @@ func (f *installed) attackSpokeAdmin(t *testing.T) {
 		err := r.hubAdmin.Get(ctx, types.NamespacedName{Namespace: ns, Name: spoke.HubName(cluster, name)}, &h)
 		g.Expect(err).To(gomega.HaveOccurred(), "%s reached the hub", name)
 	}
+}
+
+// Attack 7, a spoke's namespace admin again: dana's request is granted (ttl 20s); then she raises
+// its priority to Critical, which the spoke lets her do and the hub refuses the spoke (no
+// prioritize there). The hub's grant then ends (its ttl). Her spoke request must follow the
+// hub: a holder whose hub grant has ended must not keep running in the spoke.
+func (f *installed) attackRefusedEdit(t *testing.T) {
+	const ns = "attack-edit"
+	r := f.room(t, ns)
+	bindIn(t, f.spk, ns, "turnstile-admin", user("dana"))
+	dana := f.as(t, f.spk, "dana")
+	g := gomega.NewWithT(t)
+	ctx := context.Background()
+	f.startAgent(t)
+
+	lr := lockOn(ns, "dana-apply", "vpc")
+	lr.Spec.TTL = &metav1.Duration{Duration: 20 * time.Second}
+	g.Expect(dana.Create(ctx, lr)).To(gomega.Succeed())
+	cur := granted(t, r.spokeView, ns, "dana-apply")
+	g.Expect(dana.Patch(ctx, cur, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"priority":"Critical"}}`)))).To(gomega.Succeed())
+	hubName := spoke.HubName(cluster, "dana-apply")
+	g.Eventually(func(g gomega.Gomega) {
+		g.Expect(get(g, r.hubAdmin, ns, hubName).Status.Phase.IsFinal()).To(gomega.BeTrue())
+	}).WithTimeout(90 * time.Second).Should(gomega.Succeed())
+	g.Eventually(func(g gomega.Gomega) {
+		g.Expect(get(g, r.spokeView, ns, "dana-apply").Status.Phase).NotTo(gomega.Equal(locksv1.PhaseGranted),
+			"BREAK: the hub's grant has ended (%s) and the spoke request still shows it", get(g, r.hubAdmin, ns, hubName).Status.Phase)
+	}).WithTimeout(30 * time.Second).Should(gomega.Succeed())
 }
