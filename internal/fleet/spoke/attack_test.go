@@ -143,11 +143,11 @@ func kubectlOn(t *testing.T, e *framework.Env, args ...string) (string, error) {
 	return string(out), err
 }
 
-// as is a client of e that the API server authenticates as user in groups.
-func (f *installed) as(t *testing.T, e *framework.Env, user string, groups ...string) client.WithWatch {
+// as is a client of e that the API server authenticates as user.
+func (f *installed) as(t *testing.T, e *framework.Env, user string) client.WithWatch {
 	t.Helper()
 	cfg := rest.CopyConfig(e.Config)
-	cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: groups}
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
 	c, err := client.NewWithWatch(cfg, client.Options{Scheme: framework.Scheme})
 	if err != nil {
 		t.Fatal(err)
@@ -246,8 +246,8 @@ func bindIn(t *testing.T, e *framework.Env, ns, role string, subjects ...rbacv1.
 }
 
 // startAgent runs the spoke's manager (SetupSpoke, the agent as the spoke's ServiceAccount on
-// the hub, the workload controller) until the test ends or stop is called.
-func (f *installed) startAgent(t *testing.T) (stop func()) {
+// the hub, the workload controller) until the test ends.
+func (f *installed) startAgent(t *testing.T) {
 	t.Helper()
 	cfg := rest.CopyConfig(f.spk.Config)
 	cfg.QPS, cfg.Burst = 1000, 2000
@@ -273,10 +273,7 @@ func (f *installed) startAgent(t *testing.T) (stop func()) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var once sync.Once
-	stop = func() { once.Do(func() { _ = m.Stop() }) }
-	t.Cleanup(stop)
-	return stop
+	t.Cleanup(func() { _ = m.Stop() })
 }
 
 func lockOn(ns, name, path string) *locksv1.LockRequest {
