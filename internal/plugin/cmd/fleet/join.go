@@ -195,21 +195,12 @@ func ParseLabels(specs []string) (set map[string]string, remove []string, err er
 	return set, remove, nil
 }
 
+// run is join: check everything that can be checked before a write, then the membership, the
+// ServiceAccount, the token and the output, in that order.
 func (o *joinOptions) run(ctx context.Context, g *util.Globals, name string, stdout, stderr io.Writer) error {
-	if err := ValidateName(name); err != nil {
-		return err
-	}
-	set, remove, err := ParseLabels(o.labels)
+	set, remove, err := o.validate(name)
 	if err != nil {
 		return err
-	}
-	if o.duration < minTokenDuration {
-		return fmt.Errorf("--duration %s: the TokenRequest API issues tokens of at least %s", o.duration, minTokenDuration)
-	}
-	if o.secret != "" {
-		if errs := validation.IsDNS1123Subdomain(o.secret); len(errs) > 0 {
-			return fmt.Errorf("--secret %s: %s", o.secret, strings.Join(errs, "; "))
-		}
 	}
 	cfg, err := g.Flags.ToRESTConfig()
 	if err != nil {
@@ -230,7 +221,53 @@ func (o *joinOptions) run(ctx context.Context, g *util.Globals, name string, std
 	}); err != nil {
 		return err
 	}
+	if err := addMember(ctx, c, stderr, name, set, remove); err != nil {
+		return err
+	}
+	if err := ensureServiceAccount(ctx, c, stderr, name, sa); err != nil {
+		return err
+	}
+	token, expires, err := requestToken(ctx, c, sa, o.duration)
+	if err != nil {
+		return err
+	}
+	if got := time.Until(expires); got < o.duration-time.Minute {
+		fmt.Fprintf(stderr, "warning: the hub issued a token valid until %s, shorter than --duration %s (its --service-account-max-token-expiration): rotate before then\n",
+			expires.UTC().Format(time.RFC3339), o.duration)
+	}
+	data, what, err := o.render(cfg, name, sa, token)
+	if err != nil {
+		return err
+	}
+	if err := out.write(data, stdout); err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "wrote %s%s; its token expires at %s: run join again before then\n", what, out.where(), expires.UTC().Format(time.RFC3339))
+	return nil
+}
 
+// validate checks join's name and flags, and reads its labels.
+func (o *joinOptions) validate(name string) (set map[string]string, remove []string, err error) {
+	if err := ValidateName(name); err != nil {
+		return nil, nil, err
+	}
+	if set, remove, err = ParseLabels(o.labels); err != nil {
+		return nil, nil, err
+	}
+	if o.duration < minTokenDuration {
+		return nil, nil, fmt.Errorf("--duration %s: the TokenRequest API issues tokens of at least %s", o.duration, minTokenDuration)
+	}
+	if o.secret != "" {
+		if errs := validation.IsDNS1123Subdomain(o.secret); len(errs) > 0 {
+			return nil, nil, fmt.Errorf("--secret %s: %s", o.secret, strings.Join(errs, "; "))
+		}
+	}
+	return set, remove, nil
+}
+
+// addMember lists cluster name in the members, with its labels changed by set and remove; an
+// entry that would not change is not written.
+func addMember(ctx context.Context, c ctrlclient.Client, stderr io.Writer, name string, set map[string]string, remove []string) error {
 	labels, changed, err := updateMembers(ctx, c, stderr, name, func(cm *corev1.ConfigMap) (bool, map[string]string, error) {
 		old, had := cm.Data[name]
 		labels, rerr := members.Labels(name, old)
@@ -264,35 +301,21 @@ func (o *joinOptions) run(ctx context.Context, g *util.Globals, name string, std
 	} else {
 		fmt.Fprintf(stderr, "cluster %s was a member already, labels %s: unchanged\n", name, formatLabels(labels))
 	}
+	return nil
+}
 
-	if err := ensureServiceAccount(ctx, c, stderr, name, sa); err != nil {
-		return err
-	}
-	token, expires, err := requestToken(ctx, c, sa, o.duration)
-	if err != nil {
-		return err
-	}
-	if got := time.Until(expires); got < o.duration-time.Minute {
-		fmt.Fprintf(stderr, "warning: the hub issued a token valid until %s, shorter than --duration %s (its --service-account-max-token-expiration): rotate before then\n",
-			expires.UTC().Format(time.RFC3339), o.duration)
-	}
+// render is what join writes: the hub kubeconfig, or the Secret holding it; and what it is.
+func (o *joinOptions) render(cfg *rest.Config, name, sa, token string) ([]byte, string, error) {
 	kc, err := hubKubeconfig(cfg, o.hubServer, name, sa, token)
 	if err != nil {
-		return err
+		return nil, "", err
 	}
-	data := kc
 	what := "a kubeconfig of the hub as " + members.Namespace + "/" + sa
-	if o.secret != "" {
-		if data, err = secretManifest(o.secret, o.secretNamespace, o.secretKey, name, kc); err != nil {
-			return err
-		}
-		what = fmt.Sprintf("a Secret %s/%s (key %s) holding %s", o.secretNamespace, o.secret, o.secretKey, what)
+	if o.secret == "" {
+		return kc, what, nil
 	}
-	if err := out.write(data, stdout); err != nil {
-		return err
-	}
-	fmt.Fprintf(stderr, "wrote %s%s; its token expires at %s: run join again before then\n", what, out.where(), expires.UTC().Format(time.RFC3339))
-	return nil
+	data, err := secretManifest(o.secret, o.secretNamespace, o.secretKey, name, kc)
+	return data, fmt.Sprintf("a Secret %s/%s (key %s) holding %s", o.secretNamespace, o.secret, o.secretKey, what), err
 }
 
 // updateMembers reads the members ConfigMap, lets change edit it, and writes it with the

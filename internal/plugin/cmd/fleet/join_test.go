@@ -105,7 +105,8 @@ func asSpoke(t *testing.T, kubeconfig []byte) client.Client {
 
 // spokeWrites makes, as the spoke's agent does, its hub Lease and a hub request of cluster in
 // ns through c: the Lease first, then the request that names it.
-func spokeWrites(ctx context.Context, c client.Client, ns, cluster, name string) error {
+func spokeWrites(ctx context.Context, c client.Client, cluster, name string) error {
+	const ns = joinNS
 	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: spoke.LeaseName(cluster),
 		Labels: map[string]string{"locks.turnstile.dev/role": spoke.RoleSpoke, spoke.LabelCluster: cluster}},
 		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(spoke.LeaseName(cluster)), LeaseDurationSeconds: ptr.To[int32](40),
@@ -127,12 +128,15 @@ func spokeWrites(ctx context.Context, c client.Client, ns, cluster, name string)
 	return c.Create(ctx, spoke.HubRequest(cluster, inSpoke))
 }
 
+// joinNS is the fleet namespace of TestJoinAndLeave.
+const joinNS = "team-join"
+
 // TestJoinAndLeave runs join and leave against a real API server with config/fleet installed,
 // and uses what join wrote as the spoke's agent does: its hub Lease and its cluster's request
 // are accepted by the hub's policies, another cluster's are refused; after leave, the same
 // kubeconfig no longer authenticates.
 func TestJoinAndLeave(t *testing.T) {
-	const ns, cluster = "team-join", "eu-west-1"
+	const ns, cluster = joinNS, "eu-west-1"
 	env, err := framework.Start("")
 	if err != nil {
 		t.Fatal(err)
@@ -223,10 +227,10 @@ func TestJoinAndLeave(t *testing.T) {
 	sp := asSpoke(t, kc)
 
 	// The spoke acts as its agent does: accepted for its own cluster, refused as another.
-	if err := spokeWrites(ctx, sp, ns, cluster, "probe"); err != nil {
+	if err := spokeWrites(ctx, sp, cluster, "probe"); err != nil {
 		t.Fatalf("the spoke's own writes were refused: %v", err)
 	}
-	err = spokeWrites(ctx, sp, ns, "us-east-1", "probe")
+	err = spokeWrites(ctx, sp, "us-east-1", "probe")
 	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "spoke eu-west-1 writes only its own hub Lease spoke-eu-west-1") {
 		t.Fatalf("as another cluster: %v, want the hub's refusal", err)
 	}
@@ -256,7 +260,7 @@ func TestJoinAndLeave(t *testing.T) {
 	if after.ResourceVersion != before.ResourceVersion {
 		t.Error("join with nothing to change wrote the members ConfigMap")
 	}
-	if err := spokeWrites(ctx, asSpoke(t, []byte(stdout)), ns, cluster, "probe-2"); err != nil {
+	if err := spokeWrites(ctx, asSpoke(t, []byte(stdout)), cluster, "probe-2"); err != nil {
 		t.Fatalf("the kubeconfig join printed on stdout: %v", err)
 	}
 	if _, stderr, err = plugin(ctx, admin, "join", cluster, "--label", "region-", "--label", "tier=silver"); err != nil {
@@ -293,7 +297,7 @@ func TestJoinAndLeave(t *testing.T) {
 	if secret.Kind != "Secret" || secret.Namespace != DefaultSecretNamespace || secret.Name != "turnstile-hub" || len(secret.Data) != 1 {
 		t.Fatalf("secret %s", stdout)
 	}
-	if err := spokeWrites(ctx, asSpoke(t, secret.Data[chartValue(t, root, "hubKubeconfigKey")]), ns, cluster, "probe-3"); err != nil {
+	if err := spokeWrites(ctx, asSpoke(t, secret.Data[chartValue(t, root, "hubKubeconfigKey")]), cluster, "probe-3"); err != nil {
 		t.Fatalf("the Secret's kubeconfig: %v", err)
 	}
 	if !strings.Contains(stderr, "its token expires at") {
@@ -316,7 +320,7 @@ func TestJoinAndLeave(t *testing.T) {
 	// The API server caches a token's authentication for 10 s (kube-apiserver's token cache):
 	// its next write past that is refused.
 	g := gomega.NewWithT(t)
-	g.Eventually(func() error { return spokeWrites(ctx, sp, ns, cluster, "after-leave") }).WithTimeout(30*time.Second).WithPolling(time.Second).
+	g.Eventually(func() error { return spokeWrites(ctx, sp, cluster, "after-leave") }).WithTimeout(30*time.Second).WithPolling(time.Second).
 		Should(gomega.Satisfy(apierrors.IsUnauthorized), "the kubeconfig after leave: want 401 Unauthorized (its ServiceAccount is gone)")
 	if _, stderr, err = plugin(ctx, admin, "leave", cluster); err != nil || !strings.Contains(stderr, "was no member of the fleet: unchanged") {
 		t.Errorf("leave again: %v\n%s", err, stderr)
@@ -330,10 +334,10 @@ func TestJoinAndLeave(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := spokeWrites(ctx, asSpoke(t, kc2), ns, cluster, "rejoined"); err != nil {
+	if err := spokeWrites(ctx, asSpoke(t, kc2), cluster, "rejoined"); err != nil {
 		t.Fatalf("joined again: %v", err)
 	}
-	if err := spokeWrites(ctx, sp, ns, cluster, "old-token"); !apierrors.IsUnauthorized(err) {
+	if err := spokeWrites(ctx, sp, cluster, "old-token"); !apierrors.IsUnauthorized(err) {
 		t.Errorf("the first kubeconfig after leave and join: %v, want 401 Unauthorized (its token names the old ServiceAccount's UID)", err)
 	}
 }
