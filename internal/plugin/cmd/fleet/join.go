@@ -343,6 +343,7 @@ func updateMembers(ctx context.Context, c ctrlclient.Client, stderr io.Writer, n
 		switch {
 		case err == nil:
 			return labels, true, nil
+		// guard:fleet-join-retry-conflict
 		case apierrors.IsConflict(err) && attempt < 10:
 			continue
 		default:
@@ -400,6 +401,7 @@ func checkRights(ctx context.Context, c ctrlclient.Client, command string, right
 		if err := c.Create(ctx, review); err != nil {
 			return nil // cannot ask: the writes themselves will say what they were refused
 		}
+		// guard:fleet-join-rights-first
 		if !review.Status.Allowed {
 			missing = append(missing, r.String())
 		}
