@@ -22,7 +22,12 @@ var _ = Describe("A cluster that joins and leaves", Ordered, func() {
 		By("stopping spoke-b's manager, once it runs, to run spoke-b's cluster as " + cluster)
 		Eventually(spokeB.manager.Log).WithTimeout(wait).Should(ContainSubstring(`"msg":"Starting workers","controller":"fleet-spoke"`))
 		Expect(spokeB.manager.Stop(15 * time.Second)).To(Succeed())
-		DeferCleanup(spokeB.start)
+		restarted := false
+		DeferCleanup(func() {
+			if !restarted {
+				spokeB.launch()
+			}
+		})
 
 		By("waiting until spoke-b holds and waits for nothing (an agent of another name would mirror it anew)")
 		Eventually(func(g Gomega) {
@@ -38,7 +43,12 @@ var _ = Describe("A cluster that joins and leaves", Ordered, func() {
 		p, err := framework.StartProcessLogFile(managerBin, spokeB.kubeconfig(), filepath.Join(suiteDir, cluster+".log"),
 			"--metrics-bind-address=0", "--health-probe-bind-address=0", "--hub-kubeconfig="+hubConfig, "--cluster-name="+cluster)
 		Expect(err).NotTo(HaveOccurred())
-		DeferCleanup(func() { Expect(p.Stop(15 * time.Second)).To(Succeed()) })
+		stopped := false
+		DeferCleanup(func() {
+			if !stopped {
+				_ = p.Stop(15 * time.Second)
+			}
+		})
 
 		_, err = spokeB.kubectl.Run(lockRequest("joined", "hana", "joined"), "apply", "-f", "-")
 		Expect(err).NotTo(HaveOccurred())
@@ -76,5 +86,12 @@ var _ = Describe("A cluster that joins and leaves", Ordered, func() {
 			_, err = spokeB.kubectl.Run("", "-n", ns, "delete", "lockrequest", name)
 			Expect(err).NotTo(HaveOccurred())
 		}
+		By("starting spoke-b's manager again as spoke-b")
+		stopped = true
+		Expect(p.Stop(15 * time.Second)).To(Succeed())
+		spokeB.start()
+		restarted = true
+		Eventually(spokeB.manager.Log).WithTimeout(wait).Should(ContainSubstring(`"msg":"Starting workers","controller":"fleet-spoke"`),
+			"spoke-b's agent runs again (a manager stopped while it starts has no clean exit to give)")
 	})
 })
