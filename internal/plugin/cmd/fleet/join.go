@@ -235,6 +235,9 @@ func (o *joinOptions) run(ctx context.Context, g *util.Globals, name string, std
 		fmt.Fprintf(stderr, "warning: the hub issued a token valid until %s, shorter than --duration %s (its --service-account-max-token-expiration): rotate before then\n",
 			expires.UTC().Format(time.RFC3339), o.duration)
 	}
+	if cfg.Insecure {
+		fmt.Fprintln(stderr, "warning: the current kubeconfig does not verify the hub's certificate (insecure-skip-tls-verify), and neither will the spoke's: give the hub's CA (--certificate-authority) to verify it")
+	}
 	data, what, err := o.render(cfg, name, sa, token)
 	if err != nil {
 		return err
@@ -459,7 +462,6 @@ func hubKubeconfig(cfg *rest.Config, server, cluster, sa, token string) ([]byte,
 	kc.AuthInfos[sa] = &clientcmdapi.AuthInfo{Token: token}
 	kc.Contexts["hub"] = &clientcmdapi.Context{Cluster: "hub", AuthInfo: sa, Namespace: members.Namespace}
 	kc.CurrentContext = "hub"
-	kc.Preferences.Extensions = nil
 	b, err := clientcmd.Write(*kc)
 	if err != nil {
 		return nil, fmt.Errorf("kubeconfig of spoke %s: %w", cluster, err)
