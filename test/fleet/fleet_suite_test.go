@@ -152,23 +152,15 @@ func (m *member) waiter() framework.Kubectl {
 // start runs m's manager, the built binary, as its admin (its own cluster) with m's arguments.
 func (m *member) start() {
 	GinkgoHelper()
-	p := m.launch()
+	args := append([]string{"--metrics-bind-address=0", "--health-probe-bind-address=0"}, m.args...)
+	p, err := framework.StartProcessLogFile(managerBin, m.kubeconfig(), m.logPath, args...)
+	Expect(err).NotTo(HaveOccurred())
+	m.manager = p
 	DeferCleanup(func() {
 		if os.Getenv("TURNSTILE_FLEET_LOGS") != "" {
 			fmt.Fprintf(GinkgoWriter, "--- %s\n%s\n", m.name, p.Log())
 		}
 	})
-}
-
-// launch is start without the cleanup that start registers: for a spec's own cleanup, which
-// Ginkgo does not let register another.
-func (m *member) launch() *framework.Process {
-	GinkgoHelper()
-	args := append([]string{"--metrics-bind-address=0", "--health-probe-bind-address=0"}, m.args...)
-	p, err := framework.StartProcessLogFile(managerBin, m.kubeconfig(), m.logPath, args...)
-	Expect(err).NotTo(HaveOccurred())
-	m.manager = p
-	return p
 }
 
 // lockRequest is a LockRequest's manifest, as a user applies it.
