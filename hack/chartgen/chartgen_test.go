@@ -576,14 +576,14 @@ func TestFleetTemplate(t *testing.T) {
 		},
 		"the members come from values, in turnstile-fleet": {
 			src: "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: turnstile-fleet-members\n  namespace: turnstile-fleet\ndata: {}\n",
-			want: head + "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ include \"turnstile.fullname\" . }}-fleet-members\n  namespace: turnstile-fleet\n" + labels +
+			want: head + "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: turnstile-fleet-members\n  namespace: turnstile-fleet\n" + labels +
 				"data:\n  {{- range $cluster, $labels := .Values.fleet.members }}\n  {{ $cluster }}: {{ dict \"labels\" (default (dict) $labels) | toJson | quote }}\n  {{- end }}\n{{- end }}\n",
 		},
 		"a binding keeps its params in turnstile-fleet": {
 			src: "apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingAdmissionPolicyBinding\nmetadata:\n  name: turnstile-fleet-members\nspec:\n  policyName: turnstile-fleet-members\n" +
 				"  paramRef:\n    name: turnstile-fleet-members\n    namespace: turnstile-fleet\n    parameterNotFoundAction: Deny\n  validationActions: [Deny]\n",
 			want: head + "apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingAdmissionPolicyBinding\nmetadata:\n  name: {{ include \"turnstile.fullname\" . }}-fleet-members\n" + labels +
-				"spec:\n  paramRef:\n    name: {{ include \"turnstile.fullname\" . }}-fleet-members\n    namespace: turnstile-fleet\n    parameterNotFoundAction: Deny\n" +
+				"spec:\n  paramRef:\n    name: turnstile-fleet-members\n    namespace: turnstile-fleet\n    parameterNotFoundAction: Deny\n" +
 				"  policyName: {{ include \"turnstile.fullname\" . }}-fleet-members\n  validationActions:\n  - Deny\n{{- end }}\n",
 		},
 		"members written in config/fleet": {

@@ -752,7 +752,11 @@ func fleetTemplate(src string, data []byte) ([]byte, error) {
 		}
 		n++
 		name := objName
-		if kind != "Namespace" {
+		// The namespace and the members ConfigMap keep their names in every release: the
+		// spokes' identities name the namespace, and the hub's manager (its role's
+		// resourceNames), kubectl turnstile fleet join and the policies read the ConfigMap by
+		// its name.
+		if kind != "Namespace" && kind != "ConfigMap" {
 			var err error
 			if name, err = ChartName(objName); err != nil {
 				return nil, fmt.Errorf("%s: %w", kind, err)
@@ -832,7 +836,9 @@ func fleetRBAC(b *strings.Builder, kind, objName string, o map[string]any) error
 func fleetPolicy(b *strings.Builder, kind, objName string, o map[string]any) error {
 	spec := asMap(o["spec"])
 	ref := asMap(spec["paramRef"])
+	var params any
 	if ref != nil {
+		params = ref["name"] // the members ConfigMap: its name is the same in every release
 		if ns := fmt.Sprint(ref["namespace"]); ns != fleetNamespace {
 			return fmt.Errorf("%s %s: paramRef namespace %s: the fleet's params live in %s", kind, objName, ns, fleetNamespace)
 		}
@@ -846,7 +852,7 @@ func fleetPolicy(b *strings.Builder, kind, objName string, o map[string]any) err
 		}
 	}
 	if ref != nil {
-		ref["namespace"] = fleetNamespace
+		ref["name"], ref["namespace"] = params, fleetNamespace
 	}
 	text, err := yaml.Marshal(map[string]any{"spec": spec})
 	if err != nil {

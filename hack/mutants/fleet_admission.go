@@ -41,5 +41,14 @@ func init() {
 		mutant{name: "fleet-hub-user-not-spoke-owner", pkg: admissionSuite, focus: focus, guard: "a hub user of a spoke request's owner's name does not release or delete it (only the spoke or an admin)", edits: []edit{
 			{"fleet-hub-user-not-spoke-owner", "      request.operation == 'CREATE' || variables.cleanup ||", "      true || variables.cleanup ||"},
 		}},
+		mutant{name: "fleet-reserved-request-label", pkg: admissionSuite, focus: "dressing her objects", guard: "a hub user does not label a request with a spoke's cluster (the agent watches its hub requests by it)", edits: []edit{
+			{"fleet-reserved-request-label", "      !variables.isRequest ||\n      (('fleet.turnstile.dev/cluster' in", "      true ||\n      (('fleet.turnstile.dev/cluster' in"},
+		}},
+		mutant{name: "fleet-reserved-request-annotations", pkg: admissionSuite, focus: "dressing her objects", guard: "a hub user does not write the spoke annotations the agent maps its hub requests by", edits: []edit{
+			{"fleet-reserved-request-annotations", "      !variables.isRequest || variables.reservedAnnotations.all(k,", "      true || variables.reservedAnnotations.all(k,"},
+		}},
+		mutant{name: "fleet-reserved-lease", pkg: admissionSuite, focus: "dressing her objects", guard: "a hub user does not take a spoke's Lease name spoke-<cluster> (nor its role label) in a namespace", edits: []edit{
+			{"fleet-reserved-lease", "      variables.isRequest ||\n      request.operation == 'UPDATE' &&", "      true ||\n      request.operation == 'UPDATE' &&"},
+		}},
 	)
 }

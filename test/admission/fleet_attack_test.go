@@ -1,8 +1,6 @@
 package admission
 
 import (
-	"path/filepath"
-
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -11,7 +9,6 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/turnstile-dev/turnstile/internal/testing/framework"
 	"github.com/turnstile-dev/turnstile/pkg/workdir"
 )
 
@@ -27,12 +24,7 @@ var _ = Describe("A hub user dressing her objects as a spoke's", Ordered, Contin
 	var t *team
 
 	BeforeAll(func() {
-		root, err := framework.RepoRoot()
-		Expect(err).NotTo(HaveOccurred())
-		fleetDir := filepath.Join(root, "config", "fleet")
-		out, err := kubectl("apply", "--server-side", "-k", fleetDir)
-		Expect(err).NotTo(HaveOccurred(), out)
-		DeferCleanup(func() { _, _ = kubectl("delete", "--ignore-not-found", "-k", fleetDir) })
+		installFleet()
 		var cm corev1.ConfigMap
 		Expect(admin.Get(ctx, client.ObjectKey{Namespace: "turnstile-fleet", Name: "turnstile-fleet-members"}, &cm)).To(Succeed())
 		cm.Data = map[string]string{"eu-west-1": "{}"}

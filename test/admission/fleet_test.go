@@ -42,18 +42,11 @@ var _ = Describe("A fleet's spokes on the hub", Ordered, func() {
 		mirrored          func(cluster, name string) *locksv1.LockRequest
 		hubLease          func(cluster string) *coordinationv1.Lease
 		installedOut      string
-		fleetDir          string
 	)
 
 	BeforeAll(func() {
 		By("installing the hub's fleet policy and roles: kubectl apply --server-side -k config/fleet")
-		root, err := framework.RepoRoot()
-		Expect(err).NotTo(HaveOccurred())
-		fleetDir = filepath.Join(root, "config", "fleet")
-		out, err := kubectl("apply", "--server-side", "-k", fleetDir)
-		installedOut = out
-		Expect(err).NotTo(HaveOccurred(), out)
-		DeferCleanup(func() { _, _ = kubectl("delete", "--ignore-not-found", "-k", fleetDir) })
+		_, installedOut = installFleet()
 		var cm corev1.ConfigMap
 		Expect(admin.Get(ctx, client.ObjectKey{Namespace: "turnstile-fleet", Name: "turnstile-fleet-members"}, &cm)).To(Succeed())
 		cm.Data = members
@@ -310,4 +303,18 @@ func expectForbidden(err error) {
 	GinkgoHelper()
 	Expect(err).To(HaveOccurred())
 	Expect(err.Error()).To(ContainSubstring("denied request"))
+}
+
+// installFleet installs config/fleet on the suite's API server (kubectl apply --server-side
+// -k), for every Describe that needs it, and returns its directory and kubectl's output. It is
+// not uninstalled: envtest runs no namespace controller, so turnstile-fleet would stay
+// Terminating and refuse the next install; the suite's API server goes at its end.
+func installFleet() (dir, out string) {
+	GinkgoHelper()
+	root, err := framework.RepoRoot()
+	Expect(err).NotTo(HaveOccurred())
+	dir = filepath.Join(root, "config", "fleet")
+	out, err = kubectl("apply", "--server-side", "-k", dir)
+	Expect(err).NotTo(HaveOccurred(), out)
+	return dir, out
 }

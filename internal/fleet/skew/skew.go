@@ -228,6 +228,9 @@ type Verdict struct {
 	LetGo bool
 	// Why says why not (empty when LetGo): for the spoke request's blockedBy and the events.
 	Why string
+	// Expiry says StopAt is the grant's own end (State.Expires, before the hub Lease's lapse):
+	// the holder stops because its grant ends, not because the hub stopped answering.
+	Expiry bool
 }
 
 // Judge applies the rule at now (the spoke's clock).
@@ -242,15 +245,21 @@ func (s Settings) Judge(now time.Time, st State) Verdict {
 		return Verdict{Stop: true, Why: fmt.Sprintf("clock skew with the hub is %s, over --max-clock-skew %s: every holder is stopped and nothing is let go until it is back under", secs(bound), secs(s.MaxSkew))}
 	}
 	stop := s.StopAt(st.Renewed, st.Expires, bound)
-	v := Verdict{StopAt: stop}
+	v := Verdict{StopAt: stop, Expiry: !st.Expires.IsZero() && st.Expires.Before(st.Renewed.Add(s.Lease))}
 	switch {
 	// guard:skew-stop-at-deadline
 	case !now.Before(stop):
 		v.Stop = true
 		v.Why = fmt.Sprintf("the hub has not answered since %s: its holders were stopped at %s, before the hub can hand their locks on", stamp(st.Renewed), stamp(stop))
+		if v.Expiry {
+			v.Why = fmt.Sprintf("its grant ends at %s by the hub's clock (spec.ttl, not renewed): it was stopped at %s, before the hub hands its locks on", stamp(st.Expires), stamp(stop))
+		}
 	// guard:skew-let-go-min-run
 	case !now.Add(s.MinRun()).Before(stop):
 		v.Why = fmt.Sprintf("the hub has not answered since %s; nothing is let go until it answers (a workload needs %s before its stop at %s)", stamp(st.Renewed), secs(s.MinRun()), stamp(stop))
+		if v.Expiry {
+			v.Why = fmt.Sprintf("its grant ends at %s by the hub's clock (spec.ttl): too soon to let a workload go (it needs %s before its stop at %s)", stamp(st.Expires), secs(s.MinRun()), stamp(stop))
+		}
 	default:
 		v.LetGo = true
 	}

@@ -281,7 +281,7 @@ func TestJudge(t *testing.T) {
 			now: at(20), st: State{Renewed: t0, Skew: bounded(sec(0.8))}, want: Verdict{StopAt: at(21.2)}, wantWhy: "nothing is let go",
 		},
 		"a grant that expires before the Lease lapses stops first": {
-			now: at(10), st: State{Renewed: t0, Expires: at(30), Skew: bounded(sec(2))}, want: Verdict{StopAt: at(10), Stop: true}, wantWhy: "stopped at 2026-11-28T10:02:23Z",
+			now: at(10), st: State{Renewed: t0, Expires: at(30), Skew: bounded(sec(2))}, want: Verdict{StopAt: at(10), Stop: true, Expiry: true}, wantWhy: "its grant ends at 2026-11-28T10:02:43Z by the hub's clock (spec.ttl, not renewed): it was stopped at 2026-11-28T10:02:23Z",
 		},
 		"a grant that expires after it does not": {
 			now: at(0), st: State{Renewed: t0, Expires: at(60), Skew: bounded(sec(2))}, want: Verdict{StopAt: at(20), LetGo: true}, whyEmpty: true,

@@ -158,24 +158,39 @@ func (a *Agent) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, e
 		if !apierrors.IsNotFound(err) {
 			return ctrl.Result{}, err
 		}
-		return ctrl.Result{}, a.deleteHub(ctx, req.Namespace, HubName(a.opts.Cluster, req.Name), "")
+		return ctrl.Result{}, a.deleteHub(ctx, req.Namespace, req.Name, "")
 	}
 	hubKey := types.NamespacedName{Namespace: spoke.Namespace, Name: HubName(a.opts.Cluster, spoke.Name)}
 	var hub locksv1.LockRequest
 	err := a.hubs.Get(ctx, hubKey, &hub)
-	switch {
-	case err != nil && !apierrors.IsNotFound(err):
+	if err != nil && !apierrors.IsNotFound(err) {
 		return ctrl.Result{}, err
+	}
+	if err == nil {
+		mine, err := a.ours(ctx, &hub, spoke.Name)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		if !mine {
+			return a.foreign(ctx, &spoke, &hub)
+		}
+	}
+	switch {
 	// A request of a spoke request that was deleted and re-created under its name is not
 	// adopted: its grant was the old request's (its workload's), not this one's.
 	// guard:spoke-uid-adopted
 	case err == nil && hub.Annotations[AnnotationSpokeUID] != string(spoke.UID):
-		return ctrl.Result{}, a.deleteHub(ctx, hub.Namespace, hub.Name, hub.Annotations[AnnotationSpokeUID])
+		return ctrl.Result{}, a.deleteHub(ctx, hub.Namespace, spoke.Name, hub.Annotations[AnnotationSpokeUID])
 	case spoke.DeletionTimestamp != nil:
 		if err == nil {
-			return ctrl.Result{}, a.deleteHub(ctx, hub.Namespace, hub.Name, string(spoke.UID))
+			return ctrl.Result{}, a.deleteHub(ctx, hub.Namespace, spoke.Name, string(spoke.UID))
 		}
 		return ctrl.Result{}, nil
+	// A granted request whose hub request is gone (an admin deleted it on the hub) has lost its
+	// grant: it is not asked for again under the old grant's eyes.
+	// guard:spoke-grant-gone-lost
+	case apierrors.IsNotFound(err) && spoke.Status.Phase == locksv1.PhaseGranted:
+		return ctrl.Result{}, a.lose(ctx, &spoke, fmt.Sprintf("its hub request %s/%s is gone: the hub holds no grant for it any more (an admin deleted it there)", hubKey.Namespace, hubKey.Name))
 	case apierrors.IsNotFound(err):
 		return a.createOrReport(ctx, &spoke)
 	}
@@ -190,18 +205,36 @@ func (a *Agent) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, e
 		hub.Spec.Release = true
 		return ctrl.Result{}, client.IgnoreNotFound(a.hub.Patch(ctx, &hub, patch))
 	}
+	// A change the hub refuses (a priority or freeze bypass this spoke may not give there) leaves
+	// the hub request as it was: its status is still copied and the partition rule still applies
+	// (a grant the hub ends is ended in the spoke too), and the refusal is said on the request.
+	var refusedEdit string
 	if next, changed := SpecUpdate(&spoke, &hub); changed {
-		patch := client.MergeFromWithOptions(hub.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		before := hub.DeepCopy()
+		patch := client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})
 		hub.Spec = next
 		hub.Annotations[AnnotationSpokeGeneration] = itoa(spoke.Generation)
 		if err := a.hub.Patch(ctx, &hub, patch); err != nil {
-			return ctrl.Result{}, client.IgnoreNotFound(err)
+			why, refused := Refusal(err)
+			// guard:spoke-refused-edit-copies-status
+			if !refused {
+				return ctrl.Result{}, client.IgnoreNotFound(err)
+			}
+			refusedEdit, hub = why, *before
 		}
 	}
 	want := SpokeStatus(&spoke, &hub)
-	res, want, err := a.partition(ctx, &spoke, want)
+	res, want, err := a.partition(ctx, &spoke, &hub, want)
 	if err != nil {
 		return ctrl.Result{}, err
+	}
+	if refusedEdit != "" {
+		want = refusedEditStatus(&spoke, want, a.opts.Cluster, refusedEdit, a.opts.Clock.Now())
+		// Tried again each renewal period, not at the failure backoff: the hub's answer to
+		// the same change does not change sooner.
+		if res.RequeueAfter == 0 || res.RequeueAfter > a.opts.Settings.RenewEvery() {
+			res.RequeueAfter = a.opts.Settings.RenewEvery()
+		}
 	}
 	// One status write per hub change, only when it differs.
 	if !equality.Semantic.DeepEqual(spoke.Status, want) {
@@ -221,15 +254,14 @@ func (a *Agent) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, e
 // the hub's status): a granted holder is stopped at the stop deadline (want becomes
 // LostStatus), a grant not shown yet is not shown while the rule lets nothing go (HeldStatus),
 // and a holder that runs is looked at again at its deadline.
-func (a *Agent) partition(ctx context.Context, spoke *locksv1.LockRequest, want locksv1.LockRequestStatus) (ctrl.Result, locksv1.LockRequestStatus, error) {
+func (a *Agent) partition(ctx context.Context, spoke, hub *locksv1.LockRequest, want locksv1.LockRequestStatus) (ctrl.Result, locksv1.LockRequestStatus, error) {
 	if want.Phase != locksv1.PhaseGranted {
 		return ctrl.Result{}, want, nil
 	}
-	var hubs locksv1.LockRequestList
-	if err := a.hubs.List(ctx, &hubs, client.InNamespace(spoke.Namespace)); err != nil {
-		return ctrl.Result{}, want, err
-	}
-	st, v := a.judge(ctx, spoke.Namespace, hubs.Items)
+	// Judged by its own grant's end only: another request's ttl in the namespace is not this
+	// holder's deadline (any requester, or a hub user labelling her request, would stop others).
+	// guard:spoke-judged-by-own-expiry
+	st, v := a.judge(ctx, spoke.Namespace, []locksv1.LockRequest{*hub})
 	now := a.opts.Clock.Now()
 	switch PartitionAction(spoke.Status.Phase == locksv1.PhaseGranted, v) {
 	case Stop:
@@ -258,29 +290,47 @@ func (a *Agent) create(ctx context.Context, spoke *locksv1.LockRequest) error {
 	if err := a.self.Stamp(ctx, a.hub, hub); err != nil {
 		return err
 	}
-	if err := a.hub.Create(ctx, hub); err != nil && !apierrors.IsAlreadyExists(err) {
+	if err := a.hub.Create(ctx, hub); apierrors.IsAlreadyExists(err) {
+		// Ours, not in the hub cache yet (its event comes), or someone else's under this name
+		// that the cache, which selects this cluster's label, does not show: read it.
+		var cur locksv1.LockRequest
+		if err := a.hub.Get(ctx, client.ObjectKeyFromObject(hub), &cur); err != nil {
+			return client.IgnoreNotFound(err)
+		}
+		// guard:spoke-name-taken-said
+		mine, err := a.ours(ctx, &cur, spoke.Name)
+		if err != nil {
+			return err
+		}
+		if !mine {
+			return &nameTaken{hub: &cur}
+		}
+	} else if err != nil {
 		return fmt.Errorf("create hub request %s/%s: %w", hub.Namespace, hub.Name, err)
 	}
 	log.FromContext(ctx).V(1).Info("mirrored to the hub", "hub", hub.Name)
 	return nil
 }
 
-// deleteHub deletes a hub request, only the one of the spoke UID uid when uid is set.
-func (a *Agent) deleteHub(ctx context.Context, ns, name, uid string) error {
-	hub := &locksv1.LockRequest{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
-	var opts []client.DeleteOption
-	if uid != "" {
-		var cur locksv1.LockRequest
-		if err := a.hubs.Get(ctx, client.ObjectKeyFromObject(hub), &cur); err != nil {
-			return client.IgnoreNotFound(err)
-		}
-		if cur.Annotations[AnnotationSpokeUID] != uid {
-			return nil
-		}
-		opts = append(opts, client.Preconditions{UID: &cur.UID})
+// deleteHub deletes the hub request of the spoke request named spokeName in ns, only when it
+// is ours (made by this agent for that spoke request), and only the one of the spoke UID uid
+// when uid is set; by UID precondition. One not in the hub cache yet is deleted once it is:
+// its watch event brings the spoke request's name back here.
+func (a *Agent) deleteHub(ctx context.Context, ns, spokeName, uid string) error {
+	var cur locksv1.LockRequest
+	if err := a.hubs.Get(ctx, types.NamespacedName{Namespace: ns, Name: HubName(a.opts.Cluster, spokeName)}, &cur); err != nil {
+		return client.IgnoreNotFound(err)
 	}
-	if err := a.hub.Delete(ctx, hub, opts...); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-		return fmt.Errorf("delete hub request %s/%s: %w", ns, name, err)
+	mine, err := a.ours(ctx, &cur, spokeName)
+	if err != nil {
+		return err
+	}
+	// guard:spoke-deletes-only-its-own
+	if !mine || uid != "" && cur.Annotations[AnnotationSpokeUID] != uid {
+		return nil
+	}
+	if err := a.hub.Delete(ctx, &cur, client.Preconditions{UID: &cur.UID}); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return fmt.Errorf("delete hub request %s/%s: %w", ns, cur.Name, err)
 	}
 	return nil
 }

@@ -84,6 +84,33 @@ func TestAttack(t *testing.T) {
 	t.Run("EditRefusedByTheHubFreezesTheSpokesGrant", f.attackRefusedEdit)
 	t.Run("HubUserSquatsTheSpokesHubLease", func(t *testing.T) { f.attackLeaseSquat(t, false) })
 	t.Run("HubUserSquatsTheSpokesHubLeaseLabelled", func(t *testing.T) { f.attackLeaseSquat(t, true) })
+	t.Run("HubAdminDeletesAGrantedHubRequest", f.hubRequestDeleted)
+}
+
+// A hub admin deletes a granted spoke request's hub request (the hub no longer holds its grant):
+// the spoke request has lost its grant (Released, HubRequestLost), and is not asked for again
+// under the old grant's eyes.
+func (f *installed) hubRequestDeleted(t *testing.T) {
+	const ns = "attack-gone"
+	r := f.room(t, ns)
+	g := gomega.NewWithT(t)
+	ctx := context.Background()
+	f.startAgent(t)
+	g.Expect(r.alice.Create(ctx, lockOn(ns, "alice-apply", "vpc"))).To(gomega.Succeed())
+	granted(t, r.spokeView, ns, "alice-apply")
+	hub := get(g, r.hubAdmin, ns, spoke.HubName(cluster, "alice-apply"))
+	g.Expect(r.hubAdmin.Delete(ctx, hub)).To(gomega.Succeed())
+	g.Eventually(func(g gomega.Gomega) {
+		lr := get(g, r.spokeView, ns, "alice-apply")
+		g.Expect(lr.Status.Phase).To(gomega.Equal(locksv1.PhaseReleased))
+		c := meta.FindStatusCondition(lr.Status.Conditions, locksv1.ConditionGranted)
+		g.Expect(c).NotTo(gomega.BeNil())
+		g.Expect(c.Reason).To(gomega.Equal(spoke.ReasonHubRequestLost))
+	}).WithTimeout(30 * time.Second).Should(gomega.Succeed())
+	g.Consistently(func() error {
+		var h locksv1.LockRequest
+		return r.hubAdmin.Get(ctx, types.NamespacedName{Namespace: ns, Name: hub.Name}, &h)
+	}).WithTimeout(3*time.Second).Should(gomega.MatchError(gomega.ContainSubstring("not found")), "the agent asks the hub for it again")
 }
 
 func install(t *testing.T) *installed {
@@ -379,11 +406,16 @@ func (f *installed) attackHubUserExpiry(t *testing.T) {
 	fake := lockOn(ns, "mallory-quick", "dns")
 	fake.Labels = map[string]string{spoke.LabelCluster: cluster}
 	fake.Spec.TTL = &metav1.Duration{Duration: 20 * time.Second}
-	g.Expect(r.malloryHub.Create(ctx, fake)).To(gomega.Succeed(), "a hub requester labels her own request with a spoke's cluster")
+	// Refused at admission (turnstile-fleet-reserved); the agent judges each holder by its own
+	// grant's end anyway (ShortTTLInTheNamespaceStopsAnothersHolder).
+	g.Expect(r.malloryHub.Create(ctx, fake)).To(gomega.MatchError(gomega.ContainSubstring("ValidatingAdmissionPolicy 'turnstile-fleet-reserved'")),
+		"a hub requester labels her own request with a spoke's cluster")
+	fake.Labels = nil
+	g.Expect(r.malloryHub.Create(ctx, fake)).To(gomega.Succeed())
 	g.Eventually(func(g gomega.Gomega) {
 		g.Expect(get(g, r.hubAdmin, ns, "mallory-quick").Status.Phase).To(gomega.Equal(locksv1.PhaseExpired))
 	}).WithTimeout(90 * time.Second).Should(gomega.Succeed())
-	g.Expect(lost()).To(gomega.BeEmpty(), "BREAK: a hub user's labelled request stopped a spoke's holder")
+	g.Expect(lost()).To(gomega.BeEmpty(), "BREAK: a hub user's short request stopped a spoke's holder")
 	g.Consistently(func(g gomega.Gomega) {
 		g.Expect(get(g, r.spokeView, ns, "alice-apply").Status.Phase).To(gomega.Equal(locksv1.PhaseGranted))
 	}).WithTimeout(2 * time.Second).Should(gomega.Succeed())
@@ -420,15 +452,27 @@ func (f *installed) attackSquat(t *testing.T) {
 		spoke.AnnotationSpokeUID: string(bob.UID), spoke.AnnotationSpokeName: bob.Name,
 		spoke.AnnotationSpokeGeneration: fmt.Sprint(bob.Generation),
 	}
+	g.Expect(r.malloryHub.Create(ctx, squat.DeepCopy())).To(gomega.MatchError(gomega.ContainSubstring("ValidatingAdmissionPolicy 'turnstile-fleet-reserved'")),
+		"a hub requester dresses her request as a spoke request's")
+	// Undressed, the name is hers to take: the agent's create finds it, and says so.
+	squat.Labels, squat.Annotations = nil, nil
 	g.Expect(r.malloryHub.Create(ctx, squat)).To(gomega.Succeed(), "a hub requester takes a spoke request's hub name")
 	granted(t, r.hubAdmin, ns, squat.Name)
 
 	f.startAgent(t)
+	g.Eventually(func(g gomega.Gomega) {
+		lr := get(g, r.spokeView, ns, "bob-deploy")
+		c := meta.FindStatusCondition(lr.Status.Conditions, locksv1.ConditionStalled)
+		g.Expect(c).NotTo(gomega.BeNil())
+		g.Expect(c.Reason).To(gomega.Equal(spoke.ReasonHubNameTaken))
+		g.Expect(c.Message).To(gomega.ContainSubstring("created by mallory"))
+	}).WithTimeout(60 * time.Second).Should(gomega.Succeed())
 	g.Consistently(func(g gomega.Gomega) {
 		lr := get(g, r.spokeView, ns, "bob-deploy")
 		g.Expect(lr.Status.Phase).NotTo(gomega.Equal(locksv1.PhaseGranted),
 			"BREAK: bob's spoke request shows mallory's hub grant (locks %v, token %d) while carol holds acme/infra/vpc", lr.Status.Locks, lr.Status.FencingToken)
-	}).WithTimeout(10 * time.Second).Should(gomega.Succeed())
+	}).WithTimeout(5 * time.Second).Should(gomega.Succeed())
+	g.Expect(get(g, r.hubAdmin, ns, squat.Name).Status.Phase).To(gomega.Equal(locksv1.PhaseGranted), "the agent leaves her request alone")
 	// She cannot release or delete it now (turnstile-fleet-hub-users: a labelled request is
 	// changed only by its spoke or an admin), but with bob's ttl copied it ends when its ttl
 	// does, and bob's with it; and the agent releases it when bob's spoke request is released.
@@ -479,7 +523,8 @@ func (f *installed) attackLeaseSquat(t *testing.T, labelled bool) {
 	if labelled {
 		lease.Labels = map[string]string{workdir.LabelRole: spoke.RoleSpoke}
 	}
-	g.Expect(r.malloryHub.Create(ctx, lease)).To(gomega.Succeed(), "a hub requester creates the spoke's hub Lease (labelled %v)", labelled)
+	g.Expect(r.malloryHub.Create(ctx, lease)).To(gomega.MatchError(gomega.ContainSubstring("ValidatingAdmissionPolicy 'turnstile-fleet-reserved'")),
+		"a hub requester creates the spoke's hub Lease (labelled %v)", labelled)
 
 	f.startAgent(t)
 	g.Expect(r.alice.Create(ctx, lockOn(ns, "alice-apply", "vpc"))).To(gomega.Succeed())
@@ -555,4 +600,9 @@ func (f *installed) attackRefusedEdit(t *testing.T) {
 		g.Expect(get(g, r.spokeView, ns, "dana-apply").Status.Phase).NotTo(gomega.Equal(locksv1.PhaseGranted),
 			"BREAK: the hub's grant has ended (%s) and the spoke request still shows it", get(g, r.hubAdmin, ns, hubName).Status.Phase)
 	}).WithTimeout(30 * time.Second).Should(gomega.Succeed())
+	c := meta.FindStatusCondition(get(g, r.spokeView, ns, "dana-apply").Status.Conditions, locksv1.ConditionStalled)
+	g.Expect(c).NotTo(gomega.BeNil())
+	g.Expect(c.Reason).To(gomega.Equal(spoke.ReasonFleetRefused))
+	g.Expect(c.Message).To(gomega.ContainSubstring("the hub refused this request's change (generation 2)"))
+	g.Expect(c.Message).To(gomega.ContainSubstring("prioritize permission"))
 }

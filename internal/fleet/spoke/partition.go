@@ -100,7 +100,11 @@ func LostToPartition(spoke *locksv1.LockRequest) bool {
 func LostStatus(spoke *locksv1.LockRequest, lease string, st skew.State, v skew.Verdict, now time.Time) locksv1.LockRequestStatus {
 	out := *spoke.Status.DeepCopy()
 	msg := fmt.Sprintf("the hub did not answer the renewals of the spoke's hub Lease %s/%s: %s", spoke.Namespace, lease, v.Why)
-	if !st.Renewed.IsZero() && !v.StopAt.IsZero() {
+	switch {
+	case v.Expiry:
+		msg = fmt.Sprintf("its hub grant ends at %s (spec.ttl, not renewed in time): the holder was stopped at the deadline %s, before the hub hands its locks on",
+			stamp(st.Expires), stamp(v.StopAt))
+	case !st.Renewed.IsZero() && !v.StopAt.IsZero():
 		msg = fmt.Sprintf("the hub has not answered a renewal of the spoke's hub Lease %s/%s since %s: the holder was stopped at the deadline %s, before the hub can hand its locks on (%s)",
 			spoke.Namespace, lease, stamp(st.Renewed), stamp(v.StopAt), v.Why)
 	}

@@ -82,6 +82,9 @@ func RefusedMessage(cluster, why string) string {
 // period later, instead of retrying silently.
 func (a *Agent) createOrReport(ctx context.Context, spoke *locksv1.LockRequest) (ctrl.Result, error) {
 	err := a.create(ctx, spoke)
+	if taken := (*nameTaken)(nil); errors.As(err, &taken) {
+		return a.foreign(ctx, spoke, taken.hub)
+	}
 	why, refused := Refusal(err)
 	// guard:spoke-refusal-reported
 	if !refused {
@@ -150,4 +153,22 @@ func ignoreGone(err error) error {
 		return nil
 	}
 	return err
+}
+
+// refusedEditStatus is want (the hub's status, the partition rule applied) of a spoke request
+// whose change the hub refused (the hub's words in why): the hub keeps the request as it was,
+// which want still shows, and Stalled True with reason FleetRefused says the change did not
+// reach the hub and why, for this generation.
+func refusedEditStatus(spoke *locksv1.LockRequest, want locksv1.LockRequestStatus, cluster, why string, now time.Time) locksv1.LockRequestStatus {
+	out := *want.DeepCopy()
+	g := spoke.Generation
+	msg := fmt.Sprintf("the hub refused this request's change (generation %d) from this spoke (--cluster-name=%s): %s; "+
+		"the hub keeps the request as it was before it, which this status shows; undo the change, or make it on a new request",
+		g, cluster, strings.TrimSpace(why))
+	if c := meta.FindStatusCondition(spoke.Status.Conditions, locksv1.ConditionStalled); c != nil && c.Reason == ReasonFleetRefused && c.Message == msg {
+		now = c.LastTransitionTime.Time // the same refusal: the condition is not rewritten
+	}
+	out.ObservedGeneration = g
+	queue.SetCondition(&out.Conditions, locksv1.ConditionStalled, metav1.ConditionTrue, ReasonFleetRefused, msg, g, now)
+	return out
 }
