@@ -92,7 +92,7 @@ func Parse(ann map[string]string) (Spec, error) {
 		s.TTL = &d
 	}
 	if s.KeepRunning && s.TTL != nil {
-		return s, fmt.Errorf("annotations %s: %s and %s cannot go together: the hub ends a grant at its ttl, which a spoke cut off from it cannot renew; leave out the ttl",
+		return s, fmt.Errorf("annotations %s: %s and %s cannot go together: a keep-running grant has no end on the hub; leave out the ttl",
 			locksv1.AnnotationOnPartition, locksv1.OnPartitionKeepRunning, AnnotationTTL)
 	}
 	return s, nil

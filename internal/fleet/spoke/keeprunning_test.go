@@ -1,8 +1,10 @@
 package spoke_test
 
 import (
+	"bytes"
 	"context"
 	"net/url"
+	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
@@ -21,6 +23,8 @@ import (
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
 	"github.com/turnstile-dev/turnstile/internal/fleet/skew"
 	"github.com/turnstile-dev/turnstile/internal/fleet/spoke"
+	plugincmd "github.com/turnstile-dev/turnstile/internal/plugin/cmd"
+	"github.com/turnstile-dev/turnstile/internal/plugin/cmd/util"
 	"github.com/turnstile-dev/turnstile/internal/testing/netcut"
 	"github.com/turnstile-dev/turnstile/internal/workload"
 )
@@ -35,8 +39,8 @@ import (
 // on, as always, and migrate runs on with its token, no stop reported; past the hub Lease's
 // lapse the hub has let apply's lock go and still holds migrate's and the user's. The user's
 // request, deleted in the spoke during the cut, is deleted on the hub as soon as the hub answers
-// again (not when the work queue's backoff, grown during the cut, next tries it); migrate's,
-// released in the spoke after the cut, is released on the hub.
+// again (not when the work queue's backoff, grown during the cut, next tries it); migrate's is
+// released by the hub's admin (kubectl turnstile release --cluster), and the spoke stops it.
 func TestKeepRunningHolderSurvivesAPartition(t *testing.T) {
 	const ns = "team-keep"
 	fleet(t, ns)
@@ -102,6 +106,9 @@ func TestKeepRunningHolderSurvivesAPartition(t *testing.T) {
 		g.Expect(h.Spec.Holder.Lease).To(gomega.Equal(lease), "hub request of %s", name)
 		if lease == "" {
 			g.Expect(h.Annotations).To(gomega.HaveKeyWithValue(locksv1.AnnotationOnPartition, locksv1.OnPartitionKeepRunning))
+			g.Expect(h.Status.ExpiresAt).To(gomega.BeNil(), "a keep-running grant has no end on the hub")
+		} else {
+			g.Expect(h.Status.ExpiresAt).NotTo(gomega.BeNil())
 		}
 	}
 
@@ -161,11 +168,35 @@ func TestKeepRunningHolderSurvivesAPartition(t *testing.T) {
 	}).WithTimeout(10 * time.Second).Should(gomega.Succeed())
 	t.Logf("the hub request of a spoke request deleted during the cut was deleted %s after the network healed", time.Since(healed).Round(10*time.Millisecond))
 
-	// (d) migrate's lock is the spoke's until it releases it: released in the spoke, then on the hub.
+	// (d) migrate's lock is held until released: in the spoke, or by an admin on the hub, which
+	// the spoke, hearing the hub, obeys (the Job is suspended without its token).
 	g.Expect(get(g, hub.Client, ns, cluster+"."+migrateReq).Status.Phase).To(gomega.Equal(locksv1.PhaseGranted))
-	g.Expect(spk.Client.Patch(ctx, &locksv1.LockRequest{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: migrateReq}},
-		client.RawPatch("application/merge-patch+json", []byte(`{"spec":{"release":true}}`)))).To(gomega.Succeed())
+	g.Expect(release(t, ns, cluster, migrateReq)).To(gomega.Equal("lockrequest/" + cluster + "." + migrateReq + " released\n"))
 	g.Eventually(func(g gomega.Gomega) {
 		g.Expect(get(g, hub.Client, ns, cluster+"."+migrateReq).Status.Phase).To(gomega.Equal(locksv1.PhaseReleased))
+		g.Expect(get(g, spk.Client, ns, migrateReq).Status.Phase).To(gomega.Equal(locksv1.PhaseReleased))
+		var j batchv1.Job
+		g.Expect(spk.Client.Get(ctx, client.ObjectKeyFromObject(migrate), &j)).To(gomega.Succeed())
+		g.Expect(j.Spec.Suspend).To(gomega.HaveValue(gomega.BeTrue()))
+		g.Expect(j.Annotations).NotTo(gomega.HaveKey(workload.AnnotationFencingToken))
 	}).Should(gomega.Succeed())
+}
+
+// release runs kubectl turnstile release --cluster (the plugin's own command) against the hub,
+// as its admin: the hub's request of cluster's spoke request name.
+func release(t *testing.T, ns, cluster, name string) string {
+	t.Helper()
+	kc := filepath.Join(t.TempDir(), "hub.kubeconfig")
+	if err := hub.WriteKubeconfig(kc); err != nil {
+		t.Fatal(err)
+	}
+	root := plugincmd.NewCmdRoot(util.NewGlobals())
+	var out bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&out)
+	root.SetArgs([]string{"release", "-n", ns, "--cluster", cluster, name, "--kubeconfig", kc})
+	if err := root.ExecuteContext(context.Background()); err != nil {
+		t.Fatalf("release: %v\n%s", err, out.String())
+	}
+	return out.String()
 }
