@@ -406,7 +406,8 @@ func (a *Agent) renewer() manager.RunnableFunc {
 				next = a.opts.Settings.RetryAfter()
 				failing = true
 				log.FromContext(ctx).Error(err, "renewing the hub Leases")
-			// guard:spoke-resync-on-reconnect
+			// Not a safety guard (a release or deletion reaches the hub later without it, on the
+			// work queue's backoff or the hub cache's relist): a liveness kick.
 			case failing:
 				failing = false
 				go a.resync(ctx)

@@ -38,8 +38,9 @@ import (
 // opted out name no hub Lease. During the cut apply is stopped before the hub may hand its lock
 // on, as always, and migrate runs on with its token, no stop reported; past the hub Lease's
 // lapse the hub has let apply's lock go and still holds migrate's and the user's. The user's
-// request, deleted in the spoke during the cut, is deleted on the hub as soon as the hub answers
-// again (not when the work queue's backoff, grown during the cut, next tries it); migrate's is
+// request, deleted in the spoke during the cut, is deleted on the hub soon after the hub answers
+// again (the agent's resync; over a cut this short the work queue's backoff and the hub cache's
+// relist are quick too, so this does not prove the resync needed); migrate's is
 // released by the hub's admin (kubectl turnstile release --cluster), and the spoke stops it.
 func TestKeepRunningHolderSurvivesAPartition(t *testing.T) {
 	const ns = "team-keep"
@@ -156,8 +157,8 @@ func TestKeepRunningHolderSurvivesAPartition(t *testing.T) {
 		}
 	}
 
-	// (c) The network heals: the deleted request goes on the hub at once (the resync when the
-	// renewals are answered again, within a renewal retry of L/6 = 3.3 s).
+	// (c) The network heals: the deleted request goes on the hub (the resync when the renewals
+	// are answered again comes within a renewal retry of L/6 = 3.3 s).
 	p.Pass()
 	healed := time.Now()
 	g.Eventually(func(g gomega.Gomega) {

@@ -66,38 +66,7 @@ cut off or gone; its workload, if it still runs, is stopped once the spoke hears
 			if byPull {
 				return releasePull(cmd, client.New(c, ns), from, repo, pull)
 			}
-			name := args[0]
-			if cluster != "" {
-				name = spoke.HubName(cluster, name)
-			}
-			var lr locksv1.LockRequest
-			if err := c.Get(cmd.Context(), ctrlclient.ObjectKey{Namespace: ns, Name: name}, &lr); err != nil {
-				if apierrors.IsNotFound(err) && cluster != "" {
-					return fmt.Errorf("lockrequest %s/%s not found: no request %s of cluster %s on this hub (kubectl get lockrequests -n %s -l %s=%s lists them)",
-						ns, name, args[0], cluster, ns, spoke.LabelCluster, cluster)
-				}
-				if apierrors.IsNotFound(err) {
-					return fmt.Errorf("lockrequest %s/%s not found", ns, name)
-				}
-				return err
-			}
-			if cluster != "" && lr.Spec.Holder.Cluster != cluster {
-				return fmt.Errorf("lockrequest %s/%s is not cluster %s's (its holder is in %q): release it by its own name, without --cluster", ns, name, cluster, lr.Spec.Holder.Cluster)
-			}
-			lock := client.New(c, ns).LockFor(&lr)
-			if del {
-				err = lock.Delete(cmd.Context())
-			} else {
-				err = lock.Release(cmd.Context())
-			}
-			if err != nil && !errors.Is(err, client.ErrLost) {
-				return err
-			}
-			if err != nil {
-				fmt.Fprintf(cmd.ErrOrStderr(), "note: %v\n", err)
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "lockrequest/%s released\n", name)
-			return nil
+			return releaseOne(cmd, c, ns, args[0], cluster, del)
 		},
 	}
 	cmd.Flags().BoolVar(&del, "delete", false, "Delete the LockRequest instead of keeping it as Released.")
@@ -106,6 +75,44 @@ cut off or gone; its workload, if it still runs, is stopped once the spoke hears
 	cmd.Flags().StringVar(&cluster, "cluster", "", "On a fleet's hub: the spoke NAME comes from (--cluster-name of its agent); releases the hub's request <cluster>.<NAME>.")
 	util.BindFrom(cmd.Flags(), &from)
 	return cmd
+}
+
+// releaseOne releases (or, with del, deletes) the request named arg in ns; with cluster, the
+// hub's request of that spoke's request arg (<cluster>.<arg>), which must be that cluster's.
+func releaseOne(cmd *cobra.Command, c ctrlclient.WithWatch, ns, arg, cluster string, del bool) error {
+	name := arg
+	if cluster != "" {
+		name = spoke.HubName(cluster, name)
+	}
+	var lr locksv1.LockRequest
+	if err := c.Get(cmd.Context(), ctrlclient.ObjectKey{Namespace: ns, Name: name}, &lr); err != nil {
+		if apierrors.IsNotFound(err) && cluster != "" {
+			return fmt.Errorf("lockrequest %s/%s not found: no request %s of cluster %s on this hub (kubectl get lockrequests -n %s -l %s=%s lists them)",
+				ns, name, arg, cluster, ns, spoke.LabelCluster, cluster)
+		}
+		if apierrors.IsNotFound(err) {
+			return fmt.Errorf("lockrequest %s/%s not found", ns, name)
+		}
+		return err
+	}
+	if cluster != "" && lr.Spec.Holder.Cluster != cluster {
+		return fmt.Errorf("lockrequest %s/%s is not cluster %s's (its holder is in %q): release it by its own name, without --cluster", ns, name, cluster, lr.Spec.Holder.Cluster)
+	}
+	lock := client.New(c, ns).LockFor(&lr)
+	var err error
+	if del {
+		err = lock.Delete(cmd.Context())
+	} else {
+		err = lock.Release(cmd.Context())
+	}
+	if err != nil && !errors.Is(err, client.ErrLost) {
+		return err
+	}
+	if err != nil {
+		fmt.Fprintf(cmd.ErrOrStderr(), "note: %v\n", err)
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "lockrequest/%s released\n", name)
+	return nil
 }
 
 // releasePull releases every request of a pull request and says which, one line each.
