@@ -162,14 +162,17 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer s.hub.unsubscribe(sc, sub)
-	nsMsg := s.hub.cluster.subscribe(sub)
+	nsMsg, fleetMsg := s.hub.cluster.subscribe(sub)
 	defer s.hub.cluster.unsubscribe(sub)
 
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
-	for _, m := range [][]byte{frame(msgHello, hello{Now: s.opts.Clock.Now(), Me: s.me, Aging: s.opts.AgingStep.String()}), nsMsg, view} {
+	for _, m := range [][]byte{frame(msgHello, hello{Now: s.opts.Clock.Now(), Me: s.me, Aging: s.opts.AgingStep.String()}), nsMsg, fleetMsg, view} {
+		if m == nil {
+			continue
+		}
 		if _, err := w.Write(m); err != nil {
 			return
 		}

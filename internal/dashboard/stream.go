@@ -14,6 +14,9 @@ import (
 //	namespaces  the namespace selector's options (again whenever they change)
 //	view        the whole view of the selected scope (once per stream, then patches)
 //	patch       what changed: keys upserted or removed, freezes or events replaced
+//	fleet       the whole Fleet tab (fleet.go): once per stream, and again when the Spokes come to
+//	            be served or stop being
+//	fleetpatch  what changed in it: spokes upserted or removed, the summary, the problem
 //
 // Every message carries the server's clock, so countdowns do not depend on the browser's.
 const (

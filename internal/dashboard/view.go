@@ -82,6 +82,9 @@ type Holder struct {
 	Pull     int64           `json:"pull,omitempty"`
 	URL      string          `json:"url,omitempty"`
 	Requests []HolderRequest `json:"requests"`
+	// Cluster is the fleet cluster the holder runs in (spec.holder.cluster of a spoke's request
+	// on the hub); empty in one cluster. The Fleet tab's link to a spoke's requests filters on it.
+	Cluster string `json:"cluster,omitempty"`
 	// Workload is the gated Pod or Job that holds the key through its request ("pod/migrate-db",
 	// docs/gated-workloads.md); empty for other holders.
 	Workload string     `json:"workload,omitempty"`
@@ -112,6 +115,8 @@ type Waiter struct {
 	Owner    string `json:"owner"`
 	Pull     int64  `json:"pull,omitempty"`
 	URL      string `json:"url,omitempty"`
+	// Cluster is the fleet cluster the waiter runs in, as Holder's.
+	Cluster string `json:"cluster,omitempty"`
 	// Workload is the gated Pod or Job that waits through this request ("job/apply-vpc").
 	Workload string     `json:"workload,omitempty"`
 	Command  string     `json:"command,omitempty"`
@@ -237,7 +242,7 @@ func buildKeys(in Input) []Key {
 func holderRow(h *locksv1.LockHolder, ns string, byName map[nsName]*locksv1.LockRequest) *Holder {
 	out := &Holder{
 		Who: locksv1.Holder{Owner: h.Owner, Pull: h.Pull, Cluster: h.Cluster}.Describe(), Owner: h.Owner, Pull: h.Pull, URL: SafeURL(h.URL),
-		Since: h.Since.Time, Requests: make([]HolderRequest, 0, len(h.Requests)),
+		Since: h.Since.Time, Requests: make([]HolderRequest, 0, len(h.Requests)), Cluster: h.Cluster,
 	}
 	if h.ExpiresAt != nil {
 		t := h.ExpiresAt.Time
@@ -279,7 +284,7 @@ func queueRows(pl *locksv1.ProjectLock, ws []waitingRef, byName map[nsName]*lock
 			}
 			listed[e.Request] = true
 			w := Waiter{Request: e.Request, Who: locksv1.Holder{Owner: e.Owner, Pull: e.Pull, Cluster: e.Cluster}.Describe(), Owner: e.Owner, Pull: e.Pull,
-				Priority: string(locksv1.PriorityNormal), Aged: string(e.Priority)}
+				Cluster: e.Cluster, Priority: string(locksv1.PriorityNormal), Aged: string(e.Priority)}
 			if r != nil {
 				fillWaiter(&w, r)
 			}
@@ -309,7 +314,7 @@ func queueRows(pl *locksv1.ProjectLock, ws []waitingRef, byName map[nsName]*lock
 	})
 	for _, wr := range rest {
 		r := wr.req
-		w := Waiter{Request: r.Name, Who: r.Spec.Holder.Describe(), Owner: r.Spec.Holder.Owner, Pull: r.Spec.Holder.Pull}
+		w := Waiter{Request: r.Name, Who: r.Spec.Holder.Describe(), Owner: r.Spec.Holder.Owner, Pull: r.Spec.Holder.Pull, Cluster: r.Spec.Holder.Cluster}
 		fillWaiter(&w, r)
 		waited := time.Duration(0)
 		if w.Since != nil {

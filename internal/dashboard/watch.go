@@ -11,6 +11,7 @@ import (
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -42,6 +43,9 @@ type resourceWatch struct {
 
 	mu      sync.Mutex
 	problem string
+	// absent is set when the API server does not serve the resource at all (its CRD is not
+	// installed): for the Spokes, a cluster that is no fleet's hub.
+	absent bool
 }
 
 func (w *resourceWatch) setProblem(msg string) (changed bool) {
@@ -50,6 +54,12 @@ func (w *resourceWatch) setProblem(msg string) (changed bool) {
 	changed = w.problem != msg
 	w.problem = msg
 	return changed
+}
+
+func (w *resourceWatch) isAbsent() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.absent
 }
 
 func (w *resourceWatch) getProblem() string {
@@ -85,6 +95,9 @@ func startWatch(ctx context.Context, c ctrlclient.WithWatch, resource, ns string
 	probe := list.DeepCopyObject().(ctrlclient.ObjectList)
 	if err := c.List(ctx, probe, opts(&metav1.ListOptions{Limit: 1})...); err != nil {
 		w.setProblem(listProblem(resource, ns, err))
+		w.mu.Lock()
+		w.absent = meta.IsNoMatchError(err)
+		w.mu.Unlock()
 		return w
 	}
 	lw := &cache.ListWatch{
@@ -124,7 +137,7 @@ func listProblem(resource, ns string, err error) string {
 	if ns == "" {
 		where = "in all namespaces"
 	}
-	if resource == "commandlocks" || resource == "namespaces" {
+	if resource == "commandlocks" || resource == "namespaces" || resource == "spokes" {
 		where = "(cluster-wide)"
 	}
 	switch {
@@ -186,18 +199,25 @@ func (s *subscriber) send(msg []byte) bool {
 	}
 }
 
-// cluster watches what every scope shares: CommandLocks and namespaces.
+// cluster watches what every scope shares: CommandLocks, namespaces, and the fleet's Spokes.
 type cluster struct {
-	hub  *hub
-	cls  *resourceWatch
-	nss  *resourceWatch
-	mu   sync.Mutex
-	subs map[*subscriber]bool
+	hub    *hub
+	cls    *resourceWatch
+	nss    *resourceWatch
+	spokes *resourceWatch
+	// fleetDirty wakes fleetRun.
+	fleetDirty chan struct{}
+	mu         sync.Mutex
+	subs       map[*subscriber]bool
 	// access is what the user may do in each namespace, by SelfSubjectAccessReview.
 	access map[string]bool
 	// all is whether the user may list ProjectLocks in every namespace at once.
 	all      bool
 	lastSent []byte
+	// fleetFull is the whole Fleet tab as last built (nil before its first list), sent to a page
+	// that joins; fleetLast is the same, encoded for the next patch.
+	fleetFull []byte
+	fleetLast encodedFleet
 }
 
 // Namespaces is the namespace selector's content.
@@ -224,6 +244,8 @@ func (cl *cluster) start(ctx context.Context) {
 	cl.all = h.canList(ctx, "")
 	cl.nss = startWatch(ctx, h.client, "namespaces", "", &corev1.NamespaceList{}, &corev1.Namespace{}, func() { cl.namespacesChanged(ctx) })
 	cl.namespacesChanged(ctx)
+	cl.spokes = startWatch(ctx, h.client, "spokes", "", &locksv1.SpokeList{}, &locksv1.Spoke{}, cl.fleetChanged)
+	go cl.fleetRun(ctx)
 }
 
 // namespacesChanged checks access to namespaces not seen before and tells every page when the
@@ -276,12 +298,13 @@ func (cl *cluster) namespacesLocked(names []string) Namespaces {
 	return out
 }
 
-// subscribe registers s for namespace updates and returns the current options.
-func (cl *cluster) subscribe(s *subscriber) []byte {
+// subscribe registers s for namespace and fleet updates and returns the current namespace
+// options and Fleet tab (nil before the Spokes' first list: its first build goes to s).
+func (cl *cluster) subscribe(s *subscriber) (namespaces, fleet []byte) {
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
 	cl.subs[s] = true
-	return cl.lastSent
+	return cl.lastSent, cl.fleetFull
 }
 
 func (cl *cluster) unsubscribe(s *subscriber) {
@@ -394,7 +417,7 @@ type hub struct {
 
 func newHub(ctx context.Context, c ctrlclient.WithWatch, opts Options) *hub {
 	h := &hub{opts: opts, client: c, ctx: ctx, scopes: map[string]*scope{}}
-	h.cluster = &cluster{hub: h, subs: map[*subscriber]bool{}, access: map[string]bool{}}
+	h.cluster = &cluster{hub: h, subs: map[*subscriber]bool{}, access: map[string]bool{}, fleetDirty: make(chan struct{}, 1)}
 	h.cluster.start(ctx)
 	return h
 }

@@ -226,16 +226,19 @@ var _ = Describe("A fleet's spokes on the hub", Ordered, func() {
 			l := hubLease(cluster)
 			l.Namespace = "turnstile-fleet"
 			l.Labels["fleet.turnstile.dev/cluster"] = cluster
+			// The agent records itself as the creator (a hub without MutatingAdmissionPolicy
+			// requires it of a holder Lease; one with it stamps the same value).
+			l.Annotations = map[string]string{"locks.turnstile.dev/created-by": map[string]string{"eu-west-1": euName, "us-east-1": usName}[cluster]}
 			if skew != "" {
-				l.Annotations = map[string]string{"fleet.turnstile.dev/clock-skew": skew}
+				l.Annotations["fleet.turnstile.dev/clock-skew"] = skew
 			}
 			return l
 		}
-		By("its own heartbeat, created and renewed as its agent does, with the skew it measured")
+		By("its own heartbeat, created and renewed as its agent does (keeping the Lease's other annotations), with the skew it measured")
 		mine := heartbeat("eu-west-1", "")
 		Expect(eu.Create(ctx, mine)).To(Succeed())
 		Expect(eu.Get(ctx, client.ObjectKeyFromObject(mine), mine)).To(Succeed())
-		mine.Annotations = map[string]string{"fleet.turnstile.dev/clock-skew": "0.042"}
+		mine.Annotations["fleet.turnstile.dev/clock-skew"] = "0.042"
 		Expect(eu.Update(ctx, mine)).To(Succeed())
 		Expect(mine.Annotations).To(HaveKeyWithValue("locks.turnstile.dev/created-by", euName), "the hub's fleet view trusts it by this stamp")
 

@@ -1,10 +1,16 @@
 package chart
 
 import (
+	"path"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	appsv1 "k8s.io/api/apps/v1"
+	"sigs.k8s.io/yaml"
+
+	fleetcmd "github.com/turnstile-dev/turnstile/internal/plugin/cmd/fleet"
 )
 
 // TestFleetMatchesKustomize: with fleet.role=hub the chart installs config/fleet object for
@@ -86,4 +92,47 @@ func fleetObject(o object) object {
 	}
 	c["metadata"] = md
 	return c
+}
+
+// TestSpokeMountsWhatJoinWrites: the Secret `kubectl turnstile fleet join NAME --secret S`
+// writes (in DefaultSecretNamespace, under DefaultSecretKey) is what the chart's spoke mounts
+// and passes as --hub-kubeconfig, with the chart's defaults and the release namespace of
+// docs/install.md.
+func TestSpokeMountsWhatJoinWrites(t *testing.T) {
+	objs := render(t, "turnstile", fleetcmd.DefaultSecretNamespace, "--set", "fleet.role=spoke", "--set", "fleet.clusterName=eu-west-1",
+		"--set", "fleet.spoke.hubKubeconfigSecret=turnstile-hub", "--set", "activeActive.enabled=false", "--set", "leaderElection.enabled=true")
+	b, err := yaml.Marshal(find(t, objs, "Deployment"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d appsv1.Deployment
+	if err := yaml.Unmarshal(b, &d); err != nil {
+		t.Fatal(err)
+	}
+	if d.Namespace != fleetcmd.DefaultSecretNamespace {
+		t.Errorf("the Deployment is in %q, join's Secret in %q", d.Namespace, fleetcmd.DefaultSecretNamespace)
+	}
+	var mountPath string
+	for _, m := range d.Spec.Template.Spec.Containers[0].VolumeMounts {
+		if m.Name == "hub-kubeconfig" {
+			mountPath = m.MountPath
+		}
+	}
+	var found bool
+	for _, v := range d.Spec.Template.Spec.Volumes {
+		if v.Name != "hub-kubeconfig" || v.Secret == nil {
+			continue
+		}
+		found = true
+		if v.Secret.SecretName != "turnstile-hub" || len(v.Secret.Items) != 1 || v.Secret.Items[0].Key != fleetcmd.DefaultSecretKey {
+			t.Errorf("the spoke mounts %+v, join writes key %s", v.Secret, fleetcmd.DefaultSecretKey)
+		}
+		want := "--hub-kubeconfig=" + path.Join(mountPath, v.Secret.Items[0].Path)
+		if !slices.Contains(d.Spec.Template.Spec.Containers[0].Args, want) {
+			t.Errorf("the manager's args %v lack %s", d.Spec.Template.Spec.Containers[0].Args, want)
+		}
+	}
+	if !found || mountPath == "" {
+		t.Fatal("the spoke's Deployment mounts no Secret hub-kubeconfig")
+	}
 }

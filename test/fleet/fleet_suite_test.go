@@ -1,7 +1,8 @@
 // Package fleet runs a fleet on three local control planes (docs/fleet.md): a hub and two
 // spokes, each a real kube-apiserver and etcd, each with the built manager binary as a user
 // starts it — the spokes with --hub-kubeconfig, as a ServiceAccount of the hub that has only the
-// RBAC of config/fleet, under its admission policies — driven with the real kubectl.
+// RBAC of config/fleet, under its admission policies, admitted by kubectl turnstile fleet join —
+// driven with the real kubectl.
 package fleet
 
 import (
@@ -15,7 +16,6 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/turnstile-dev/turnstile/internal/fleet/spoke"
 	"github.com/turnstile-dev/turnstile/internal/testing/framework"
@@ -72,29 +72,34 @@ var _ = BeforeSuite(func() {
 	}
 	hub, spokeA, spokeB = start("hub"), start("spoke-a"), start("spoke-b")
 
-	By("installing the hub's side of the fleet (config/fleet: the spoke roles and admission policies), with both spokes as members")
+	By("installing the hub's side of the fleet (config/fleet: the spoke roles and admission policies), and binding the spokes' role in " + ns)
 	_, err := hub.kubectl.Run("", "apply", "--server-side", "-k", filepath.Join(framework.Root(), "config", "fleet"))
-	Expect(err).NotTo(HaveOccurred())
-	_, err = hub.kubectl.Run("", "-n", "turnstile-fleet", "patch", "configmap", "turnstile-fleet-members", "--type=merge",
-		"-p", `{"data":{"spoke-a":"{}","spoke-b":"{}"}}`)
 	Expect(err).NotTo(HaveOccurred())
 	_, err = hub.kubectl.Run("", "-n", ns, "create", "rolebinding", "turnstile-fleet-spoke", "--clusterrole=turnstile-fleet-spoke",
 		"--group=system:serviceaccounts:turnstile-fleet")
 	Expect(err).NotTo(HaveOccurred())
 	dir := GinkgoT().TempDir()
 	suiteDir = dir
-	for _, s := range []*member{spokeA, spokeB} {
-		s.hubConfig = serviceAccountKubeconfig("spoke-"+s.name, "") // the hub's identity of cluster s.name
-		s.args = []string{"--hub-kubeconfig=" + s.hubConfig, "--cluster-name=" + s.name}
-		s.startWorkloads(dir)
-	}
 	By("putting a network that the tests can cut (internal/testing/netcut) between spoke-a's agent and the hub")
 	host, err := url.Parse(hub.env.Config.Host)
 	Expect(err).NotTo(HaveOccurred())
 	spokeA.hubProxy, err = netcut.New(host.Host)
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(spokeA.hubProxy.Close)
-	Expect(pointAt(spokeA.hubConfig, "https://"+spokeA.hubProxy.Addr())).To(Succeed())
+	By("admitting both spokes with the hub admin's command, kubectl turnstile fleet join (the built plugin, through kubectl): " +
+		"each a member, its hub ServiceAccount, and the hub kubeconfig its agent runs with; spoke-a's reaches the hub through the cut network")
+	framework.PutOnPath(framework.PluginBinary()) // where kubectl finds plugins
+	for _, s := range []*member{spokeA, spokeB} {
+		s.hubConfig = filepath.Join(dir, "hub-"+s.name+".kubeconfig")
+		args := []string{"turnstile", "fleet", "join", s.name, "--output", s.hubConfig}
+		if s.hubProxy != nil {
+			args = append(args, "--hub-server", "https://"+s.hubProxy.Addr())
+		}
+		_, err := hub.kubectl.Run("", args...)
+		Expect(err).NotTo(HaveOccurred())
+		s.args = []string{"--hub-kubeconfig=" + s.hubConfig, "--cluster-name=" + s.name}
+		s.startWorkloads(dir)
+	}
 	for _, m := range []*member{hub, spokeA, spokeB} {
 		m.logPath = filepath.Join(dir, m.name+".log")
 		m.start()
@@ -113,7 +118,8 @@ var _ = AfterSuite(func() {
 
 // serviceAccountKubeconfig makes the hub ServiceAccount sa in turnstile-fleet (when it is not
 // there yet) and writes a kubeconfig of the hub as it, into a directory of its own (named);
-// it returns the kubeconfig's path.
+// it returns the kubeconfig's path. For identities fleet join does not make: a ServiceAccount
+// of a cluster that is no member.
 func serviceAccountKubeconfig(sa, name string) string {
 	GinkgoHelper()
 	if _, err := hub.kubectl.Run("", "-n", "turnstile-fleet", "get", "serviceaccount", sa); err != nil {
@@ -125,19 +131,6 @@ func serviceAccountKubeconfig(sa, name string) string {
 	path, err := hub.env.WriteServiceAccountKubeconfig(context.Background(), dir, "turnstile-fleet", sa)
 	Expect(err).NotTo(HaveOccurred())
 	return path
-}
-
-// pointAt makes the kubeconfig at path talk to server (the same certificate authority: the
-// proxy passes TLS through).
-func pointAt(path, server string) error {
-	cfg, err := clientcmd.LoadFromFile(path)
-	if err != nil {
-		return err
-	}
-	for _, c := range cfg.Clusters {
-		c.Server = server
-	}
-	return clientcmd.WriteToFile(*cfg, path)
 }
 
 // kubeconfig is the kubeconfig m's manager runs with.

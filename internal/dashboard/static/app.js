@@ -18,6 +18,9 @@
     offset: 0,           // server clock - browser clock, ms
     source: null,
     filter: '',
+    namespaces: null,    // the selector's options as last sent
+    tab: params.get('tab') === 'fleet' ? 'fleet' : 'locks',
+    fleet: {served: false, spokes: new Map(), summary: null, problem: ''}, // spokes: name -> row
   };
 
   const $ = (id) => document.getElementById(id);
@@ -210,8 +213,17 @@
     return s.replace(/[^A-Za-z0-9_-]/g, '_');
   }
 
+  // matchesFilter reads the filter as words: cluster:NAME keeps the keys a holder or waiter in
+  // that fleet cluster holds or waits for (the Fleet tab's "Show its requests"); the rest is
+  // searched for in the key's text.
   function matchesFilter(k) {
-    const f = state.filter;
+    const words = state.filter.split(/\s+/).filter((w) => w);
+    const clusters = words.filter((w) => w.startsWith('cluster:')).map((w) => w.slice('cluster:'.length));
+    const f = words.filter((w) => !w.startsWith('cluster:')).join(' ');
+    if (clusters.length) {
+      const inKey = [k.holder, ...(k.shared || []), ...k.queue].filter((x) => x && x.cluster).map((x) => x.cluster);
+      if (!clusters.some((c) => inKey.includes(c))) return false;
+    }
     if (!f) return true;
     const hay = [k.key, k.namespace, k.name, k.holder && k.holder.who, k.holder && k.holder.workload, k.holder && k.holder.requests.map((r) => r.name).join(' '),
       ...(k.shared || []).map((h) => `${h.who} ${h.requests.map((r) => r.name).join(' ')}`),
@@ -329,6 +341,7 @@
   }
 
   function renderNamespaces(n) {
+    state.namespaces = n;
     const sel = $('ns');
     if (state.ns === null) state.ns = n.default || '';
     const opts = [];
@@ -374,6 +387,108 @@
     if (p.problems) renderProblems(p.problems);
   }
 
+
+  // --- the Fleet tab ------------------------------------------------------------------------
+
+  const CONNECTION_CLASS = {Connected: 'ok', Unreachable: 'bad', Never: 'warn'};
+
+  function fmtSkew(ms) {
+    return ms < 1000 ? `${ms} ms` : `${(ms / 1000).toFixed(3)} s`;
+  }
+
+  function renderSpoke(s) {
+    const name = el('th', {scope: 'row', class: 'cluster', 'data-label': 'Cluster'}, el('span', {class: 'cluster-name'}, s.name));
+    if (s.stale) name.append(' ', el('span', {class: 'badge warn', title: 'the hub has not updated its status since the member changed'}, 'status not updated yet'));
+    if (s.labels.length) name.append(el('div', {class: 'sub labels'}, s.labels.join(', ')));
+    const ready = el('td', {class: 'ready', 'data-label': 'Ready'});
+    if (s.ready === 'True') ready.append(el('span', {class: 'ok'}, 'Ready'));
+    else ready.append(el('span', {class: 'not-ready'}, s.ready === 'False' ? 'Not ready' : 'Not reported yet'));
+    if (s.reason) ready.append(' ', el('span', {class: `badge ${s.connection === 'Unreachable' ? 'bad' : 'warn'} reason`}, s.reason));
+    if (s.message) ready.append(el('div', {class: 'sub message'}, s.message));
+    const actions = el('td', {class: 'actions', 'data-label': 'Actions'});
+    if (s.holders + s.waiters > 0) {
+      actions.append(button('Show its requests', 'spoke-requests', `requests-${s.name}`,
+        {'data-cluster': s.name, title: `the keys ${s.name}'s requests on the hub hold or wait for`}));
+    }
+    return el('tr', {class: `spoke ${s.connection.toLowerCase()}`, 'data-name': s.name},
+      name,
+      el('td', {class: 'connection', 'data-label': 'Connection'}, el('span', {class: `badge ${CONNECTION_CLASS[s.connection] || ''}`}, s.connection)),
+      el('td', {class: 'since', 'data-label': 'Since'}, clock(s.since, 'ago')),
+      el('td', {class: 'heartbeat', 'data-label': 'Last heartbeat'}, clock(s.heartbeat, 'ago')),
+      el('td', {class: 'skew', 'data-label': 'Clock skew'}, s.skewMilliseconds === undefined || s.skewMilliseconds === null ? '—' : fmtSkew(s.skewMilliseconds)),
+      el('td', {class: 'holders', 'data-label': 'Holders'}, String(s.holders)),
+      el('td', {class: 'waiters', 'data-label': 'Waiters'}, String(s.waiters)),
+      ready, actions);
+  }
+
+  // renderFleet brings the Fleet tab, and whether it is offered, up to date. The rows are
+  // morphed in place, so a focused button stays focused across a heartbeat.
+  function renderFleet() {
+    const f = state.fleet;
+    const rows = [...f.spokes.values()].sort((a, b) => a.name.localeCompare(b.name));
+    const table = $('fleet');
+    morph(table.tBodies[0], el('tbody', {}, ...rows.map(renderSpoke)));
+    table.hidden = rows.length === 0;
+    const p = $('fleet-problem');
+    p.textContent = f.problem || '';
+    p.hidden = !f.problem;
+    const sum = f.summary;
+    $('fleet-count').textContent = rows.length ? `(${rows.length})` : '';
+    $('fleet-summary').textContent = sum && sum.spokes ?
+      `(${sum.spokes} ${sum.spokes === 1 ? 'spoke' : 'spokes'}: ${sum.connected} connected, ${sum.unreachable} unreachable, ${sum.never} never connected; ` +
+      `${sum.holders} holding, ${sum.waiters} waiting)` : '';
+    const alarm = $('fleet-alarm');
+    alarm.textContent = sum && sum.unreachable ? `${sum.unreachable} unreachable` : '';
+    alarm.hidden = !(sum && sum.unreachable);
+    // A cluster that is no hub (no Spokes served, or none there) has no Fleet tab; one whose
+    // Spokes the user may not list has one that says so.
+    const offered = f.served && (rows.length > 0 || !!f.problem);
+    $('tabs').hidden = !offered;
+    if (!offered && state.tab === 'fleet') showTab('locks', false);
+  }
+
+  function applyFleet(m) {
+    state.offset = Date.parse(m.now) - Date.now();
+    state.fleet = {served: m.served, spokes: new Map(m.spokes.map((s) => [s.name, s])), summary: m.summary, problem: m.problem || ''};
+    renderFleet();
+  }
+
+  function applyFleetPatch(p) {
+    state.offset = Date.parse(p.now) - Date.now();
+    for (const name of p.remove || []) state.fleet.spokes.delete(name);
+    for (const s of p.upsert || []) state.fleet.spokes.set(s.name, s);
+    state.fleet.summary = p.summary;
+    if (p.problem !== undefined) state.fleet.problem = p.problem;
+    renderFleet();
+  }
+
+  // showTab shows the Locks or the Fleet tab (the ARIA tabs pattern: one tab in the tab order).
+  function showTab(name, focus) {
+    state.tab = name;
+    for (const [tab, panel] of [['locks', 'locks-panel'], ['fleet', 'fleet-panel']]) {
+      const b = $(`tab-${tab}`);
+      const on = tab === name;
+      b.setAttribute('aria-selected', String(on));
+      b.tabIndex = on ? 0 : -1;
+      $(panel).hidden = !on;
+      if (on && focus) b.focus();
+    }
+    history.replaceState(null, '', `?${pageQuery()}`);
+  }
+
+  // onSpokeRequests shows the keys a spoke's requests on the hub hold or wait for: the Locks
+  // tab, filtered on the cluster, in all namespaces when the user may list them.
+  function onSpokeRequests(btn) {
+    const cluster = btn.dataset.cluster;
+    state.filter = `cluster:${cluster}`;
+    $('filter').value = state.filter;
+    for (const [id, b] of state.bodies) b.hidden = !matchesFilter(state.keys.get(id));
+    count();
+    showTab('locks', false);
+    if (state.namespaces && state.namespaces.all && state.ns !== ALL && state.ns !== '') selectNamespace(ALL);
+    $('filter').focus();
+  }
+
   // --- the stream ---------------------------------------------------------------------------
 
   function setConn(stateName, text) {
@@ -400,6 +515,8 @@
       setConn('live', `Live: ${state.ns === ALL || state.ns === '' ? 'all namespaces' : `namespace ${state.ns}`}`);
     });
     src.addEventListener('patch', (e) => applyPatch(JSON.parse(e.data)));
+    src.addEventListener('fleet', (e) => applyFleet(JSON.parse(e.data)));
+    src.addEventListener('fleetpatch', (e) => applyFleetPatch(JSON.parse(e.data)));
     src.onerror = () => {
       if (src.readyState === EventSource.CLOSED) {
         setConn('closed', 'Disconnected: the dashboard stopped, or this URL has the wrong token. Reload to try again.');
@@ -409,11 +526,17 @@
     };
   }
 
+  // pageQuery is the page's own query: the token, the namespace chosen, the tab.
+  function pageQuery() {
+    const q = new URLSearchParams({token});
+    if (state.ns !== null) q.set('ns', state.ns);
+    if (state.tab === 'fleet') q.set('tab', 'fleet');
+    return q;
+  }
+
   function selectNamespace(ns) {
     state.ns = ns;
-    const q = new URLSearchParams({token});
-    q.set('ns', ns);
-    history.replaceState(null, '', `?${q}`);
+    history.replaceState(null, '', `?${pageQuery()}`);
     connect();
   }
 
@@ -576,6 +699,19 @@
       if (b) onThaw(b);
     });
     $('freeze-form').addEventListener('submit', onFreeze);
+    $('fleet').addEventListener('click', (e) => {
+      const b = e.target.closest('button[data-action="spoke-requests"]');
+      if (b) onSpokeRequests(b);
+    });
+    for (const tab of ['locks', 'fleet']) $(`tab-${tab}`).addEventListener('click', () => showTab(tab, true));
+    $('tabs').addEventListener('keydown', (e) => {
+      const order = ['locks', 'fleet'];
+      const i = order.indexOf(state.tab);
+      const next = {ArrowRight: order[(i + 1) % order.length], ArrowLeft: order[(i + order.length - 1) % order.length], Home: order[0], End: order[order.length - 1]}[e.key];
+      if (!next) return;
+      e.preventDefault();
+      showTab(next, true);
+    });
     $('ns').addEventListener('change', (e) => selectNamespace(e.target.value));
     $('ns-other-form').addEventListener('submit', (e) => {
       e.preventDefault();
@@ -595,6 +731,7 @@
       for (const k of state.keys.values()) state.collapsed.add(k.id);
       for (const k of state.keys.values()) putKey(k);
     });
+    if (state.tab === 'fleet') showTab('fleet', false); // shown once the stream says there is a fleet
     connect();
     setInterval(tickAll, 1000);
   });

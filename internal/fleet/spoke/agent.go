@@ -129,7 +129,7 @@ func SetupWithManager(mgr ctrl.Manager, o Options) (*Agent, error) {
 		recorder: mgr.GetEventRecorder("turnstile-fleet-spoke")}
 	err = builder.ControllerManagedBy(mgr).
 		Named("fleet-spoke").
-		WithOptions(controller.Options{MaxConcurrentReconciles: reconcileWorkers}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: reconcileWorkers, RateLimiter: retryLimiter()}).
 		For(&locksv1.LockRequest{}).
 		WatchesRawSource(source.Kind(hubs, client.Object(&locksv1.LockRequest{}), handler.EnqueueRequestsFromMapFunc(a.spokeOf))).
 		WatchesRawSource(source.Channel(a.resyncs, &handler.EnqueueRequestForObject{})).

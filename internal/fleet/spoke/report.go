@@ -87,17 +87,25 @@ func (a *Agent) createOrReport(ctx context.Context, spoke *locksv1.LockRequest) 
 	if !refused {
 		return ctrl.Result{}, err
 	}
-	log.FromContext(ctx).Error(err, "the hub refused this spoke: nothing of this cluster is decided until it accepts it", "cluster", a.opts.Cluster)
+	// The refusal is logged as an error once per request and message (when the request is
+	// marked), and at V(1) on each retry of a request so marked: a refused cluster's every request retries each renewal
+	// period, and an error line each time would bury the first.
+	logger := log.FromContext(ctx)
 	// A request the hub decided already (under this spoke's name before, for an agent started
 	// again under another) keeps what it was decided: the refusal does not take a grant back.
 	undecided := spoke.Status.Phase == "" || spoke.Status.Phase == locksv1.PhasePending
 	if c := meta.FindStatusCondition(spoke.Status.Conditions, locksv1.ConditionStalled); undecided &&
 		(c == nil || c.Reason != ReasonFleetRefused || c.Message != RefusedMessage(a.opts.Cluster, why)) {
+		logger.Error(err, "the hub refused this spoke: nothing of this cluster is decided until it accepts it", "cluster", a.opts.Cluster)
 		spoke.Status = RefusedStatus(spoke, a.opts.Cluster, why, a.opts.Clock.Now())
 		if err := a.spoke.Status().Update(ctx, spoke); err != nil {
 			return ctrl.Result{}, ignoreGone(err)
 		}
 		a.recorder.Eventf(spoke, nil, corev1.EventTypeWarning, ReasonFleetRefused, "Mirror", "%s", RefusedMessage(a.opts.Cluster, why))
+	} else if !undecided {
+		logger.Error(err, "the hub refused this spoke; this request keeps what the hub decided before", "cluster", a.opts.Cluster, "phase", spoke.Status.Phase)
+	} else {
+		logger.V(1).Info("the hub still refuses this spoke", "cluster", a.opts.Cluster, "why", why)
 	}
 	return ctrl.Result{RequeueAfter: a.opts.Settings.RenewEvery()}, nil
 }

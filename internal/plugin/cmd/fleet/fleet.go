@@ -1,5 +1,6 @@
 // Package fleet is `kubectl turnstile fleet`: the fleet at a glance, read on its hub from the
-// Spokes the hub's manager keeps (docs/fleet.md).
+// Spokes the hub's manager keeps, and `fleet join` and `fleet leave`, the hub admin's commands
+// that admit a cluster and remove it (docs/fleet.md).
 package fleet
 
 import (
@@ -19,15 +20,19 @@ import (
 	"github.com/turnstile-dev/turnstile/internal/plugin/cmd/util"
 )
 
-// NewCmdFleet is `fleet`: each spoke's connection, heartbeat, clock skew, holders and waiters.
+// NewCmdFleet is `fleet`: each spoke's connection, heartbeat, clock skew, holders and waiters;
+// and its subcommands join and leave, which admit and remove a cluster.
 func NewCmdFleet(g *util.Globals) *cobra.Command {
-	return &cobra.Command{
+	cmd := &cobra.Command{
 		Use:   "fleet",
 		Short: "The fleet at a glance, on its hub: each spoke's connection, heartbeat, clock skew, holders and waiters",
 		Long: `fleet lists the hub's Spokes, one per member of the fleet (turnstile-fleet/turnstile-fleet-members):
 whether each is connected (a hub Lease of its agent is live), since when, its last heartbeat, the clock
 skew its agent measured against the hub, and how many of the hub's requests it holds and waits for.
-A spoke that is not Ready says why.`,
+A spoke that is not Ready says why.
+
+fleet join NAME admits a cluster (its membership, its ServiceAccount on the hub, and the hub
+kubeconfig its agent runs with); fleet leave NAME removes it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, _, err := g.Client()
@@ -44,6 +49,8 @@ A spoke that is not Ready says why.`,
 			return Print(cmd.OutOrStdout(), spokes.Items, time.Now())
 		},
 	}
+	cmd.AddCommand(NewCmdJoin(g), NewCmdLeave(g))
+	return cmd
 }
 
 // Print writes the fleet view of spokes at now: a row per spoke (by name), then a summary,
