@@ -87,6 +87,13 @@ type SpokeStatus struct {
 	// +optional
 	Waiters int32 `json:"waiters,omitempty"`
 
+	// keepRunning counts the holders among them that opted out of the partition stop
+	// (fleet.turnstile.dev/on-partition: keep-running; their hub requests name no holder Lease):
+	// the hub keeps their locks while the spoke is unreachable, until they are released in the
+	// spoke or by an admin on the hub.
+	// +optional
+	KeepRunning int32 `json:"keepRunning,omitempty"`
+
 	// conditions are Ready (True while Connected), Reconciling (True before the first connection:
 	// kstatus InProgress) and Stalled (True while Unreachable: kstatus Failed).
 	// +optional
@@ -110,6 +117,7 @@ type SpokeStatus struct {
 // +kubebuilder:printcolumn:name="Skew-ms",type=integer,JSONPath=`.status.clockSkewMilliseconds`
 // +kubebuilder:printcolumn:name="Holders",type=integer,JSONPath=`.status.holders`
 // +kubebuilder:printcolumn:name="Waiters",type=integer,JSONPath=`.status.waiters`
+// +kubebuilder:printcolumn:name="Keep-Running",type=integer,JSONPath=`.status.keepRunning`
 // +kubebuilder:printcolumn:name="Leases",type=integer,JSONPath=`.status.leases`,priority=1
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`

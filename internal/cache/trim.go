@@ -18,6 +18,14 @@ import (
 // of the object; a user's notes) is dropped from the cache.
 const annotationPrefix = "locks.turnstile.dev/"
 
+// keptAnnotation reports whether the cache keeps annotation k of a LockRequest: those under
+// annotationPrefix, and a fleet spoke's partition opt-out (locksv1.AnnotationOnPartition),
+// which its agent reads on the spoke's requests (docs/fleet.md "Opting out").
+func keptAnnotation(k string) bool {
+	// guard:trim-keeps-on-partition
+	return strings.HasPrefix(k, annotationPrefix) || k == locksv1.AnnotationOnPartition
+}
+
 // trimLockRequest is the cache transform of LockRequests: it drops what no decision reads —
 // managedFields, the labels (the client's owner, pull and repo labels are for people's label
 // selectors; the manager selects no LockRequest by label) and every annotation outside
@@ -134,7 +142,7 @@ func keepAnnotations(in map[string]string) map[string]string {
 	kept := 0
 	for k := range in {
 		// guard:trim-keeps-turnstile-annotations
-		if strings.HasPrefix(k, annotationPrefix) {
+		if keptAnnotation(k) {
 			kept++
 		}
 	}
@@ -146,7 +154,7 @@ func keepAnnotations(in map[string]string) map[string]string {
 	}
 	out := make(map[string]string, kept)
 	for k, v := range in {
-		if strings.HasPrefix(k, annotationPrefix) {
+		if keptAnnotation(k) {
 			out[k] = v
 		}
 	}

@@ -72,6 +72,11 @@ func TestTrimLockRequest(t *testing.T) {
 	if got.Annotations[createdBy] != orig.Annotations[createdBy] {
 		t.Errorf("the creator stamp the holder Lease check reads is %q, want %q", got.Annotations[createdBy], orig.Annotations[createdBy])
 	}
+	keep := scaleRequest(2, locksv1.PhasePending)
+	keep.Annotations[locksv1.AnnotationOnPartition] = locksv1.OnPartitionKeepRunning
+	if out, _ := trimLockRequest(keep); !locksv1.KeepsRunning(out.(*locksv1.LockRequest).Annotations) {
+		t.Error("a fleet spoke's partition opt-out dropped: its agent reads it")
+	}
 	if got.Labels != nil {
 		t.Error("labels kept: the manager selects no LockRequest by label")
 	}

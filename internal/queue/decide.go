@@ -187,10 +187,26 @@ type outcome struct {
 
 // TTL is the grant duration of a request under cfg.
 func TTL(req *locksv1.LockRequest, cfg Config) time.Duration {
+	// guard:queue-keep-running-no-expiry
+	if NoExpiry(req) {
+		return 0
+	}
 	if req.Spec.TTL != nil && req.Spec.TTL.Duration > 0 {
 		return req.Spec.TTL.Duration
 	}
 	return cfg.DefaultTTL
+}
+
+// NoExpiry says a grant of req has no end (TTL 0: no status.expiresAt): a fleet spoke's holder
+// that opted out of the partition stop (docs/fleet.md "Opting out"): a request of a cluster
+// (spec.holder.cluster) with no holder Lease, annotated fleet.turnstile.dev/on-partition:
+// keep-running. The hub keeps its lock across any partition and any death of the spoke, until
+// the spoke releases it or an admin does; a ttl the spoke cannot renew while cut off would hand
+// the lock on while its workload runs. The admission policies let only a spoke make such a
+// request for a user of the spoke with the keeprunning permission, or a hub user with both
+// delegate and keeprunning.
+func NoExpiry(req *locksv1.LockRequest) bool {
+	return req.Spec.Holder.Cluster != "" && req.Spec.Holder.Lease == "" && locksv1.KeepsRunning(req.Annotations)
 }
 
 // Decide computes the next state of one key as a plan: the writes of docs/protocol.md's steps

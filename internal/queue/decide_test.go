@@ -2,10 +2,12 @@ package queue
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -591,4 +593,62 @@ func holderText(d Decision) string {
 		return ""
 	}
 	return d.Holder.String()
+}
+
+// A fleet spoke's holder that opted out of the partition stop (NoExpiry: a cluster's request
+// with no holder Lease, annotated keep-running) is granted without an end: no expiresAt, on the
+// request or the ProjectLock, no requeue for one, still granted long past the default ttl and
+// past a ttl it asked for; released, it ends. The annotation alone (a request of the hub's own),
+// or a cluster's request on a Lease, expire as any other.
+func TestDecideKeepRunningHasNoExpiry(t *testing.T) {
+	keep := func(w *wrappers.LockRequestWrapper) *locksv1.LockRequest {
+		lr := w.Obj()
+		lr.Annotations = map[string]string{locksv1.AnnotationOnPartition: locksv1.OnPartitionKeepRunning}
+		return lr
+	}
+	cfg := testConfig()
+	for name, tc := range map[string]struct {
+		req        *locksv1.LockRequest
+		wantExpiry bool
+	}{
+		"a spoke's keep-running holder":            {keep(makeReq("a").Owner("alice", 100).Cluster("eu-west-1")), false},
+		"a spoke's keep-running holder with a ttl": {keep(makeReq("a").Owner("alice", 100).Cluster("eu-west-1").TTL(time.Minute)), false},
+		"a hub request annotated keep-running":     {keep(makeReq("a").Owner("alice", 100)), true},
+		"a spoke's request on its Lease":           {keep(makeReq("a").Owner("alice", 100).Cluster("eu-west-1").Lease("spoke-eu-west-1")), true},
+		"a spoke's request without the annotation": {makeReq("a").Owner("alice", 100).Cluster("eu-west-1").Obj(), true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if got := NoExpiry(tc.req); got == tc.wantExpiry {
+				t.Errorf("NoExpiry = %v", got)
+			}
+			if tc.wantExpiry {
+				return
+			}
+			w := newWorld(t)
+			w.add(tc.req)
+			d := w.decide(name1, now, cfg)
+			a := w.get("a")
+			if a.Status.Phase != locksv1.PhaseGranted || a.Status.ExpiresAt != nil {
+				t.Fatalf("phase %s, expiresAt %v; want Granted without an end:\n%s", a.Status.Phase, a.Status.ExpiresAt, describeDecision(d))
+			}
+			if h := w.locks[name1].Status.Holder; h == nil || h.ExpiresAt != nil {
+				t.Errorf("ProjectLock holder %+v, want one without expiresAt", h)
+			}
+			if d.RequeueAfter != 0 {
+				t.Errorf("a requeue after %s for a grant without an end", d.RequeueAfter)
+			}
+			if c := meta.FindStatusCondition(a.Status.Conditions, locksv1.ConditionGranted); c == nil || !strings.Contains(c.Message, "until released: keep-running") {
+				t.Errorf("Granted condition %+v, want it to say it holds until released", c)
+			}
+			w.decide(name1, now.Add(3*cfg.MaxTTL), cfg)
+			if a = w.get("a"); a.Status.Phase != locksv1.PhaseGranted || a.Status.ExpiresAt != nil {
+				t.Fatalf("past every ttl: phase %s, expiresAt %v; want still Granted", a.Status.Phase, a.Status.ExpiresAt)
+			}
+			a.Spec.Release = true
+			w.decide(name1, now.Add(3*cfg.MaxTTL+time.Second), cfg)
+			if a = w.get("a"); a.Status.Phase != locksv1.PhaseReleased {
+				t.Errorf("released: phase %s, want Released", a.Status.Phase)
+			}
+		})
+	}
 }

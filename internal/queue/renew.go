@@ -32,7 +32,8 @@ type term struct {
 // (the operator's default ttl changed, or a refused renewal) does not move it.
 func grantTerm(req *locksv1.LockRequest, ttl time.Duration, cfg Config, now time.Time) term {
 	st := &req.Status
-	if st.Phase != locksv1.PhaseGranted || st.GrantedAt == nil {
+	// A grant with no ttl (NoExpiry) has no end.
+	if st.Phase != locksv1.PhaseGranted || st.GrantedAt == nil || ttl == 0 {
 		return term{}
 	}
 	base := st.GrantedAt.Time

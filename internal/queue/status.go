@@ -138,6 +138,9 @@ func expiresAt(e *entry, now time.Time) *metav1.Time {
 		t := metav1.NewTime(e.term.expiry)
 		return &t
 	}
+	if e.ttl == 0 {
+		return nil // NoExpiry: held until released
+	}
 	granted := newTime(now)
 	if e.req.Status.GrantedAt != nil {
 		granted = *e.req.Status.GrantedAt
@@ -259,6 +262,10 @@ func heldStatus(e *entry, token int64, now time.Time) (locksv1.LockRequestStatus
 		}
 		st.ExpiresAt = &exp
 		msg := fmt.Sprintf("holds %s (fencing token %d) until %s", keysText(e), st.FencingToken, exp.UTC().Format(time.RFC3339))
+		if e.ttl == 0 {
+			st.ExpiresAt = nil
+			msg = fmt.Sprintf("holds %s (fencing token %d) until released: keep-running, its cluster's partitions do not end it", keysText(e), st.FencingToken)
+		}
 		reason := locksv1.ReasonGranted
 		if e.term.refused != "" {
 			// Machine-readable: the grant stands, and a client can tell its renewal was refused.

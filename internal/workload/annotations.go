@@ -46,6 +46,12 @@ type Spec struct {
 	Command  string
 	Priority locksv1.Priority
 	TTL      *time.Duration
+	// KeepRunning is fleet.turnstile.dev/on-partition: keep-running (in a fleet's spoke, the
+	// workload is not stopped when the spoke cannot reach the hub; docs/fleet.md "Opting out"),
+	// which the admission policy turnstile-keep-running allows only to a creator with the
+	// keeprunning verb, at creation, and which is fixed afterwards: the manager carries it to
+	// the request it makes with its own keeprunning, for a creator who had it.
+	KeepRunning bool
 }
 
 // Parse reads a workload's annotations. Its errors name the annotation and say what it takes,
@@ -71,12 +77,23 @@ func Parse(ann map[string]string) (Spec, error) {
 			return s, fmt.Errorf("annotation %s must be Low, Normal, High or Critical, not %q", AnnotationPriority, p)
 		}
 	}
+	if v, ok := ann[locksv1.AnnotationOnPartition]; ok {
+		if v != locksv1.OnPartitionKeepRunning {
+			return s, fmt.Errorf("annotation %s must be %s, not %q (without it, the workload is stopped when a fleet's spoke cannot reach its hub)",
+				locksv1.AnnotationOnPartition, locksv1.OnPartitionKeepRunning, v)
+		}
+		s.KeepRunning = true
+	}
 	if t, ok := ann[AnnotationTTL]; ok {
 		d, err := time.ParseDuration(t)
 		if err != nil || d <= 0 {
 			return s, fmt.Errorf("annotation %s must be a positive duration such as 30m or 2h, not %q", AnnotationTTL, t)
 		}
 		s.TTL = &d
+	}
+	if s.KeepRunning && s.TTL != nil {
+		return s, fmt.Errorf("annotations %s: %s and %s cannot go together: a keep-running grant has no end on the hub; leave out the ttl",
+			locksv1.AnnotationOnPartition, locksv1.OnPartitionKeepRunning, AnnotationTTL)
 	}
 	return s, nil
 }

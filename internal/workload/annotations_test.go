@@ -39,6 +39,12 @@ func TestParse(t *testing.T) {
 		"bad ttl":        {ann: map[string]string{AnnotationLock: "a/b:c", AnnotationTTL: "soon"}, wantErr: "annotation locks.turnstile.dev/ttl must be a positive duration"},
 		"zero ttl":       {ann: map[string]string{AnnotationLock: "a/b:c", AnnotationTTL: "0s"}, wantErr: "annotation locks.turnstile.dev/ttl must be a positive duration"},
 		"negative ttl":   {ann: map[string]string{AnnotationLock: "a/b:c", AnnotationTTL: "-1m"}, wantErr: "annotation locks.turnstile.dev/ttl must be a positive duration"},
+		"keep-running": {ann: map[string]string{AnnotationLock: "a/b:c", locksv1.AnnotationOnPartition: "keep-running"},
+			want: Spec{Locks: []locksv1.LockTarget{{Repo: "a/b", Path: "c", Workspace: "default"}}, KeepRunning: true}},
+		"another on-partition value": {ann: map[string]string{AnnotationLock: "a/b:c", locksv1.AnnotationOnPartition: "stop"},
+			wantErr: `annotation fleet.turnstile.dev/on-partition must be keep-running, not "stop"`},
+		"keep-running with a ttl": {ann: map[string]string{AnnotationLock: "a/b:c", locksv1.AnnotationOnPartition: "keep-running", AnnotationTTL: "1h"},
+			wantErr: "keep-running and locks.turnstile.dev/ttl cannot go together"},
 		"a path the API refuses": {ann: map[string]string{AnnotationLock: "acme/infra:../etc"},
 			wantErr: `annotation locks.turnstile.dev/lock "acme/infra:../etc": path must not contain '.' or '..' segments`},
 	}

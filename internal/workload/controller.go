@@ -564,6 +564,9 @@ func (r *Reconciler) newRequest(obj client.Object, spec Spec, self string) (*loc
 	if spec.TTL != nil {
 		lr.Spec.TTL = &metav1.Duration{Duration: *spec.TTL}
 	}
+	if spec.KeepRunning {
+		lr.Annotations[locksv1.AnnotationOnPartition] = locksv1.OnPartitionKeepRunning
+	}
 	return lr, nil
 }
 

@@ -27,6 +27,8 @@ var (
 		"The hub's granted requests whose holder is in the spoke's cluster.", []string{"cluster"}, nil)
 	waitersDesc = prometheus.NewDesc("turnstile_fleet_spoke_waiters",
 		"The hub's pending requests whose holder is in the spoke's cluster.", []string{"cluster"}, nil)
+	keepRunningDesc = prometheus.NewDesc("turnstile_fleet_spoke_keep_running",
+		"The spoke's holders that opted out of the partition stop (fleet.turnstile.dev/on-partition: keep-running): the hub keeps their locks while the spoke is unreachable, until released.", []string{"cluster"}, nil)
 )
 
 // listTimeout bounds a scrape's read of the cache.
@@ -49,7 +51,7 @@ func NewCollector(reader client.Reader, clk clock.PassiveClock) *Collector {
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{connectedDesc, heartbeatAgeDesc, skewDesc, holdersDesc, waitersDesc} {
+	for _, d := range []*prometheus.Desc{connectedDesc, heartbeatAgeDesc, skewDesc, holdersDesc, waitersDesc, keepRunningDesc} {
 		ch <- d
 	}
 }
@@ -83,6 +85,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		gauge(holdersDesc, float64(sp.Status.Holders))
 		gauge(waitersDesc, float64(sp.Status.Waiters))
+		gauge(keepRunningDesc, float64(sp.Status.KeepRunning))
 	}
 }
 

@@ -332,31 +332,68 @@ func TestSpokeCountsItsHoldersAndWaiters(t *testing.T) {
 	on := func(name string) *LockRequestWrapper {
 		return MakeLockRequest(name, ns).Lock("acme/infra", "vpc", "default").Owner("alice", 1).Session(name)
 	}
+	// a and b are as a spoke makes the requests of holders that opted out of the partition stop:
+	// no holder Lease, the annotation (a spoke's other requests name its hub Lease, which this
+	// test has no spoke to renew: KeepsRunning's table has them).
+	keep := func(w *LockRequestWrapper) *locksv1.LockRequest {
+		lr := w.Obj()
+		lr.Annotations = map[string]string{locksv1.AnnotationOnPartition: locksv1.OnPartitionKeepRunning}
+		return lr
+	}
 	for _, lr := range []*locksv1.LockRequest{
-		on("a").Cluster(cl).Obj(),
-		on("b").Cluster(cl).Obj(),
+		keep(on("a").Cluster(cl)),
+		keep(on("b").Cluster(cl)),
 		on("c").Cluster("hw-other").Obj(),
 		on("d").Obj(),
 	} {
 		g.Expect(c.Create(ctx, lr)).To(gomega.Succeed())
 	}
-	counts := func() ([2]int32, error) {
+	counts := func() ([3]int32, error) {
 		sp, err := spokeOf(c, cl)()
-		return [2]int32{sp.Status.Holders, sp.Status.Waiters}, client.IgnoreNotFound(err)
+		return [3]int32{sp.Status.Holders, sp.Status.Waiters, sp.Status.KeepRunning}, client.IgnoreNotFound(err)
 	}
-	g.Eventually(counts).Should(gomega.Equal([2]int32{1, 1}), "a holds the key, b waits; c and d are not this cluster's")
+	g.Eventually(counts).Should(gomega.Equal([3]int32{1, 1, 1}), "a holds the key (keep-running), b waits; c and d are not this cluster's")
 	g.Expect(gauge(t, "turnstile_fleet_spoke_holders", cl)).To(gomega.Equal(1.0))
 	g.Expect(gauge(t, "turnstile_fleet_spoke_waiters", cl)).To(gomega.Equal(1.0))
+	g.Expect(gauge(t, "turnstile_fleet_spoke_keep_running", cl)).To(gomega.Equal(1.0))
 
 	release := func(name string) {
 		lr := &locksv1.LockRequest{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
 		g.Expect(c.Patch(ctx, lr, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"release":true}}`)))).To(gomega.Succeed())
 	}
 	release("a")
-	g.Eventually(counts).Should(gomega.Equal([2]int32{1, 0}), "b holds now")
+	g.Eventually(counts).Should(gomega.Equal([3]int32{1, 0, 1}), "b holds now")
 	release("b")
-	g.Eventually(counts).Should(gomega.Equal([2]int32{0, 0}))
+	g.Eventually(counts).Should(gomega.Equal([3]int32{0, 0, 0}))
+	g.Expect(gauge(t, "turnstile_fleet_spoke_keep_running", cl)).To(gomega.Equal(0.0))
 	member(t, c, cl, nil)
+}
+
+// TestKeepsRunning: a spoke's grant the hub keeps while the spoke is cut off is one with no
+// holder Lease to lapse; one that names the spoke's Lease, waits, is being released, or is not
+// a spoke's is not.
+func TestKeepsRunning(t *testing.T) {
+	lr := func(cluster, lease string, phase locksv1.LockRequestPhase, release bool) *locksv1.LockRequest {
+		return &locksv1.LockRequest{Spec: locksv1.LockRequestSpec{Release: release, Holder: locksv1.Holder{Cluster: cluster, Lease: lease}},
+			Status: locksv1.LockRequestStatus{Phase: phase}}
+	}
+	for _, tc := range []struct {
+		name string
+		lr   *locksv1.LockRequest
+		want bool
+	}{
+		{"a spoke's grant with no Lease", lr("eu", "", locksv1.PhaseGranted, false), true},
+		{"a spoke's grant on its hub Lease", lr("eu", "spoke-eu", locksv1.PhaseGranted, false), false},
+		{"a spoke's waiter with no Lease", lr("eu", "", locksv1.PhasePending, false), false},
+		{"a spoke's grant being released", lr("eu", "", locksv1.PhaseGranted, true), false},
+		{"a hub request's grant with no Lease", lr("", "", locksv1.PhaseGranted, false), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := hub.KeepsRunning(tc.lr); got != tc.want {
+				t.Errorf("KeepsRunning = %v, want %v", got, tc.want)
+			}
+		})
+	}
 }
 
 func TestNoFleetNoSpokes(t *testing.T) {

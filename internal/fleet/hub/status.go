@@ -83,8 +83,9 @@ type Observation struct {
 	// Leases are the spoke's hub Leases (ViewLease).
 	Leases []LeaseView
 	// Holders and Waiters count the hub's requests whose holder is in the cluster: granted, and
-	// pending (or not decided yet).
-	Holders, Waiters int32
+	// pending (or not decided yet). KeepRunning counts the holders that name no holder Lease
+	// (KeepsRunning).
+	Holders, Waiters, KeepRunning int32
 	// LabelsProblem says why the member's labels in the members ConfigMap cannot be read; "" when
 	// they can.
 	LabelsProblem string
@@ -99,6 +100,7 @@ func Status(sp *locksv1.Spoke, o Observation, now time.Time) (locksv1.SpokeStatu
 		ObservedGeneration:    sp.Generation,
 		Holders:               o.Holders,
 		Waiters:               o.Waiters,
+		KeepRunning:           o.KeepRunning,
 		Leases:                int32(len(o.Leases)),
 		Conditions:            append([]metav1.Condition(nil), old.Conditions...),
 		LastHeartbeat:         old.LastHeartbeat,
@@ -167,8 +169,13 @@ func setConditions(st *locksv1.SpokeStatus, sp *locksv1.Spoke, o Observation) {
 			name, name, Namespace, spoke.LeaseName(name))
 	default:
 		ready, reason = metav1.ConditionFalse, locksv1.ReasonSpokeUnreachable
-		msg = fmt.Sprintf("no hub Lease of spoke %s is live: its last renewal was at %s and the last Lease lapsed at %s, so the hub has passed its locks on; check its agent and its network to the hub",
-			name, st.LastHeartbeat.UTC().Format(time.RFC3339), st.ConnectionSince.UTC().Format(time.RFC3339))
+		passed := "so the hub has passed its locks on"
+		if st.KeepRunning > 0 {
+			passed = fmt.Sprintf("so the hub has passed its locks on, but for %d held while cut off, keep-running (fleet.turnstile.dev/on-partition): held until released in the spoke, or on the hub by an admin (kubectl turnstile release --cluster %s NAME)",
+				st.KeepRunning, name)
+		}
+		msg = fmt.Sprintf("no hub Lease of spoke %s is live: its last renewal was at %s and the last Lease lapsed at %s, %s; check its agent and its network to the hub",
+			name, st.LastHeartbeat.UTC().Format(time.RFC3339), st.ConnectionSince.UTC().Format(time.RFC3339), passed)
 	}
 	set(locksv1.ConditionReady, ready, reason, msg)
 	// kstatus: a member that has not connected yet is InProgress, one that is cut off Failed.

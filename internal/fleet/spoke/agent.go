@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -72,6 +73,11 @@ type Agent struct {
 	mu     sync.Mutex
 	clocks map[string]*hubClock
 	kicks  chan struct{} // a renewal wanted now
+	// resyncs wakes spoke requests once the hub answers again after renewals failed
+	// (resync): their hub writes that failed while it did not (a release, a deletion, a new
+	// request) are retried at once, not after the work queue's backoff, which a long partition
+	// grows to minutes.
+	resyncs chan event.GenericEvent
 	// self is the spoke's user name on the hub: the creator its hub requests and Leases record
 	// (locks.turnstile.dev/created-by). A hub with MutatingAdmissionPolicy writes the same name
 	// over it; a validating-only hub (Kubernetes 1.33 to 1.35) requires it, as of every
@@ -119,12 +125,14 @@ func SetupWithManager(mgr ctrl.Manager, o Options) (*Agent, error) {
 		return nil, err
 	}
 	a := &Agent{opts: o, spoke: mgr.GetClient(), hub: hub, hubs: hubs, clocks: map[string]*hubClock{}, kicks: make(chan struct{}, 1), self: &whoami.Cache{},
+		resyncs:  make(chan event.GenericEvent),
 		recorder: mgr.GetEventRecorder("turnstile-fleet-spoke")}
 	err = builder.ControllerManagedBy(mgr).
 		Named("fleet-spoke").
 		WithOptions(controller.Options{MaxConcurrentReconciles: reconcileWorkers, RateLimiter: retryLimiter()}).
 		For(&locksv1.LockRequest{}).
 		WatchesRawSource(source.Kind(hubs, client.Object(&locksv1.LockRequest{}), handler.EnqueueRequestsFromMapFunc(a.spokeOf))).
+		WatchesRawSource(source.Channel(a.resyncs, &handler.EnqueueRequestForObject{})).
 		Complete(a)
 	if err != nil {
 		return nil, err
@@ -263,13 +271,18 @@ func (a *Agent) partition(ctx context.Context, spoke, hub *locksv1.LockRequest, 
 	// guard:spoke-judged-by-own-expiry
 	st, v := a.judge(ctx, spoke.Namespace, []locksv1.LockRequest{*hub})
 	now := a.opts.Clock.Now()
-	switch PartitionAction(spoke.Status.Phase == locksv1.PhaseGranted, v) {
+	running := spoke.Status.Phase == locksv1.PhaseGranted
+	keep := KeepRunning(spoke)
+	switch PartitionAction(running, keep, v) {
 	case Stop:
 		log.FromContext(ctx).Info("stopping a holder: the hub is unreachable", "why", v.Why)
 		return ctrl.Result{}, LostStatus(spoke, LeaseName(a.opts.Cluster), st, v, now), nil
 	case Hold:
 		a.kick()
 		return ctrl.Result{RequeueAfter: time.Second}, HeldStatus(spoke, st, v), nil
+	}
+	if running && keep {
+		return ctrl.Result{}, want, nil // never stopped: nothing to look at again
 	}
 	// Looked at again at its stop deadline (a renewal meanwhile moves it on).
 	return ctrl.Result{RequeueAfter: max(v.StopAt.Sub(now), 0) + 10*time.Millisecond}, want, nil
@@ -426,6 +439,7 @@ func (a *Agent) renewOnce(ctx context.Context, ns string) error {
 func (a *Agent) renewer() manager.RunnableFunc {
 	return func(ctx context.Context) error {
 		next := a.opts.Settings.RenewEvery()
+		failing := false
 		for {
 			select {
 			case <-ctx.Done():
@@ -434,11 +448,19 @@ func (a *Agent) renewer() manager.RunnableFunc {
 			case <-a.kicks:
 			}
 			next = a.opts.Settings.RenewEvery()
-			if err := a.renewAll(ctx); err != nil {
+			err := a.renewAll(ctx)
+			switch {
+			case err != nil:
 				// A failed renewal is tried again sooner: it and its retry both come before the
 				// stop must begin.
 				next = a.opts.Settings.RetryAfter()
+				failing = true
 				log.FromContext(ctx).Error(err, "renewing the hub Leases")
+			// Not a safety guard (a release or deletion reaches the hub later without it, on the
+			// work queue's backoff or the hub cache's relist): a liveness kick.
+			case failing:
+				failing = false
+				go a.resync(ctx)
 			}
 		}
 	}
@@ -479,4 +501,41 @@ func (a *Agent) skewBound() (time.Duration, bool) {
 		}
 	}
 	return out, ok
+}
+
+// resync wakes every spoke request, and the spoke request of every hub request of this cluster
+// (a spoke request deleted while the hub did not answer is gone from the spoke: its hub request
+// names it), once the hub answers renewals again: what the agent could not write on the hub
+// meanwhile (a release, a deletion, a request made while cut off) is written now, not when the
+// work queue's backoff, grown during the partition, next tries it.
+func (a *Agent) resync(ctx context.Context) {
+	seen := map[types.NamespacedName]bool{}
+	var keys []types.NamespacedName
+	var hubs locksv1.LockRequestList
+	if err := a.hubs.List(ctx, &hubs); err == nil {
+		for i := range hubs.Items {
+			for _, r := range a.spokeOf(ctx, &hubs.Items[i]) {
+				keys = append(keys, r.NamespacedName)
+			}
+		}
+	}
+	var spokes locksv1.LockRequestList
+	if err := a.spoke.List(ctx, &spokes); err == nil {
+		for i := range spokes.Items {
+			keys = append(keys, client.ObjectKeyFromObject(&spokes.Items[i]))
+		}
+	}
+	log.FromContext(ctx).Info("the hub answers again: looking at every request", "requests", len(keys))
+	for _, k := range keys {
+		if seen[k] {
+			continue
+		}
+		seen[k] = true
+		o := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: k.Namespace, Name: k.Name}}
+		select {
+		case a.resyncs <- event.GenericEvent{Object: o}:
+		case <-ctx.Done():
+			return
+		}
+	}
 }

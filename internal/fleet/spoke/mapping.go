@@ -87,7 +87,26 @@ func HubRequest(cluster string, spoke *locksv1.LockRequest) *locksv1.LockRequest
 	spoke.Spec.DeepCopyInto(&hub.Spec)
 	hub.Spec.Holder.Cluster = cluster
 	hub.Spec.Holder.Lease = LeaseName(cluster)
+	// A holder that opted out of the partition stop names no hub Lease: the hub keeps its lock
+	// across any partition and any death of the spoke, until released (docs/fleet.md "Opting
+	// out"). The hub's policy accepts a spoke's request without its Lease only so annotated.
+	// guard:spoke-keep-running-no-lease
+	if KeepRunning(spoke) {
+		hub.Annotations[locksv1.AnnotationOnPartition] = locksv1.OnPartitionKeepRunning
+		hub.Spec.Holder.Lease = ""
+	}
 	return hub
+}
+
+// KeepRunning says whether spoke's holder opted out of the partition stop
+// (fleet.turnstile.dev/on-partition: keep-running, which the spoke's admission policy allows
+// only to users with the keeprunning verb, and which no one changes after creation). A request
+// with a ttl does not, whatever it says (the policy refuses the two together): the hub hands
+// its lock on when its grant ends, which a spoke cut off cannot renew, so it is stopped before,
+// as any other.
+func KeepRunning(spoke *locksv1.LockRequest) bool {
+	// guard:spoke-keep-running-without-ttl
+	return locksv1.KeepsRunning(spoke.Annotations) && spoke.Spec.TTL == nil
 }
 
 // SpecUpdate is the hub request's spec once the spoke request's changes are carried over, and

@@ -110,6 +110,43 @@ func TestHubRequest(t *testing.T) {
 	}
 }
 
+// TestHubRequestKeepRunning: a request that opted out of the partition stop names no hub
+// Lease (the hub keeps its lock until released) and says so to the hub's policy; with a ttl it
+// does not opt out (the hub would end its grant, which a spoke cut off cannot renew): it gets
+// the spoke's Lease and is stopped on a partition as any other; any other value is no opt-out.
+func TestHubRequestKeepRunning(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		value     string
+		ttl       bool
+		wantLease string
+		wantKeep  bool
+	}{
+		{"keep-running, no ttl: no Lease", locksv1.OnPartitionKeepRunning, false, "", true},
+		{"keep-running with a ttl: the spoke's Lease", locksv1.OnPartitionKeepRunning, true, "spoke-eu-west-1", false},
+		{"another value: the spoke's Lease", "Keep-Running", false, "spoke-eu-west-1", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sp := spokeRequest()
+			sp.Annotations[locksv1.AnnotationOnPartition] = tc.value
+			if !tc.ttl {
+				sp.Spec.TTL = nil
+			}
+			if got := KeepRunning(sp); got != tc.wantKeep {
+				t.Errorf("KeepRunning = %v, want %v", got, tc.wantKeep)
+			}
+			hub := HubRequest("eu-west-1", sp)
+			if hub.Spec.Holder.Lease != tc.wantLease {
+				t.Errorf("hub spec.holder.lease = %q, want %q", hub.Spec.Holder.Lease, tc.wantLease)
+			}
+			_, annotated := hub.Annotations[locksv1.AnnotationOnPartition]
+			if annotated != tc.wantKeep {
+				t.Errorf("hub request annotated %s: %v, want %v", locksv1.AnnotationOnPartition, annotated, tc.wantKeep)
+			}
+		})
+	}
+}
+
 // TestHubRequestIgnoresWhatASpokeUserClaims: the agent writes on the hub with its spoke's
 // rights, so nothing a user of the spoke writes on her request may speak for another cluster,
 // another spoke's Lease, or another spoke request: the cluster, the hub Lease and the spoke

@@ -180,9 +180,16 @@ const (
 )
 
 // PartitionAction is what the rule's verdict v makes of a hub grant, for a spoke request that
-// shows it already (running) or not (waiting to be let go).
-func PartitionAction(running bool, v skew.Verdict) Action {
+// shows it already (running) or not (waiting to be let go), and that opted out of the stop
+// (keep: KeepRunning) or not. A holder that opted out runs on whatever the verdict (its hub
+// request names no Lease: the hub keeps its lock); one that waits is let go by the same rule as
+// any other, since a grant is shown only when read fresh from a hub that answers (one released
+// by an admin on the hub meanwhile must not start).
+func PartitionAction(running, keep bool, v skew.Verdict) Action {
 	switch {
+	// guard:spoke-keep-running-not-stopped
+	case running && keep:
+		return Show
 	// guard:spoke-stop-at-deadline
 	case running && v.Stop:
 		return Stop

@@ -18,21 +18,24 @@ import (
 
 func TestPartitionAction(t *testing.T) {
 	for _, tc := range []struct {
-		name    string
-		running bool
-		v       skew.Verdict
-		want    Action
+		name          string
+		running, keep bool
+		v             skew.Verdict
+		want          Action
 	}{
-		{"a running holder before its deadline runs on", true, skew.Verdict{LetGo: true}, Show},
-		{"a running holder too close to its deadline to be let go still runs on", true, skew.Verdict{Why: "min run"}, Show},
-		{"a running holder at its deadline is stopped", true, skew.Verdict{Stop: true, Why: "x"}, Stop},
-		{"a grant is shown while the rule lets it go", false, skew.Verdict{LetGo: true}, Show},
-		{"a grant is held while the rule lets nothing go", false, skew.Verdict{Why: "min run"}, Hold},
-		{"a grant is held when the holders must stop", false, skew.Verdict{Stop: true, Why: "x"}, Hold},
+		{"a running holder before its deadline runs on", true, false, skew.Verdict{LetGo: true}, Show},
+		{"a running holder too close to its deadline to be let go still runs on", true, false, skew.Verdict{Why: "min run"}, Show},
+		{"a running holder at its deadline is stopped", true, false, skew.Verdict{Stop: true, Why: "x"}, Stop},
+		{"a running keep-running holder at its deadline runs on", true, true, skew.Verdict{Stop: true, Why: "x"}, Show},
+		{"a grant is shown while the rule lets it go", false, false, skew.Verdict{LetGo: true}, Show},
+		{"a grant is held while the rule lets nothing go", false, false, skew.Verdict{Why: "min run"}, Hold},
+		{"a grant is held when the holders must stop", false, false, skew.Verdict{Stop: true, Why: "x"}, Hold},
+		{"a keep-running grant is shown while the rule lets it go", false, true, skew.Verdict{LetGo: true}, Show},
+		{"a keep-running grant is held while the rule lets nothing go: it may be stale", false, true, skew.Verdict{Stop: true, Why: "x"}, Hold},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := PartitionAction(tc.running, tc.v); got != tc.want {
-				t.Errorf("PartitionAction(%v, %+v) = %v, want %v", tc.running, tc.v, got, tc.want)
+			if got := PartitionAction(tc.running, tc.keep, tc.v); got != tc.want {
+				t.Errorf("PartitionAction(%v, %v, %+v) = %v, want %v", tc.running, tc.keep, tc.v, got, tc.want)
 			}
 		})
 	}

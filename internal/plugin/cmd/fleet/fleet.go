@@ -63,10 +63,10 @@ func Print(out io.Writer, spokes []locksv1.Spoke, now time.Time) error {
 	spokes = slices.Clone(spokes)
 	slices.SortFunc(spokes, func(a, b locksv1.Spoke) int { return strings.Compare(a.Name, b.Name) })
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "CLUSTER\tCONNECTION\tSINCE\tHEARTBEAT\tSKEW\tHOLDERS\tWAITERS\tREADY")
+	fmt.Fprintln(w, "CLUSTER\tCONNECTION\tSINCE\tHEARTBEAT\tSKEW\tHOLDERS\tWAITERS\tKEEP-RUNNING\tREADY")
 	count := map[locksv1.SpokeConnection]int{}
-	var holders, waiters int32
-	var notReady []string
+	var holders, waiters, keep int32
+	var notReady, keeping []string
 	for i := range spokes {
 		sp := &spokes[i]
 		conn := sp.Status.Connection
@@ -76,6 +76,11 @@ func Print(out io.Writer, spokes []locksv1.Spoke, now time.Time) error {
 		count[conn]++
 		holders += sp.Status.Holders
 		waiters += sp.Status.Waiters
+		keep += sp.Status.KeepRunning
+		if sp.Status.KeepRunning > 0 && conn != locksv1.SpokeConnected {
+			keeping = append(keeping, fmt.Sprintf("%s: %d held while cut off, keep-running: held until released in the spoke, or here by an admin (kubectl turnstile release -n NAMESPACE --cluster %s NAME)",
+				sp.Name, sp.Status.KeepRunning, sp.Name))
+		}
 		ready := "Unknown"
 		if c := meta.FindStatusCondition(sp.Status.Conditions, locksv1.ConditionReady); c != nil {
 			ready = string(c.Status)
@@ -91,14 +96,17 @@ func Print(out io.Writer, spokes []locksv1.Spoke, now time.Time) error {
 		if ms := sp.Status.ClockSkewMilliseconds; ms != nil {
 			skew = fmt.Sprintf("%.3fs", float64(*ms)/1000)
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n", sp.Name, conn, age(sp.Status.ConnectionSince, now), age(sp.Status.LastHeartbeat, now),
-			skew, sp.Status.Holders, sp.Status.Waiters, ready)
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\n", sp.Name, conn, age(sp.Status.ConnectionSince, now), age(sp.Status.LastHeartbeat, now),
+			skew, sp.Status.Holders, sp.Status.Waiters, sp.Status.KeepRunning, ready)
 	}
 	if err := w.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "\n%d spokes: %d connected, %d unreachable, %d never connected; %d holders, %d waiters.\n",
-		len(spokes), count[locksv1.SpokeConnected], count[locksv1.SpokeUnreachable], count[locksv1.SpokeNever], holders, waiters)
+	fmt.Fprintf(out, "\n%d spokes: %d connected, %d unreachable, %d never connected; %d holders (%d keep-running), %d waiters.\n",
+		len(spokes), count[locksv1.SpokeConnected], count[locksv1.SpokeUnreachable], count[locksv1.SpokeNever], holders, keep, waiters)
+	for _, s := range keeping {
+		fmt.Fprintln(out, s)
+	}
 	for _, s := range notReady {
 		fmt.Fprintln(out, s)
 	}
