@@ -38,7 +38,7 @@ func init() {
 			{"spoke-adopts-only-its-own", "\treturn hub.Annotations[whoami.AnnotationCreatedBy] == self && hub.Spec.Holder.Cluster == a.opts.Cluster &&\n", "\treturn self == self || hub.Spec.Holder.Cluster == a.opts.Cluster &&\n"},
 		}},
 		mutant{name: "spoke-deletes-only-its-own", pkg: spokePkg, focus: "run:TestAttack/HashedNameCollisionDeletesAnothersHubRequest", guard: "a spoke request deleted deletes only the hub request made for it, not another's that its name shortens to", edits: []edit{
-			{"spoke-deletes-only-its-own", "\tif !mine || uid != \"\" && cur.Annotations[AnnotationSpokeUID] != uid {\n", "\tif uid != \"\" && cur.Annotations[AnnotationSpokeUID] != uid {\n"},
+			{"spoke-deletes-only-its-own", "\tif !mine || uid != \"\" && cur.Annotations[AnnotationSpokeUID] != uid {\n", "\tif _ = mine; uid != \"\" && cur.Annotations[AnnotationSpokeUID] != uid {\n"},
 		}},
 		mutant{name: "spoke-refused-edit-copies-status", pkg: spokePkg, focus: "run:TestAttack/EditRefusedByTheHubFreezesTheSpokesGrant", guard: "a change the hub refuses still lets the hub's status (an expiry, a release) through to the spoke", edits: []edit{
 			{"spoke-refused-edit-copies-status", "\t\t\tif !refused {\n", "\t\t\tif true || !refused {\n"},

@@ -41,7 +41,7 @@ type member struct {
 	// hubConfig is the spoke's kubeconfig of the hub, as its ServiceAccount there.
 	hubConfig string
 	// managerConfig is the kubeconfig the manager runs with in its own cluster: its
-	// ServiceAccount's where the bundle is installed (the spokes), else the admin's.
+	// ServiceAccount's, the bundle installed (installTurnstile).
 	managerConfig string
 }
 
@@ -72,14 +72,17 @@ var _ = BeforeSuite(func() {
 	}
 	hub, spokeA, spokeB = start("hub"), start("spoke-a"), start("spoke-b")
 
+	dir := GinkgoT().TempDir()
+	suiteDir = dir
+	// The hub is a Turnstile as any (the bundle, its manager as its ServiceAccount, under its
+	// policies), with the hub's side of the fleet beside it (docs/install.md).
+	hub.installTurnstile(dir)
 	By("installing the hub's side of the fleet (config/fleet: the spoke roles and admission policies), and binding the spokes' role in " + ns)
 	_, err := hub.kubectl.Run("", "apply", "--server-side", "-k", filepath.Join(framework.Root(), "config", "fleet"))
 	Expect(err).NotTo(HaveOccurred())
 	_, err = hub.kubectl.Run("", "-n", ns, "create", "rolebinding", "turnstile-fleet-spoke", "--clusterrole=turnstile-fleet-spoke",
 		"--group=system:serviceaccounts:turnstile-fleet")
 	Expect(err).NotTo(HaveOccurred())
-	dir := GinkgoT().TempDir()
-	suiteDir = dir
 	By("putting a network that the tests can cut (internal/testing/netcut) between spoke-a's agent and the hub")
 	host, err := url.Parse(hub.env.Config.Host)
 	Expect(err).NotTo(HaveOccurred())

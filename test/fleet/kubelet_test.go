@@ -79,11 +79,10 @@ type kubelet struct {
 	errs []error
 }
 
-// startWorkloads makes m's control plane run gated Jobs as test/gated does: the shipped bundle
-// installed (its admission policies suspend an annotated Job at creation), the real
-// kube-controller-manager (Job and garbage collector controllers) and kube-scheduler, one Node,
-// and this file's kubelet.
-func (m *member) startWorkloads(dir string) {
+// installTurnstile installs the shipped bundle in m's cluster as the docs say (kubectl apply -k)
+// and waits until its policies are enforced; m's manager then acts as its ServiceAccount, with
+// the bundle's RBAC, under its policies (only it may make a gated workload's request).
+func (m *member) installTurnstile(dir string) {
 	GinkgoHelper()
 	bundle, err := framework.BundleFor(m.env.Config)
 	Expect(err).NotTo(HaveOccurred())
@@ -96,13 +95,19 @@ func (m *member) startWorkloads(dir string) {
 		g.Expect(m.env.Client.Create(context.Background(), probe, client.DryRunAll)).To(Succeed())
 		g.Expect(probe.Spec.Suspend).To(HaveValue(BeTrue()), "the workload policies suspend a gated Job at creation")
 	}).WithTimeout(120*time.Second).Should(Succeed(), "the API server of %s never enforced the workload policies", m.name)
-	// The manager acts as its ServiceAccount, with the bundle's RBAC, under its policies: only
-	// it may make a gated workload's request.
 	saDir := filepath.Join(dir, m.name+"-manager")
 	Expect(os.MkdirAll(saDir, 0o700)).To(Succeed())
 	m.managerConfig, err = m.env.WriteServiceAccountKubeconfig(context.Background(), saDir, "turnstile-system", "turnstile-controller-manager")
 	Expect(err).NotTo(HaveOccurred())
+}
 
+// startWorkloads makes m's control plane run gated Jobs as test/gated does: the shipped bundle
+// installed (its admission policies suspend an annotated Job at creation), the real
+// kube-controller-manager (Job and garbage collector controllers) and kube-scheduler, one Node,
+// and this file's kubelet.
+func (m *member) startWorkloads(dir string) {
+	GinkgoHelper()
+	m.installTurnstile(dir)
 	kubeconfig := m.kubectl.Kubeconfig
 	for _, c := range []struct {
 		bin  string

@@ -506,6 +506,15 @@ func (f *installed) attackHashCollision(t *testing.T) {
 		g.Expect(err).NotTo(gomega.HaveOccurred(), "BREAK: alice's hub request is gone")
 		g.Expect(h.UID).To(gomega.Equal(hubAlice.UID), "BREAK: the agent deleted alice's hub request for bob's (it was re-created)")
 	}).WithTimeout(10 * time.Second).Should(gomega.Succeed())
+	g.Expect(get(g, r.spokeView, ns, collide).Status.Conditions).To(gomega.ContainElement(gomega.HaveField("Reason", spoke.ReasonHubNameTaken)),
+		"bob's request says its hub name is taken")
+	// Bob deletes his request: the agent deletes the hub request made for it, none, not alice's.
+	g.Expect(r.bob.Delete(ctx, get(g, r.spokeView, ns, collide))).To(gomega.Succeed())
+	g.Consistently(func(g gomega.Gomega) {
+		var h locksv1.LockRequest
+		g.Expect(r.hubAdmin.Get(ctx, types.NamespacedName{Namespace: ns, Name: hubName}, &h)).To(gomega.Succeed(), "BREAK: bob's deletion deleted alice's hub request")
+		g.Expect(h.UID).To(gomega.Equal(hubAlice.UID))
+	}).WithTimeout(5 * time.Second).Should(gomega.Succeed())
 	g.Expect(lost()).To(gomega.BeEmpty(), "BREAK: alice's spoke request lost its grant")
 	g.Expect(get(g, r.spokeView, ns, long).Status.FencingToken).To(gomega.Equal(a.Status.FencingToken))
 }
