@@ -18,6 +18,8 @@ var fleetFreezeMutants = [][6]string{
 		"\tif err := inFleet(ctx, r.apiReader, &in.Freezes); err != nil {\n", "\tif err := error(nil); err != nil {\n"},
 	{"fleet-counts-in-scope", controls, "cluster scopes", "a CommandLock scoped to clusters counts and drains only their requests",
 		"\tlist.Items = inClusterScope(cl.Spec.Clusters, list.Items, members)\n", "\t_ = inClusterScope\n"},
+	{"fleet-window-own-cluster-scope", queuePkg, "run:TestForRequestWindowClusterScopes", "a window with clusters of its own (spec.windows[].clusters) freezes only their requests",
+		"\tif s.Clusters != nil && !inCluster(s.Clusters) {\n", "\tif false && s.Clusters != nil {\n"},
 	{"fleet-mirror-no-write-freeze", spokePkg, "run:TestMirrorCommandLock", "a CommandLock mirror leaves out the hub's write freeze (spec.admission, status.admission): the spoke's admission policy must not enforce the hub's",
 		"\tm.Spec.Admission, m.Status.Admission = nil, nil\n", "\t_ = m\n"},
 	{"fleet-mirror-put-back", spokePkg, "run:TestMirrorsShowTheHubsTruth", "a mirror whose labels a spoke user changed is put back as the hub has it",
