@@ -79,12 +79,12 @@ func TestForRequestWindowClusterScopes(t *testing.T) {
 			want: frozen("saturday", "Deny window in force"),
 		},
 		"an Allow window for the EU: an EU request outside it is frozen": {
-			locks: []locksv1.CommandLock{withWindows(commandLock("apply", false, "", nil), judged("maint", locksv1.WindowAllow, false, eu))},
+			locks:   []locksv1.CommandLock{withWindows(commandLock("apply", false, "", nil), judged("maint", locksv1.WindowAllow, false, eu))},
 			members: members, req: apply("eu-west-1"),
 			want: frozen("maint", "outside every Allow window"),
 		},
 		"an Allow window for the EU does not hold another cluster's requests to it": {
-			locks: []locksv1.CommandLock{withWindows(commandLock("apply", false, "", nil), judged("maint", locksv1.WindowAllow, false, eu))},
+			locks:   []locksv1.CommandLock{withWindows(commandLock("apply", false, "", nil), judged("maint", locksv1.WindowAllow, false, eu))},
 			members: members, req: apply("us-east-1"),
 		},
 		"an invalid window for the EU freezes only the EU (fail safe within its scope)": {
@@ -100,7 +100,7 @@ func TestForRequestWindowClusterScopes(t *testing.T) {
 			want: frozen("us-saturday", "Deny window in force"),
 		},
 		"a manual freeze of the CommandLock is not narrowed by a window's scope": {
-			locks: []locksv1.CommandLock{func() locksv1.CommandLock { cl := saturday(eu, true); cl.Spec.Locked = true; return cl }()},
+			locks:   []locksv1.CommandLock{func() locksv1.CommandLock { cl := saturday(eu, true); cl.Spec.Locked = true; return cl }()},
 			members: members, req: apply("us-east-1"),
 			want: verdict{Frozen: true, Freeze: Freeze{Source: "commandlock/apply", Message: "Apply commands are locked globally until they are unlocked"}},
 		},
@@ -126,8 +126,8 @@ func TestWindowClusterScopeNeedsLabels(t *testing.T) {
 		scope locksv1.WindowScope
 		want  bool
 	}{
-		"names":      {scope: locksv1.WindowScope{Clusters: &locksv1.ClusterScope{Names: []string{"eu-west-1"}}}},
-		"a selector": {scope: locksv1.WindowScope{Clusters: &locksv1.ClusterScope{Selector: regionEU()}}, want: true},
+		"names":       {scope: locksv1.WindowScope{Clusters: &locksv1.ClusterScope{Names: []string{"eu-west-1"}}}},
+		"a selector":  {scope: locksv1.WindowScope{Clusters: &locksv1.ClusterScope{Selector: regionEU()}}, want: true},
 		"no clusters": {scope: locksv1.WindowScope{}},
 	} {
 		cl := withWindows(commandLock("apply", false, "", nil), judged("w", locksv1.WindowDeny, true, tc.scope))
