@@ -236,6 +236,11 @@ func (a *Agent) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, e
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	// The hub's freezes as the spoke judges them: a gate on letting a grant go, never a grant
+	// (localfreeze.go).
+	if res, want, err = a.freezeGate(ctx, &spoke, res, want); err != nil {
+		return ctrl.Result{}, err
+	}
 	if refusedEdit != "" {
 		want = refusedEditStatus(&spoke, want, a.opts.Cluster, refusedEdit, a.opts.Clock.Now())
 		// Tried again each renewal period, not at the failure backoff: the hub's answer to
