@@ -151,6 +151,7 @@ func LocalFreeze(cls []locksv1.CommandLock, req *locksv1.LockRequest, cluster st
 		}
 		local = append(local, own)
 	}
+	// guard:fleet-spoke-judges-by-its-clock
 	for _, set := range [][]locksv1.CommandLock{mirrors, local} {
 		f, _ := queue.ResolveFreezes(set, queue.FreezeFlags{}, now)
 		if clusterLabels != nil {
