@@ -232,13 +232,9 @@ func (a *Agent) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, e
 		}
 	}
 	want := SpokeStatus(&spoke, &hub)
-	res, want, err := a.partition(ctx, &spoke, &hub, want)
+	// The partition rule, then the hub's freezes as the spoke judges them (localfreeze.go).
+	res, want, err := a.judgeGrant(ctx, &spoke, &hub, want)
 	if err != nil {
-		return ctrl.Result{}, err
-	}
-	// The hub's freezes as the spoke judges them: a gate on letting a grant go, never a grant
-	// (localfreeze.go).
-	if res, want, err = a.freezeGate(ctx, &spoke, res, want); err != nil {
 		return ctrl.Result{}, err
 	}
 	if refusedEdit != "" {

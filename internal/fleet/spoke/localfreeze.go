@@ -180,6 +180,16 @@ func FrozenStatus(spoke *locksv1.LockRequest, cluster string, fr queue.Freeze, n
 	return out
 }
 
+// judgeGrant is what the agent does with the hub's status want of spoke: the partition rule,
+// then the spoke's freezes as a gate on letting a grant go (freezeGate), never a grant.
+func (a *Agent) judgeGrant(ctx context.Context, spoke, hub *locksv1.LockRequest, want locksv1.LockRequestStatus) (ctrl.Result, locksv1.LockRequestStatus, error) {
+	res, want, err := a.partition(ctx, spoke, hub, want)
+	if err != nil {
+		return ctrl.Result{}, want, err
+	}
+	return a.freezeGate(ctx, spoke, res, want)
+}
+
 // freezeGate applies the spoke's freezes to a hub grant the spoke would show now (want, after
 // the partition rule) and does not show yet: held (FrozenStatus) while LocalFreeze holds it,
 // looked at again within a second (a thaw on the hub reaches the mirrors, not this request) or
