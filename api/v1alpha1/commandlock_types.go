@@ -10,7 +10,7 @@ const CommandAll = "all"
 // CommandLockSpec freezes a command cluster-wide (on a fleet's hub: fleet-wide, or in the
 // clusters spec.clusters names).
 // +kubebuilder:validation:XValidation:rule="!has(self.admission) || !has(self.clusters)",message="spec.admission freezes writes to this cluster's API server, which spec.clusters cannot scope: use a CommandLock without spec.clusters for the write freeze"
-// +kubebuilder:validation:XValidation:rule="!has(self.admission) || !has(self.windows) || self.windows.all(w, !has(w.namespaceSelector) && !has(w.repos) && !has(w.paths))",message="the windows of a CommandLock with spec.admission must not be scoped (namespaceSelector, repos, paths): scope the write freeze with spec.admission, or use a CommandLock of its own for it"
+// +kubebuilder:validation:XValidation:rule="!has(self.admission) || !has(self.windows) || self.windows.all(w, !has(w.namespaceSelector) && !has(w.repos) && !has(w.paths) && !has(w.clusters))",message="the windows of a CommandLock with spec.admission must not be scoped (namespaceSelector, repos, paths, clusters): scope the write freeze with spec.admission, or use a CommandLock of its own for it"
 type CommandLockSpec struct {
 	// locked freezes the command: requests for it are not granted until it is false again.
 	// Holders already granted keep their grant.
@@ -49,15 +49,17 @@ type CommandLockSpec struct {
 	// clusters scopes the whole freeze (spec.locked and every window) to requests from the
 	// fleet's clusters it names or selects by label (docs/fleet.md, "Freezes everywhere, also
 	// offline"): a request's cluster is its spec.holder.cluster. A request without one (made in
-	// the hub itself) is never in a cluster scope. Unset: every request, whatever its cluster.
+	// the hub itself) is never in a cluster scope. Unset: every request, whatever its cluster. A
+	// window may be scoped to clusters of its own (spec.windows[].clusters).
 	// +optional
 	Clusters *ClusterScope `json:"clusters,omitempty"`
 }
 
-// ClusterScope names the fleet clusters a CommandLock freezes: a request's cluster is in scope
-// when names lists it or selector matches its labels (the labels the hub's admin gives each
-// member: docs/fleet.md). At least one of the two.
-// +kubebuilder:validation:XValidation:rule="(has(self.names) && size(self.names) > 0) || has(self.selector)",message="spec.clusters names the clusters it freezes (names) or selects them by label (selector); remove spec.clusters to freeze every cluster"
+// ClusterScope names the fleet clusters a CommandLock (spec.clusters) or one of its windows
+// (spec.windows[].clusters) freezes: a request's cluster is in scope when names lists it or
+// selector matches its labels (the labels the hub's admin gives each member: docs/fleet.md). At
+// least one of the two.
+// +kubebuilder:validation:XValidation:rule="(has(self.names) && size(self.names) > 0) || has(self.selector)",message="a cluster scope names the clusters it freezes (names) or selects them by label (selector); remove it (spec.clusters, or a window's clusters) to freeze every cluster"
 type ClusterScope struct {
 	// names are cluster names (each spoke's --cluster-name, a DNS-1123 label).
 	// +optional

@@ -19,3 +19,21 @@ const (
 	// mirror's spec.clusters is judged against.
 	AnnotationMirrorCluster = "fleet.turnstile.dev/cluster"
 )
+
+// The marks of a spoke's own judgement of the hub's freezes (docs/fleet.md, "Freezes
+// everywhere, also offline"): kubectl turnstile why reads them in the spoke.
+const (
+	// AnnotationMirrorClusterLabels is, on a CommandLock mirror, the spoke's cluster labels as
+	// the hub gives them (its Spoke's spec.labels, a JSON object), against which the spoke
+	// judges a cluster selector; absent while unknown (a selector then matches: fail safe).
+	AnnotationMirrorClusterLabels = "fleet.turnstile.dev/cluster-labels"
+	// ConditionJudgedInSpoke is True on a CommandLock mirror whose status the spoke judged by its
+	// own clock, because the hub's judgement ran out (a window's transition, an until) and no
+	// newer one came: the message says since when, and when the hub was last read.
+	ConditionJudgedInSpoke = "JudgedInSpoke"
+	// ReasonHubJudgementOutdated is ConditionJudgedInSpoke's reason.
+	ReasonHubJudgementOutdated = "HubJudgementOutdated"
+	// ReasonFrozenInSpoke is the reason of a spoke request the hub granted that the spoke does
+	// not let go while the hub's freezes, as the spoke judges them, hold it.
+	ReasonFrozenInSpoke = "FrozenInSpoke"
+)

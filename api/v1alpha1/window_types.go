@@ -52,6 +52,15 @@ type WindowScope struct {
 	// +kubebuilder:validation:MaxItems=16
 	// +kubebuilder:validation:items:MaxLength=253
 	Paths []string `json:"paths,omitempty"`
+
+	// clusters narrows the window to requests from the fleet's clusters it names or selects by
+	// label (docs/fleet.md, "Freezes everywhere, also offline"), e.g. a weekend window for the
+	// EU clusters only: a request's cluster is its spec.holder.cluster, and a request without
+	// one (made in the hub itself) is in no cluster scope. The CommandLock's spec.clusters, when
+	// set, still scopes every window: a window freezes the requests both hold. Unset: every
+	// cluster the CommandLock freezes.
+	// +optional
+	Clusters *ClusterScope `json:"clusters,omitempty"`
 }
 
 // FreezeWindow is a recurring freeze (Deny) or a recurring maintenance window (Allow): it opens

@@ -3,7 +3,9 @@ package main
 // The fleet's freezes (docs/fleet.md, "Freezes everywhere, also offline" and "Mirrors in a
 // spoke", issue #45): a CommandLock scoped to clusters freezes only their requests, on the
 // hub's grant path and in its counts; a scope that cannot be judged freezes more, never less;
-// a spoke's mirrors are the hub's, put back when edited, and only mirrors are deleted.
+// a spoke's mirrors are the hub's, put back when edited, and only mirrors are deleted; a spoke
+// judges the mirrored windows by its own clock once the hub's judgement ran out, and holds a hub
+// grant it has not let go while they freeze it.
 // One row per mutant: name, package, focus, guard, the text and what it becomes.
 var fleetFreezeMutants = [][6]string{
 	{"fleet-manual-cluster-scope", queuePkg, "run:TestForRequestClusterScopes", "a manual freeze scoped to clusters freezes only their requests, leaving the rest to an unscoped all",
@@ -18,6 +20,14 @@ var fleetFreezeMutants = [][6]string{
 		"\tif err := inFleet(ctx, r.apiReader, &in.Freezes); err != nil {\n", "\tif err := error(nil); err != nil {\n"},
 	{"fleet-counts-in-scope", controls, "cluster scopes", "a CommandLock scoped to clusters counts and drains only their requests",
 		"\tlist.Items = inClusterScope(cl.Spec.Clusters, list.Items, members)\n", "\t_ = inClusterScope\n"},
+	{"fleet-window-own-cluster-scope", queuePkg, "run:TestForRequestWindowClusterScopes", "a window with clusters of its own (spec.windows[].clusters) freezes only their requests",
+		"\tif s.Clusters != nil && !inCluster(s.Clusters) {\n", "\tif false && s.Clusters != nil {\n"},
+	{"fleet-mirror-judged-in-spoke", spokePkg, "run:TestMirrorStatusJudgedInSpoke", "a mirror whose hub judgement ran out (a window's transition, an until) shows the spoke's own judgement by its clock, marked JudgedInSpoke",
+		"\tif end.IsZero() || now.Before(end.Add(judgeSlack)) {\n", "\tif true {\n"},
+	{"fleet-spoke-judges-by-its-clock", spokePkg, "run:TestLocalFreeze", "the spoke's gate judges the windows and until by its own clock too, not only as the hub last judged them",
+		"\tfor _, set := range [][]locksv1.CommandLock{mirrors, local} {\n", "\tfor _, set := range [][]locksv1.CommandLock{mirrors} {\n\t\t_ = local\n"},
+	{"fleet-spoke-frozen-held", spokePkg, "run:TestWindowOpeningDuringACutHoldsTheSpokesWorkload", "a hub grant the spoke has not let go is held while the spoke's freezes, as it judges them, hold it (a window that opened during a cut)",
+		"\tif !frozen {\n\t\treturn res, want, nil\n", "\tif true || !frozen {\n\t\treturn res, want, nil\n"},
 	{"fleet-mirror-no-write-freeze", spokePkg, "run:TestMirrorCommandLock", "a CommandLock mirror leaves out the hub's write freeze (spec.admission, status.admission): the spoke's admission policy must not enforce the hub's",
 		"\tm.Spec.Admission, m.Status.Admission = nil, nil\n", "\t_ = m\n"},
 	{"fleet-mirror-put-back", spokePkg, "run:TestMirrorsShowTheHubsTruth", "a mirror whose labels a spoke user changed is put back as the hub has it",

@@ -1,6 +1,8 @@
 package controller_test
 
 import (
+	"time"
+
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
@@ -30,6 +32,14 @@ func setMembers(data map[string]string) {
 	}
 	cm.Data = data
 	Expect(k8s.Update(ctx, cm)).To(Succeed())
+}
+
+// mustZone loads an IANA zone.
+func mustZone(name string) *time.Location {
+	GinkgoHelper()
+	loc, err := time.LoadLocation(name)
+	Expect(err).NotTo(HaveOccurred())
+	return loc
 }
 
 var _ = Describe("CommandLock cluster scopes (a fleet's hub)", func() {
@@ -94,14 +104,76 @@ var _ = Describe("CommandLock cluster scopes (a fleet's hub)", func() {
 			admission bool
 			want      string
 		}{
-			{scope: &locksv1.ClusterScope{}, want: "spec.clusters names the clusters it freezes (names) or selects them by label (selector)"},
-			{scope: &locksv1.ClusterScope{Names: []string{}}, want: "remove spec.clusters to freeze every cluster"},
+			{scope: &locksv1.ClusterScope{}, want: "spec.clusters: Invalid value: a cluster scope names the clusters it freezes (names) or selects them by label (selector)"},
+			{scope: &locksv1.ClusterScope{Names: []string{}}, want: "remove it (spec.clusters, or a window's clusters) to freeze every cluster"},
 			{scope: &locksv1.ClusterScope{Names: []string{"EU_West"}}, want: "spec.clusters.names[0]"},
 			{scope: &locksv1.ClusterScope{Names: []string{"eu-west-1", "eu-west-1"}}, want: "Duplicate value"},
 			{scope: &locksv1.ClusterScope{Names: []string{"eu-west-1"}}, admission: true, want: "spec.admission freezes writes to this cluster's API server, which spec.clusters cannot scope"},
 		} {
 			cl := &locksv1.CommandLock{ObjectMeta: metav1.ObjectMeta{Name: "apply"}}
 			cl.Spec = locksv1.CommandLockSpec{Locked: true, Clusters: tc.scope}
+			if tc.admission {
+				cl.Spec.Admission = &locksv1.AdmissionFreeze{Resources: []locksv1.AdmissionResources{{APIGroups: []string{"apps"}}}}
+			}
+			err := k8s.Create(ctx, cl)
+			if err == nil {
+				deleteCommandLock("apply")
+			}
+			Expect(err).To(HaveOccurred(), "%+v", tc.scope)
+			Expect(err.Error()).To(ContainSubstring(tc.want))
+		}
+	})
+
+	It("scopes a window to clusters of its own: the EU's weekend window freezes the EU's requests only (judged on the hub)", func() {
+		setMembers(map[string]string{"eu-west-1": `{"labels":{"region":"eu"}}`, "us-east-1": `{"labels":{"region":"us"}}`})
+		// Saturday noon in Berlin: the friday window (Friday 16:00 + 64h) is in force.
+		withClockAt(time.Date(2026, 11, 28, 12, 0, 0, 0, mustZone("Europe/Berlin")))
+		w := friday()
+		w.Clusters = &locksv1.ClusterScope{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"region": "eu"}}}
+		windowLock(w)
+		const msg = "Apply commands are frozen by window friday of commandlock apply: Deny window in force"
+		Eventually(clCond("apply", locksv1.ConditionLocked), timeout, interval).Should(
+			Equal("True/Window: " + msg + " (for clusters labelled region=eu) until 2026-11-30T07:00:00Z"))
+		var cl locksv1.CommandLock
+		Expect(k8s.Get(ctx, client.ObjectKey{Name: "apply"}, &cl)).To(Succeed())
+		Expect(cl.Status.Windows).To(HaveLen(1))
+		Expect(cl.Status.Windows[0].Clusters).To(Equal(w.Clusters), "the judged window keeps its cluster scope: grants match against it")
+
+		create(apply("eu", "eu", "eu-west-1"), apply("us", "us", "us-east-1"), apply("hub", "hub", ""))
+		Eventually(condOf(ns, "eu"), timeout, interval).Should(HavePrefix("False/CommandLocked: " + msg + " until 2026-11-30T07:00:00Z"))
+		expectPhase(ns, "us", locksv1.PhaseGranted)
+		expectPhase(ns, "hub", locksv1.PhaseGranted)
+
+		By("us-east-1 relabelled into the EU: its next request is frozen by the window, by the members read fresh")
+		setMembers(map[string]string{"eu-west-1": `{"labels":{"region":"eu"}}`, "us-east-1": `{"labels":{"region":"eu"}}`})
+		create(apply("us-2", "us-2", "us-east-1"))
+		Eventually(condOf(ns, "us-2"), timeout, interval).Should(HavePrefix("False/CommandLocked: " + msg))
+
+		By("a window scoped by name: the named cluster only")
+		Expect(k8s.Get(ctx, client.ObjectKey{Name: "apply"}, &cl)).To(Succeed())
+		patch := client.MergeFrom(cl.DeepCopy())
+		cl.Spec.Windows[0].Clusters = &locksv1.ClusterScope{Names: []string{"eu-west-2"}}
+		Expect(k8s.Patch(ctx, &cl, patch)).To(Succeed())
+		expectPhase(ns, "eu", locksv1.PhaseGranted)
+		expectPhase(ns, "us-2", locksv1.PhaseGranted)
+		create(apply("eu-2", "eu-2", "eu-west-2"))
+		Eventually(condOf(ns, "eu-2"), timeout, interval).Should(HavePrefix("False/CommandLocked: " + msg))
+	})
+
+	It("refuses a window's cluster scope it cannot read, at admission", func() {
+		for _, tc := range []struct {
+			scope     *locksv1.ClusterScope
+			admission bool
+			want      string
+		}{
+			{scope: &locksv1.ClusterScope{}, want: "spec.windows[0].clusters: Invalid value: a cluster scope names the clusters it freezes"},
+			{scope: &locksv1.ClusterScope{Names: []string{"EU_West"}}, want: "spec.windows[0].clusters.names[0]"},
+			{scope: &locksv1.ClusterScope{Names: []string{"eu-west-1"}}, admission: true, want: "must not be scoped (namespaceSelector, repos, paths, clusters)"},
+		} {
+			cl := &locksv1.CommandLock{ObjectMeta: metav1.ObjectMeta{Name: "apply"}}
+			w := friday()
+			w.Clusters = tc.scope
+			cl.Spec.Windows = []locksv1.FreezeWindow{w}
 			if tc.admission {
 				cl.Spec.Admission = &locksv1.AdmissionFreeze{Resources: []locksv1.AdmissionResources{{APIGroups: []string{"apps"}}}}
 			}

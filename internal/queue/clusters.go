@@ -13,9 +13,10 @@ import (
 
 // Cluster scopes, per request (docs/fleet.md, "Freezes everywhere, also offline"): a CommandLock
 // with spec.clusters freezes, manually and by its windows, only the requests whose
-// spec.holder.cluster it names or whose cluster's labels its selector matches. A request
-// without a cluster (made in the hub itself) is in no cluster scope. A CommandLock without
-// spec.clusters freezes every request, as in one cluster.
+// spec.holder.cluster it names or whose cluster's labels its selector matches; a window with
+// clusters of its own (spec.windows[].clusters) freezes only theirs, within the CommandLock's.
+// A request without a cluster (made in the hub itself) is in no cluster scope. A CommandLock
+// without spec.clusters freezes every request, as in one cluster.
 
 // addScope records cl's cluster scope (called by resolve for every CommandLock).
 func (f *Freezes) addScope(cl *locksv1.CommandLock) {
@@ -28,12 +29,19 @@ func (f *Freezes) addScope(cl *locksv1.CommandLock) {
 	f.scopes[cl.Name] = cl.Spec.Clusters
 }
 
-// NeedsClusterLabels reports whether a CommandLock in f selects clusters by label, so that the
-// caller must give the fleet's members' labels (InFleet).
+// NeedsClusterLabels reports whether a CommandLock in f, or one of its windows, selects
+// clusters by label, so that the caller must give the fleet's members' labels (InFleet).
 func (f Freezes) NeedsClusterLabels() bool {
 	for _, s := range f.scopes {
 		if s.Selector != nil {
 			return true
+		}
+	}
+	for _, ws := range f.windows {
+		for _, w := range ws.windows {
+			if w.Clusters != nil && w.Clusters.Selector != nil {
+				return true
+			}
 		}
 	}
 	return false
@@ -72,6 +80,12 @@ func (f Freezes) inClusterScope(name, cluster string) bool {
 	if !ok {
 		return true
 	}
+	return f.clusterScopeHolds(s, cluster)
+}
+
+// clusterScopeHolds reports whether scope s (a CommandLock's, or a window's) holds a request of
+// cluster, by the members' labels f was given.
+func (f Freezes) clusterScopeHolds(s *locksv1.ClusterScope, cluster string) bool {
 	return ClusterScopeMatches(s, cluster, f.members[cluster], f.members == nil)
 }
 

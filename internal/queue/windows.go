@@ -111,26 +111,28 @@ func (f Freezes) windowFreeze(req *locksv1.LockRequest) (Freeze, bool) {
 		ns[k] = v
 	}
 	ns["kubernetes.io/metadata.name"] = req.Namespace
+	inCluster := func(s *locksv1.ClusterScope) bool { return f.clusterScopeHolds(s, req.Spec.Holder.Cluster) }
 	for _, t := range req.Spec.Locks {
-		if fr, ok := targetWindowFreeze(req.Spec.Command, owners, ns, t); ok {
+		if fr, ok := targetWindowFreeze(req.Spec.Command, owners, ns, inCluster, t); ok {
 			return fr, true
 		}
 	}
 	return Freeze{}, false
 }
 
-// targetWindowFreeze judges one lock target in a namespace with labels ns against the windows
-// of the CommandLocks in owners: a matching invalid window freezes it (fail safe), a matching
-// Deny window in force freezes it (Deny beats Allow), and when Allow windows match it, it is
-// frozen unless one of them is in force. Pure.
-func targetWindowFreeze(command string, owners []windowsOf, ns labels.Set, t locksv1.LockTarget) (Freeze, bool) {
+// targetWindowFreeze judges one lock target in a namespace with labels ns, of a request whose
+// cluster inCluster judges a window's cluster scope for, against the windows of the
+// CommandLocks in owners: a matching invalid window freezes it (fail safe), a matching Deny
+// window in force freezes it (Deny beats Allow), and when Allow windows match it, it is frozen
+// unless one of them is in force. Pure.
+func targetWindowFreeze(command string, owners []windowsOf, ns labels.Set, inCluster func(*locksv1.ClusterScope) bool, t locksv1.LockTarget) (Freeze, bool) {
 	var allow *locksv1.FreezeWindowStatus
 	allowOwner := ""
 	allowOpen := false
 	for _, o := range owners {
 		for i := range o.windows {
 			w := &o.windows[i]
-			if !scopeMatches(&w.WindowScope, ns, t) {
+			if !scopeMatches(&w.WindowScope, ns, inCluster, t) {
 				continue
 			}
 			switch {
@@ -173,10 +175,14 @@ func windowMessage(command, owner string, w *locksv1.FreezeWindowStatus, why str
 	}
 }
 
-// scopeMatches reports whether a target in a namespace with labels ns is in scope. A selector
-// or pattern that cannot be read matches everything: a scope that cannot be judged freezes more,
-// never less.
-func scopeMatches(s *locksv1.WindowScope, ns labels.Set, t locksv1.LockTarget) bool {
+// scopeMatches reports whether a target in a namespace with labels ns, of a request whose
+// cluster inCluster judges a cluster scope for, is in scope. A selector or pattern that cannot
+// be read matches everything: a scope that cannot be judged freezes more, never less.
+func scopeMatches(s *locksv1.WindowScope, ns labels.Set, inCluster func(*locksv1.ClusterScope) bool, t locksv1.LockTarget) bool {
+	// guard:fleet-window-own-cluster-scope
+	if s.Clusters != nil && !inCluster(s.Clusters) {
+		return false
+	}
 	if s.NamespaceSelector != nil {
 		sel, err := metav1.LabelSelectorAsSelector(s.NamespaceSelector)
 		// guard:window-scope-namespace
@@ -251,6 +257,9 @@ func scopeText(s *locksv1.WindowScope) string {
 	}
 	if len(s.Paths) > 0 {
 		parts = append(parts, "paths "+strings.Join(s.Paths, ","))
+	}
+	if s.Clusters != nil {
+		parts = append(parts, ClusterScopeText(s.Clusters))
 	}
 	if len(parts) == 0 {
 		return ""

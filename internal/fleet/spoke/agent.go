@@ -232,7 +232,8 @@ func (a *Agent) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, e
 		}
 	}
 	want := SpokeStatus(&spoke, &hub)
-	res, want, err := a.partition(ctx, &spoke, &hub, want)
+	// The partition rule, then the hub's freezes as the spoke judges them (localfreeze.go).
+	res, want, err := a.judgeGrant(ctx, &spoke, &hub, want)
 	if err != nil {
 		return ctrl.Result{}, err
 	}

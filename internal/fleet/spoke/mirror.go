@@ -2,6 +2,7 @@ package spoke
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"sync"
@@ -10,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -117,6 +119,10 @@ type mirrors struct {
 	// seen is the last time the hub's CommandLocks were read live; zero before the first read.
 	mu   sync.Mutex
 	seen time.Time
+	// labels are the spoke's cluster labels as the hub last gave them (its Spoke's spec.labels,
+	// as JSON), which the CommandLock mirrors carry for the spoke's judgement of a cluster
+	// selector; "" while unknown.
+	labels string
 }
 
 // setupMirrors adds the mirror controllers and the refresher to mgr, the spoke's manager.
@@ -214,16 +220,68 @@ func (m *mirrors) reconcileCommandLock(ctx context.Context, req reconcile.Reques
 		seen = old
 	}
 	want := MirrorCommandLock(&hub, m.a.opts.Cluster, seen)
+	// The spoke's cluster labels, for a cluster selector: as the hub last gave them, or as the
+	// mirror already carries them (an agent restarted while cut off keeps the last seen).
+	if l := m.clusterLabels(); l != "" {
+		want.Annotations[locksv1.AnnotationMirrorClusterLabels] = l
+	} else if l, ok := cur.Annotations[locksv1.AnnotationMirrorClusterLabels]; ok {
+		want.Annotations[locksv1.AnnotationMirrorClusterLabels] = l
+	}
+	// The hub's judgement while it holds, the spoke's own by its clock once it ran out.
+	now := m.a.opts.Clock.Now()
+	var again time.Time
+	want.Status, again = MirrorStatus(&hub, m.a.opts.Cluster, HubSeenAt(want), now)
+	res := reconcile.Result{}
+	if !again.IsZero() {
+		res.RequeueAfter = max(again.Sub(now), 0) + 10*time.Millisecond
+	}
 	if apierrors.IsNotFound(err) {
-		return reconcile.Result{}, m.create(ctx, want, &cur, func() { want.Status.DeepCopyInto(&cur.Status) })
+		return res, m.create(ctx, want, &cur, func() { want.Status.DeepCopyInto(&cur.Status) })
 	}
 	specChanged := !equality.Semantic.DeepEqual(cur.Spec, want.Spec)
 	want.Spec.DeepCopyInto(&cur.Spec)
-	return reconcile.Result{}, m.update(ctx, &cur, want.ObjectMeta, func() bool {
+	return res, m.update(ctx, &cur, want.ObjectMeta, func() bool {
 		same := equality.Semantic.DeepEqual(cur.Status, want.Status)
 		want.Status.DeepCopyInto(&cur.Status)
 		return !same
 	}, specChanged)
+}
+
+func (m *mirrors) clusterLabels() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.labels
+}
+
+// readClusterLabels reads the spoke's cluster labels from its Spoke on the hub (every
+// authenticated user may read Spokes: config/rbac's turnstile-freeze-viewer). A hub without
+// one for this cluster (not a member yet, or a hub without the fleet view) leaves them unknown;
+// a hub that does not answer leaves them as last read.
+func (m *mirrors) readClusterLabels(ctx context.Context) {
+	var s locksv1.Spoke
+	err := m.a.hub.Get(ctx, types.NamespacedName{Name: m.a.opts.Cluster}, &s)
+	switch {
+	case apierrors.IsNotFound(err) || apierrors.IsForbidden(err) || meta.IsNoMatchError(err):
+		m.setClusterLabels("")
+		return
+	case err != nil:
+		return
+	}
+	labels := s.Spec.Labels
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	b, err := json.Marshal(labels)
+	if err != nil {
+		return
+	}
+	m.setClusterLabels(string(b))
+}
+
+func (m *mirrors) setClusterLabels(l string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.labels = l
 }
 
 // create makes the mirror want, then writes its status (created objects have none): into cur,
@@ -320,6 +378,7 @@ func (m *mirrors) refreshOnce(ctx context.Context) {
 	m.mu.Lock()
 	m.seen = m.a.opts.Clock.Now()
 	m.mu.Unlock()
+	m.readClusterLabels(ctx)
 	names := map[string]bool{}
 	for i := range hub.Items {
 		names[hub.Items[i].Name] = true

@@ -5,6 +5,7 @@ package why
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"slices"
@@ -103,7 +104,43 @@ func explain(ctx context.Context, c ctrlclient.Client, ns, name string, out io.W
 			explainCommandLock(out, &lr, cl, now)
 		}
 	}
+	for i := range cls.Items {
+		cl := &cls.Items[i]
+		if (cl.Name == lr.Spec.Command || cl.Name == locksv1.CommandAll) && cl.Labels[locksv1.LabelMirror] == locksv1.MirrorHub {
+			explainMirrorWindows(out, &lr, cl)
+		}
+	}
 	return nil
+}
+
+// explainMirrorWindows says, in a fleet's spoke, whether the windows of the hub's CommandLock
+// cl (a mirror) freeze lr, as the mirror's status judges them: the hub's judgement, or the
+// spoke's own by its clock once the hub's ran out (the JudgedInSpoke condition: the agent
+// holds a hub grant back while they freeze it). Namespace selectors see only the namespace's
+// name here.
+func explainMirrorWindows(out io.Writer, lr *locksv1.LockRequest, cl *locksv1.CommandLock) {
+	windowsOnly := *cl.DeepCopy()
+	windowsOnly.Spec.Locked = false // the manual freeze is told by explainCommandLock
+	f, _ := queue.ResolveFreezes([]locksv1.CommandLock{windowsOnly}, queue.FreezeFlags{}, time.Time{})
+	cluster := cl.Annotations[locksv1.AnnotationMirrorCluster]
+	if v, ok := cl.Annotations[locksv1.AnnotationMirrorClusterLabels]; ok {
+		labels := map[string]string{}
+		if json.Unmarshal([]byte(v), &labels) == nil {
+			f = f.InFleet(map[string]map[string]string{cluster: labels})
+		}
+	}
+	r := lr.DeepCopy()
+	r.Spec.Holder.Cluster = cluster // the spoke's requests are its cluster's on the hub
+	fr, frozen := f.ForRequest(r)
+	if !frozen {
+		return
+	}
+	fmt.Fprintf(out, "  %s\n", fr.Message)
+	if c := meta.FindStatusCondition(cl.Status.Conditions, locksv1.ConditionJudgedInSpoke); c != nil && c.Status == "True" {
+		fmt.Fprintf(out, "    %s\n", c.Message)
+		return
+	}
+	fmt.Fprintf(out, "    as the hub judged the windows (the hub's CommandLock, mirrored in this spoke)\n")
 }
 
 // explainCommandLock says what the CommandLock cl in force does to lr: whether its cluster
@@ -184,6 +221,9 @@ func explainHeader(out io.Writer, lr *locksv1.LockRequest, listed bool) {
 		}
 	}
 	fmt.Fprintln(out)
+	if st.Phase == locksv1.PhasePending && cond != nil && cond.Reason == locksv1.ReasonFrozenInSpoke {
+		fmt.Fprintf(out, "  %s\n", cond.Message)
+	}
 	if lr.Spec.Reason != "" {
 		fmt.Fprintf(out, "  reason: %s\n", lr.Spec.Reason)
 	}
