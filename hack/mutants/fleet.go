@@ -41,7 +41,7 @@ func init() {
 			{"spoke-deletes-only-its-own", "\tif !mine || uid != \"\" && cur.Annotations[AnnotationSpokeUID] != uid {\n", "\tif _ = mine; uid != \"\" && cur.Annotations[AnnotationSpokeUID] != uid {\n"},
 		}},
 		mutant{name: "spoke-refused-edit-copies-status", pkg: spokePkg, focus: "run:TestAttack/EditRefusedByTheHubFreezesTheSpokesGrant", guard: "a change the hub refuses still lets the hub's status (an expiry, a release) through to the spoke", edits: []edit{
-			{"spoke-refused-edit-copies-status", "\t\t\tif !refused {\n", "\t\t\tif true || !refused {\n"},
+			{"spoke-refused-edit-copies-status", "\tif !isRefusal {\n", "\tif true || !isRefusal {\n"},
 		}},
 		mutant{name: "spoke-judged-by-own-expiry", pkg: spokePkg, focus: "run:TestAttack/(ShortTTLInTheNamespaceStopsAnothersHolder|HubUserLabelledRequestStopsASpokesHolders)", guard: "a holder's partition deadline is its own grant's end, not the earliest of the namespace's", edits: []edit{
 			{"spoke-judged-by-own-expiry", "\tst, v := a.judge(ctx, spoke.Namespace, []locksv1.LockRequest{*hub})\n", "\tvar all locksv1.LockRequestList\n\t_ = a.hubs.List(ctx, &all, client.InNamespace(spoke.Namespace))\n\tst, v := a.judge(ctx, spoke.Namespace, all.Items)\n"},

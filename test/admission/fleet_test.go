@@ -46,7 +46,7 @@ var _ = Describe("A fleet's spokes on the hub", Ordered, func() {
 
 	BeforeAll(func() {
 		By("installing the hub's fleet policy and roles: kubectl apply --server-side -k config/fleet")
-		_, installedOut = installFleet()
+		installedOut = installFleet()
 		var cm corev1.ConfigMap
 		Expect(admin.Get(ctx, client.ObjectKey{Namespace: "turnstile-fleet", Name: "turnstile-fleet-members"}, &cm)).To(Succeed())
 		cm.Data = members
@@ -306,15 +306,14 @@ func expectForbidden(err error) {
 }
 
 // installFleet installs config/fleet on the suite's API server (kubectl apply --server-side
-// -k), for every Describe that needs it, and returns its directory and kubectl's output. It is
+// -k), for every Describe that needs it, and returns kubectl's output. It is
 // not uninstalled: envtest runs no namespace controller, so turnstile-fleet would stay
 // Terminating and refuse the next install; the suite's API server goes at its end.
-func installFleet() (dir, out string) {
+func installFleet() string {
 	GinkgoHelper()
 	root, err := framework.RepoRoot()
 	Expect(err).NotTo(HaveOccurred())
-	dir = filepath.Join(root, "config", "fleet")
-	out, err = kubectl("apply", "--server-side", "-k", dir)
+	out, err := kubectl("apply", "--server-side", "-k", filepath.Join(root, "config", "fleet"))
 	Expect(err).NotTo(HaveOccurred(), out)
-	return dir, out
+	return out
 }

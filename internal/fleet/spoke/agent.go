@@ -213,23 +213,9 @@ func (a *Agent) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, e
 		hub.Spec.Release = true
 		return ctrl.Result{}, client.IgnoreNotFound(a.hub.Patch(ctx, &hub, patch))
 	}
-	// A change the hub refuses (a priority or freeze bypass this spoke may not give there) leaves
-	// the hub request as it was: its status is still copied and the partition rule still applies
-	// (a grant the hub ends is ended in the spoke too), and the refusal is said on the request.
-	var refusedEdit string
-	if next, changed := SpecUpdate(&spoke, &hub); changed {
-		before := hub.DeepCopy()
-		patch := client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})
-		hub.Spec = next
-		hub.Annotations[AnnotationSpokeGeneration] = itoa(spoke.Generation)
-		if err := a.hub.Patch(ctx, &hub, patch); err != nil {
-			why, refused := Refusal(err)
-			// guard:spoke-refused-edit-copies-status
-			if !refused {
-				return ctrl.Result{}, client.IgnoreNotFound(err)
-			}
-			refusedEdit, hub = why, *before
-		}
+	refusedEdit, err := a.carry(ctx, &spoke, &hub)
+	if err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	want := SpokeStatus(&spoke, &hub)
 	// The partition rule, then the hub's freezes as the spoke judges them (localfreeze.go).
@@ -245,27 +231,60 @@ func (a *Agent) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, e
 			res.RequeueAfter = a.opts.Settings.RenewEvery()
 		}
 	}
-	// One status write per hub change, only when it differs.
-	if !equality.Semantic.DeepEqual(spoke.Status, want) {
-		wasLost := LostToPartition(&spoke)
-		spoke.Status = want
-		if err := a.spoke.Status().Update(ctx, &spoke); err != nil {
-			return ctrl.Result{}, client.IgnoreNotFound(err)
-		}
-		if !wasLost && LostToPartition(&spoke) {
-			a.stopped(ctx, &spoke)
-		}
+	if err := a.writeStatus(ctx, &spoke, want); err != nil {
+		return ctrl.Result{}, err
 	}
 	return res, nil
+}
+
+// writeStatus writes want as spoke's status, once per hub change, only when it differs, and
+// reports a holder it stops so.
+func (a *Agent) writeStatus(ctx context.Context, spoke *locksv1.LockRequest, want locksv1.LockRequestStatus) error {
+	if equality.Semantic.DeepEqual(spoke.Status, want) {
+		return nil
+	}
+	wasLost := LostToPartition(spoke)
+	spoke.Status = want
+	if err := a.spoke.Status().Update(ctx, spoke); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	if !wasLost && LostToPartition(spoke) {
+		a.stopped(ctx, spoke)
+	}
+	return nil
+}
+
+// carry carries spoke's changes (SpecUpdate) over to its hub request hub. A change the hub
+// refuses (a priority or freeze bypass this spoke may not give there) leaves the hub request as
+// it was, in hub too: its status is still copied and the partition rule still applies (a grant
+// the hub ends is ended in the spoke too), and the refusal (the hub's words) is said on the
+// request.
+func (a *Agent) carry(ctx context.Context, spoke, hub *locksv1.LockRequest) (refused string, err error) {
+	next, changed := SpecUpdate(spoke, hub)
+	if !changed {
+		return "", nil
+	}
+	before := hub.DeepCopy()
+	patch := client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})
+	hub.Spec = next
+	hub.Annotations[AnnotationSpokeGeneration] = itoa(spoke.Generation)
+	err = a.hub.Patch(ctx, hub, patch)
+	why, isRefusal := Refusal(err)
+	// guard:spoke-refused-edit-copies-status
+	if !isRefusal {
+		return "", err
+	}
+	*hub = *before
+	return why, nil
 }
 
 // partition applies the partition rule to a spoke request whose hub grant it would show (want,
 // the hub's status): a granted holder is stopped at the stop deadline (want becomes
 // LostStatus), a grant not shown yet is not shown while the rule lets nothing go (HeldStatus),
 // and a holder that runs is looked at again at its deadline.
-func (a *Agent) partition(ctx context.Context, spoke, hub *locksv1.LockRequest, want locksv1.LockRequestStatus) (ctrl.Result, locksv1.LockRequestStatus, error) {
+func (a *Agent) partition(ctx context.Context, spoke, hub *locksv1.LockRequest, want locksv1.LockRequestStatus) (ctrl.Result, locksv1.LockRequestStatus) {
 	if want.Phase != locksv1.PhaseGranted {
-		return ctrl.Result{}, want, nil
+		return ctrl.Result{}, want
 	}
 	// Judged by its own grant's end only: another request's ttl in the namespace is not this
 	// holder's deadline (any requester, or a hub user labelling her request, would stop others).
@@ -277,16 +296,16 @@ func (a *Agent) partition(ctx context.Context, spoke, hub *locksv1.LockRequest, 
 	switch PartitionAction(running, keep, v) {
 	case Stop:
 		log.FromContext(ctx).Info("stopping a holder: the hub is unreachable", "why", v.Why)
-		return ctrl.Result{}, LostStatus(spoke, LeaseName(a.opts.Cluster), st, v, now), nil
+		return ctrl.Result{}, LostStatus(spoke, LeaseName(a.opts.Cluster), st, v, now)
 	case Hold:
 		a.kick()
-		return ctrl.Result{RequeueAfter: time.Second}, HeldStatus(spoke, st, v), nil
+		return ctrl.Result{RequeueAfter: time.Second}, HeldStatus(spoke, st, v)
 	}
 	if running && keep {
-		return ctrl.Result{}, want, nil // never stopped: nothing to look at again
+		return ctrl.Result{}, want // never stopped: nothing to look at again
 	}
 	// Looked at again at its stop deadline (a renewal meanwhile moves it on).
-	return ctrl.Result{RequeueAfter: max(v.StopAt.Sub(now), 0) + 10*time.Millisecond}, want, nil
+	return ctrl.Result{RequeueAfter: max(v.StopAt.Sub(now), 0) + 10*time.Millisecond}, want
 }
 
 // create makes spoke's hub request, after the hub Lease it names: a hub request whose Lease is

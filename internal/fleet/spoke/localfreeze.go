@@ -183,10 +183,7 @@ func FrozenStatus(spoke *locksv1.LockRequest, cluster string, fr queue.Freeze, n
 // judgeGrant is what the agent does with the hub's status want of spoke: the partition rule,
 // then the spoke's freezes as a gate on letting a grant go (freezeGate), never a grant.
 func (a *Agent) judgeGrant(ctx context.Context, spoke, hub *locksv1.LockRequest, want locksv1.LockRequestStatus) (ctrl.Result, locksv1.LockRequestStatus, error) {
-	res, want, err := a.partition(ctx, spoke, hub, want)
-	if err != nil {
-		return ctrl.Result{}, want, err
-	}
+	res, want := a.partition(ctx, spoke, hub, want)
 	return a.freezeGate(ctx, spoke, res, want)
 }
 
