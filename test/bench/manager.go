@@ -291,9 +291,10 @@ func (b *bench) warmup(ctx context.Context) error {
 	// A manager that exits (a bad flag, a crash) fails the run now, not after waitLimit.
 	waitCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	exited := b.mgr.p.Done() // read here: the goroutine may run after the manager is stopped
 	go func() {
 		select {
-		case <-b.mgr.p.Done():
+		case <-exited:
 			cancel()
 		case <-waitCtx.Done():
 		}

@@ -359,10 +359,10 @@ var admissionModes = map[string]struct {
 	objects int
 }{
 	"MutatingAdmissionPolicy v1 (1.36 and later)": {"config/default",
-		[]string{"--api-versions", "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy"}, 39}, // 19 policies, 19 bindings (the compatibility floor's among them), 1 ConfigMap
+		[]string{"--api-versions", "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy"}, 41}, // 20 policies, 20 bindings (the compatibility floor's among them), 1 ConfigMap
 	"MutatingAdmissionPolicy v1beta1 (1.34, 1.35 with it enabled)": {"config/overlays/mutating-v1beta1",
-		[]string{"--api-versions", "admissionregistration.k8s.io/v1beta1/MutatingAdmissionPolicy"}, 39},
-	"no MutatingAdmissionPolicy (validating only)": {"config/overlays/validating-only", nil, 31}, // the 4 mutating ones and their bindings left out
+		[]string{"--api-versions", "admissionregistration.k8s.io/v1beta1/MutatingAdmissionPolicy"}, 41},
+	"no MutatingAdmissionPolicy (validating only)": {"config/overlays/validating-only", nil, 33}, // the 4 mutating ones and their bindings left out
 }
 
 // TestAdmissionMatchesKustomize: with admissionPolicies.enabled (the default) the chart
