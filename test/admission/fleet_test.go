@@ -81,8 +81,8 @@ var _ = Describe("A fleet's spokes on the hub", Ordered, func() {
 
 		By("waiting until the API server enforces the fleet's policies")
 		for policy, check := range map[string]func() error{
-			spokePolicy:    func() error { return us.Create(ctx, mirrored("eu-west-1", "warmup"), client.DryRunAll) },
-			membersPolicy:  func() error { return stranger.Create(ctx, mirrored("eu-west-9", "warmup"), client.DryRunAll) },
+			spokePolicy:   func() error { return us.Create(ctx, mirrored("eu-west-1", "warmup"), client.DryRunAll) },
+			membersPolicy: func() error { return stranger.Create(ctx, mirrored("eu-west-9", "warmup"), client.DryRunAll) },
 			hubUsersPolicy: func() error {
 				// Unlabelled: a labelled one is refused by turnstile-fleet-reserved as well, and
 				// the API server names either.

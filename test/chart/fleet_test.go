@@ -16,7 +16,8 @@ import (
 // TestFleetMatchesKustomize: with fleet.role=hub the chart installs config/fleet object for
 // object (the spokes' namespace, roles, binding, admission policies and the members ConfigMap
 // with fleet.members as its data), under the release's names; the namespace turnstile-fleet and
-// the ConfigMap's place in it are kept, since the policies name them. One cluster's chart and a
+// the members ConfigMap keep theirs, since the spokes' identities, the manager's role, fleet join
+// and the policies name them. One cluster's chart and a
 // spoke's install none of it.
 func TestFleetMatchesKustomize(t *testing.T) {
 	kustomize := kustomizeBuildOf(t, "config/fleet")
@@ -28,7 +29,10 @@ func TestFleetMatchesKustomize(t *testing.T) {
 			want := map[string]any{}
 			for _, o := range kustomize {
 				o = fleetObject(o)
-				if o.Kind() != "Namespace" {
+				// The namespace and the members ConfigMap keep their names in every release
+				// (the spokes' identities name the one; the manager's role, fleet join and the
+				// policies read the other by its name).
+				if o.Kind() != "Namespace" && o.Kind() != "ConfigMap" {
 					md := o["metadata"].(map[string]any)
 					md["name"] = tc.rename(md["name"].(string))
 				}
@@ -37,9 +41,7 @@ func TestFleetMatchesKustomize(t *testing.T) {
 				}
 				if spec, ok := o["spec"].(map[string]any); ok && strings.HasSuffix(o.Kind(), "Binding") {
 					spec["policyName"] = tc.rename(spec["policyName"].(string))
-					if ref, ok := spec["paramRef"].(map[string]any); ok {
-						ref["name"] = tc.rename(ref["name"].(string))
-					}
+					// paramRef names the members ConfigMap: kept.
 				}
 				if o.Kind() == "ConfigMap" {
 					o["data"] = map[string]any{"eu-west-1": `{"labels":{"region":"eu"}}`, "us-east-1": `{"labels":{}}`}
@@ -64,13 +66,14 @@ func TestFleetMatchesKustomize(t *testing.T) {
 	}
 }
 
-// fleetObjects are the rendered objects of config/fleet: the namespace turnstile-fleet and
-// those named prefix-*, keyed by kind, namespace and name, without their labels.
+// fleetObjects are the rendered objects of config/fleet: the namespace turnstile-fleet, the
+// members ConfigMap, and those named prefix-*, keyed by kind, namespace and name, without their labels.
 func fleetObjects(objs []object, prefix string) map[string]any {
 	out := map[string]any{}
 	for _, o := range objs {
 		n := o.Meta("name")
-		if (o.Kind() == "Namespace" && n == "turnstile-fleet") || (o.Kind() != "Namespace" && strings.HasPrefix(n, prefix)) {
+		if (o.Kind() == "Namespace" && n == "turnstile-fleet") || (o.Kind() == "ConfigMap" && n == "turnstile-fleet-members") ||
+			(o.Kind() != "Namespace" && strings.HasPrefix(n, prefix)) {
 			o = fleetObject(o)
 			out[o.Kind()+" "+o.Meta("namespace")+"/"+n] = map[string]any(o)
 		}
