@@ -155,10 +155,7 @@ func (m *member) waiter() framework.Kubectl {
 // start runs m's manager, the built binary, as its admin (its own cluster) with m's arguments.
 func (m *member) start() {
 	GinkgoHelper()
-	args := append([]string{"--metrics-bind-address=0", "--health-probe-bind-address=0"}, m.args...)
-	p, err := framework.StartProcessLogFile(managerBin, m.kubeconfig(), m.logPath, args...)
-	Expect(err).NotTo(HaveOccurred())
-	m.manager = p
+	p := m.launch()
 	DeferCleanup(func() {
 		if os.Getenv("TURNSTILE_FLEET_LOGS") != "" {
 			fmt.Fprintf(GinkgoWriter, "--- %s\n%s\n", m.name, p.Log())
@@ -175,4 +172,15 @@ spec:
   locks: [{repo: acme/infra, path: %s}]
   holder: {owner: %s}
 `, name, ns, path, owner)
+}
+
+// launch starts m's manager without registering a cleanup (start does): for a spec's own
+// cleanup, where Ginkgo refuses another DeferCleanup.
+func (m *member) launch() *framework.Process {
+	GinkgoHelper()
+	args := append([]string{"--metrics-bind-address=0", "--health-probe-bind-address=0"}, m.args...)
+	p, err := framework.StartProcessLogFile(managerBin, m.kubeconfig(), m.logPath, args...)
+	Expect(err).NotTo(HaveOccurred())
+	m.manager = p
+	return p
 }

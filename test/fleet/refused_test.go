@@ -25,7 +25,7 @@ var _ = Describe("A cluster name the hub does not allow", Ordered, func() {
 		restarted := false
 		DeferCleanup(func() {
 			if !restarted {
-				spokeB.start()
+				spokeB.launch()
 			}
 		})
 		cases := []struct {

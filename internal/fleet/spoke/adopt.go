@@ -54,8 +54,7 @@ func (a *Agent) ours(ctx context.Context, hub *locksv1.LockRequest, name string)
 
 // foreign reports a spoke request whose hub name is taken by a hub request that is not ours:
 // nothing is asked of the hub for it. Undecided, it waits (Stalled, HubNameTaken: rename it); a
-// request that showed a grant has lost it (HubRequestLost), since the hub request it was granted
-// on is gone.
+// decided one keeps what it was decided, and the agent says so in its log.
 func (a *Agent) foreign(ctx context.Context, spoke, hub *locksv1.LockRequest) (ctrl.Result, error) {
 	creator := hub.Annotations[whoami.AnnotationCreatedBy]
 	if creator == "" {
@@ -64,10 +63,12 @@ func (a *Agent) foreign(ctx context.Context, spoke, hub *locksv1.LockRequest) (c
 	msg := fmt.Sprintf("the hub request %s/%s, this request's name on the hub, was not made by this spoke's agent for it (created by %s, for the spoke request %q of cluster %q): "+
 		"the agent asks nothing of the hub for this request; delete it and create it under another name (a spoke request is <cluster>.<name> on the hub, shortened with a hash past 253 characters)",
 		hub.Namespace, hub.Name, creator, hub.Annotations[AnnotationSpokeName], hub.Spec.Holder.Cluster)
-	if spoke.Status.Phase == locksv1.PhaseGranted {
-		return ctrl.Result{}, a.lose(ctx, spoke, msg)
-	}
-	if spoke.Status.Phase.IsFinal() {
+	// A granted request keeps what the hub decided: another agent's request under its hub name
+	// (this agent started under another spoke's name or identity) does not take its grant back,
+	// as a refusal does not; a hub request deleted under it is HubRequestLost (Reconcile), and a
+	// dressed one a hub user cannot write (turnstile-fleet-reserved).
+	if spoke.Status.Phase == locksv1.PhaseGranted || spoke.Status.Phase.IsFinal() {
+		log.FromContext(ctx).Error(nil, "a decided spoke request's hub name is held by a hub request this agent did not make for it", "request", spoke.Name, "why", msg)
 		return ctrl.Result{}, nil
 	}
 	now := a.opts.Clock.Now()
