@@ -2,6 +2,7 @@ package hub
 
 import (
 	"context"
+	"math"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -77,9 +78,13 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			connected = 1
 		}
 		gauge(connectedDesc, connected)
+		// A spoke never heard from is infinitely old: the series exists for every member, so an
+		// alert on it (TurnstileKeepRunningHeldByLostSpoke) has something to select.
+		age := math.Inf(1)
 		if hb := sp.Status.LastHeartbeat; hb != nil {
-			gauge(heartbeatAgeDesc, max(now.Sub(hb.Time), 0).Seconds())
+			age = max(now.Sub(hb.Time), 0).Seconds()
 		}
+		gauge(heartbeatAgeDesc, age)
 		if ms := sp.Status.ClockSkewMilliseconds; ms != nil {
 			gauge(skewDesc, float64(*ms)/1000)
 		}
