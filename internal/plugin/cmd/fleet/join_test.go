@@ -226,6 +226,18 @@ func TestJoinAndLeave(t *testing.T) {
 	}
 	sp := asSpoke(t, kc)
 
+	// The API server loads admission policies a moment after they are applied, as it does for
+	// any user: wait until it refuses, in a dry run, what this spoke may not write.
+	foreignLease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: spoke.LeaseName("us-east-1"),
+		Labels: map[string]string{"locks.turnstile.dev/role": spoke.RoleSpoke, spoke.LabelCluster: "us-east-1"}}}
+	foreignRequest := spoke.HubRequest("us-east-1", &locksv1.LockRequest{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "warmup"},
+		Spec: locksv1.LockRequestSpec{Locks: []locksv1.LockTarget{{Repo: "acme/infra", Path: "net"}}, Holder: locksv1.Holder{Owner: "alice"}}})
+	g := gomega.NewWithT(t)
+	g.Eventually(func() error { return sp.Create(ctx, foreignLease.DeepCopy(), client.DryRunAll) }, 30*time.Second, 200*time.Millisecond).
+		Should(gomega.Satisfy(apierrors.IsForbidden), "the hub's policies never refused another cluster's Lease")
+	g.Eventually(func() error { return sp.Create(ctx, foreignRequest.DeepCopy(), client.DryRunAll) }, 30*time.Second, 200*time.Millisecond).
+		Should(gomega.Satisfy(apierrors.IsForbidden), "the hub's policies never refused another cluster's request")
+
 	// The spoke acts as its agent does: accepted for its own cluster, refused as another.
 	if err := spokeWrites(ctx, sp, cluster, "probe"); err != nil {
 		t.Fatalf("the spoke's own writes were refused: %v", err)
@@ -319,7 +331,6 @@ func TestJoinAndLeave(t *testing.T) {
 	}
 	// The API server caches a token's authentication for 10 s (kube-apiserver's token cache):
 	// its next write past that is refused.
-	g := gomega.NewWithT(t)
 	g.Eventually(func() error { return spokeWrites(ctx, sp, cluster, "after-leave") }).WithTimeout(30*time.Second).WithPolling(time.Second).
 		Should(gomega.Satisfy(apierrors.IsUnauthorized), "the kubeconfig after leave: want 401 Unauthorized (its ServiceAccount is gone)")
 	if _, stderr, err = plugin(ctx, admin, "leave", cluster); err != nil || !strings.Contains(stderr, "was no member of the fleet: unchanged") {
