@@ -69,7 +69,7 @@ FLEET ?=
 .PHONY: dev
 dev: k8s-bins build ## Start a local control plane, install config/default, run the manager as its ServiceAccount; prints what to paste. Ctrl-C stops all. FLEET=2: a hub and two spokes (docs/fleet.md).
 	go build -o $(BIN)/turnstile-dev ./hack/dev
-	$(BIN)/turnstile-dev --assets $(K8S_BIN) --manager $(BIN)/manager --state $(DEV_STATE) $(if $(FLEET),--fleet=$(FLEET)) $(DEV_ARGS)
+	$(BIN)/turnstile-dev --assets $(K8S_BIN) --manager $(BIN)/manager --plugin $(BIN)/kubectl-turnstile --state $(DEV_STATE) $(if $(FLEET),--fleet=$(FLEET)) $(DEV_ARGS)
 
 .PHONY: manifests
 manifests: $(CONTROLLER_GEN) ## Generate CRDs and RBAC from the API types and markers, and the chart's copies of them.

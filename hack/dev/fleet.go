@@ -32,7 +32,7 @@ type member struct {
 }
 
 // runFleet starts a hub and n spokes and runs until a signal or a manager's exit.
-func runFleet(assets, manager, state, metrics, probes string, n int, extra []string) (err error) {
+func runFleet(assets, manager, plugin, state, metrics, probes string, n int, extra []string) (err error) {
 	sig := make(chan os.Signal, 2)
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 
@@ -42,6 +42,9 @@ func runFleet(assets, manager, state, metrics, probes string, n int, extra []str
 	}
 	state, err = filepath.Abs(filepath.Join(state, "fleet"))
 	if err != nil {
+		return err
+	}
+	if plugin, err = filepath.Abs(plugin); err != nil {
 		return err
 	}
 	if err := os.MkdirAll(state, 0o755); err != nil {
@@ -61,8 +64,8 @@ func runFleet(assets, manager, state, metrics, probes string, n int, extra []str
 		return err
 	}
 	hub := members[0]
-	fmt.Printf("Installing config/fleet in hub, with %s as its members ...\n", strings.Join(names[1:], ", "))
-	if err := installFleet(root, kubectl, hub.kubeconfig, names[1:]); err != nil {
+	fmt.Printf("Installing config/fleet in hub; kubectl turnstile fleet join %s ...\n", strings.Join(names[1:], ", "))
+	if err := installFleet(root, kubectl, plugin, hub.kubeconfig, state, names[1:]); err != nil {
 		return err
 	}
 
@@ -88,9 +91,8 @@ func runFleet(assets, manager, state, metrics, probes string, n int, extra []str
 }
 
 // startManagers runs the built manager in each member as its ServiceAccount: the hub's as in
-// one cluster, each spoke's as the hub's agent with a kubeconfig of its own hub ServiceAccount.
+// one cluster, each spoke's as the hub's agent with the kubeconfig fleet join wrote for it.
 func startManagers(ctx context.Context, members []*member, state, manager, metrics, probes string, extra []string) error {
-	hub := members[0]
 	// The managers' namespace and name, as the Deployment's downward API gives them.
 	os.Setenv("POD_NAMESPACE", namespace)
 	os.Setenv("POD_NAME", "turnstile-dev")
@@ -107,13 +109,9 @@ func startManagers(ctx context.Context, members []*member, state, manager, metri
 		if i == 0 {
 			args = append([]string{"--metrics-bind-address=" + metrics, "--health-probe-bind-address=" + probes}, extra...)
 		} else {
-			// The spoke's hub credential: its own ServiceAccount of the hub, a token kept fresh.
-			hubConfig, err := serviceAccountKubeconfig(ctx, hub.env, fleetNamespace, "spoke-"+m.name, filepath.Join(dir, "hub"))
-			if err != nil {
-				return err
-			}
+			// The spoke's hub credential: what fleet join wrote (its own ServiceAccount of the hub).
 			args = []string{"--metrics-bind-address=" + addrOrOff(metrics), "--health-probe-bind-address=" + addrOrOff(probes),
-				"--hub-kubeconfig=" + hubConfig, "--cluster-name=" + m.name}
+				"--hub-kubeconfig=" + hubKubeconfig(state, m.name), "--cluster-name=" + m.name}
 		}
 		logFile, err := os.Create(m.log)
 		if err != nil {
@@ -183,26 +181,31 @@ func startMembers(root, assets, state string, names []string, members *[]*member
 	return kubectl, nil
 }
 
-// installFleet applies config/fleet to the hub as its admin does, lists the spokes as members
-// and makes each one's ServiceAccount, and makes team-a a fleet namespace (the spoke role
-// bound in it).
-func installFleet(root, kubectl, kubeconfig string, spokes []string) error {
+// installFleet applies config/fleet to the hub as its admin does, admits each spoke with the
+// built `kubectl turnstile fleet join` (its membership, its hub ServiceAccount, and the
+// kubeconfig its agent runs with, written to hubKubeconfig(state, spoke)), and makes team-a a
+// fleet namespace (the spoke role bound in it).
+func installFleet(root, kubectl, plugin, kubeconfig, state string, spokes []string) error {
 	if err := kubectlRun(kubectl, kubeconfig, "apply", "--server-side", "-k", filepath.Join(root, "config", "fleet")); err != nil {
 		return err
 	}
-	var data []string
 	for _, s := range spokes {
-		data = append(data, fmt.Sprintf("%q:\"{}\"", s))
-		if err := kubectlRun(kubectl, kubeconfig, "-n", fleetNamespace, "create", "serviceaccount", "spoke-"+s); err != nil {
+		path := hubKubeconfig(state, s)
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 			return err
 		}
-	}
-	if err := kubectlRun(kubectl, kubeconfig, "-n", fleetNamespace, "patch", "configmap", fleetMembers, "--type=merge",
-		"-p", `{"data":{`+strings.Join(data, ",")+`}}`); err != nil {
-		return err
+		out, err := exec.Command(plugin, "fleet", "join", s, "--kubeconfig", kubeconfig, "-o", path).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("kubectl turnstile fleet join %s: %w\n%s", s, err, out)
+		}
 	}
 	return kubectlRun(kubectl, kubeconfig, "-n", teamNamespace, "create", "rolebinding", "turnstile-fleet-spoke",
 		"--clusterrole=turnstile-fleet-spoke", "--group=system:serviceaccounts:"+fleetNamespace, "--group=turnstile:spokes")
+}
+
+// hubKubeconfig is where installFleet writes the kubeconfig spoke's agent reaches the hub with.
+func hubKubeconfig(state, spoke string) string {
+	return filepath.Join(state, spoke, "hub.kubeconfig")
 }
 
 // kubectlRun runs kubectl as the cluster's admin.

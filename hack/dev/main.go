@@ -45,6 +45,7 @@ import (
 func main() {
 	assets := flag.String("assets", os.Getenv("KUBEBUILDER_ASSETS"), "Directory with kube-apiserver, etcd and kubectl.")
 	manager := flag.String("manager", "bin/manager", "Manager binary.")
+	plugin := flag.String("plugin", "bin/kubectl-turnstile", "The kubectl plugin's binary: --fleet admits each spoke with its fleet join.")
 	state := flag.String("state", "bin/dev", "Directory for the kubeconfigs and the manager's token.")
 	metrics := flag.String("metrics-bind-address", "", "Manager metrics address; \"0\" turns it off (default: a free loopback port).")
 	probes := flag.String("health-probe-bind-address", "", "Manager probe address; \"0\" turns it off (default: a free loopback port).")
@@ -67,7 +68,7 @@ func main() {
 	run := run
 	if *fleet > 0 {
 		run = func(assets, manager, state, metrics, probes string, extra []string) error {
-			return runFleet(assets, manager, state, metrics, probes, *fleet, extra)
+			return runFleet(assets, manager, *plugin, state, metrics, probes, *fleet, extra)
 		}
 	}
 	if err := run(*assets, *manager, *state, *metrics, *probes, flag.Args()); err != nil {

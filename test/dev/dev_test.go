@@ -480,14 +480,18 @@ func TestMakeDevFleet(t *testing.T) {
 			t.Errorf("make dev FLEET=2 runs %d %s processes, want 3 (one per cluster): %v", count[name], name, seen)
 		}
 	}
-	// Each spoke's agent authenticates to the hub as its own ServiceAccount there, by a token.
+	// Each spoke's agent authenticates to the hub as its own ServiceAccount there, by the token
+	// `kubectl turnstile fleet join` wrote into its kubeconfig.
 	for _, name := range []string{"spoke-a", "spoke-b"} {
 		cfg, err := clientcmd.LoadFromFile(filepath.Join(state, "fleet", name, "hub.kubeconfig"))
 		if err != nil {
 			t.Fatalf("the hub kubeconfig of %s: %v", name, err)
 		}
+		if cfg.CurrentContext == "" || cfg.Contexts[cfg.CurrentContext] == nil {
+			t.Fatalf("the hub kubeconfig of %s has no current context", name)
+		}
 		auth := cfg.AuthInfos[cfg.Contexts[cfg.CurrentContext].AuthInfo]
-		if auth == nil || auth.TokenFile == "" || cfg.CurrentContext == "" || cfg.Contexts[cfg.CurrentContext].AuthInfo != "spoke-"+name {
+		if auth == nil || auth.Token == "" || cfg.Contexts[cfg.CurrentContext].AuthInfo != "spoke-"+name {
 			t.Errorf("%s does not reach the hub as ServiceAccount spoke-%s with a token: %+v", name, name, cfg.Contexts[cfg.CurrentContext])
 		}
 	}
