@@ -298,7 +298,12 @@ func run(ctx context.Context, o options) error {
 		}
 	}
 	if o.gateWorkloads {
-		if err := workload.SetupWithManager(mgr); err != nil {
+		var opts []workload.Option
+		if o.hubKubeconfig != "" {
+			// A spoke stops its holders --fleet-grace before the hub can hand their locks on.
+			opts = append(opts, workload.WithStopGrace(o.fleetGrace))
+		}
+		if err := workload.SetupWithManager(mgr, opts...); err != nil {
 			return err
 		}
 	}

@@ -66,6 +66,9 @@ type Reconciler struct {
 	recorder  events.EventRecorder
 	clock     clock.PassiveClock // when renewals are due
 	self      *whoami.Cache      // the manager's user name: the creator its own requests carry
+	// stopGrace, when set, is the longest a stopped workload's Pods may take to terminate (a
+	// spoke agent's --fleet-grace): see WithStopGrace.
+	stopGrace *time.Duration
 }
 
 // Option configures the workload controllers.
@@ -78,6 +81,16 @@ func WithClock(c clock.PassiveClock) Option { return func(r *Reconciler) { r.clo
 // (a SelfSubjectReview, as kubectl auth whoami) before the first reconcile.
 func WithIdentity(user string) Option {
 	return func(r *Reconciler) { r.self = whoami.Known(user) }
+}
+
+// WithStopGrace caps how long a workload stopped on a lost lock may take to terminate: a Pod is
+// deleted with gracePeriodSeconds min(its own, d), and a Job's Pods, once it is suspended, too
+// (the Job controller would delete them with their own). A spoke agent sets it to its
+// --fleet-grace: it stops a holder at a deadline that leaves that much before the hub can hand
+// the lock on (docs/fleet.md, "Partition: the rule, with numbers"), and a Pod's default 30 s
+// would outlast it.
+func WithStopGrace(d time.Duration) Option {
+	return func(r *Reconciler) { r.stopGrace = &d }
 }
 
 // SetupWithManager registers the Pod and Job controllers. Pods and Jobs are read from a cache
@@ -576,8 +589,7 @@ func (r *Reconciler) newRequest(obj client.Object, spec Spec, self string) (*loc
 func (r *Reconciler) stop(ctx context.Context, obj client.Object, why string) error {
 	switch o := obj.(type) {
 	case *corev1.Pod:
-		uid := o.UID
-		if err := r.client.Delete(ctx, o, client.Preconditions{UID: &uid}); err != nil {
+		if err := r.deletePod(ctx, o); err != nil {
 			return client.IgnoreNotFound(err)
 		}
 		r.recorder.Eventf(obj, nil, corev1.EventTypeWarning, ReasonLost, "Stop", "deleted: the Pod lost its lock: %s", why)
@@ -590,6 +602,63 @@ func (r *Reconciler) stop(ctx context.Context, obj client.Object, why string) er
 			return client.IgnoreNotFound(err)
 		}
 		r.recorder.Eventf(obj, nil, corev1.EventTypeWarning, ReasonLost, "Stop", "suspended: the Job lost its lock: %s; delete it and create it again to ask anew", why)
+		return r.deleteJobPods(ctx, o)
+	}
+	return nil
+}
+
+// deletePod deletes a stopped Pod (this UID only), within the stop grace when one is set.
+func (r *Reconciler) deletePod(ctx context.Context, p *corev1.Pod) error {
+	uid := p.UID
+	opts := []client.DeleteOption{client.Preconditions{UID: &uid}}
+	if g, capped := r.grace(p); capped {
+		opts = append(opts, client.GracePeriodSeconds(g))
+	}
+	return r.client.Delete(ctx, p, opts...)
+}
+
+// grace is the deletion grace of a stopped Pod: min(its own, the stop grace), and whether the
+// stop grace applies (a Pod already terminating within it is left as it is).
+func (r *Reconciler) grace(p *corev1.Pod) (int64, bool) {
+	if r.stopGrace == nil {
+		return 0, false
+	}
+	own := ptr.Deref(p.Spec.TerminationGracePeriodSeconds, corev1.DefaultTerminationGracePeriodSeconds)
+	if p.DeletionGracePeriodSeconds != nil {
+		own = *p.DeletionGracePeriodSeconds
+	}
+	limit := int64(r.stopGrace.Seconds())
+	// guard:workload-stop-grace-capped
+	if own <= limit {
+		return own, p.DeletionTimestamp == nil
+	}
+	return limit, true
+}
+
+// deleteJobPods deletes, within the stop grace, the Pods of a Job that was stopped (suspended):
+// the Job controller deletes them with their own grace, which may outlast the stop's deadline.
+// Only the Job's own Pods, by its controller reference's UID (a label alone anyone may write),
+// read from the API server: the gated cache holds the Jobs, not their Pods.
+func (r *Reconciler) deleteJobPods(ctx context.Context, job *batchv1.Job) error {
+	if r.stopGrace == nil {
+		return nil
+	}
+	var pods corev1.PodList
+	if err := r.live.List(ctx, &pods, client.InNamespace(job.Namespace), client.MatchingLabels{batchv1.ControllerUidLabel: string(job.UID)}); err != nil {
+		return err
+	}
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		// guard:workload-job-pods-by-owner
+		if ref := metav1.GetControllerOf(p); ref == nil || ref.UID != job.UID {
+			continue
+		}
+		if _, capped := r.grace(p); !capped {
+			continue
+		}
+		if err := r.deletePod(ctx, p); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			return fmt.Errorf("delete Pod %s of the stopped Job: %w", p.Name, err)
+		}
 	}
 	return nil
 }

@@ -356,3 +356,98 @@ func TestEveryValidNameGetsARequest(t *testing.T) {
 		}
 	}
 }
+
+// TestStopGraceCapsTheStoppedPods: with a stop grace (a spoke agent's --fleet-grace), a workload
+// stopped on a lost lock terminates within it, though its Pods ask for 30 s: the Pod is deleted
+// with gracePeriodSeconds 15, and the Job, once suspended, has its own Pods deleted with 15 too
+// (the Job controller would give them their 30); a Pod that only wears the Job's label is not
+// the Job's and is left alone. Without a stop grace (one cluster), a Pod keeps its own.
+func TestStopGraceCapsTheStoppedPods(t *testing.T) {
+	c, ns := apiServer(t)
+	ctx := context.Background()
+	// bind puts a Pod on a node, as the scheduler does: a Pod on no node is deleted at once
+	// whatever its grace, one on a node waits for its kubelet.
+	bind := func(p *corev1.Pod) {
+		t.Helper()
+		b := &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name}, Target: corev1.ObjectReference{Kind: "Node", Name: "node-1"}}
+		if err := c.SubResource("binding").Create(ctx, p, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deletionGrace := func(p *corev1.Pod) int64 {
+		t.Helper()
+		get(t, c, p)
+		if p.DeletionTimestamp == nil || p.DeletionGracePeriodSeconds == nil {
+			t.Fatalf("Pod %s is not being deleted", p.Name)
+		}
+		return *p.DeletionGracePeriodSeconds
+	}
+	grace := 15 * time.Second
+	for _, tc := range []struct {
+		name  string
+		limit *time.Duration
+		want  int64
+	}{{"one cluster", nil, 30}, {"spoke", &grace, 15}} {
+		t.Run(tc.name, func(t *testing.T) {
+			letGo := func(k kind, obj client.Object) (*Reconciler, *locksv1.LockRequest) {
+				t.Helper()
+				create(t, c, obj)
+				r, _ := reconciler(k, c, c)
+				r.stopGrace = tc.limit
+				reconcileOnce(t, r, obj)
+				lr := grant(t, c, requestOf(t, c, ns, k.name(), obj.GetName()), 7)
+				reconcileOnce(t, r, obj)
+				return r, lr
+			}
+			name := strings.ReplaceAll(tc.name, " ", "-")
+
+			pod := gatedPod(ns, "pod-"+name, "acme/infra:net-"+name)
+			pod.Spec.TerminationGracePeriodSeconds = ptr.To[int64](30)
+			r, lr := letGo(podKind{}, pod)
+			bind(get(t, c, pod).(*corev1.Pod))
+			if err := c.Delete(ctx, lr); err != nil {
+				t.Fatal(err)
+			}
+			reconcileOnce(t, r, pod)
+			if got := deletionGrace(pod); got != tc.want {
+				t.Errorf("the stopped Pod is deleted with a grace of %d s, want %d", got, tc.want)
+			}
+
+			job := gatedJob(ns, "job-"+name, "acme/infra:fw-"+name)
+			job.Spec.Template.Spec.TerminationGracePeriodSeconds = ptr.To[int64](30)
+			r, lr = letGo(jobKind{}, job)
+			get(t, c, job)
+			// The Job's Pod, as the Job controller makes it, and one that only wears its label.
+			mine := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: job.Name + "-abcde",
+				Labels:          map[string]string{batchv1.ControllerUidLabel: string(job.UID)},
+				OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(job, batchv1.SchemeGroupVersion.WithKind("Job"))}},
+				Spec: *job.Spec.Template.Spec.DeepCopy()}
+			dressed := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "dressed-" + name,
+				Labels: map[string]string{batchv1.ControllerUidLabel: string(job.UID)}}, Spec: *job.Spec.Template.Spec.DeepCopy()}
+			for _, p := range []*corev1.Pod{mine, dressed} {
+				create(t, c, p)
+				bind(p)
+			}
+			if err := c.Delete(ctx, lr); err != nil {
+				t.Fatal(err)
+			}
+			reconcileOnce(t, r, job)
+			if !ptr.Deref(get(t, c, job).(*batchv1.Job).Spec.Suspend, false) {
+				t.Fatal("the Job that lost its lock was not suspended")
+			}
+			if tc.limit == nil {
+				// The Job controller deletes the suspended Job's Pods (none runs here): the manager does not.
+				if get(t, c, mine); mine.DeletionTimestamp != nil {
+					t.Errorf("in one cluster the manager deleted the suspended Job's Pod")
+				}
+				return
+			}
+			if got := deletionGrace(mine); got != tc.want {
+				t.Errorf("the stopped Job's Pod is deleted with a grace of %d s, want %d", got, tc.want)
+			}
+			if get(t, c, dressed); dressed.DeletionTimestamp != nil {
+				t.Errorf("a Pod that only wears the stopped Job's label was deleted")
+			}
+		})
+	}
+}
