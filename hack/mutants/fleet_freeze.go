@@ -28,6 +28,8 @@ var fleetFreezeMutants = [][6]string{
 		"\tfor _, set := range [][]locksv1.CommandLock{mirrors, local} {\n", "\tfor _, set := range [][]locksv1.CommandLock{mirrors} {\n\t\t_ = local\n"},
 	{"fleet-spoke-frozen-held", spokePkg, "run:TestWindowOpeningDuringACutHoldsTheSpokesWorkload", "a hub grant the spoke has not let go is held while the spoke's freezes, as it judges them, hold it (a window that opened during a cut)",
 		"\tif !frozen {\n\t\treturn res, want, nil\n", "\tif true || !frozen {\n\t\treturn res, want, nil\n"},
+	{"fleet-spoke-bypass-the-hubs", spokePkg, "run:TestAttack2SpokeAdminsBypassPassesTheFleetsFreeze", "the spoke's freeze gate judges a request with its hub request's bypass, not the spoke user's own (which the hub never admitted)",
+		"\tjudged.Spec.BypassFreeze = hub.Spec.BypassFreeze.DeepCopy()\n", "\t_ = hub\n"},
 	{"fleet-mirror-no-write-freeze", spokePkg, "run:TestMirrorCommandLock", "a CommandLock mirror leaves out the hub's write freeze (spec.admission, status.admission): the spoke's admission policy must not enforce the hub's",
 		"\tm.Spec.Admission, m.Status.Admission = nil, nil\n", "\t_ = m\n"},
 	{"fleet-mirror-put-back", spokePkg, "run:TestMirrorsShowTheHubsTruth", "a mirror whose labels a spoke user changed is put back as the hub has it",

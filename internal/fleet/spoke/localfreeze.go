@@ -184,15 +184,18 @@ func FrozenStatus(spoke *locksv1.LockRequest, cluster string, fr queue.Freeze, n
 // then the spoke's freezes as a gate on letting a grant go (freezeGate), never a grant.
 func (a *Agent) judgeGrant(ctx context.Context, spoke, hub *locksv1.LockRequest, want locksv1.LockRequestStatus) (ctrl.Result, locksv1.LockRequestStatus, error) {
 	res, want := a.partition(ctx, spoke, hub, want)
-	return a.freezeGate(ctx, spoke, res, want)
+	return a.freezeGate(ctx, spoke, hub, res, want)
 }
 
 // freezeGate applies the spoke's freezes to a hub grant the spoke would show now (want, after
 // the partition rule) and does not show yet: held (FrozenStatus) while LocalFreeze holds it,
 // looked at again within a second (a thaw on the hub reaches the mirrors, not this request) or
 // at the spoke's next transition. It never turns anything into a grant: a want that is not a
-// grant, or a holder the spoke already shows, passes as it is.
-func (a *Agent) freezeGate(ctx context.Context, spoke *locksv1.LockRequest, res ctrl.Result, want locksv1.LockRequestStatus) (ctrl.Result, locksv1.LockRequestStatus, error) {
+// grant, or a holder the spoke already shows, passes as it is. The request is judged with the
+// freeze bypass of its hub request (hub), the one the hub admitted: a spoke user's own
+// spec.bypassFreeze is never carried to the hub, which gives a spoke none of its own, so it
+// passes no freeze of the fleet's.
+func (a *Agent) freezeGate(ctx context.Context, spoke, hub *locksv1.LockRequest, res ctrl.Result, want locksv1.LockRequestStatus) (ctrl.Result, locksv1.LockRequestStatus, error) {
 	if want.Phase != locksv1.PhaseGranted || spoke.Status.Phase == locksv1.PhaseGranted {
 		return res, want, nil
 	}
@@ -205,7 +208,10 @@ func (a *Agent) freezeGate(ctx context.Context, spoke *locksv1.LockRequest, res 
 		return res, want, err
 	}
 	now := a.opts.Clock.Now()
-	fr, frozen, next := LocalFreeze(cls.Items, spoke, a.opts.Cluster, ns, now)
+	judged := spoke.DeepCopy()
+	// guard:fleet-spoke-bypass-the-hubs
+	judged.Spec.BypassFreeze = hub.Spec.BypassFreeze.DeepCopy()
+	fr, frozen, next := LocalFreeze(cls.Items, judged, a.opts.Cluster, ns, now)
 	// guard:fleet-spoke-frozen-held
 	if !frozen {
 		return res, want, nil
