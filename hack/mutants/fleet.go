@@ -31,6 +31,9 @@ func init() {
 		mutant{name: "spoke-decides-nothing", pkg: spokePkg, focus: "run:TestSpokeRequestIsNeverDecidedInTheSpoke", guard: "a spoke runs no lock controller: the hub is the only authority of its keys", edits: []edit{
 			{"spoke-decides-nothing", "\treturn NewRetentionReconciler(mgr.GetClient(), o.Retention, WithRouter(o.Router), WithClock(clk)).SetupWithManager(mgr)\n", "\treturn Setup(context.Background(), mgr, o)\n"},
 		}},
+		mutant{name: "spoke-renews-at-once", pkg: spokePkg, focus: "run:TestAttack2SlowHubStopsHoldersItStillAnswers", guard: "the agent renews its namespaces' hub Leases at once, so a slow hub's answers do not add up past the stop deadline", edits: []edit{
+			{"spoke-renews-at-once", "\t\tsem = make(chan struct{}, renewWorkers)\n", "\t\tsem = make(chan struct{}, 1)\n"},
+		}},
 		mutant{name: "spoke-retry-capped", pkg: spokePkg, focus: "run:TestRetryBackoffIsCapped", guard: "a spoke request whose reconcile failed (a stop at the deadline not written yet) is tried again within 500 ms, not after controller-runtime's backoff of up to 1000 s", edits: []edit{
 			{"spoke-retry-capped", "\treturn workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](5*time.Millisecond, maxRetryDelay)\n", "\treturn workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](5*time.Millisecond, 1000*time.Second)\n"},
 		}},
