@@ -32,6 +32,9 @@ func init() {
 		mutant{name: "queue-keep-running-no-expiry", pkg: queuePkg, focus: "run:TestDecideKeepRunningHasNoExpiry", guard: "a spoke's keep-running grant (no holder Lease, the annotation) has no end on the hub", edits: []edit{
 			{"queue-keep-running-no-expiry", "\tif NoExpiry(req) {\n", "\tif false && NoExpiry(req) {\n"},
 		}},
+		mutant{name: "hub-keep-running-opted-out", pkg: hubPkg, focus: "run:TestKeepsRunning", guard: "the Spoke counts as keep-running only grants that opted out (the annotation), not a delegate's grant for a holder in the cluster", edits: []edit{
+			{"hub-keep-running-opted-out", "\t\tlocksv1.KeepsRunning(lr.Annotations)\n", "\t\ttrue\n"},
+		}},
 		mutant{name: "hub-spoke-keep-running-counted", pkg: hubPkg, focus: "run:TestKeepsRunning", guard: "the Spoke counts as keep-running only its grants with no holder Lease", edits: []edit{
 			{"hub-spoke-keep-running-counted", "\treturn lr.Spec.Holder.Cluster != \"\" && lr.Spec.Holder.Lease == \"\" && ", "\treturn lr.Spec.Holder.Cluster != \"\" && "},
 		}},

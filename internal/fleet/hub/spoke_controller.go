@@ -168,14 +168,16 @@ func (r *SpokeReconciler) observe(ctx context.Context, cluster string) (Observat
 }
 
 // KeepsRunning says whether lr is a spoke's grant held on the hub while the spoke is cut off:
-// granted and not being released, for a holder in a cluster, with no holder Lease to lapse.
-// The hub's policy turnstile-fleet-spoke accepts a spoke's request without its Lease only when
-// it opted out of the partition stop (fleet.turnstile.dev/on-partition: keep-running), and a hub
-// user sets spec.holder.cluster only as a delegate; the field is read, not the annotation,
-// which the manager's cache drops.
+// granted and not being released, for a holder in a cluster, with no holder Lease to lapse, and
+// opted out of the partition stop (fleet.turnstile.dev/on-partition: keep-running, which the
+// manager's cache keeps). The hub's policy turnstile-fleet-spoke accepts a spoke's request
+// without its Lease only so. A delegate's ordinary request for a holder in a cluster (a hub
+// user's, spec.holder.cluster set, no Lease) is the spoke's holder, not its keep-running one.
 func KeepsRunning(lr *locksv1.LockRequest) bool {
 	// guard:hub-spoke-keep-running-counted
-	return lr.Spec.Holder.Cluster != "" && lr.Spec.Holder.Lease == "" && lr.Status.Phase == locksv1.PhaseGranted && !lr.Spec.Release
+	return lr.Spec.Holder.Cluster != "" && lr.Spec.Holder.Lease == "" && lr.Status.Phase == locksv1.PhaseGranted && !lr.Spec.Release &&
+		// guard:hub-keep-running-opted-out
+		locksv1.KeepsRunning(lr.Annotations)
 }
 
 // count adds lr to the holders (granted) or the waiters (pending, or not decided yet).

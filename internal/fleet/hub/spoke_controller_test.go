@@ -373,20 +373,25 @@ func TestSpokeCountsItsHoldersAndWaiters(t *testing.T) {
 // holder Lease to lapse; one that names the spoke's Lease, waits, is being released, or is not
 // a spoke's is not.
 func TestKeepsRunning(t *testing.T) {
+	// lr is a request of cluster on lease; opted out of the partition stop unless delegated (a
+	// hub user's request for a holder in the cluster).
 	lr := func(cluster, lease string, phase locksv1.LockRequestPhase, release bool) *locksv1.LockRequest {
-		return &locksv1.LockRequest{Spec: locksv1.LockRequestSpec{Release: release, Holder: locksv1.Holder{Cluster: cluster, Lease: lease}},
-			Status: locksv1.LockRequestStatus{Phase: phase}}
+		return &locksv1.LockRequest{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{locksv1.AnnotationOnPartition: locksv1.OnPartitionKeepRunning}},
+			Spec: locksv1.LockRequestSpec{Release: release, Holder: locksv1.Holder{Cluster: cluster, Lease: lease}}, Status: locksv1.LockRequestStatus{Phase: phase}}
 	}
+	delegated := lr("eu", "", locksv1.PhaseGranted, false)
+	delegated.Annotations = nil
 	for _, tc := range []struct {
 		name string
 		lr   *locksv1.LockRequest
 		want bool
 	}{
-		{"a spoke's grant with no Lease", lr("eu", "", locksv1.PhaseGranted, false), true},
+		{"a spoke's grant with no Lease, opted out", lr("eu", "", locksv1.PhaseGranted, false), true},
 		{"a spoke's grant on its hub Lease", lr("eu", "spoke-eu", locksv1.PhaseGranted, false), false},
 		{"a spoke's waiter with no Lease", lr("eu", "", locksv1.PhasePending, false), false},
 		{"a spoke's grant being released", lr("eu", "", locksv1.PhaseGranted, true), false},
 		{"a hub request's grant with no Lease", lr("", "", locksv1.PhaseGranted, false), false},
+		{"a delegate's grant for a holder in the cluster, not opted out", delegated, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := hub.KeepsRunning(tc.lr); got != tc.want {
