@@ -131,34 +131,6 @@ serviceaccounts, and create on serviceaccounts/token, in namespace turnstile-fle
 	return cmd
 }
 
-// NewCmdLeave is `fleet leave NAME`: the inverse of join.
-func NewCmdLeave(g *util.Globals) *cobra.Command {
-	return &cobra.Command{
-		Use:   "leave NAME",
-		Short: "Remove cluster NAME from the fleet (run against the hub): membership and its ServiceAccount, so its tokens stop working",
-		Long: `leave removes cluster NAME from the fleet whose hub the current kubeconfig names: its key in the
-members ConfigMap turnstile-fleet/turnstile-fleet-members (the hub's policies then refuse the
-cluster's requests, and the hub's manager deletes its Spoke), and the ServiceAccount
-turnstile-fleet/spoke-NAME (every token join gave it stops working within 10s, as long as the
-API server caches a token's authentication).
-
-What the spoke held: its agent can no longer renew its hub Leases, so they lapse
---hub-lease-duration (40s by default) after its last renewal, and the hub hands its locks on
-(HolderLost), as for a spoke that died; the agent, cut off, stops its running holders before
-that, as in a partition. Its requests on the hub are released then, not deleted.
-
-Running leave again, or for a cluster that is no member, changes nothing and says so.
-
-leave needs, on the hub: get and update on configmaps turnstile-fleet-members, and delete on
-serviceaccounts, in namespace turnstile-fleet.`,
-		Example: `  kubectl turnstile fleet leave eu-west-1`,
-		Args:    cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return leave(cmd.Context(), g, args[0], cmd.ErrOrStderr())
-		},
-	}
-}
-
 // ValidateName refuses a cluster name the hub's policies would refuse (a DNS-1123 label).
 func ValidateName(name string) error {
 	// guard:fleet-join-name-valid
@@ -539,50 +511,4 @@ func formatLabels(l map[string]string) string {
 		s = append(s, k+"="+l[k])
 	}
 	return strings.Join(s, ",")
-}
-
-// leave removes cluster name from the members and deletes its ServiceAccount.
-func leave(ctx context.Context, g *util.Globals, name string, stderr io.Writer) error {
-	if err := ValidateName(name); err != nil {
-		return err
-	}
-	c, _, err := g.Client()
-	if err != nil {
-		return err
-	}
-	if err := checkRights(ctx, c, "leave", []right{
-		{"get", "configmaps", "", members.ConfigMap}, {"update", "configmaps", "", members.ConfigMap},
-		{"delete", "serviceaccounts", "", serviceAccount(name)},
-	}); err != nil {
-		return err
-	}
-	_, changed, err := updateMembers(ctx, c, stderr, name, func(cm *corev1.ConfigMap) (bool, map[string]string, error) {
-		// guard:fleet-leave-members
-		if _, ok := cm.Data[name]; !ok {
-			return false, nil, nil
-		}
-		delete(cm.Data, name)
-		return true, nil, nil
-	})
-	if err != nil {
-		return err
-	}
-	if changed {
-		fmt.Fprintf(stderr, "cluster %s is no member of the fleet any more: the hub refuses its requests, and its Spoke goes\n", name)
-	} else {
-		fmt.Fprintf(stderr, "cluster %s was no member of the fleet: unchanged\n", name)
-	}
-	sa := serviceAccount(name)
-	// guard:fleet-leave-revokes
-	err = c.Delete(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: members.Namespace, Name: sa}})
-	switch {
-	case err == nil:
-		fmt.Fprintf(stderr, "serviceaccount %s/%s deleted: its tokens stop authenticating within 10s (the API server's token cache)\n", members.Namespace, sa)
-	case apierrors.IsNotFound(err):
-		fmt.Fprintf(stderr, "serviceaccount %s/%s was gone already\n", members.Namespace, sa)
-	default:
-		return permission(err, "delete", "serviceaccounts", sa)
-	}
-	fmt.Fprintf(stderr, "its hub Leases lapse %s (--hub-lease-duration, by default) after its agent's last renewal, and the hub hands its locks on\n", defaultHubLease)
-	return nil
 }
