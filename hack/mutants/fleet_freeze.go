@@ -32,6 +32,8 @@ var fleetFreezeMutants = [][6]string{
 		"\tjudged.Spec.BypassFreeze = hub.Spec.BypassFreeze.DeepCopy()\n", "\t_ = hub\n"},
 	{"fleet-mirror-no-write-freeze", spokePkg, "run:TestMirrorCommandLock", "a CommandLock mirror leaves out the hub's write freeze (spec.admission, status.admission): the spoke's admission policy must not enforce the hub's",
 		"\tm.Spec.Admission, m.Status.Admission = nil, nil\n", "\t_ = m\n"},
+	{"fleet-mirror-spares-spoke-own", spokePkg, "run:TestAttack2MirrorLiftsTheSpokesOwnWriteFreeze", "the agent leaves alone a spoke's own CommandLock (never a mirror) under a hub CommandLock's name, and its write freeze with it",
+		"\tif err == nil && !IsMirror(&cur) && cur.Annotations[AnnotationHubResourceVersion] == \"\" {\n", "\tif false {\n"},
 	{"fleet-mirror-put-back", spokePkg, "run:TestMirrorsShowTheHubsTruth", "a mirror whose labels a spoke user changed is put back as the hub has it",
 		"\tif !maps.Equal(cur.GetLabels(), meta.Labels) || !maps.Equal(cur.GetAnnotations(), meta.Annotations) || len(cur.GetFinalizers()) > 0 {\n", "\tif false {\n"},
 	{"fleet-mirror-delete-only-mirrors", spokePkg, "run:TestMirrorsShowTheHubsTruth", "the agent deletes only mirrors: a spoke object of a name the hub lacks that is no mirror is left alone",

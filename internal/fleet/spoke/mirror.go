@@ -45,6 +45,9 @@ const (
 	// AnnotationHubSeenAt is, on a CommandLock mirror, the last time the agent read the hub's
 	// CommandLocks (RFC 3339): the freeze is as the hub said then.
 	AnnotationHubSeenAt = locksv1.AnnotationHubSeenAt
+	// ReasonNotMirrored is the Warning event on a spoke's own CommandLock that has the name of
+	// one of the hub's, which is then not mirrored.
+	ReasonNotMirrored = "NotMirrored"
 	// AnnotationHubResourceVersion is the hub object's resourceVersion the mirror copies.
 	AnnotationHubResourceVersion = locksv1.AnnotationHubResourceVersion
 
@@ -212,6 +215,19 @@ func (m *mirrors) reconcileCommandLock(ctx context.Context, req reconcile.Reques
 	err = m.a.spoke.Get(ctx, req.NamespacedName, &cur)
 	if err != nil && !apierrors.IsNotFound(err) {
 		return reconcile.Result{}, err
+	}
+	// The spoke's own CommandLock under this name (a spoke admin's, made before any mirror: it
+	// was never a mirror) is left alone: it may freeze writes to the spoke (spec.admission),
+	// which the spoke's policy enforces from it, and the agent writes the spoke only as the
+	// hub's mirror. A mirror a spoke user changed, its label stripped, still carries the hub's
+	// resourceVersion and is put back.
+	// guard:fleet-mirror-spares-spoke-own
+	if err == nil && !IsMirror(&cur) && cur.Annotations[AnnotationHubResourceVersion] == "" {
+		msg := fmt.Sprintf("the hub's CommandLock %s is not mirrored into this spoke: the spoke has a CommandLock of its own under that name, which the agent leaves as it is; "+
+			"rename the spoke's (delete it and create it under another name) to see the hub's here", hub.Name)
+		log.FromContext(ctx).Info("not mirrored: the spoke has its own CommandLock of this name", "name", hub.Name)
+		m.a.recorder.Eventf(&cur, nil, corev1.EventTypeWarning, ReasonNotMirrored, "Mirror", "%s", msg)
+		return reconcile.Result{}, nil
 	}
 	// The mirror keeps the date it has unless the hub was read since: an edit put back while
 	// the hub is away is still the freeze as last seen then.
