@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -83,6 +84,11 @@ type Agent struct {
 	// over it; a validating-only hub (Kubernetes 1.33 to 1.35) requires it, as of every
 	// Turnstile client (internal/whoami).
 	self *whoami.Cache
+	// hubEvents wakes the spoke request of each hub request the hub cache sees change
+	// (watchHub), and hubSynced says that cache has synced: until then the agent decides
+	// nothing but the partition rule's stops (beforeHub).
+	hubEvents chan event.GenericEvent
+	hubSynced atomic.Bool
 }
 
 // SetupWithManager adds the agent to mgr, the spoke's manager: a controller of the spoke's
@@ -108,13 +114,17 @@ func SetupWithManager(mgr ctrl.Manager, o Options) (*Agent, error) {
 	// clock skew with it.
 	hubCfg := rest.CopyConfig(o.Hub)
 	hubCfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return dateRecorder{next: rt} })
-	hub, err := client.New(hubCfg, client.Options{Scheme: mgr.GetScheme()})
+	// The hub's kinds are known: no discovery, so an agent that starts while the hub does not
+	// answer (restarted during a partition) sets up, and stops its holders (beforeHub).
+	mapper := hubMapper()
+	hub, err := client.New(hubCfg, client.Options{Scheme: mgr.GetScheme(), Mapper: mapper})
 	if err != nil {
 		return nil, fmt.Errorf("hub client: %w", err)
 	}
 	mine := labels.SelectorFromSet(labels.Set{LabelCluster: o.Cluster})
 	hubs, err := cache.New(o.Hub, cache.Options{
 		Scheme:           mgr.GetScheme(),
+		Mapper:           mapper,
 		ByObject:         map[client.Object]cache.ByObject{&locksv1.LockRequest{}: {Label: mine}},
 		DefaultTransform: cache.TransformStripManagedFields(),
 	})
@@ -125,19 +135,25 @@ func SetupWithManager(mgr ctrl.Manager, o Options) (*Agent, error) {
 		return nil, err
 	}
 	a := &Agent{opts: o, spoke: mgr.GetClient(), hub: hub, hubs: hubs, clocks: map[string]*hubClock{}, kicks: make(chan struct{}, 1), self: &whoami.Cache{},
-		resyncs:  make(chan event.GenericEvent),
+		resyncs: make(chan event.GenericEvent), hubEvents: make(chan event.GenericEvent, hubEventBuffer),
 		recorder: mgr.GetEventRecorder("turnstile-fleet-spoke")}
+	// The hub's requests come through a channel (watchHub), not a source of the hub cache: a
+	// controller starts no worker before its sources have synced, and gives up after its
+	// CacheSyncTimeout, so one that waited on the hub would judge nothing while it is cut off.
 	err = builder.ControllerManagedBy(mgr).
 		Named("fleet-spoke").
 		WithOptions(controller.Options{MaxConcurrentReconciles: reconcileWorkers, RateLimiter: retryLimiter()}).
 		For(&locksv1.LockRequest{}).
-		WatchesRawSource(source.Kind(hubs, client.Object(&locksv1.LockRequest{}), handler.EnqueueRequestsFromMapFunc(a.spokeOf))).
+		WatchesRawSource(source.Channel(a.hubEvents, &handler.EnqueueRequestForObject{})).
 		WatchesRawSource(source.Channel(a.resyncs, &handler.EnqueueRequestForObject{})).
 		Complete(a)
 	if err != nil {
 		return nil, err
 	}
 	if err := a.setupMirrors(mgr); err != nil {
+		return nil, err
+	}
+	if err := mgr.Add(manager.RunnableFunc(a.watchHub)); err != nil {
 		return nil, err
 	}
 	return a, mgr.Add(a.renewer())
@@ -162,15 +178,20 @@ func (a *Agent) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, e
 	ctx, cancel := context.WithTimeout(ctx, a.opts.Settings.RetryAfter())
 	defer cancel()
 	var spoke locksv1.LockRequest
-	if err := a.spoke.Get(ctx, req.NamespacedName, &spoke); err != nil {
-		if !apierrors.IsNotFound(err) {
-			return ctrl.Result{}, err
-		}
+	err := a.spoke.Get(ctx, req.NamespacedName, &spoke)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return ctrl.Result{}, err
+	}
+	// guard:spoke-judges-before-the-hub
+	if !a.hubSynced.Load() {
+		return a.beforeHub(ctx, &spoke, err)
+	}
+	if err != nil {
 		return ctrl.Result{}, a.deleteHub(ctx, req.Namespace, req.Name, "")
 	}
 	hubKey := types.NamespacedName{Namespace: spoke.Namespace, Name: HubName(a.opts.Cluster, spoke.Name)}
 	var hub locksv1.LockRequest
-	err := a.hubs.Get(ctx, hubKey, &hub)
+	err = a.hubs.Get(ctx, hubKey, &hub)
 	if err != nil && !apierrors.IsNotFound(err) {
 		return ctrl.Result{}, err
 	}
@@ -489,17 +510,9 @@ func (a *Agent) renewer() manager.RunnableFunc {
 // renewAll renews the Lease of each namespace in use (one with a hub request of this cluster
 // that is not final) and the heartbeat Lease in FleetNamespace.
 func (a *Agent) renewAll(ctx context.Context) error {
-	var list locksv1.LockRequestList
-	if err := a.hubs.List(ctx, &list); err != nil {
+	inUse, err := a.namespacesInUse(ctx)
+	if err != nil {
 		return err
-	}
-	// The heartbeat Lease, renewed whether or not the spoke holds anything: the hub's fleet view
-	// tells an idle spoke from a lost one by it.
-	inUse := map[string]bool{FleetNamespace: true}
-	for i := range list.Items {
-		if !list.Items[i].Status.Phase.IsFinal() {
-			inUse[list.Items[i].Namespace] = true
-		}
 	}
 	// At once, not one after the other: each renewal waits on the hub (up to RetryAfter), and a
 	// namespace's renewals must come every RenewEvery however many namespaces there are and
@@ -556,6 +569,9 @@ func (a *Agent) resync(ctx context.Context) {
 	seen := map[types.NamespacedName]bool{}
 	var keys []types.NamespacedName
 	var hubs locksv1.LockRequestList
+	if !a.hubSynced.Load() {
+		return // the hub cache's first list, when it comes, wakes every request (watchHub)
+	}
 	if err := a.hubs.List(ctx, &hubs); err == nil {
 		for i := range hubs.Items {
 			for _, r := range a.spokeOf(ctx, &hubs.Items[i]) {

@@ -17,6 +17,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -134,8 +135,13 @@ func (a *Agent) setupMirrors(mgr ctrl.Manager) error {
 	same := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: o.GetName()}}}
 	})
+	// The mirrors wait for the hub cache as long as the hub takes to answer (an agent started
+	// while it is cut off): a controller that gave up waiting would stop the manager, and with
+	// it the agent, which must stop the spoke's holders meanwhile (startup.go).
+	wait := controller.Options{CacheSyncTimeout: hubSyncTimeout}
 	err := builder.ControllerManagedBy(mgr).
 		Named("fleet-mirror-projectlocks").
+		WithOptions(wait).
 		For(&locksv1.ProjectLock{}).
 		WatchesRawSource(source.Kind(a.hubs, client.Object(&locksv1.ProjectLock{}), same)).
 		WatchesMetadata(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(m.hubLocksIn)).
@@ -145,6 +151,7 @@ func (a *Agent) setupMirrors(mgr ctrl.Manager) error {
 	}
 	err = builder.ControllerManagedBy(mgr).
 		Named("fleet-mirror-commandlocks").
+		WithOptions(wait).
 		For(&locksv1.CommandLock{}).
 		WatchesRawSource(source.Kind(a.hubs, client.Object(&locksv1.CommandLock{}), same)).
 		Complete(reconcile.Func(m.reconcileCommandLock))
@@ -157,6 +164,9 @@ func (a *Agent) setupMirrors(mgr ctrl.Manager) error {
 // hubLocksIn maps a spoke namespace to the hub's ProjectLocks in it: a namespace made in the
 // spoke after the hub's keys gets their mirrors then.
 func (m *mirrors) hubLocksIn(ctx context.Context, ns client.Object) []reconcile.Request {
+	if !m.a.hubSynced.Load() {
+		return nil // the hub cache's first list brings every hub ProjectLock
+	}
 	var list locksv1.ProjectLockList
 	if err := m.a.hubs.List(ctx, &list, client.InNamespace(ns.GetName())); err != nil {
 		return nil
