@@ -20,6 +20,9 @@ var fleetJoinMutants = []mutant{
 	{name: "fleet-join-rights-first", pkg: fleetCmd, focus: "run:TestJoinAndLeave", guard: "join and leave ask for every right they need before their first write, and name each one missing", edits: []edit{
 		{"fleet-join-rights-first", "if !review.Status.Allowed {", "if false && !review.Status.Allowed {"},
 	}},
+	{name: "fleet-leave-keep-running-refused", pkg: fleetCmd, focus: "run:TestLeaveWithAKeepRunningGrant", guard: "leave changes nothing while the cluster holds a keep-running grant, unless --release-keep-running releases it (it never passes on by itself)", edits: []edit{
+		{"fleet-leave-keep-running-refused", "\tif len(granted) > 0 && !releaseGranted {\n", "\tif false {\n"},
+	}},
 	{name: "fleet-leave-members", pkg: fleetCmd, focus: "run:TestJoinAndLeave", guard: "leave removes the cluster from the members", edits: []edit{
 		{"fleet-leave-members", "\t\tdelete(cm.Data, name)\n", ""},
 	}},
