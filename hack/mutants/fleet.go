@@ -37,6 +37,9 @@ func init() {
 		mutant{name: "spoke-judges-before-the-hub", pkg: spokePkg, focus: "run:TestAttack2AgentRestartedDuringACutNeverStopsItsHolders", guard: "an agent whose hub cache has not synced (started while the hub does not answer) still judges its running holders by the partition rule, and stops them", edits: []edit{
 			{"spoke-judges-before-the-hub", "\tif !a.hubSynced.Load() {\n\t\treturn a.beforeHub(ctx, &spoke, err)\n", "\tif false {\n\t\treturn a.beforeHub(ctx, &spoke, err)\n"},
 		}},
+		mutant{name: "spoke-lease-fresh-before-request", pkg: spokePkg, focus: "run:TestAttack2RequestAfterAnIdleSpellIsLostAtOnce", guard: "a request's hub Lease is renewed first unless renewed within a renewal period: an idle namespace's Lease lapses, and a request named on it would be lost at once", edits: []edit{
+			{"spoke-lease-fresh-before-request", "!st.Renewed.IsZero() && a.opts.Clock.Since(st.Renewed) < a.opts.Settings.RenewEvery() {", "!st.Renewed.IsZero() {"},
+		}},
 		mutant{name: "spoke-retry-capped", pkg: spokePkg, focus: "run:TestRetryBackoffIsCapped", guard: "a spoke request whose reconcile failed (a stop at the deadline not written yet) is tried again within 500 ms, not after controller-runtime's backoff of up to 1000 s", edits: []edit{
 			{"spoke-retry-capped", "\treturn workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](5*time.Millisecond, maxRetryDelay)\n", "\treturn workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](5*time.Millisecond, 1000*time.Second)\n"},
 		}},

@@ -73,7 +73,9 @@ type Agent struct {
 	// clock.
 	mu     sync.Mutex
 	clocks map[string]*hubClock
-	kicks  chan struct{} // a renewal wanted now
+	// renewals serialise each namespace's renewals (renewing).
+	renewals map[string]*sync.Mutex
+	kicks    chan struct{} // a renewal wanted now
 	// resyncs wakes spoke requests once the hub answers again after renewals failed
 	// (resync): their hub writes that failed while it did not (a release, a deletion, a new
 	// request) are retried at once, not after the work queue's backoff, which a long partition
@@ -392,7 +394,11 @@ func (a *Agent) deleteHub(ctx context.Context, ns, spokeName, uid string) error 
 // ensureLease makes sure the spoke's hub Lease in ns exists and is renewed, and keeps it
 // renewed from then on.
 func (a *Agent) ensureLease(ctx context.Context, ns string) error {
-	if st, _ := a.clockOf(ns); !st.Renewed.IsZero() {
+	// Renewed within a renewal period, by the renewer (the namespace is in use) or here: fresh
+	// enough. A namespace left idle is not renewed, and its Lease lapses on the hub after L: a
+	// request named on it then would be HolderLost at once.
+	// guard:spoke-lease-fresh-before-request
+	if st, _ := a.clockOf(ns); !st.Renewed.IsZero() && a.opts.Clock.Since(st.Renewed) < a.opts.Settings.RenewEvery() {
 		return nil
 	}
 	return a.renew(ctx, ns)
@@ -405,7 +411,16 @@ func (a *Agent) ensureLease(ctx context.Context, ns string) error {
 func (a *Agent) renew(ctx context.Context, ns string) error {
 	ctx, cancel := context.WithTimeout(ctx, a.opts.Settings.RetryAfter())
 	defer cancel()
+	// One renewal of a namespace at a time (the renewer's, a request's ensureLease, a judgement's
+	// first): two at once conflict (409), and a failed first one reads as an unknown clock, whose
+	// verdict is Stop.
+	unlock := a.renewing(ns)
+	defer unlock()
 	err := a.renewOnce(ctx, ns)
+	// Someone else's write of the Lease between its read and our update: read it again.
+	if apierrors.IsConflict(err) {
+		err = a.renewOnce(ctx, ns)
+	}
 	a.mu.Lock()
 	if a.clocks[ns] == nil {
 		a.clocks[ns] = &hubClock{}
@@ -413,6 +428,22 @@ func (a *Agent) renew(ctx context.Context, ns string) error {
 	a.clocks[ns].tried = true
 	a.mu.Unlock()
 	return err
+}
+
+// renewing locks ns's renewals; the returned func unlocks.
+func (a *Agent) renewing(ns string) func() {
+	a.mu.Lock()
+	if a.renewals == nil {
+		a.renewals = map[string]*sync.Mutex{}
+	}
+	l := a.renewals[ns]
+	if l == nil {
+		l = &sync.Mutex{}
+		a.renewals[ns] = l
+	}
+	a.mu.Unlock()
+	l.Lock()
+	return l.Unlock
 }
 
 func (a *Agent) renewOnce(ctx context.Context, ns string) error {
