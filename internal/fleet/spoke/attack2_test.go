@@ -3,9 +3,12 @@ package spoke_test
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"net/url"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -31,6 +34,7 @@ import (
 	"github.com/turnstile-dev/turnstile/internal/fleet/spoke"
 	"github.com/turnstile-dev/turnstile/internal/queue"
 	"github.com/turnstile-dev/turnstile/internal/testing/framework"
+	"github.com/turnstile-dev/turnstile/internal/testing/netcut"
 	"github.com/turnstile-dev/turnstile/internal/workload"
 )
 
@@ -163,7 +167,11 @@ func bind2(t *testing.T, e *framework.Env, ns, role string, names ...string) {
 
 // startAgent2 runs the spoke's manager (SetupSpoke, the agent as the spoke's ServiceAccount on
 // the hub, the workload controller) until the test ends.
-func (f *fleet2) startAgent2(t *testing.T) {
+func (f *fleet2) startAgent2(t *testing.T) { f.startAgent2Via(t, f.spokeSA) }
+
+// startAgent2Via is startAgent2 with the agent's hub connection hubCfg (the spoke's identity,
+// through a netcut proxy, say).
+func (f *fleet2) startAgent2Via(t *testing.T, hubCfg *rest.Config) {
 	t.Helper()
 	cfg := rest.CopyConfig(f.spk.Config)
 	cfg.QPS, cfg.Burst = 1000, 2000
@@ -178,7 +186,7 @@ func (f *fleet2) startAgent2(t *testing.T) {
 	if err := controller.SetupSpoke(mgr, controller.SetupOptions{Retention: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := spoke.SetupWithManager(mgr, spoke.Options{Cluster: cluster2, Hub: rest.CopyConfig(f.spokeSA), Settings: attack2Settings}); err != nil {
+	if _, err := spoke.SetupWithManager(mgr, spoke.Options{Cluster: cluster2, Hub: rest.CopyConfig(hubCfg), Settings: attack2Settings}); err != nil {
 		t.Fatal(err)
 	}
 	if err := workload.SetupWithManager(mgr, workload.WithIdentity("system:serviceaccount:turnstile-system:turnstile-controller-manager")); err != nil {
@@ -311,3 +319,114 @@ func lockOn2(ns, name, path string) *locksv1.LockRequest {
 		Spec:       locksv1.LockRequestSpec{Locks: []locksv1.LockTarget{{Repo: "acme/infra", Path: path, Workspace: "default"}}},
 	}
 }
+
+// TestAttack2SlowHubStopsHoldersItStillAnswers (the network: a hub that answers late, but
+// answers): the agent renews its hub Leases one namespace after the other (renewAll), two round
+// trips each (a get, then the update), and starts the next round RenewEvery after the last one
+// ended. So a namespace's Lease is renewed every RenewEvery plus a whole round, which grows with
+// the number of namespaces in use times the round trip; once that passes the stop deadline
+// (about L/2 after a renewal), the agent stops holders whose hub request the hub still grants
+// and whose Lease it renews, every call answered well within RetryAfter. Here: L 20s (renewal
+// every 6.7s, given up after 3.3s, the stop about 13s after a renewal), six namespaces with a
+// holder each, and 400ms each way between the agent and the hub (a round trip of 0.8s, a
+// renewal of 1.6s, a round of about 11s). In a live fleet the same comes at the defaults (L
+// 40s, the stop at 20s) with a 100ms round trip once about 35 namespaces are in use. No holder
+// should be stopped while the hub answers every renewal in time: the renewals of different
+// namespaces do not depend on each other (they could go at once, or each on its own clock).
+func TestAttack2SlowHubStopsHoldersItStillAnswers(t *testing.T) {
+	f := startFleet2(t)
+	ctx := context.Background()
+	g := gomega.NewWithT(t)
+	host, err := url.Parse(f.hub.Config.Host)
+	g.Expect(err).NotTo(gomega.HaveOccurred())
+	p, err := netcut.New(host.Host)
+	g.Expect(err).NotTo(gomega.HaveOccurred())
+	t.Cleanup(func() { _ = p.Close() })
+	through := rest.CopyConfig(f.spokeSA)
+	through.Host = "https://" + p.Addr()
+	calls := &leaseCalls2{}
+	through.Wrap(calls.wrap)
+
+	const spaces = 6
+	var names []string
+	for i := range spaces {
+		ns := fmt.Sprintf("attack2-slow-%d", i)
+		names = append(names, ns)
+		for _, e := range []*framework.Env{f.hub, f.spk} {
+			g.Expect(e.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(gomega.Succeed())
+		}
+		bind2(t, f.hub, ns, "turnstile-fleet-spoke", "group:system:serviceaccounts:"+spoke.FleetNamespace)
+	}
+	f.startAgent2Via(t, through)
+	for _, ns := range names {
+		lr := lockOn2(ns, "alice-apply", "vpc")
+		lr.Spec.Holder.Owner = "alice"
+		g.Eventually(func() error { return f.spk.Client.Create(ctx, lr.DeepCopy()) }).WithTimeout(60 * time.Second).Should(gomega.Succeed())
+	}
+	for _, ns := range names {
+		g.Eventually(func(g gomega.Gomega) {
+			var s locksv1.LockRequest
+			g.Expect(f.spk.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "alice-apply"}, &s)).To(gomega.Succeed())
+			g.Expect(s.Status.Phase).To(gomega.Equal(locksv1.PhaseGranted), "%s: %s", ns, s.Status.BlockedBy)
+		}).WithTimeout(60 * time.Second).Should(gomega.Succeed())
+	}
+
+	p.Delay(400 * time.Millisecond)
+	t.Cleanup(p.Pass)
+	calls.reset()
+	g.Consistently(func(g gomega.Gomega) {
+		for _, ns := range names {
+			var s locksv1.LockRequest
+			g.Expect(f.spk.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "alice-apply"}, &s)).To(gomega.Succeed())
+			c := meta.FindStatusCondition(s.Status.Conditions, locksv1.ConditionGranted)
+			why := ""
+			if c != nil {
+				why = c.Reason + ": " + c.Message
+			}
+			g.Expect(s.Status.Phase).To(gomega.Equal(locksv1.PhaseGranted),
+				"BREAK: the agent stopped a holder in %s while the hub answered its Lease calls (%s; RetryAfter %s): %s",
+				ns, calls, attack2Settings.RetryAfter(), why)
+		}
+	}).WithTimeout(60 * time.Second).WithPolling(time.Second).Should(gomega.Succeed())
+}
+
+// leaseCalls2 records the agent's calls on hub Leases: how many, how many failed (no answer,
+// or an error status), and the slowest answer.
+type leaseCalls2 struct {
+	mu        sync.Mutex
+	n, failed int
+	slowest   time.Duration
+}
+
+func (c *leaseCalls2) wrap(next http.RoundTripper) http.RoundTripper {
+	return roundTripper2(func(req *http.Request) (*http.Response, error) {
+		start := time.Now()
+		resp, err := next.RoundTrip(req)
+		if strings.Contains(req.URL.Path, "/leases") {
+			c.mu.Lock()
+			c.n++
+			if err != nil || resp.StatusCode >= 400 && resp.StatusCode != http.StatusNotFound {
+				c.failed++
+			}
+			c.slowest = max(c.slowest, time.Since(start))
+			c.mu.Unlock()
+		}
+		return resp, err
+	})
+}
+
+func (c *leaseCalls2) reset() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.n, c.failed, c.slowest = 0, 0, 0
+}
+
+func (c *leaseCalls2) String() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return fmt.Sprintf("%d Lease calls since the delay began, %d failed, the slowest answered in %s", c.n, c.failed, c.slowest.Round(time.Millisecond))
+}
+
+type roundTripper2 func(*http.Request) (*http.Response, error)
+
+func (f roundTripper2) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
