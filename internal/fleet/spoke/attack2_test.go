@@ -14,6 +14,7 @@ import (
 
 	"github.com/onsi/gomega"
 	authorizationv1 "k8s.io/api/authorization/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -169,9 +170,22 @@ func bind2(t *testing.T, e *framework.Env, ns, role string, names ...string) {
 // the hub, the workload controller) until the test ends.
 func (f *fleet2) startAgent2(t *testing.T) { f.startAgent2Via(t, f.spokeSA) }
 
+// agent2 is a running agent of the fleet's spoke; stop stops it (again at cleanup: a no-op).
+type agent2 struct{ stop func() }
+
 // startAgent2Via is startAgent2 with the agent's hub connection hubCfg (the spoke's identity,
 // through a netcut proxy, say).
-func (f *fleet2) startAgent2Via(t *testing.T, hubCfg *rest.Config) {
+func (f *fleet2) startAgent2Via(t *testing.T, hubCfg *rest.Config) *agent2 {
+	t.Helper()
+	a, err := f.tryAgent2Via(t, hubCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// tryAgent2Via is startAgent2Via that returns the error that kept the agent from starting.
+func (f *fleet2) tryAgent2Via(t *testing.T, hubCfg *rest.Config) (*agent2, error) {
 	t.Helper()
 	cfg := rest.CopyConfig(f.spk.Config)
 	cfg.QPS, cfg.Burst = 1000, 2000
@@ -181,23 +195,26 @@ func (f *fleet2) startAgent2Via(t *testing.T, hubCfg *rest.Config) {
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
 	})
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	if err := controller.SetupSpoke(mgr, controller.SetupOptions{Retention: time.Hour}); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	if _, err := spoke.SetupWithManager(mgr, spoke.Options{Cluster: cluster2, Hub: rest.CopyConfig(hubCfg), Settings: attack2Settings}); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	if err := workload.SetupWithManager(mgr, workload.WithIdentity("system:serviceaccount:turnstile-system:turnstile-controller-manager")); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	m, err := framework.Run(ctx, cancel, mgr)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
-	t.Cleanup(func() { _ = m.Stop() })
+	var once sync.Once
+	a := &agent2{stop: func() { once.Do(func() { _ = m.Stop() }) }}
+	t.Cleanup(a.stop)
+	return a, nil
 }
 
 // grantsWatch2 records every version of the spoke request ns/name that shows Granted, until
@@ -430,3 +447,73 @@ func (c *leaseCalls2) String() string {
 type roundTripper2 func(*http.Request) (*http.Response, error)
 
 func (f roundTripper2) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
+
+// TestAttack2AgentRestartedDuringACutNeverStopsItsHolders (the network, with a restart): the
+// agent restarts (an upgrade, a node drained, an OOM kill) while the hub is cut off from the
+// spoke. docs/fleet.md: "an agent that starts tries a renewal before it judges; when that fails
+// (restarted during a partition) Judge's answer for an unknown clock is Stop: the safe one". But
+// the agent's controller watches the hub's requests through its hub cache, which cannot sync
+// while the hub does not answer, and controller-runtime starts no worker before its sources have
+// synced (and gives up after CacheSyncTimeout, two minutes, stopping the manager): nothing
+// judges the spoke's holders. A holder the spoke showed Granted before the restart runs on
+// past the hub Lease's lapse, when the hub hands its lock to the next waiter: two holders.
+func TestAttack2AgentRestartedDuringACutNeverStopsItsHolders(t *testing.T) {
+	f := startFleet2(t)
+	ctx := context.Background()
+	g := gomega.NewWithT(t)
+	const ns = "attack2-restart"
+	for _, e := range []*framework.Env{f.hub, f.spk} {
+		g.Expect(e.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(gomega.Succeed())
+	}
+	bind2(t, f.hub, ns, "turnstile-fleet-spoke", "group:system:serviceaccounts:"+spoke.FleetNamespace)
+	host, err := url.Parse(f.hub.Config.Host)
+	g.Expect(err).NotTo(gomega.HaveOccurred())
+	p, err := netcut.New(host.Host)
+	g.Expect(err).NotTo(gomega.HaveOccurred())
+	t.Cleanup(func() { _ = p.Close() })
+	through := rest.CopyConfig(f.spokeSA)
+	through.Host = "https://" + p.Addr()
+
+	first := f.startAgent2Via(t, through)
+	lr := lockOn2(ns, "alice-apply", "vpc")
+	lr.Spec.Holder.Owner = "alice"
+	g.Eventually(func() error { return f.spk.Client.Create(ctx, lr.DeepCopy()) }).WithTimeout(60 * time.Second).Should(gomega.Succeed())
+	g.Eventually(func(g gomega.Gomega) {
+		var s locksv1.LockRequest
+		g.Expect(f.spk.Client.Get(ctx, client.ObjectKeyFromObject(lr), &s)).To(gomega.Succeed())
+		g.Expect(s.Status.Phase).To(gomega.Equal(locksv1.PhaseGranted), s.Status.BlockedBy)
+	}).WithTimeout(60 * time.Second).Should(gomega.Succeed())
+	// A waiter on the hub, for the same key.
+	waiter := lockOn2(ns, "carol-apply", "vpc")
+	waiter.Spec.Holder.Owner = "carol"
+	g.Expect(f.hub.Client.Create(ctx, waiter)).To(gomega.Succeed())
+
+	// The agent restarts while the hub does not answer.
+	first.stop()
+	p.Blackhole()
+	t.Cleanup(p.Pass)
+	// The agent as cmd/manager runs it: a setup that fails is a manager that exits (and is
+	// restarted, and fails again, while the cut lasts).
+	started := "it runs"
+	if _, err := f.tryAgent2Via(t, through); err != nil {
+		started = "it did not start: " + err.Error()
+	}
+	t.Logf("the agent restarted during the cut: %s", started)
+	var lease coordinationv1.Lease
+	g.Expect(f.hub.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: spoke.LeaseName(cluster2)}, &lease)).To(gomega.Succeed())
+	lapse := lease.Spec.RenewTime.Add(time.Duration(*lease.Spec.LeaseDurationSeconds) * time.Second)
+	t.Logf("the hub Lease was last renewed at %s: it lapses at %s", lease.Spec.RenewTime.UTC().Format(time.RFC3339Nano), lapse.UTC().Format(time.RFC3339Nano))
+
+	// The holder must be stopped before the lapse; by the time the hub has handed the key to
+	// carol it must be long gone.
+	g.Eventually(func(g gomega.Gomega) {
+		var w locksv1.LockRequest
+		g.Expect(f.hub.Client.Get(ctx, client.ObjectKeyFromObject(waiter), &w)).To(gomega.Succeed())
+		g.Expect(w.Status.Phase).To(gomega.Equal(locksv1.PhaseGranted), "the hub hands the key on once the Lease lapses")
+	}).WithTimeout(time.Until(lapse) + 30*time.Second).Should(gomega.Succeed())
+	var s locksv1.LockRequest
+	g.Expect(f.spk.Client.Get(ctx, client.ObjectKeyFromObject(lr), &s)).To(gomega.Succeed())
+	g.Expect(s.Status.Phase).NotTo(gomega.Equal(locksv1.PhaseGranted),
+		"BREAK: the spoke's holder (token %d) still runs, never stopped by the agent restarted during the cut (%s), while the hub has granted carol the key",
+		s.Status.FencingToken, started)
+}
