@@ -517,3 +517,62 @@ func TestAttack2AgentRestartedDuringACutNeverStopsItsHolders(t *testing.T) {
 		"BREAK: the spoke's holder (token %d) still runs, never stopped by the agent restarted during the cut (%s), while the hub has granted carol the key",
 		s.Status.FencingToken, started)
 }
+
+// TestAttack2MirrorLiftsTheSpokesOwnWriteFreeze (the agent as a deputy in the spoke, and a
+// freeze that should hold there): a spoke's admin freezes writes to her own cluster with a
+// CommandLock of the spoke (spec.locked with spec.admission: the spoke's turnstile-freeze
+// policy enforces it from the spec alone, also with no lock controller running, as in a spoke).
+// The hub has a CommandLock of the same name (every fleet has an "apply"): the agent's mirror
+// takes the spoke's object for a mirror to put back and writes the hub's spec over it, with the
+// manager's rights, dropping spec.admission ("Not mirrored: a write freeze"): the spoke's write
+// freeze is gone, and writes it refused pass. Neither the hub's admin nor the agent was asked to
+// lift it; nothing says it was.
+func TestAttack2MirrorLiftsTheSpokesOwnWriteFreeze(t *testing.T) {
+	f := startFleet2(t)
+	ctx := context.Background()
+	g := gomega.NewWithT(t)
+	const ns = "attack2-write-freeze"
+	for _, e := range []*framework.Env{f.hub, f.spk} {
+		g.Expect(e.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(gomega.Succeed())
+	}
+	// alice writes ConfigMaps there (a Role of its own: envtest runs no aggregation of "edit").
+	g.Expect(f.spk.Client.Create(ctx, &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "configmaps"},
+		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"create", "get"}}},
+	})).To(gomega.Succeed())
+	g.Expect(f.spk.Client.Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "alice-configmaps"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "configmaps"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "alice"}},
+	})).To(gomega.Succeed())
+	bind2(t, f.spk, ns, "turnstile-requester", "alice")
+	alice := f.as2(t, f.spk, "alice")
+	cm := func(name string) *corev1.ConfigMap {
+		return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, GenerateName: "probe-"}, Data: map[string]string{"k": "v"}}
+	}
+
+	// The spoke's own write freeze: no ConfigMap written in this namespace.
+	own := &locksv1.CommandLock{ObjectMeta: metav1.ObjectMeta{Name: "apply"}, Spec: locksv1.CommandLockSpec{
+		Locked: true, Reason: "eu-west-1 is being migrated: no changes",
+		Admission: &locksv1.AdmissionFreeze{
+			Resources:         []locksv1.AdmissionResources{{APIGroups: []string{""}, Kinds: []string{"ConfigMap"}}},
+			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": ns}},
+		},
+	}}
+	g.Expect(f.spk.Client.Create(ctx, own)).To(gomega.Succeed())
+	// (Not a dry run: the freeze lets those by.)
+	g.Eventually(func() error { return alice.Create(ctx, cm("")) }).WithTimeout(60*time.Second).
+		Should(gomega.MatchError(gomega.ContainSubstring("turnstile-freeze")), "the spoke's write freeze holds")
+
+	// The hub's CommandLock of that name (not even locked), and the agent.
+	g.Expect(f.hub.Client.Create(ctx, &locksv1.CommandLock{ObjectMeta: metav1.ObjectMeta{Name: "apply"}})).To(gomega.Succeed())
+	f.startAgent2(t)
+	g.Consistently(func(g gomega.Gomega) {
+		var cl locksv1.CommandLock
+		g.Expect(f.spk.Client.Get(ctx, types.NamespacedName{Name: "apply"}, &cl)).To(gomega.Succeed())
+		g.Expect(cl.Spec.Admission).NotTo(gomega.BeNil(), "BREAK: the agent wrote the hub's CommandLock over the spoke's own write freeze (labels %v)", cl.Labels)
+		g.Expect(cl.Spec.Locked).To(gomega.BeTrue(), "BREAK: the agent thawed the spoke's own freeze")
+	}).WithTimeout(20 * time.Second).Should(gomega.Succeed())
+	g.Expect(alice.Create(ctx, cm("after"))).To(gomega.MatchError(gomega.ContainSubstring("turnstile-freeze")),
+		"BREAK: a write the spoke's own freeze refuses passes once the agent mirrored the hub's CommandLock of its name")
+}
