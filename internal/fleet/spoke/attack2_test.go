@@ -576,3 +576,62 @@ func TestAttack2MirrorLiftsTheSpokesOwnWriteFreeze(t *testing.T) {
 	g.Expect(alice.Create(ctx, cm("after"))).To(gomega.MatchError(gomega.ContainSubstring("turnstile-freeze")),
 		"BREAK: a write the spoke's own freeze refuses passes once the agent mirrored the hub's CommandLock of its name")
 }
+
+// TestAttack2RequestAfterAnIdleSpellIsLostAtOnce (plain use, no attacker; a stalled namespace):
+// the agent renews the hub Lease only of namespaces with an unfinished hub request (renewAll),
+// so a namespace whose requests have all finished has its Lease lapse L later; and it makes a
+// new request's Lease only when its partition clock has never been renewed (ensureLease: "if
+// st.Renewed is not zero, nothing to do"). The next request made there after an idle spell
+// longer than L names a Lease that lapsed: the hub releases it at once (HolderLost), and since
+// that leaves the namespace with no unfinished request again, the renewer never renews it:
+// every later request of that namespace is lost the same way, until the agent restarts.
+func TestAttack2RequestAfterAnIdleSpellIsLostAtOnce(t *testing.T) {
+	f := startFleet2(t)
+	ctx := context.Background()
+	g := gomega.NewWithT(t)
+	const ns = "attack2-idle"
+	for _, e := range []*framework.Env{f.hub, f.spk} {
+		g.Expect(e.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(gomega.Succeed())
+	}
+	bind2(t, f.hub, ns, "turnstile-fleet-spoke", "group:system:serviceaccounts:"+spoke.FleetNamespace)
+	bind2(t, f.spk, ns, "turnstile-requester", "alice")
+	alice := f.as2(t, f.spk, "alice")
+	f.startAgent2(t)
+
+	phase := func(g gomega.Gomega, name string) *locksv1.LockRequest {
+		var s locksv1.LockRequest
+		g.Expect(f.spk.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &s)).To(gomega.Succeed())
+		return &s
+	}
+	g.Eventually(func() error { return alice.Create(ctx, lockOn2(ns, "first", "vpc")) }).WithTimeout(60 * time.Second).Should(gomega.Succeed())
+	g.Eventually(func(g gomega.Gomega) {
+		g.Expect(phase(g, "first").Status.Phase).To(gomega.Equal(locksv1.PhaseGranted))
+	}).WithTimeout(60 * time.Second).Should(gomega.Succeed())
+	first := phase(g, "first")
+	first.Spec.Release = true
+	g.Expect(alice.Update(ctx, first)).To(gomega.Succeed())
+	g.Eventually(func(g gomega.Gomega) {
+		g.Expect(phase(g, "first").Status.Phase).To(gomega.Equal(locksv1.PhaseReleased))
+	}).WithTimeout(30 * time.Second).Should(gomega.Succeed())
+
+	// Idle past the Lease: it lapses on the hub.
+	g.Eventually(func(g gomega.Gomega) {
+		var l coordinationv1.Lease
+		g.Expect(f.hub.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: spoke.LeaseName(cluster2)}, &l)).To(gomega.Succeed())
+		lapse := l.Spec.RenewTime.Add(time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second)
+		g.Expect(time.Now().After(lapse.Add(2*time.Second))).To(gomega.BeTrue(), "the namespace's hub Lease has lapsed")
+	}).WithTimeout(attack2Settings.Lease + 20*time.Second).WithPolling(time.Second).Should(gomega.Succeed())
+
+	for _, name := range []string{"second", "third"} {
+		g.Expect(alice.Create(ctx, lockOn2(ns, name, "vpc"))).To(gomega.Succeed())
+		g.Eventually(func(g gomega.Gomega) {
+			s := phase(g, name)
+			why := ""
+			if c := meta.FindStatusCondition(s.Status.Conditions, locksv1.ConditionGranted); c != nil {
+				why = c.Reason + ": " + c.Message
+			}
+			g.Expect(s.Status.Phase).NotTo(gomega.Equal(locksv1.PhaseReleased), "BREAK: %s, made after the namespace was idle past L, was lost at once: %s", name, why)
+			g.Expect(s.Status.Phase).To(gomega.Equal(locksv1.PhaseGranted))
+		}).WithTimeout(30 * time.Second).Should(gomega.Succeed())
+	}
+}
