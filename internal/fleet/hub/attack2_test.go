@@ -105,7 +105,7 @@ func TestAttack2DelegatesRequestCountsAsKeepRunning(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	atlantis := client.WithWatch(ac)
+	var atlantis client.WithWatch = ac
 	if b.Mutating == "" {
 		atlantis = framework.FillAsUser(ac, "atlantis")
 	}

@@ -285,13 +285,13 @@ func TestAttack2SpokeAdminsBypassPassesTheFleetsFreeze(t *testing.T) {
 	}).WithTimeout(60 * time.Second).Should(gomega.Succeed())
 
 	// The spoke's policies are enforced: alice may not bypass a freeze herself.
-	probe := lockOn2(ns, "probe", "vpc")
+	probe := lockOn2(ns, "probe")
 	probe.Spec.Command = "apply"
 	probe.Spec.BypassFreeze = &locksv1.FreezeBypass{Reason: "mine"}
 	g.Eventually(func() error { return alice.Create(ctx, probe, client.DryRunAll) }).WithTimeout(90*time.Second).
 		Should(gomega.MatchError(gomega.ContainSubstring("bypassfreeze")), "the spoke's policies are enforced")
 
-	lr := lockOn2(ns, "alice-apply", "vpc")
+	lr := lockOn2(ns, "alice-apply")
 	lr.Spec.Command = "apply"
 	g.Expect(alice.Create(ctx, lr)).To(gomega.Succeed())
 	hubName := spoke.HubName(cluster2, "alice-apply")
@@ -329,11 +329,11 @@ func TestAttack2SpokeAdminsBypassPassesTheFleetsFreeze(t *testing.T) {
 }
 
 // lockOn2 is a request (of no owner: the policies fill in its creator) for the key
-// acme/infra/path/default.
-func lockOn2(ns, name, path string) *locksv1.LockRequest {
+// acme/infra/vpc/default.
+func lockOn2(ns, name string) *locksv1.LockRequest {
 	return &locksv1.LockRequest{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec:       locksv1.LockRequestSpec{Locks: []locksv1.LockTarget{{Repo: "acme/infra", Path: path, Workspace: "default"}}},
+		Spec:       locksv1.LockRequestSpec{Locks: []locksv1.LockTarget{{Repo: "acme/infra", Path: "vpc", Workspace: "default"}}},
 	}
 }
 
@@ -376,7 +376,7 @@ func TestAttack2SlowHubStopsHoldersItStillAnswers(t *testing.T) {
 	}
 	f.startAgent2Via(t, through)
 	for _, ns := range names {
-		lr := lockOn2(ns, "alice-apply", "vpc")
+		lr := lockOn2(ns, "alice-apply")
 		lr.Spec.Holder.Owner = "alice"
 		g.Eventually(func() error { return f.spk.Client.Create(ctx, lr.DeepCopy()) }).WithTimeout(60 * time.Second).Should(gomega.Succeed())
 	}
@@ -475,7 +475,7 @@ func TestAttack2AgentRestartedDuringACutNeverStopsItsHolders(t *testing.T) {
 	through.Host = "https://" + p.Addr()
 
 	first := f.startAgent2Via(t, through)
-	lr := lockOn2(ns, "alice-apply", "vpc")
+	lr := lockOn2(ns, "alice-apply")
 	lr.Spec.Holder.Owner = "alice"
 	g.Eventually(func() error { return f.spk.Client.Create(ctx, lr.DeepCopy()) }).WithTimeout(60 * time.Second).Should(gomega.Succeed())
 	g.Eventually(func(g gomega.Gomega) {
@@ -484,7 +484,7 @@ func TestAttack2AgentRestartedDuringACutNeverStopsItsHolders(t *testing.T) {
 		g.Expect(s.Status.Phase).To(gomega.Equal(locksv1.PhaseGranted), s.Status.BlockedBy)
 	}).WithTimeout(60 * time.Second).Should(gomega.Succeed())
 	// A waiter on the hub, for the same key.
-	waiter := lockOn2(ns, "carol-apply", "vpc")
+	waiter := lockOn2(ns, "carol-apply")
 	waiter.Spec.Holder.Owner = "carol"
 	g.Expect(f.hub.Client.Create(ctx, waiter)).To(gomega.Succeed())
 
@@ -603,7 +603,7 @@ func TestAttack2RequestAfterAnIdleSpellIsLostAtOnce(t *testing.T) {
 		g.Expect(f.spk.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &s)).To(gomega.Succeed())
 		return &s
 	}
-	g.Eventually(func() error { return alice.Create(ctx, lockOn2(ns, "first", "vpc")) }).WithTimeout(60 * time.Second).Should(gomega.Succeed())
+	g.Eventually(func() error { return alice.Create(ctx, lockOn2(ns, "first")) }).WithTimeout(60 * time.Second).Should(gomega.Succeed())
 	g.Eventually(func(g gomega.Gomega) {
 		g.Expect(phase(g, "first").Status.Phase).To(gomega.Equal(locksv1.PhaseGranted))
 	}).WithTimeout(60 * time.Second).Should(gomega.Succeed())
@@ -623,7 +623,7 @@ func TestAttack2RequestAfterAnIdleSpellIsLostAtOnce(t *testing.T) {
 	}).WithTimeout(attack2Settings.Lease + 20*time.Second).WithPolling(time.Second).Should(gomega.Succeed())
 
 	for _, name := range []string{"second", "third"} {
-		g.Expect(alice.Create(ctx, lockOn2(ns, name, "vpc"))).To(gomega.Succeed())
+		g.Expect(alice.Create(ctx, lockOn2(ns, name))).To(gomega.Succeed())
 		g.Eventually(func(g gomega.Gomega) {
 			s := phase(g, name)
 			why := ""

@@ -109,7 +109,7 @@ func TestAttack2LeaveKeepsAKeepRunningLockForever(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bob := client.WithWatch(bc)
+	var bob client.WithWatch = bc
 	if b.Mutating == "" {
 		bob = framework.FillAsUser(bc, "bob")
 	}
