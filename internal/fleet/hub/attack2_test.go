@@ -105,9 +105,11 @@ func TestAttack2DelegatesRequestCountsAsKeepRunning(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var atlantis client.WithWatch = ac
+	var atlantis client.WithWatch
 	if b.Mutating == "" {
 		atlantis = framework.FillAsUser(ac, "atlantis")
+	} else {
+		atlantis = ac
 	}
 	lr := &locksv1.LockRequest{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "plan-pr-100"},
 		Spec: locksv1.LockRequestSpec{Locks: []locksv1.LockTarget{{Repo: "acme/infra", Path: "vpc", Workspace: "default"}},

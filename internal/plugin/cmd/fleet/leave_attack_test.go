@@ -109,9 +109,11 @@ func TestAttack2LeaveKeepsAKeepRunningLockForever(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var bob client.WithWatch = bc
+	var bob client.WithWatch
 	if b.Mutating == "" {
 		bob = framework.FillAsUser(bc, "bob")
+	} else {
+		bob = bc
 	}
 	bobReq := &locksv1.LockRequest{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "bob-migrate"},
 		Spec: locksv1.LockRequestSpec{Locks: []locksv1.LockTarget{{Repo: "acme/infra", Path: "db", Workspace: "default"}}}}
