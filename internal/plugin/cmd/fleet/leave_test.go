@@ -10,30 +10,32 @@ import (
 	"time"
 
 	"github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
 	"github.com/turnstile-dev/turnstile/internal/controller"
+	"github.com/turnstile-dev/turnstile/internal/fleet/members"
 	"github.com/turnstile-dev/turnstile/internal/fleet/spoke"
 	"github.com/turnstile-dev/turnstile/internal/queue"
 	"github.com/turnstile-dev/turnstile/internal/testing/framework"
 	"github.com/turnstile-dev/turnstile/internal/whoami"
 )
 
-// TestAttack2LeaveKeepsAKeepRunningLockForever (issue 45, second review): `fleet leave` says a
-// spoke's locks pass on once its hub Leases lapse ("its hub Leases lapse 40s ... after its
-// agent's last renewal, and the hub hands its locks on"). A keep-running grant (the opt-out,
+// TestLeaveWithAKeepRunningGrant (issue 45, second review): a keep-running grant (the opt-out,
 // fleet.turnstile.dev/on-partition: keep-running) names no hub Lease and has no end
-// (queue.NoExpiry), so it never passes on; after leave the spoke cannot release it either (the
-// members policy refuses its writes, its ServiceAccount is gone), and the hub's manager deletes
-// the spoke's Spoke, so its keepRunning count and the TurnstileKeepRunningHeldByLostSpoke alert
-// (which selects the Spoke's gauges) are gone with it: the key is held for good by a cluster
-// that is no member of the fleet, and nothing says so. The hub is installed as the docs say
-// (the admission bundle and config/fleet), the spoke is the kubeconfig join wrote, writing as
-// its agent does, and bob is a hub requester (turnstile-requester) waiting on the key.
-func TestAttack2LeaveKeepsAKeepRunningLockForever(t *testing.T) {
+// (queue.NoExpiry), so it never passes on by itself; once its cluster has left the fleet nobody
+// there can release it (the members policy refuses its writes, its ServiceAccount is gone), and
+// the hub's manager deletes its Spoke, so its keepRunning count and the
+// TurnstileKeepRunningHeldByLostSpoke alert are gone with it. The review found leave doing
+// exactly that and promising the locks pass on. So leave refuses, changing nothing, while the
+// cluster holds one, and --release-keep-running (its workloads are stopped) releases it: bob,
+// a hub requester waiting on the key, gets it. The hub is installed as the docs say (the
+// admission bundle and config/fleet), the spoke is the kubeconfig join wrote, writing as its
+// agent does.
+func TestLeaveWithAKeepRunningGrant(t *testing.T) {
 	const ns, cluster = "team-leave", "eu-west-1"
 	env, err := framework.Start("")
 	if err != nil {
@@ -119,18 +121,26 @@ func TestAttack2LeaveKeepsAKeepRunningLockForever(t *testing.T) {
 		Spec: locksv1.LockRequestSpec{Locks: []locksv1.LockTarget{{Repo: "acme/infra", Path: "db", Workspace: "default"}}}}
 	g.Eventually(func() error { return bob.Create(ctx, bobReq.DeepCopy()) }).WithTimeout(60 * time.Second).WithPolling(500 * time.Millisecond).Should(gomega.Succeed())
 
+	// Refused, nothing changed: the cluster is still a member and its request still granted.
 	_, stderr, err := plugin(ctx, admin, "leave", cluster)
+	if err == nil || !strings.Contains(err.Error(), "cluster eu-west-1 holds 1 keep-running grant(s) on the hub ("+ns+"/"+hubReq.Name+")") ||
+		!strings.Contains(err.Error(), "--release-keep-running") || !strings.Contains(err.Error(), "nothing was changed") {
+		t.Fatalf("leave with a keep-running grant: %v (stderr %q), want its refusal", err, stderr)
+	}
+	var cm corev1.ConfigMap
+	g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: members.Namespace, Name: members.ConfigMap}, &cm)).To(gomega.Succeed())
+	g.Expect(cm.Data).To(gomega.HaveKey(cluster), "a refused leave changes nothing")
+
+	// With --release-keep-running: the grant is released and bob gets the key.
+	_, stderr, err = plugin(ctx, admin, "leave", cluster, "--release-keep-running")
 	if err != nil {
-		t.Fatalf("leave: %v\n%s", err, stderr)
+		t.Fatalf("leave --release-keep-running: %v\n%s", err, stderr)
 	}
 	t.Log(stderr)
-	g.Expect(stderr).To(gomega.ContainSubstring("the hub hands its locks on"), "what leave promises")
-
-	// What leave promises: the spoke's locks pass on once its Leases lapse (40s). Given 60s.
+	g.Expect(stderr).To(gomega.ContainSubstring("lockrequest "+ns+"/"+hubReq.Name+" released: a keep-running request of eu-west-1 (granted)"))
 	g.Eventually(func(g gomega.Gomega) {
 		var h locksv1.LockRequest
 		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(bobReq), &h)).To(gomega.Succeed())
-		g.Expect(h.Status.Phase).To(gomega.Equal(locksv1.PhaseGranted),
-			"BREAK: a cluster removed by fleet leave keeps its keep-running lock for good (no Lease, no end, it can no longer release it): %s", h.Status.BlockedBy)
-	}).WithTimeout(60 * time.Second).WithPolling(time.Second).Should(gomega.Succeed())
+		g.Expect(h.Status.Phase).To(gomega.Equal(locksv1.PhaseGranted), "the key passes on once leave released the keep-running grant: %s", h.Status.BlockedBy)
+	}).WithTimeout(30 * time.Second).WithPolling(500 * time.Millisecond).Should(gomega.Succeed())
 }
