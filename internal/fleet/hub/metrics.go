@@ -21,7 +21,7 @@ var (
 	connectedDesc = prometheus.NewDesc("turnstile_fleet_spoke_connected",
 		"1 while a hub Lease of the spoke is live (Spoke status.connection Connected), 0 when Unreachable or Never connected.", []string{"cluster"}, nil)
 	heartbeatAgeDesc = prometheus.NewDesc("turnstile_fleet_spoke_heartbeat_age_seconds",
-		"Seconds since the spoke's latest hub Lease renewal (Spoke status.lastHeartbeat), by the hub's clock; absent before its first.", []string{"cluster"}, nil)
+		"Seconds since the spoke's latest hub Lease renewal (Spoke status.lastHeartbeat), by the hub's clock; +Inf for a member never heard from.", []string{"cluster"}, nil)
 	skewDesc = prometheus.NewDesc("turnstile_fleet_spoke_clock_skew_seconds",
 		"The clock skew bound the spoke's agent measured against the hub (Spoke status.clockSkewMilliseconds); absent before its first measure.", []string{"cluster"}, nil)
 	holdersDesc = prometheus.NewDesc("turnstile_fleet_spoke_holders",

@@ -111,7 +111,11 @@ func releaseOne(cmd *cobra.Command, c ctrlclient.WithWatch, ns, arg, cluster str
 	if err != nil {
 		fmt.Fprintf(cmd.ErrOrStderr(), "note: %v\n", err)
 	}
-	fmt.Fprintf(cmd.OutOrStdout(), "lockrequest/%s released\n", name)
+	did := "released"
+	if del {
+		did = "deleted"
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "lockrequest/%s %s\n", name, did)
 	return nil
 }
 
