@@ -137,7 +137,7 @@ func TestLeaveWithAKeepRunningGrant(t *testing.T) {
 		t.Fatalf("leave --release-keep-running: %v\n%s", err, stderr)
 	}
 	t.Log(stderr)
-	g.Expect(stderr).To(gomega.ContainSubstring("lockrequest "+ns+"/"+hubReq.Name+" released: a keep-running request of eu-west-1 (granted)"))
+	g.Expect(stderr).To(gomega.ContainSubstring("lockrequest " + ns + "/" + hubReq.Name + " released: a keep-running request of eu-west-1 (granted)"))
 	g.Eventually(func(g gomega.Gomega) {
 		var h locksv1.LockRequest
 		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(bobReq), &h)).To(gomega.Succeed())
