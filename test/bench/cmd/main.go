@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/go-logr/logr"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -67,13 +68,7 @@ func main() {
 	if *samples > 0 {
 		cfg.HandoffSamples = *samples
 	}
-	if *fleetN > 0 {
-		cfg.Fleet.Samples = *fleetN
-	}
-	cfg.Fleet.BaselineManager = *fleetBase
-	if *fleetLink >= 0 {
-		cfg.Fleet.Link = bench.Duration(*fleetLink)
-	}
+	fleetFlags(&cfg, *fleetN, *fleetLink, *fleetBase)
 	cfg.RunPhase.Plugin, cfg.RunPhase.Baseline = *plugin, *baseline
 	if *rounds > 0 {
 		cfg.ReplicasPhase.Rounds = *rounds
@@ -105,6 +100,18 @@ func main() {
 	}
 	res.WriteTable(os.Stdout)
 	fmt.Printf("\nJSON: %s\n", filepath.Join(*out, "results.json"))
+}
+
+// fleetFlags applies --fleet-samples (0: the size's), --fleet-link (negative: the size's) and
+// --fleet-baseline to cfg.
+func fleetFlags(cfg *bench.Config, samples int, link time.Duration, baseline string) {
+	if samples > 0 {
+		cfg.Fleet.Samples = samples
+	}
+	if link >= 0 {
+		cfg.Fleet.Link = bench.Duration(link)
+	}
+	cfg.Fleet.BaselineManager = baseline
 }
 
 // setScalePoints makes pts the scale curve: its last point is the largest, with the size's
