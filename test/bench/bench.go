@@ -177,7 +177,9 @@ func Full() Config {
 		Roll:          RollConfig{Replicas: 2, Keys: 4, Steady: Duration(30 * time.Second), Rounds: 5},
 		// 50 spokes × 100 requests (docs/fleet.md "Bench goals"), over 3 namespaces: 150 hub
 		// Leases renewed every 13 s; the rest window holds three renewals of each.
-		Fleet: FleetConfig{Samples: 100, Spokes: 50, Requests: 100, Namespaces: 3, Lease: Duration(40 * time.Second), Rest: Duration(40 * time.Second)},
+		// The link mode's hub 10 ms away each way: a round trip of 20 ms more, a region away.
+		Fleet: FleetConfig{Samples: 100, Spokes: 50, Requests: 100, Namespaces: 3, Lease: Duration(40 * time.Second), Rest: Duration(40 * time.Second),
+			Link: Duration(10 * time.Millisecond)},
 	}
 }
 
@@ -199,7 +201,8 @@ func Smoke() Config {
 	c.Gated.Samples = 2
 	c.Freeze = FreezeConfig{Samples: 6, Rounds: 1, Locks: []int{0, 2}}
 	c.Roll = RollConfig{Replicas: 2, Keys: 2, Steady: Duration(2 * time.Second), Rounds: 1}
-	c.Fleet = FleetConfig{Samples: 2, Spokes: 3, Requests: 4, Namespaces: 2, Lease: Duration(10 * time.Second), Rest: Duration(2 * time.Second)}
+	c.Fleet = FleetConfig{Samples: 2, Spokes: 3, Requests: 4, Namespaces: 2, Lease: Duration(10 * time.Second), Rest: Duration(2 * time.Second),
+		Link: Duration(5 * time.Millisecond)}
 	return c
 }
 

@@ -143,6 +143,19 @@ func TestSmoke(t *testing.T) {
 		latency("fleet hand-off between spokes", fr.Spokes, cfg.Fleet.Samples)
 		latency("hub round trip", fr.HubRoundTrip, cfg.Fleet.Samples)
 		latency("hub write", fr.HubWrite, cfg.Fleet.Samples)
+		latency("spoke round trip", fr.SpokeRoundTrip, cfg.Fleet.Samples)
+		for name, l := range map[string]Latency{"delete": fr.Steps.Delete, "release": fr.Steps.Release, "decide": fr.Steps.Decide, "copy": fr.Steps.Copy,
+			"local release": fr.LocalSteps.Release, "local decide": fr.LocalSteps.Decide} {
+			latency("fleet hand-off step "+name, l, cfg.Fleet.Samples)
+		}
+		if l := fr.Link; l == nil {
+			t.Error("no link mode in the fleet result")
+		} else {
+			check("the link mode's latency is the config's", l.LatencyMs == float64(cfg.Fleet.Link.D().Milliseconds()))
+			latency("fleet hand-off between spokes over the link", l.Spokes, cfg.Fleet.Samples)
+			latency("hub round trip over the link", l.HubRoundTrip, cfg.Fleet.Samples)
+			check("a hub round trip over the link takes both ways' latency", l.HubRoundTrip.P50 >= 2*l.LatencyMs)
+		}
 		n := cfg.Fleet.Spokes * cfg.Fleet.Requests
 		check("fleet baseline: every request made and decided", fr.Baseline.Requests == n && fr.Baseline.Spokes == 0 && fr.Baseline.LoadSeconds > 0)
 		check("fleet: every spoke's requests made and decided", fr.Fleet.Requests == n && fr.Fleet.Spokes == cfg.Fleet.Spokes && fr.Fleet.LoadSeconds > 0)
@@ -195,8 +208,8 @@ func TestSmoke(t *testing.T) {
 		check("a run pools with itself into twice its rounds", err == nil && pooled.Replicas.Rounds == 2*rp.Rounds && len(pooled.Goals) == 27)
 	}
 	// F1–F4, 27 of the replicas (A, S, L 1–8 with 2a and 2b), the steady ones, M1–M5 of the
-	// scale curve, R1–R2 of the roll and FL1–FL3 of the fleet.
-	check("want every goal", len(back.Goals) == 46+len(cfg.LeaderElection))
+	// scale curve, R1–R2 of the roll and FL1, FL1w, FL2, FL3 of the fleet.
+	check("want every goal", len(back.Goals) == 47+len(cfg.LeaderElection))
 	for _, g := range back.Goals {
 		switch g.ID {
 		case "R2": // a count of lost hand-offs: 0 when none is lost

@@ -1,15 +1,22 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
+
+	toxiproxy "github.com/Shopify/toxiproxy/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -48,26 +55,29 @@ type FleetConfig struct {
 	// third of it), Rest the window the hub is measured at rest in, with every request decided.
 	Lease Duration `json:"lease"`
 	Rest  Duration `json:"rest"`
+	// Link is the one-way latency of the link mode: both spokes' agents, restarted, reach the
+	// hub through a toxiproxy latency toxic of Link on each way (a hub in another region), and
+	// the hub round trip is timed through one too; Samples more hand-offs of each kind. Zero:
+	// no link mode.
+	Link Duration `json:"link"`
+	// BaselineManager is another manager binary (e.g. built from main) whose agents time the
+	// same hand-offs between spokes, in each mode, after this one's: its agent beside this one's
+	// in the same run. "": none.
+	BaselineManager string `json:"-"`
 }
 
 // FleetResult is the fleet phase.
 type FleetResult struct {
 	Samples int `json:"samples"`
-	// Local is a hand-off inside the hub: the holder's request deleted → the waiter's seen
-	// Granted, both made on the hub. Spokes is the same between two spokes, each a control plane
-	// with the built manager as its agent: the holder's request deleted in spoke A → the
-	// waiter's seen Granted in spoke B. HubWrite is one write to the hub (a Lease's renewTime,
-	// as an agent renews it) and HubRoundTrip the same write → its event on a watch of the hub:
-	// the hub round trip the goal counts, timed between the hand-offs.
-	Local        Latency `json:"local"`
-	Spokes       Latency `json:"spokes"`
-	HubWrite     Latency `json:"hubWrite"`
-	HubRoundTrip Latency `json:"hubRoundTrip"`
-	// AddedP50 and AddedP99 are Spokes - Local, ms; AddedRoundTrips is AddedP50 over the hub
-	// round trip's p50 (the goal: at most 1).
-	AddedP50        float64 `json:"addedP50Ms"`
-	AddedP99        float64 `json:"addedP99Ms"`
-	AddedRoundTrips float64 `json:"addedRoundTrips"`
+	// The hand-offs with every API server reached directly (one machine: a hub round trip
+	// costs what a spoke's does).
+	FleetHandoffs
+	// Link is the same with both spokes' agents, and the hub round trip, through a latency
+	// proxy (FleetConfig.Link); nil when not run.
+	Link *FleetLink `json:"link,omitempty"`
+	// Before is the same hand-offs with the agents of FleetConfig.BaselineManager; nil when
+	// none was given.
+	Before *FleetBefore `json:"before,omitempty"`
 	// Hub is the hub manager serving the same requests made inside the hub (Baseline) and
 	// from simulated spokes (Fleet).
 	Baseline FleetLoad `json:"baseline"`
@@ -77,6 +87,67 @@ type FleetResult struct {
 	HeapPerSpokeBytes   float64 `json:"heapPerSpokeBytes"`
 	RSSPerSpokeBytes    float64 `json:"rssPerSpokeBytes"`
 	LoadCPUPerSpokeSecs float64 `json:"loadCPUPerSpokeSeconds"`
+}
+
+// FleetHandoffs are hand-offs inside the hub and between two spokes, timed in alternation,
+// each pair beside a hub round trip and a spoke round trip.
+type FleetHandoffs struct {
+	// Local is a hand-off inside the hub: the holder's request deleted → the waiter's seen
+	// Granted, both made on the hub. Spokes is the same between two spokes, each a control plane
+	// with the built manager as its agent: the holder's request deleted in spoke A → the
+	// waiter's seen Granted in spoke B. HubWrite is one write to the hub (a Lease's renewTime,
+	// as an agent renews it) and HubRoundTrip the same write → its event on a watch of the hub:
+	// the hub round trip the goal counts, timed between the hand-offs. SpokeRoundTrip is the
+	// same on spoke B's API server (the waiter's).
+	Local          Latency `json:"local"`
+	Spokes         Latency `json:"spokes"`
+	HubWrite       Latency `json:"hubWrite"`
+	HubRoundTrip   Latency `json:"hubRoundTrip"`
+	SpokeRoundTrip Latency `json:"spokeRoundTrip"`
+	// LocalSteps and Steps split the hand-offs where the bench's own watches see them.
+	LocalSteps FleetLocalSteps `json:"localSteps"`
+	Steps      FleetSteps      `json:"steps"`
+	// AddedP50 and AddedP99 are Spokes - Local, ms; AddedRoundTrips is AddedP50 over the hub
+	// round trip's p50 (the goal: at most 1).
+	AddedP50        float64 `json:"addedP50Ms"`
+	AddedP99        float64 `json:"addedP99Ms"`
+	AddedRoundTrips float64 `json:"addedRoundTrips"`
+}
+
+// FleetLocalSteps split a hand-off inside the hub: the holder's deletion (t0) → Release, its
+// Deleted event on the bench's watch of the hub → Decide, the waiter's Granted event there.
+type FleetLocalSteps struct {
+	Release Latency `json:"release"`
+	Decide  Latency `json:"decide"`
+}
+
+// FleetSteps split a hand-off between spokes at the events the bench's watches see, one after
+// the other (each from the one before): the holder's deletion in spoke A (t0; Delete is that
+// call alone) → Release, the Deleted event of A's hub request on the bench's watch of the hub
+// (agent A saw the deletion and deleted it) → Decide, B's hub request's Granted event there
+// (the hub manager, as inside the hub) → Copy, B's spoke request's Granted event on the
+// bench's watch of spoke B (agent B saw the grant and wrote it there).
+type FleetSteps struct {
+	Delete  Latency `json:"delete"`
+	Release Latency `json:"release"`
+	Decide  Latency `json:"decide"`
+	Copy    Latency `json:"copy"`
+}
+
+// FleetBefore is the hand-offs with another manager binary's agents (Manager), each mode
+// timed after the same mode with this one's.
+type FleetBefore struct {
+	Manager string         `json:"manager"`
+	Direct  FleetHandoffs  `json:"direct"`
+	Link    *FleetHandoffs `json:"link,omitempty"`
+}
+
+// FleetLink is the link mode: FleetHandoffs with both spokes' agents and the hub round trip
+// through a latency proxy of LatencyMs each way; the hand-offs inside the hub and the spoke
+// round trip reach their API servers directly.
+type FleetLink struct {
+	LatencyMs float64 `json:"latencyMs"`
+	FleetHandoffs
 }
 
 // FleetLoad is the hub manager (a fresh process) serving Spokes × Requests requests.
@@ -168,19 +239,40 @@ func (b *bench) fleetPhase(ctx context.Context) (res FleetResult, err error) {
 		}
 	}
 	b.step(fmt.Sprintf("fleet: %d hand-offs inside the hub and %d between two spokes, in turn, each beside a hub round trip", fc.Samples, fc.Samples))
-	if err := f.handoffs(ctx, &res); err != nil {
+	if err := f.handoffs(ctx, b.env.Config, &res.FleetHandoffs); err != nil {
 		return res, err
 	}
 	// The hand-off's agents stop once they have deleted their last hub requests; spoke A's API
 	// server is the simulated spokes' spoke side.
-	if err := f.waitHubEmpty(ctx, []string{"spoke-a", "spoke-b"}); err != nil {
+	if err := f.stopAgents(ctx); err != nil {
 		return res, err
 	}
-	for _, s := range f.spokes {
-		if err := s.mgr.Stop(30 * time.Second); err != nil {
-			return res, fmt.Errorf("stop the agent of %s: %w", s.name, err)
+	if fc.BaselineManager != "" {
+		res.Before = &FleetBefore{Manager: fc.BaselineManager}
+		b.step(fmt.Sprintf("fleet: the agents restarted from %s, %d hand-offs of each kind again", fc.BaselineManager, fc.Samples))
+		if err := f.restartedHandoffs(ctx, fc.BaselineManager, nil, &res.Before.Direct); err != nil {
+			return res, fmt.Errorf("baseline agents: %w", err)
 		}
-		s.mgr = nil
+	}
+	if fc.Link > 0 {
+		link := &FleetLink{LatencyMs: float64(fc.Link.D()) / float64(time.Millisecond)}
+		res.Link = link
+		p, err := f.newLinks()
+		if err != nil {
+			return res, err
+		}
+		defer p.stop()
+		b.step(fmt.Sprintf("fleet: the agents restarted behind a latency proxy (%s each way to the hub), %d hand-offs of each kind again", fc.Link.D(), fc.Samples))
+		if err := f.restartedHandoffs(ctx, b.cfg.Manager, p, &link.FleetHandoffs); err != nil {
+			return res, fmt.Errorf("link: %w", err)
+		}
+		if fc.BaselineManager != "" {
+			res.Before.Link = &FleetHandoffs{}
+			b.step(fmt.Sprintf("fleet: the agents restarted from %s behind the latency proxy, %d hand-offs of each kind again", fc.BaselineManager, fc.Samples))
+			if err := f.restartedHandoffs(ctx, fc.BaselineManager, p, res.Before.Link); err != nil {
+				return res, fmt.Errorf("baseline agents, link: %w", err)
+			}
+		}
 	}
 
 	b.step(fmt.Sprintf("fleet baseline: a fresh hub manager, %d requests made inside the hub (%d owners × %d keys in %d namespaces)", fc.Spokes*fc.Requests, fc.Spokes, fc.Requests, fc.Namespaces))
@@ -248,6 +340,97 @@ func (f *fleetRun) installHub(ctx context.Context, members, nss []string) error 
 	return nil
 }
 
+// stopAgents stops the hand-off's agents once they have deleted their last hub requests.
+func (f *fleetRun) stopAgents(ctx context.Context) error {
+	if err := f.waitHubEmpty(ctx, []string{"spoke-a", "spoke-b"}); err != nil {
+		return err
+	}
+	for _, s := range f.spokes {
+		if s.mgr == nil {
+			continue
+		}
+		if err := s.mgr.Stop(30 * time.Second); err != nil {
+			return fmt.Errorf("stop the agent of %s: %w", s.name, err)
+		}
+		s.mgr = nil
+	}
+	return nil
+}
+
+// links are the link mode's latency proxies to the hub: toxiproxy, in this process, a latency
+// toxic of FleetConfig.Link on each way; one per spoke (its agent's) and one for the hub round
+// trip's probe.
+type links struct {
+	servers map[string]string // "https://127.0.0.1:port" by spoke name, and "probe"
+	stops   []func()
+}
+
+func (f *fleetRun) newLinks() (*links, error) {
+	host, err := url.Parse(f.b.env.Config.Host)
+	if err != nil {
+		return nil, err
+	}
+	// The toxics log through zerolog's global logger; nothing there is news.
+	zerolog.SetGlobalLevel(zerolog.WarnLevel)
+	srv := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), zerolog.Nop())
+	latency := fmt.Sprintf(`{"latency":%d,"jitter":0}`, f.b.cfg.Fleet.Link.D().Milliseconds())
+	l := &links{servers: map[string]string{}}
+	names := []string{"probe"}
+	for _, s := range f.spokes {
+		names = append(names, s.name)
+	}
+	for _, name := range names {
+		p := toxiproxy.NewProxy(srv, "hub-"+name, "127.0.0.1:0", host.Host)
+		if err := p.Start(); err != nil {
+			l.stop()
+			return nil, fmt.Errorf("proxy %s: %w", name, err)
+		}
+		l.stops = append(l.stops, p.Stop)
+		for _, stream := range []string{"upstream", "downstream"} {
+			body := fmt.Sprintf(`{"name":"latency_%s","type":"latency","stream":%q,"toxicity":1,"attributes":%s}`, stream, stream, latency)
+			if _, err := p.Toxics.AddToxicJson(strings.NewReader(body)); err != nil {
+				l.stop()
+				return nil, fmt.Errorf("proxy %s: toxic %s: %w", name, body, err)
+			}
+		}
+		// TLS goes through untouched: the API server's certificate is for 127.0.0.1, whatever
+		// the port.
+		l.servers[name] = "https://" + p.Listen
+	}
+	return l, nil
+}
+
+func (l *links) stop() {
+	for _, stop := range l.stops {
+		stop()
+	}
+	l.stops = nil
+}
+
+// restartedHandoffs starts both spokes' agents from manager, with the hub behind the latency
+// proxies l (nil: directly), times the hand-offs again (the hub round trip through l's probe
+// proxy) and stops the agents. The hub's manager and the bench's watches reach their API
+// servers directly.
+func (f *fleetRun) restartedHandoffs(ctx context.Context, manager string, l *links, res *FleetHandoffs) error {
+	hub := rest.CopyConfig(f.b.env.Config)
+	for _, s := range f.spokes {
+		server := ""
+		if l != nil {
+			server = l.servers[s.name]
+		}
+		if err := f.startAgent(ctx, s, manager, server); err != nil {
+			return fmt.Errorf("spoke %s: %w", s.name, err)
+		}
+	}
+	if l != nil {
+		hub.Host = l.servers["probe"]
+	}
+	if err := f.handoffs(ctx, hub, res); err != nil {
+		return err
+	}
+	return f.stopAgents(ctx)
+}
+
 // hubConfig is the hub as member's ServiceAccount: a kubeconfig file, as a user gives it to
 // the spoke's manager.
 func (f *fleetRun) hubConfig(ctx context.Context, member string) (string, error) {
@@ -269,20 +452,39 @@ func (f *fleetRun) startSpoke(ctx context.Context, name string) error {
 	if err := env.WriteKubeconfig(kubeconfig); err != nil {
 		return err
 	}
-	hub, err := f.hubConfig(ctx, name)
-	if err != nil {
-		return err
-	}
 	if s.tracker, err = startTracker(ctx, env.Config); err != nil {
 		return err
 	}
-	fmt.Fprintf(f.b.mgrLog, "\n===== %s starting the agent of %s\n", time.Now().Format(time.RFC3339), name)
+	return f.startAgent(ctx, s, f.b.cfg.Manager, "")
+}
+
+// startAgent starts manager (the built manager, or a baseline's) as s's agent, with the hub at
+// server ("": the hub's own address) in its hub kubeconfig.
+func (f *fleetRun) startAgent(ctx context.Context, s *fleetMember, manager, server string) error {
+	hub, err := f.hubConfig(ctx, s.name)
+	if err != nil {
+		return err
+	}
+	if server != "" {
+		cfg, err := clientcmd.LoadFromFile(hub)
+		if err != nil {
+			return err
+		}
+		for _, c := range cfg.Clusters {
+			c.Server = server
+		}
+		hub = strings.TrimSuffix(hub, ".kubeconfig") + "-link.kubeconfig"
+		if err := clientcmd.WriteToFile(*cfg, hub); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(f.b.mgrLog, "\n===== %s starting the agent of %s (%s, hub %s)\n", time.Now().Format(time.RFC3339), s.name, manager, cmp.Or(server, "direct"))
 	// The agent as a user starts it: --hub-kubeconfig and --cluster-name, the default Lease,
 	// and the client rate the bench gives its hub manager, so the limiter is never measured.
-	s.mgr, err = framework.StartProcess(f.b.cfg.Manager, kubeconfig, f.b.mgrLog,
+	s.mgr, err = framework.StartProcess(manager, filepath.Join(f.dir, s.name+".kubeconfig"), f.b.mgrLog,
 		"--metrics-bind-address=0", "--health-probe-bind-address=0",
 		"--kube-api-qps="+strconv.Itoa(managerQPS), "--kube-api-burst="+strconv.Itoa(managerBurst),
-		"--hub-kubeconfig="+hub, "--cluster-name="+name)
+		"--hub-kubeconfig="+hub, "--cluster-name="+s.name)
 	return err
 }
 
@@ -302,20 +504,28 @@ func (f *fleetRun) stop() error {
 	return errors.Join(errs...)
 }
 
-// handoffs times Samples hand-offs in each mode, alternating, with a hub round trip between.
-func (f *fleetRun) handoffs(ctx context.Context, res *FleetResult) error {
+// handoffs times Samples hand-offs in each mode, alternating, with a hub round trip (by hub,
+// a probe of the hub as the agents reach it) and a round trip of spoke B between.
+func (f *fleetRun) handoffs(ctx context.Context, hub *rest.Config, res *FleetHandoffs) error {
 	b := f.b
 	const ns = "bench-fleet-handoff"
 	a, bb := f.spokes[0], f.spokes[1]
-	probe, err := newHubProbe(ctx, b.env.Config, ns)
+	probe, err := newProbe(ctx, hub, ns)
 	if err != nil {
 		return err
 	}
 	defer probe.stop()
-	var local, spokes, write, trip []time.Duration
+	spokeProbe, err := newProbe(ctx, bb.env.Config, ns)
+	if err != nil {
+		return err
+	}
+	defer spokeProbe.stop()
+	var local, spokes, write, trip, spokeTrip []time.Duration
+	var ls fleetLocalSamples
+	var ss fleetSpokeSamples
 	// One unmeasured round first: the agents' first requests make their hub Leases.
 	for i := -1; i < b.cfg.Fleet.Samples; i++ {
-		d, err := f.localHandoff(ctx, ns)
+		d, err := f.localHandoff(ctx, ns, &ls)
 		if err != nil {
 			return fmt.Errorf("hand-off inside the hub: %w", err)
 		}
@@ -323,22 +533,38 @@ func (f *fleetRun) handoffs(ctx context.Context, res *FleetResult) error {
 		if err != nil {
 			return fmt.Errorf("hub round trip: %w", err)
 		}
-		s, err := f.spokeHandoff(ctx, ns, a, bb)
+		_, st, err := spokeProbe.roundTrip(ctx)
+		if err != nil {
+			return fmt.Errorf("spoke round trip: %w", err)
+		}
+		s, err := f.spokeHandoff(ctx, ns, a, bb, &ss)
 		if err != nil {
 			return fmt.Errorf("hand-off between spokes: %w", err)
 		}
-		if i >= 0 {
-			local, spokes, write, trip = append(local, d), append(spokes, s), append(write, w), append(trip, t)
+		if i < 0 {
+			ls, ss = fleetLocalSamples{}, fleetSpokeSamples{}
+			continue
 		}
+		local, spokes, write, trip, spokeTrip = append(local, d), append(spokes, s), append(write, w), append(trip, t), append(spokeTrip, st)
 	}
 	res.Local, res.Spokes, res.HubWrite, res.HubRoundTrip = summarize(local), summarize(spokes), summarize(write), summarize(trip)
+	res.SpokeRoundTrip = summarize(spokeTrip)
+	res.LocalSteps = FleetLocalSteps{Release: summarize(ls.release), Decide: summarize(ls.decide)}
+	res.Steps = FleetSteps{Delete: summarize(ss.delete), Release: summarize(ss.release), Decide: summarize(ss.decide), Copy: summarize(ss.copy)}
 	res.AddedP50, res.AddedP99 = res.Spokes.P50-res.Local.P50, res.Spokes.P99-res.Local.P99
 	res.AddedRoundTrips = ratio(res.AddedP50, res.HubRoundTrip.P50)
 	return nil
 }
 
-// localHandoff is busyKey and handOff on the hub, with no owner to steer to.
-func (f *fleetRun) localHandoff(ctx context.Context, ns string) (time.Duration, error) {
+// fleetLocalSamples and fleetSpokeSamples are the steps of the hand-offs (FleetLocalSteps,
+// FleetSteps).
+type fleetLocalSamples struct{ release, decide []time.Duration }
+
+type fleetSpokeSamples struct{ delete, release, decide, copy []time.Duration }
+
+// localHandoff is busyKey and handOff on the hub, with no owner to steer to, its steps into
+// steps.
+func (f *fleetRun) localHandoff(ctx context.Context, ns string, steps *fleetLocalSamples) (time.Duration, error) {
 	b := f.b
 	key := b.name("local")
 	holder, waiter := b.name("holder"), b.name("waiter")
@@ -354,14 +580,32 @@ func (f *fleetRun) localHandoff(ctx context.Context, ns string) (time.Duration, 
 	if err := b.tracker.WaitPhased(ctx, ns, waiter, waitLimit); err != nil {
 		return 0, err
 	}
-	return b.handOff(ctx, ns, holder, waiter, waitLimit)
+	b.tracker.ExpectGone(ns, holder)
+	t0 := time.Now()
+	if err := b.remove(ctx, ns, holder); err != nil {
+		return 0, err
+	}
+	granted, err := b.tracker.WaitGranted(ctx, ns, waiter, waitLimit)
+	if err != nil {
+		return 0, err
+	}
+	gone, err := b.tracker.WaitGone(ctx, ns, holder, waitLimit)
+	if err != nil {
+		return 0, err
+	}
+	steps.release = append(steps.release, gone.Sub(t0))
+	steps.decide = append(steps.decide, granted.Sub(gone))
+	return granted.Sub(t0), b.remove(ctx, ns, waiter)
 }
 
 // spokeHandoff puts a holder in spoke a and a waiter in spoke c on one key (the waiter has the
-// hub's Pending), deletes the holder in a and times until the waiter is seen Granted in c.
-func (f *fleetRun) spokeHandoff(ctx context.Context, ns string, a, c *fleetMember) (time.Duration, error) {
+// hub's Pending), deletes the holder in a and times until the waiter is seen Granted in c, its
+// steps into steps: as the bench's watch of the hub sees the holder's hub request deleted and
+// the waiter's granted.
+func (f *fleetRun) spokeHandoff(ctx context.Context, ns string, a, c *fleetMember, steps *fleetSpokeSamples) (time.Duration, error) {
 	key := f.b.name("fleet")
 	holder, waiter := f.b.name("holder"), f.b.name("waiter")
+	hubHolder, hubWaiter := spoke.HubName(a.name, holder), spoke.HubName(c.name, waiter)
 	if err := a.env.Client.Create(ctx, request(ns, holder, "bench/fleet", key, "alice", 1)); err != nil {
 		return 0, err
 	}
@@ -375,32 +619,48 @@ func (f *fleetRun) spokeHandoff(ctx context.Context, ns string, a, c *fleetMembe
 	if err := c.tracker.WaitPhased(ctx, ns, waiter, waitLimit); err != nil {
 		return 0, err
 	}
+	hub := f.b.tracker
+	hub.ExpectGone(ns, hubHolder)
 	t0 := time.Now()
 	if err := a.env.Client.Delete(ctx, lockRequest(ns, holder)); err != nil {
 		return 0, err
 	}
+	deleted := time.Now()
 	at, err := c.tracker.WaitGranted(ctx, ns, waiter, waitLimit)
 	if err != nil {
 		return 0, err
 	}
+	gone, err := hub.WaitGone(ctx, ns, hubHolder, waitLimit)
+	if err != nil {
+		return 0, err
+	}
+	granted, err := hub.WaitGranted(ctx, ns, hubWaiter, waitLimit)
+	if err != nil {
+		return 0, err
+	}
+	steps.delete = append(steps.delete, deleted.Sub(t0))
+	steps.release = append(steps.release, gone.Sub(t0))
+	steps.decide = append(steps.decide, granted.Sub(gone))
+	steps.copy = append(steps.copy, at.Sub(granted))
 	return at.Sub(t0), c.env.Client.Delete(ctx, lockRequest(ns, waiter))
 }
 
-// hubProbe times a write to the hub (a Lease's renewTime, what an agent renews) and the write
-// → its event on a watch of the hub.
-type hubProbe struct {
+// probe times a write to an API server (a Lease's renewTime, what an agent renews on the hub)
+// and the write → its event on a watch of that server.
+type probe struct {
 	c      client.WithWatch
 	lease  *coordinationv1.Lease
 	w      watch.Interface
 	cancel context.CancelFunc
 }
 
-func newHubProbe(ctx context.Context, cfg *rest.Config, ns string) (*hubProbe, error) {
+// newProbe makes the probe's Lease in ns (a new name each time) and opens its watch.
+func newProbe(ctx context.Context, cfg *rest.Config, ns string) (*probe, error) {
 	c, err := client.NewWithWatch(cfg, client.Options{Scheme: framework.Scheme})
 	if err != nil {
 		return nil, err
 	}
-	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "bench-fleet-probe"},
+	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, GenerateName: "bench-fleet-probe-"},
 		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("bench"), LeaseDurationSeconds: ptr.To[int32](40)}}
 	if err := c.Create(ctx, lease); err != nil {
 		return nil, err
@@ -412,10 +672,10 @@ func newHubProbe(ctx context.Context, cfg *rest.Config, ns string) (*hubProbe, e
 		cancel()
 		return nil, err
 	}
-	return &hubProbe{c: c, lease: lease, w: w, cancel: cancel}, nil
+	return &probe{c: c, lease: lease, w: w, cancel: cancel}, nil
 }
 
-func (p *hubProbe) roundTrip(ctx context.Context) (write, trip time.Duration, err error) {
+func (p *probe) roundTrip(ctx context.Context) (write, trip time.Duration, err error) {
 	p.lease.Spec.RenewTime = ptr.To(metav1.NowMicro())
 	t0 := time.Now()
 	if err := p.c.Update(ctx, p.lease); err != nil {
@@ -440,9 +700,12 @@ func (p *hubProbe) roundTrip(ctx context.Context) (write, trip time.Duration, er
 	}
 }
 
-func (p *hubProbe) stop() {
+func (p *probe) stop() {
 	p.w.Stop()
 	p.cancel()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = p.c.Delete(ctx, p.lease) // the probe's own Lease; a leftover is harmless
 }
 
 // load runs a fresh hub manager with Spokes × Requests requests: made inside the hub, or by
@@ -681,12 +944,15 @@ func (r *Result) fleetRows() [][2]string {
 	if fr == nil {
 		return nil
 	}
-	rows := [][2]string{
-		{fmt.Sprintf("Fleet hand-off inside the hub: release → next Granted, p50 / p99 of %d", fr.Local.N), lat(fr.Local)},
-		{"Fleet hand-off between two spokes (release in spoke A → Granted in spoke B, through the hub), same run: p50 / p99 (added p50 / p99)",
-			fmt.Sprintf("%s (%s / %s ms)", lat(fr.Spokes), signed(fr.AddedP50), signed(fr.AddedP99))},
-		{"Hub round trip, same run: a write (Lease renewal) → its watch event, p50 / p99 (the write alone)",
-			fmt.Sprintf("%s (%s)", lat(fr.HubRoundTrip), lat(fr.HubWrite))},
+	rows := handoffRows("", fr.FleetHandoffs)
+	if l := fr.Link; l != nil {
+		rows = append(rows, handoffRows(fmt.Sprintf("link of %s ms each way to the hub: ", num(l.LatencyMs)), l.FleetHandoffs)...)
+	}
+	if bf := fr.Before; bf != nil {
+		rows = append(rows, beforeRow("", bf.Direct, fr.FleetHandoffs))
+		if bf.Link != nil && fr.Link != nil {
+			rows = append(rows, beforeRow(fmt.Sprintf("link of %s ms each way to the hub: ", num(fr.Link.LatencyMs)), *bf.Link, fr.Link.FleetHandoffs))
+		}
 	}
 	for _, l := range []FleetLoad{fr.Baseline, fr.Fleet} {
 		who := fmt.Sprintf("%d requests made inside the hub", l.Requests)
@@ -704,13 +970,42 @@ func (r *Result) fleetRows() [][2]string {
 	return rows
 }
 
+// handoffRows are the rows of one mode's hand-offs, each name after prefix.
+func handoffRows(prefix string, h FleetHandoffs) [][2]string {
+	return [][2]string{
+		{fmt.Sprintf("Fleet %shand-off inside the hub: release → next Granted, p50 / p99 of %d (steps: deletion seen on the hub · → next Granted there)", prefix, h.Local.N),
+			fmt.Sprintf("%s (%s · %s)", lat(h.Local), lat(h.LocalSteps.Release), lat(h.LocalSteps.Decide))},
+		{fmt.Sprintf("Fleet %shand-off between two spokes (release in spoke A → Granted in spoke B, through the hub), same run: p50 / p99 (added p50 / p99)", prefix),
+			fmt.Sprintf("%s (%s / %s ms)", lat(h.Spokes), signed(h.AddedP50), signed(h.AddedP99))},
+		{fmt.Sprintf("Fleet %shand-off between two spokes, steps p50 / p99: the delete in A (the call) · → A's hub request gone on the hub · → B's Granted on the hub · → B's Granted in spoke B", prefix),
+			fmt.Sprintf("%s · %s · %s · %s", lat(h.Steps.Delete), lat(h.Steps.Release), lat(h.Steps.Decide), lat(h.Steps.Copy))},
+		{fmt.Sprintf("Fleet %shub round trip, same run: a write (Lease renewal) → its watch event, p50 / p99 (the write alone) · spoke B's round trip", prefix),
+			fmt.Sprintf("%s (%s) · %s", lat(h.HubRoundTrip), lat(h.HubWrite), lat(h.SpokeRoundTrip))},
+	}
+}
+
+// beforeRow compares the baseline agents' hand-offs between spokes (before) with this
+// manager's (now), each beside its own hand-offs inside the hub and hub round trips.
+func beforeRow(prefix string, before, now FleetHandoffs) [2]string {
+	return [2]string{
+		fmt.Sprintf("Fleet %sbaseline agents (--fleet-baseline) → these: between spokes p50 / p99 · added p50 ÷ hub round trip p50 · steps p50: → gone on the hub · → Granted on the hub · → Granted in spoke B", prefix),
+		fmt.Sprintf("%s → %s · %s → %s · %s / %s / %s → %s / %s / %s ms", lat(before.Spokes), lat(now.Spokes), num(before.AddedRoundTrips), num(now.AddedRoundTrips),
+			num(before.Steps.Release.P50), num(before.Steps.Decide.P50), num(before.Steps.Copy.P50), num(now.Steps.Release.P50), num(now.Steps.Decide.P50), num(now.Steps.Copy.P50)),
+	}
+}
+
 // fleetGoals are docs/fleet.md's bench goals.
 func fleetGoals(fr *FleetResult) []Goal {
-	return []Goal{
+	goals := []Goal{
 		goal("FL1", "hand-off between two spokes, added p50 ÷ hub round trip p50 (same run)", fr.AddedRoundTrips, "<=", 1),
+	}
+	if l := fr.Link; l != nil {
+		goals = append(goals, goal("FL1w", fmt.Sprintf("the same with the hub %s ms away each way (a latency proxy), added p50 ÷ hub round trip p50 through it", num(l.LatencyMs)), l.AddedRoundTrips, "<=", 1))
+	}
+	return append(goals,
 		goal("FL2", fmt.Sprintf("hub manager CPU per simulated spoke at rest, %% of a core (%d spokes)", fr.Fleet.Spokes), fr.RestCPUPerSpokePct, "<=", 1),
 		goal("FL3", "hub manager heap in use per simulated spoke, MiB", fr.HeapPerSpokeBytes/(1<<20), "<=", 2),
-	}
+	)
 }
 
 // settle waits until the hub's API server has seen no LockRequest or ProjectLock write for 4
@@ -811,6 +1106,9 @@ func ignore(err error, fine func(error) bool) error {
 func (fc FleetConfig) valid() error {
 	if fc.Samples < 1 || fc.Spokes < 1 || fc.Requests < 1 || fc.Namespaces < 1 || fc.Rest < Duration(time.Second) {
 		return errors.New("the fleet phase needs a sample, a spoke, a request, a namespace and a rest window of at least 1s")
+	}
+	if fc.Link < 0 || fc.Link%Duration(time.Millisecond) != 0 {
+		return errors.New("the fleet phase's link latency is whole milliseconds, 0 for none")
 	}
 	if fc.Lease.D() != skew.DefaultLease {
 		if err := (skew.Settings{Lease: fc.Lease.D(), MaxSkew: skew.DefaultMaxSkew}).Validate(); err != nil {

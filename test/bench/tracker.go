@@ -28,8 +28,11 @@ type tracker struct {
 	changed chan struct{} // closed and replaced on every event
 	objs    map[types.NamespacedName]*objState
 	grants  map[string][]grantEvent // namespace -> grants in order
-	stats   map[string]*Transitions
-	err     error
+	// gone are the requests whose deletion is awaited (ExpectGone): when it was seen, zero
+	// until it is.
+	gone  map[types.NamespacedName]time.Time
+	stats map[string]*Transitions
+	err   error
 }
 
 type objState struct {
@@ -78,7 +81,7 @@ func startTracker(ctx context.Context, cfg *rest.Config) (*tracker, error) {
 	t := &tracker{
 		cancel: cancel, done: make(chan struct{}), changed: make(chan struct{}),
 		objs: map[types.NamespacedName]*objState{}, grants: map[string][]grantEvent{},
-		stats: map[string]*Transitions{},
+		gone: map[types.NamespacedName]time.Time{}, stats: map[string]*Transitions{},
 	}
 	go func() {
 		defer close(t.done)
@@ -155,6 +158,9 @@ func (t *tracker) observe(ev watch.Event, at time.Time) {
 	case watch.Deleted:
 		st.Deleted++
 		delete(t.objs, key)
+		if g, expected := t.gone[key]; expected && g.IsZero() {
+			t.gone[key] = at
+		}
 		return
 	case watch.Added:
 		st.Added++
@@ -223,6 +229,29 @@ func (t *tracker) WaitGranted(ctx context.Context, ns, name string, timeout time
 	err := t.waitFor(ctx, timeout, "grant of "+key.String(), func() bool {
 		if o := t.objs[key]; o != nil && !o.grantedAt.IsZero() {
 			at = o.grantedAt
+			return true
+		}
+		return false
+	})
+	return at, err
+}
+
+// ExpectGone has the tracker note when the request's deletion is seen, for WaitGone; called
+// before the request can be deleted.
+func (t *tracker) ExpectGone(ns, name string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.gone[types.NamespacedName{Namespace: ns, Name: name}] = time.Time{}
+}
+
+// WaitGone returns when the deletion of a request given to ExpectGone was seen, and forgets it.
+func (t *tracker) WaitGone(ctx context.Context, ns, name string, timeout time.Duration) (time.Time, error) {
+	key := types.NamespacedName{Namespace: ns, Name: name}
+	var at time.Time
+	err := t.waitFor(ctx, timeout, "the deletion of "+key.String(), func() bool {
+		if g := t.gone[key]; !g.IsZero() {
+			at = g
+			delete(t.gone, key)
 			return true
 		}
 		return false

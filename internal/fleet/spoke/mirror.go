@@ -14,10 +14,12 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -58,6 +60,14 @@ const (
 	// seenStep is how old a mirror's AnnotationHubSeenAt may grow before the agent rewrites
 	// it: one write per CommandLock per step while the hub answers.
 	seenStep = time.Minute
+	// mirrorDelay is how long after a change of the hub's ProjectLock its mirror is written.
+	// A hand-off changes a key's ProjectLock just before the new holder's request, and each
+	// change costs the spoke two writes (the mirror's annotations, then its status): written at
+	// once, they sit in the spoke's API server ahead of the grant's copy into the waiter's
+	// request, which a workload waits on. Later, the hub's changes within it come to one
+	// mirror write, and the grant's copy goes first. The mirror is for people (get locks, why),
+	// who do not see a quarter of a second; a spoke user's edit of a mirror is put back at once.
+	mirrorDelay = 250 * time.Millisecond
 )
 
 // +kubebuilder:rbac:groups=locks.turnstile.dev,resources=projectlocks;commandlocks,verbs=get;list;watch;create;update;patch;delete
@@ -143,7 +153,7 @@ func (a *Agent) setupMirrors(mgr ctrl.Manager) error {
 		Named("fleet-mirror-projectlocks").
 		WithOptions(wait).
 		For(&locksv1.ProjectLock{}).
-		WatchesRawSource(source.Kind(a.hubs, client.Object(&locksv1.ProjectLock{}), same)).
+		WatchesRawSource(source.Kind(a.hubs, client.Object(&locksv1.ProjectLock{}), after(mirrorDelay))).
 		WatchesMetadata(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(m.hubLocksIn)).
 		Complete(reconcile.Func(m.reconcileProjectLock))
 	if err != nil {
@@ -159,6 +169,28 @@ func (a *Agent) setupMirrors(mgr ctrl.Manager) error {
 		return err
 	}
 	return mgr.Add(manager.RunnableFunc(m.refresh))
+}
+
+// after enqueues the object's own name d after its event; events of one name within d come
+// to one reconcile (a delaying queue keeps an item's earliest time).
+func after(d time.Duration) handler.TypedEventHandler[client.Object, reconcile.Request] {
+	add := func(o client.Object, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+		q.AddAfter(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(o)}, d)
+	}
+	return handler.TypedFuncs[client.Object, reconcile.Request]{
+		CreateFunc: func(_ context.Context, e event.TypedCreateEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			add(e.Object, q)
+		},
+		UpdateFunc: func(_ context.Context, e event.TypedUpdateEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			add(e.ObjectNew, q)
+		},
+		DeleteFunc: func(_ context.Context, e event.TypedDeleteEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			add(e.Object, q)
+		},
+		GenericFunc: func(_ context.Context, e event.TypedGenericEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			add(e.Object, q)
+		},
+	}
 }
 
 // hubLocksIn maps a spoke namespace to the hub's ProjectLocks in it: a namespace made in the

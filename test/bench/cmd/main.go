@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/go-logr/logr"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -39,6 +40,9 @@ func main() {
 		memLimit  = flag.String("mem-limit", "", "the container memory limit of every manager the bench starts, as the chart passes it (default: the size's, 256Mi for full)")
 		cgroup    = flag.Bool("cgroup", false, "enforce --mem-limit as a container does: run each manager in a memory cgroup with that limit (needs root and the memory controller, cgroup v1 or v2)")
 		samples   = flag.Int("handoff-samples", 0, "hand-offs per depth and mode in the steady phase (0: the size's, 200 for full); more make the per-hand-off CPU and allocation figures and the profiles steadier")
+		fleetN    = flag.Int("fleet-samples", 0, "hand-offs of each kind in each mode of the fleet phase (0: the size's, 100 for full)")
+		fleetLink = flag.Duration("fleet-link", -1, "one-way latency to the hub in the fleet phase's link mode, whole ms (0: no link mode; default: the size's, 10ms for full)")
+		fleetBase = flag.String("fleet-baseline", "", "another manager binary (e.g. built from main) whose agents time the fleet phase's hand-offs between spokes again, in each mode, beside this one's in the same run")
 		profile   = flag.Int("profile", 0, "seconds of manager CPU profile to record from the start of each back-to-back hand-off run into <out>/cpu-handoff-depth<N>.pprof, and of each deep-queue run of the replicas phase (0: none)")
 	)
 	flag.Parse()
@@ -64,6 +68,7 @@ func main() {
 	if *samples > 0 {
 		cfg.HandoffSamples = *samples
 	}
+	fleetFlags(&cfg, *fleetN, *fleetLink, *fleetBase)
 	cfg.RunPhase.Plugin, cfg.RunPhase.Baseline = *plugin, *baseline
 	if *rounds > 0 {
 		cfg.ReplicasPhase.Rounds = *rounds
@@ -95,6 +100,18 @@ func main() {
 	}
 	res.WriteTable(os.Stdout)
 	fmt.Printf("\nJSON: %s\n", filepath.Join(*out, "results.json"))
+}
+
+// fleetFlags applies --fleet-samples (0: the size's), --fleet-link (negative: the size's) and
+// --fleet-baseline to cfg.
+func fleetFlags(cfg *bench.Config, samples int, link time.Duration, baseline string) {
+	if samples > 0 {
+		cfg.Fleet.Samples = samples
+	}
+	if link >= 0 {
+		cfg.Fleet.Link = bench.Duration(link)
+	}
+	cfg.Fleet.BaselineManager = baseline
 }
 
 // setScalePoints makes pts the scale curve: its last point is the largest, with the size's
