@@ -313,9 +313,15 @@ func (a *Agent) partition(ctx context.Context, spoke, hub *locksv1.LockRequest, 
 	// holder's deadline (any requester, or a hub user labelling her request, would stop others).
 	// guard:spoke-judged-by-own-expiry
 	st, v := a.judge(ctx, spoke.Namespace, []locksv1.LockRequest{*hub})
-	now := a.opts.Clock.Now()
 	running := spoke.Status.Phase == locksv1.PhaseGranted
 	keep := KeepRunning(spoke)
+	// A grant held only because the last renewal is too old to leave it its minimum run (the
+	// last few seconds of each renewal period) is judged again after a renewal made now, not a
+	// second later: one round trip, where the hand-off waited a second one time in twenty.
+	if PartitionAction(running, keep, v) == Hold && a.renew(ctx, spoke.Namespace) == nil {
+		st, v = a.judge(ctx, spoke.Namespace, []locksv1.LockRequest{*hub})
+	}
+	now := a.opts.Clock.Now()
 	switch PartitionAction(running, keep, v) {
 	case Stop:
 		log.FromContext(ctx).Info("stopping a holder: the hub is unreachable", "why", v.Why)
