@@ -318,7 +318,7 @@ func (a *Agent) partition(ctx context.Context, spoke, hub *locksv1.LockRequest, 
 	// A grant held only because the last renewal is too old to leave it its minimum run (the
 	// last few seconds of each renewal period) is judged again after a renewal made now, not a
 	// second later: one round trip, where the hand-off waited a second one time in twenty.
-	if PartitionAction(running, keep, v) == Hold && a.renew(ctx, spoke.Namespace) == nil {
+	if PartitionAction(running, keep, v) == Hold && a.renewSoon(ctx, spoke.Namespace, time.Second) {
 		st, v = a.judge(ctx, spoke.Namespace, []locksv1.LockRequest{*hub})
 	}
 	now := a.opts.Clock.Now()
@@ -415,13 +415,35 @@ func (a *Agent) ensureLease(ctx context.Context, ns string) error {
 // renewTime it wrote (the spoke's clock just before it was sent) and the skew its round trip
 // measures against the hub's Date.
 func (a *Agent) renew(ctx context.Context, ns string) error {
-	ctx, cancel := context.WithTimeout(ctx, a.opts.Settings.RetryAfter())
-	defer cancel()
 	// One renewal of a namespace at a time (the renewer's, a request's ensureLease, a judgement's
 	// first): two at once conflict (409), and a failed first one reads as an unknown clock, whose
 	// verdict is Stop.
-	unlock := a.renewing(ns)
-	defer unlock()
+	l := a.renewLock(ns)
+	l.Lock()
+	defer l.Unlock()
+	return a.renewLocked(ctx, ns, a.opts.Settings.RetryAfter())
+}
+
+// renewSoon renews ns's Lease within limit if the hub answered its last renewal and no other
+// renewal of ns is under way, and says whether it did: a liveness shortcut that must never
+// hold a reconcile worker in a partition (the others stop holders at their deadlines).
+func (a *Agent) renewSoon(ctx context.Context, ns string, limit time.Duration) bool {
+	a.mu.Lock()
+	c := a.clocks[ns]
+	answering := c != nil && c.tried && !c.failing
+	a.mu.Unlock()
+	l := a.renewLock(ns)
+	if !answering || !l.TryLock() {
+		return false
+	}
+	defer l.Unlock()
+	return a.renewLocked(ctx, ns, limit) == nil
+}
+
+// renewLocked is renew with ns's renewal lock held, given up after limit.
+func (a *Agent) renewLocked(ctx context.Context, ns string, limit time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
 	err := a.renewOnce(ctx, ns)
 	// Someone else's write of the Lease between its read and our update: read it again.
 	if apierrors.IsConflict(err) {
@@ -432,12 +454,13 @@ func (a *Agent) renew(ctx context.Context, ns string) error {
 		a.clocks[ns] = &hubClock{}
 	}
 	a.clocks[ns].tried = true
+	a.clocks[ns].failing = err != nil
 	a.mu.Unlock()
 	return err
 }
 
-// renewing locks ns's renewals; the returned func unlocks.
-func (a *Agent) renewing(ns string) func() {
+// renewLock is ns's renewal lock.
+func (a *Agent) renewLock(ns string) *sync.Mutex {
 	a.mu.Lock()
 	if a.renewals == nil {
 		a.renewals = map[string]*sync.Mutex{}
@@ -448,8 +471,7 @@ func (a *Agent) renewing(ns string) func() {
 		a.renewals[ns] = l
 	}
 	a.mu.Unlock()
-	l.Lock()
-	return l.Unlock
+	return l
 }
 
 func (a *Agent) renewOnce(ctx context.Context, ns string) error {

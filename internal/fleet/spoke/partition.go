@@ -28,6 +28,8 @@ type hubClock struct {
 	// skew.Judge's answer for an unknown clock is Stop, the safe one for an agent restarted
 	// during a partition.
 	tried bool
+	// failing says the last renewal failed: the hub is not answering (renewSoon waits for it).
+	failing bool
 }
 
 // dateKey carries a *hubDate in a request's context: the hub's Date header of its response.
