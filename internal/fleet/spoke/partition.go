@@ -185,8 +185,7 @@ const (
 // shows it already (running) or not (waiting to be let go), and that opted out of the stop
 // (keep: KeepRunning) or not. A holder that opted out runs on whatever the verdict (its hub
 // request names no Lease: the hub keeps its lock); one that waits is let go by the same rule as
-// any other, since a grant is shown only when read fresh from a hub that answers (one released
-// by an admin on the hub meanwhile must not start).
+// any other: a grant is shown only while the hub answers renewals.
 func PartitionAction(running, keep bool, v skew.Verdict) Action {
 	switch {
 	// guard:spoke-keep-running-not-stopped
