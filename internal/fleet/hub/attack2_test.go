@@ -13,9 +13,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
@@ -77,9 +79,11 @@ func TestAttack2DelegatesRequestCountsAsKeepRunning(t *testing.T) {
 	cfg.QPS, cfg.Burst = 1000, 2000
 	copts := cache.Options()
 	copts.ByObject = map[client.Object]ctrlcache.ByObject{hub.CacheObject(): hub.CacheOptions()}
+	// A manager of its own beside the package's (start): controller names repeat in one process.
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme: framework.Scheme, Cache: copts, NewCache: cache.New,
 		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -26,6 +26,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -85,6 +86,8 @@ func start(t *testing.T) client.Client {
 		mgr, envErr = ctrl.NewManager(cfg, ctrl.Options{
 			Scheme: framework.Scheme, Cache: copts, NewCache: cache.New,
 			Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
+			// attack2_test.go runs a manager of its own in this process too.
+			Controller: config.Controller{SkipNameValidation: ptr.To(true)},
 		})
 		if envErr != nil {
 			return
