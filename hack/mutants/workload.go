@@ -61,12 +61,6 @@ func init() {
 		mutant{name: "workload-owner-suspend-kept", pkg: workloadPkg, focus: "run:TestOwnerSuspendKept", guard: "a Job its owner suspends after it ran is not let go again", edits: []edit{
 			{"workload-owner-suspend-kept", "	case granted && token == \"\":\n", "	case granted && (token == \"\" || r.kind.held(obj)):\n"},
 		}},
-		mutant{name: "workload-stop-grace-capped", pkg: workloadPkg, focus: "run:TestStopGraceCapsTheStoppedPods", guard: "in a spoke, a stopped workload's Pods are deleted within --fleet-grace, not their own longer grace", edits: []edit{
-			{"workload-stop-grace-capped", "	if own <= limit {", "	if true {"},
-		}},
-		mutant{name: "workload-job-pods-by-owner", pkg: workloadPkg, focus: "run:TestStopGraceCapsTheStoppedPods", guard: "only a stopped Job's own Pods (its controller reference) are deleted, not one that wears its label", edits: []edit{
-			{"workload-job-pods-by-owner", "if ref := metav1.GetControllerOf(p); ref == nil || ref.UID != job.UID {", "if ref := metav1.GetControllerOf(p); false && (ref == nil || ref.UID != job.UID) {"},
-		}},
 		mutant{name: "workload-request-deleted-stops", pkg: workloadPkg, focus: "run:TestRequestDeletedStopsWorkload", guard: "a workload let go whose request is deleted is stopped (not given a new request while it runs)", edits: []edit{
 			{"workload-request-deleted-stops", "	case ann[AnnotationFencingToken] != \"\":\n", "	case false && ann[AnnotationFencingToken] != \"\":\n"},
 		}},

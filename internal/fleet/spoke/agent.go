@@ -193,8 +193,7 @@ func (a *Agent) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, e
 	}
 	hubKey := types.NamespacedName{Namespace: spoke.Namespace, Name: HubName(a.opts.Cluster, spoke.Name)}
 	var hub locksv1.LockRequest
-	err = a.hubs.Get(ctx, hubKey, &hub)
-	if err != nil && !apierrors.IsNotFound(err) {
+	if err = a.hubs.Get(ctx, hubKey, &hub); client.IgnoreNotFound(err) != nil {
 		return ctrl.Result{}, err
 	}
 	if err == nil {
@@ -212,10 +211,9 @@ func (a *Agent) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, e
 	// guard:spoke-uid-adopted
 	case err == nil && hub.Annotations[AnnotationSpokeUID] != string(spoke.UID):
 		return ctrl.Result{}, a.deleteHub(ctx, hub.Namespace, spoke.Name, hub.Annotations[AnnotationSpokeUID])
+	case spoke.DeletionTimestamp != nil && err == nil:
+		return ctrl.Result{}, a.deleteHub(ctx, hub.Namespace, spoke.Name, string(spoke.UID))
 	case spoke.DeletionTimestamp != nil:
-		if err == nil {
-			return ctrl.Result{}, a.deleteHub(ctx, hub.Namespace, spoke.Name, string(spoke.UID))
-		}
 		return ctrl.Result{}, nil
 	// A granted request whose hub request is gone (an admin deleted it on the hub) has lost its
 	// grant: it is not asked for again under the old grant's eyes.
