@@ -14,12 +14,10 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -27,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
+	"github.com/turnstile-dev/turnstile/internal/fleet/delay"
 )
 
 // Mirrors (docs/fleet.md, "Mirrors in a spoke"): the agent copies the hub's ProjectLocks (of
@@ -153,7 +152,7 @@ func (a *Agent) setupMirrors(mgr ctrl.Manager) error {
 		Named("fleet-mirror-projectlocks").
 		WithOptions(wait).
 		For(&locksv1.ProjectLock{}).
-		WatchesRawSource(source.Kind(a.hubs, client.Object(&locksv1.ProjectLock{}), after(mirrorDelay))).
+		WatchesRawSource(source.Kind(a.hubs, client.Object(&locksv1.ProjectLock{}), delay.Enqueue(mirrorDelay, delay.Self))).
 		WatchesMetadata(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(m.hubLocksIn)).
 		Complete(reconcile.Func(m.reconcileProjectLock))
 	if err != nil {
@@ -169,28 +168,6 @@ func (a *Agent) setupMirrors(mgr ctrl.Manager) error {
 		return err
 	}
 	return mgr.Add(manager.RunnableFunc(m.refresh))
-}
-
-// after enqueues the object's own name d after its event; events of one name within d come
-// to one reconcile (a delaying queue keeps an item's earliest time).
-func after(d time.Duration) handler.TypedEventHandler[client.Object, reconcile.Request] {
-	add := func(o client.Object, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-		q.AddAfter(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(o)}, d)
-	}
-	return handler.TypedFuncs[client.Object, reconcile.Request]{
-		CreateFunc: func(_ context.Context, e event.TypedCreateEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			add(e.Object, q)
-		},
-		UpdateFunc: func(_ context.Context, e event.TypedUpdateEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			add(e.ObjectNew, q)
-		},
-		DeleteFunc: func(_ context.Context, e event.TypedDeleteEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			add(e.Object, q)
-		},
-		GenericFunc: func(_ context.Context, e event.TypedGenericEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			add(e.Object, q)
-		},
-	}
 }
 
 // hubLocksIn maps a spoke namespace to the hub's ProjectLocks in it: a namespace made in the
