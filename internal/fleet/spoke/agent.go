@@ -448,13 +448,21 @@ func (a *Agent) renewLocked(ctx context.Context, ns string, limit time.Duration)
 		err = a.renewOnce(ctx, ns)
 	}
 	a.mu.Lock()
-	if a.clocks[ns] == nil {
-		a.clocks[ns] = &hubClock{}
-	}
-	a.clocks[ns].tried = true
-	a.clocks[ns].failing = err != nil
+	c := a.clockLocked(ns)
+	c.tried = true
+	c.failing = err != nil
 	a.mu.Unlock()
 	return err
+}
+
+// clockLocked is ns's partition clock, made (used now) when there is none; a.mu held.
+func (a *Agent) clockLocked(ns string) *hubClock {
+	c := a.clocks[ns]
+	if c == nil {
+		c = &hubClock{used: a.opts.Clock.Now()}
+		a.clocks[ns] = c
+	}
+	return c
 }
 
 // renewLock is ns's renewal lock.
@@ -519,11 +527,7 @@ func (a *Agent) renewOnce(ctx context.Context, ns string) error {
 	sample, err := skew.Measure(skew.RoundTrip{Sent: sent, Received: received, Hub: HubTimes(date.get())})
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	c := a.clocks[ns]
-	if c == nil {
-		c = &hubClock{}
-		a.clocks[ns] = c
-	}
+	c := a.clockLocked(ns)
 	c.st.Renewed = sent
 	if err != nil {
 		return fmt.Errorf("hub lease %s/%s renewed, its clock skew not measured: %w", ns, name, err)
@@ -571,6 +575,7 @@ func (a *Agent) renewAll(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	a.forget(inUse, a.opts.Clock.Now())
 	// At once, not one after the other: each renewal waits on the hub (up to RetryAfter), and a
 	// namespace's renewals must come every RenewEvery however many namespaces there are and
 	// however slowly the hub answers (one by one, a hub whose calls took 0.8 s stopped the
@@ -597,6 +602,33 @@ func (a *Agent) renewAll(ctx context.Context) error {
 	}
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// forget marks the namespaces in inUse used at now, and forgets the partition clock and the
+// renewal lock of each namespace not used for longer than the Lease's duration: its hub Lease
+// has lapsed on the hub (nothing renews it), so its clock has nothing left to judge, and its
+// skew samples must not stay in the bound the agent publishes (skewBound) for good. A namespace
+// used again starts afresh (judge renews before it judges: an unknown clock lets nothing go).
+// A renewal of ns under way keeps its lock (and its clock, which it writes): forgotten next time.
+func (a *Agent) forget(inUse map[string]bool, now time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for ns := range inUse {
+		a.clockLocked(ns).used = now
+	}
+	for ns, c := range a.clocks {
+		if inUse[ns] || now.Sub(c.used) <= a.opts.Settings.Lease {
+			continue
+		}
+		if l := a.renewals[ns]; l != nil {
+			if !l.TryLock() {
+				continue
+			}
+			l.Unlock()
+			delete(a.renewals, ns)
+		}
+		delete(a.clocks, ns)
+	}
 }
 
 // renewWorkers is how many hub Leases the agent renews at once.

@@ -30,6 +30,9 @@ type hubClock struct {
 	tried bool
 	// failing says the last renewal failed: the hub is not answering (renewSoon waits for it).
 	failing bool
+	// used is when the namespace was last seen in use (a hub request of this cluster not final
+	// there), or first renewed: the agent forgets a clock unused for longer than L (forget).
+	used time.Time
 }
 
 // dateKey carries a *hubDate in a request's context: the hub's Date header of its response.
