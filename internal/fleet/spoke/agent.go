@@ -537,35 +537,60 @@ func (a *Agent) renewOnce(ctx context.Context, ns string) error {
 }
 
 // renewer renews the hub Lease of every namespace with a live hub request of this cluster,
-// every third of the lease duration.
+// every third of the lease duration, and when kicked (a grant waits to be let go), by
+// nextRenewal: while the hub does not answer, the kicks of the held grants (one a second each)
+// do not make a renewal round a second for the whole cut.
 func (a *Agent) renewer() manager.RunnableFunc {
 	return func(ctx context.Context) error {
-		next := a.opts.Settings.RenewEvery()
-		failing := false
+		last := a.opts.Clock.Now()
+		failures := 0
+		kicked := false
 		for {
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-a.opts.Clock.After(next):
-			case <-a.kicks:
+			if wait := nextRenewal(a.opts.Settings, last, failures, kicked).Sub(a.opts.Clock.Now()); wait > 0 {
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-a.opts.Clock.After(wait):
+				case <-a.kicks:
+					kicked = true
+					continue // judged again: at once, or after the backoff
+				}
 			}
-			next = a.opts.Settings.RenewEvery()
+			kicked = false
 			err := a.renewAll(ctx)
+			last = a.opts.Clock.Now()
 			switch {
 			case err != nil:
-				// A failed renewal is tried again sooner: it and its retry both come before the
-				// stop must begin.
-				next = a.opts.Settings.RetryAfter()
-				failing = true
+				failures++
 				log.FromContext(ctx).Error(err, "renewing the hub Leases")
 			// Not a safety guard (a release or deletion reaches the hub later without it, on the
 			// work queue's backoff or the hub cache's relist): a liveness kick.
-			case failing:
-				failing = false
+			case failures > 0:
+				failures = 0
 				go a.resync(ctx)
 			}
 		}
 	}
+}
+
+// nextRenewal is when the renewer renews next, after its last round ended at last, of which
+// failures in a row failed (0: the last one succeeded), and whether it was kicked since. Every
+// RenewEvery while the hub answers, and at once when kicked; RetryAfter after a failure (it and
+// its retry both come before the stop must begin), and when kicked no sooner than a backoff of
+// 1 s doubled with each failure in a row, up to RetryAfter: a cut is still noticed to end
+// within RetryAfter, without a round of calls (one a namespace, each up to RetryAfter) each
+// second of it. Pure.
+func nextRenewal(s skew.Settings, last time.Time, failures int, kicked bool) time.Time {
+	switch {
+	// guard:spoke-renewal-backoff
+	case failures == 0 && kicked:
+		return last
+	case failures == 0:
+		return last.Add(s.RenewEvery())
+	case !kicked:
+		return last.Add(s.RetryAfter())
+	}
+	return last.Add(min(time.Second<<min(failures-1, 30), s.RetryAfter()))
 }
 
 // renewAll renews the Lease of each namespace in use (one with a hub request of this cluster
