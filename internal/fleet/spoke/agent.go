@@ -264,13 +264,13 @@ func (a *Agent) writeStatus(ctx context.Context, spoke *locksv1.LockRequest, wan
 	if equality.Semantic.DeepEqual(spoke.Status, want) {
 		return nil
 	}
-	wasLost := LostToPartition(spoke)
+	wasLost, wasRunning := LostToPartition(spoke), spoke.Status.Phase == locksv1.PhaseGranted
 	spoke.Status = want
 	if err := a.spoke.Status().Update(ctx, spoke); err != nil {
 		return client.IgnoreNotFound(err)
 	}
 	if !wasLost && LostToPartition(spoke) {
-		a.stopped(ctx, spoke)
+		a.stopped(ctx, spoke, wasRunning)
 	}
 	return nil
 }
@@ -322,9 +322,17 @@ func (a *Agent) partition(ctx context.Context, spoke, hub *locksv1.LockRequest, 
 	now := a.opts.Clock.Now()
 	switch PartitionAction(running, keep, v) {
 	case Stop:
-		log.FromContext(ctx).Info("stopping a holder: the hub is unreachable", "why", v.Why)
-		return ctrl.Result{}, LostStatus(spoke, LeaseName(a.opts.Cluster), st, v, now)
+		log.FromContext(ctx).Info("stopping a holder: the hub is unreachable or the clock skew too large", "why", v.Why)
+		return ctrl.Result{}, a.lostStatus(spoke, st, v)
+	// A grant held back only because the spoke's clock is off the hub's by more than the flag
+	// allows is given back: held, the hub would keep the key for it as long as the clock is
+	// broken, and nothing else in the fleet could have it.
+	// guard:spoke-skew-gives-grant-back
 	case Hold:
+		if v.SkewTooLarge {
+			log.FromContext(ctx).Info("giving a hub grant back: the clock skew with the hub is too large", "why", v.Why)
+			return ctrl.Result{}, a.lostStatus(spoke, st, v)
+		}
 		a.kick()
 		return ctrl.Result{RequeueAfter: time.Second}, HeldStatus(spoke, st, v)
 	}
