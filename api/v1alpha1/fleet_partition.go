@@ -16,6 +16,12 @@ const (
 	OnPartitionKeepRunning = "keep-running"
 )
 
+// ReasonClockSkewTooLarge is the reason of a spoke request whose hub grant its spoke gave back
+// because the spoke's clock is off the hub's by more than --max-clock-skew: its holder is
+// stopped, or its workload is not let go, and its hub request is released, so the lock is not
+// held fleet-wide while the spoke's clock is broken. Final (Released), as HubUnreachable.
+const ReasonClockSkewTooLarge = "ClockSkewTooLarge"
+
 // KeepsRunning says whether annotations opt a holder out of the partition stop.
 func KeepsRunning(annotations map[string]string) bool {
 	return annotations[AnnotationOnPartition] == OnPartitionKeepRunning

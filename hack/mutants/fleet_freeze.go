@@ -26,6 +26,8 @@ var fleetFreezeMutants = [][6]string{
 		"\tif end.IsZero() || now.Before(end.Add(judgeSlack)) {\n", "\tif true {\n"},
 	{"fleet-spoke-judges-by-its-clock", spokePkg, "run:TestLocalFreeze", "the spoke's gate judges the windows and until by its own clock too, not only as the hub last judged them",
 		"\tfor _, set := range [][]locksv1.CommandLock{mirrors, local} {\n", "\tfor _, set := range [][]locksv1.CommandLock{mirrors} {\n\t\t_ = local\n"},
+	{"fleet-spoke-gate-allows-skew", spokePkg, "run:TestLocalFreeze", "the spoke's gate holds a hub grant the freezes hold at any instant the hub's clock may show (the spoke's now give or take the skew bound), not only at the spoke's now",
+		"\tat, until := now.Add(-skew), now.Add(skew)\n", "\tat, until := now, now\n"},
 	{"fleet-spoke-frozen-held", spokePkg, "run:TestWindowOpeningDuringACutHoldsTheSpokesWorkload", "a hub grant the spoke has not let go is held while the spoke's freezes, as it judges them, hold it (a window that opened during a cut)",
 		"\tif !frozen {\n\t\treturn res, want, nil\n", "\tif true || !frozen {\n\t\treturn res, want, nil\n"},
 	{"fleet-spoke-bypass-the-hubs", spokePkg, "run:TestAttack2SpokeAdminsBypassPassesTheFleetsFreeze", "the spoke's freeze gate judges a request with its hub request's bypass, not the spoke user's own (which the hub never admitted)",

@@ -54,7 +54,8 @@ type Settings struct {
 	Lease time.Duration
 	// Grace is --fleet-grace: how long a holder's stop may take (a Pod's deletion grace).
 	Grace time.Duration
-	// MaxSkew is --max-clock-skew: past it the spoke stops every holder and lets nothing go.
+	// MaxSkew is --max-clock-skew: past it the spoke stops every holder and lets nothing go
+	// (Verdict.SkewTooLarge: it gives their hub grants back).
 	MaxSkew time.Duration
 }
 
@@ -231,6 +232,10 @@ type Verdict struct {
 	// Expiry says StopAt is the grant's own end (State.Expires, before the hub Lease's lapse):
 	// the holder stops because its grant ends, not because the hub stopped answering.
 	Expiry bool
+	// SkewTooLarge says the holders stop, and nothing is let go, because the skew bound is over
+	// MaxSkew: the spoke cannot tell when the hub hands its locks on, whether or not the hub
+	// answers, until its clock is fixed. A grant the spoke holds back for it is given back.
+	SkewTooLarge bool
 }
 
 // Judge applies the rule at now (the spoke's clock).
@@ -242,7 +247,7 @@ func (s Settings) Judge(now time.Time, st State) Verdict {
 		return Verdict{Stop: true, Why: "the hub has not answered a renewal of the spoke's hub Lease yet: nothing is let go until it does"}
 	// guard:skew-over-max-refused
 	case bound > s.MaxSkew:
-		return Verdict{Stop: true, Why: fmt.Sprintf("clock skew with the hub is %s, over --max-clock-skew %s: every holder is stopped and nothing is let go until it is back under", secs(bound), secs(s.MaxSkew))}
+		return Verdict{Stop: true, SkewTooLarge: true, Why: fmt.Sprintf("clock skew with the hub is %s, over --max-clock-skew %s: every holder is stopped and nothing is let go until it is back under", secs(bound), secs(s.MaxSkew))}
 	}
 	stop := s.StopAt(st.Renewed, st.Expires, bound)
 	v := Verdict{StopAt: stop, Expiry: !st.Expires.IsZero() && st.Expires.Before(st.Renewed.Add(s.Lease))}

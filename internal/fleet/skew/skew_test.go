@@ -287,7 +287,7 @@ func TestJudge(t *testing.T) {
 			now: at(0), st: State{Renewed: t0, Expires: at(60), Skew: bounded(sec(2))}, want: Verdict{StopAt: at(20), LetGo: true}, whyEmpty: true,
 		},
 		"a skew bound over --max-clock-skew: stop everything, let nothing go": {
-			now: at(0.2), st: State{Renewed: t0, Skew: bounded(sec(2.4))}, want: Verdict{Stop: true},
+			now: at(0.2), st: State{Renewed: t0, Skew: bounded(sec(2.4))}, want: Verdict{Stop: true, SkewTooLarge: true},
 			wantWhy: "clock skew with the hub is 2.4s, over --max-clock-skew 2s",
 		},
 		"at the bound: fine": {

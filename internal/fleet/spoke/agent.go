@@ -264,13 +264,13 @@ func (a *Agent) writeStatus(ctx context.Context, spoke *locksv1.LockRequest, wan
 	if equality.Semantic.DeepEqual(spoke.Status, want) {
 		return nil
 	}
-	wasLost := LostToPartition(spoke)
+	wasLost, wasRunning := LostToPartition(spoke), spoke.Status.Phase == locksv1.PhaseGranted
 	spoke.Status = want
 	if err := a.spoke.Status().Update(ctx, spoke); err != nil {
 		return client.IgnoreNotFound(err)
 	}
 	if !wasLost && LostToPartition(spoke) {
-		a.stopped(ctx, spoke)
+		a.stopped(ctx, spoke, wasRunning)
 	}
 	return nil
 }
@@ -322,9 +322,17 @@ func (a *Agent) partition(ctx context.Context, spoke, hub *locksv1.LockRequest, 
 	now := a.opts.Clock.Now()
 	switch PartitionAction(running, keep, v) {
 	case Stop:
-		log.FromContext(ctx).Info("stopping a holder: the hub is unreachable", "why", v.Why)
-		return ctrl.Result{}, LostStatus(spoke, LeaseName(a.opts.Cluster), st, v, now)
+		log.FromContext(ctx).Info("stopping a holder: the hub is unreachable or the clock skew too large", "why", v.Why)
+		return ctrl.Result{}, a.lostStatus(spoke, st, v)
+	// A grant held back only because the spoke's clock is off the hub's by more than the flag
+	// allows is given back: held, the hub would keep the key for it as long as the clock is
+	// broken, and nothing else in the fleet could have it.
+	// guard:spoke-skew-gives-grant-back
 	case Hold:
+		if v.SkewTooLarge {
+			log.FromContext(ctx).Info("giving a hub grant back: the clock skew with the hub is too large", "why", v.Why)
+			return ctrl.Result{}, a.lostStatus(spoke, st, v)
+		}
 		a.kick()
 		return ctrl.Result{RequeueAfter: time.Second}, HeldStatus(spoke, st, v)
 	}
@@ -448,13 +456,21 @@ func (a *Agent) renewLocked(ctx context.Context, ns string, limit time.Duration)
 		err = a.renewOnce(ctx, ns)
 	}
 	a.mu.Lock()
-	if a.clocks[ns] == nil {
-		a.clocks[ns] = &hubClock{}
-	}
-	a.clocks[ns].tried = true
-	a.clocks[ns].failing = err != nil
+	c := a.clockLocked(ns)
+	c.tried = true
+	c.failing = err != nil
 	a.mu.Unlock()
 	return err
+}
+
+// clockLocked is ns's partition clock, made (used now) when there is none; a.mu held.
+func (a *Agent) clockLocked(ns string) *hubClock {
+	c := a.clocks[ns]
+	if c == nil {
+		c = &hubClock{used: a.opts.Clock.Now()}
+		a.clocks[ns] = c
+	}
+	return c
 }
 
 // renewLock is ns's renewal lock.
@@ -519,11 +535,7 @@ func (a *Agent) renewOnce(ctx context.Context, ns string) error {
 	sample, err := skew.Measure(skew.RoundTrip{Sent: sent, Received: received, Hub: HubTimes(date.get())})
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	c := a.clocks[ns]
-	if c == nil {
-		c = &hubClock{}
-		a.clocks[ns] = c
-	}
+	c := a.clockLocked(ns)
 	c.st.Renewed = sent
 	if err != nil {
 		return fmt.Errorf("hub lease %s/%s renewed, its clock skew not measured: %w", ns, name, err)
@@ -533,35 +545,60 @@ func (a *Agent) renewOnce(ctx context.Context, ns string) error {
 }
 
 // renewer renews the hub Lease of every namespace with a live hub request of this cluster,
-// every third of the lease duration.
+// every third of the lease duration, and when kicked (a grant waits to be let go), by
+// nextRenewal: while the hub does not answer, the kicks of the held grants (one a second each)
+// do not make a renewal round a second for the whole cut.
 func (a *Agent) renewer() manager.RunnableFunc {
 	return func(ctx context.Context) error {
-		next := a.opts.Settings.RenewEvery()
-		failing := false
+		last := a.opts.Clock.Now()
+		failures := 0
+		kicked := false
 		for {
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-a.opts.Clock.After(next):
-			case <-a.kicks:
+			if wait := nextRenewal(a.opts.Settings, last, failures, kicked).Sub(a.opts.Clock.Now()); wait > 0 {
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-a.opts.Clock.After(wait):
+				case <-a.kicks:
+					kicked = true
+					continue // judged again: at once, or after the backoff
+				}
 			}
-			next = a.opts.Settings.RenewEvery()
+			kicked = false
 			err := a.renewAll(ctx)
+			last = a.opts.Clock.Now()
 			switch {
 			case err != nil:
-				// A failed renewal is tried again sooner: it and its retry both come before the
-				// stop must begin.
-				next = a.opts.Settings.RetryAfter()
-				failing = true
+				failures++
 				log.FromContext(ctx).Error(err, "renewing the hub Leases")
 			// Not a safety guard (a release or deletion reaches the hub later without it, on the
 			// work queue's backoff or the hub cache's relist): a liveness kick.
-			case failing:
-				failing = false
+			case failures > 0:
+				failures = 0
 				go a.resync(ctx)
 			}
 		}
 	}
+}
+
+// nextRenewal is when the renewer renews next, after its last round ended at last, of which
+// failures in a row failed (0: the last one succeeded), and whether it was kicked since. Every
+// RenewEvery while the hub answers, and at once when kicked; RetryAfter after a failure (it and
+// its retry both come before the stop must begin), and when kicked no sooner than a backoff of
+// 1 s doubled with each failure in a row, up to RetryAfter: a cut is still noticed to end
+// within RetryAfter, without a round of calls (one a namespace, each up to RetryAfter) each
+// second of it. Pure.
+func nextRenewal(s skew.Settings, last time.Time, failures int, kicked bool) time.Time {
+	switch {
+	// guard:spoke-renewal-backoff
+	case failures == 0 && kicked:
+		return last
+	case failures == 0:
+		return last.Add(s.RenewEvery())
+	case !kicked:
+		return last.Add(s.RetryAfter())
+	}
+	return last.Add(min(time.Second<<min(failures-1, 30), s.RetryAfter()))
 }
 
 // renewAll renews the Lease of each namespace in use (one with a hub request of this cluster
@@ -571,6 +608,7 @@ func (a *Agent) renewAll(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	a.forget(inUse, a.opts.Clock.Now())
 	// At once, not one after the other: each renewal waits on the hub (up to RetryAfter), and a
 	// namespace's renewals must come every RenewEvery however many namespaces there are and
 	// however slowly the hub answers (one by one, a hub whose calls took 0.8 s stopped the
@@ -597,6 +635,33 @@ func (a *Agent) renewAll(ctx context.Context) error {
 	}
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// forget marks the namespaces in inUse used at now, and forgets the partition clock and the
+// renewal lock of each namespace not used for longer than the Lease's duration: its hub Lease
+// has lapsed on the hub (nothing renews it), so its clock has nothing left to judge, and its
+// skew samples must not stay in the bound the agent publishes (skewBound) for good. A namespace
+// used again starts afresh (judge renews before it judges: an unknown clock lets nothing go).
+// A renewal of ns under way keeps its lock (and its clock, which it writes): forgotten next time.
+func (a *Agent) forget(inUse map[string]bool, now time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for ns := range inUse {
+		a.clockLocked(ns).used = now
+	}
+	for ns, c := range a.clocks {
+		if inUse[ns] || now.Sub(c.used) <= a.opts.Settings.Lease {
+			continue
+		}
+		if l := a.renewals[ns]; l != nil {
+			if !l.TryLock() {
+				continue
+			}
+			l.Unlock()
+			delete(a.renewals, ns)
+		}
+		delete(a.clocks, ns)
+	}
 }
 
 // renewWorkers is how many hub Leases the agent renews at once.

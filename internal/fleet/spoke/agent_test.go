@@ -106,6 +106,12 @@ func startSpokeWith(t *testing.T, hubCfg *rest.Config, settings skew.Settings) *
 // startSpokeAs is startSpokeWith for the spoke named name.
 func startSpokeAs(t *testing.T, name string, hubCfg *rest.Config, settings skew.Settings) *framework.Manager {
 	t.Helper()
+	return startSpokeOptions(t, spoke.Options{Cluster: name, Hub: hubCfg, Settings: settings})
+}
+
+// startSpokeOptions is startSpokeAs with the agent's options o.
+func startSpokeOptions(t *testing.T, o spoke.Options) *framework.Manager {
+	t.Helper()
 	cfg := rest.CopyConfig(spk.Config)
 	cfg.QPS, cfg.Burst = 1000, 2000
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
@@ -119,7 +125,7 @@ func startSpokeAs(t *testing.T, name string, hubCfg *rest.Config, settings skew.
 	if err := controller.SetupSpoke(mgr, controller.SetupOptions{Retention: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := spoke.SetupWithManager(mgr, spoke.Options{Cluster: name, Hub: hubCfg, Settings: settings}); err != nil {
+	if _, err := spoke.SetupWithManager(mgr, o); err != nil {
 		t.Fatal(err)
 	}
 	if err := workload.SetupWithManager(mgr, workload.WithIdentity("system:serviceaccount:turnstile-system:turnstile-controller-manager")); err != nil {

@@ -27,7 +27,8 @@ import (
 //
 //   - the hub's judgement as mirrored (spec.locked with the hub's written thaw, status.windows);
 //   - the spoke's own, by its clock, with the same code the hub uses (internal/window, its
-//     daylight-saving rules): each window of the mirror's spec judged now, and spec.until.
+//     daylight-saving rules): each window of the mirror's spec, and spec.until, judged at every
+//     instant the hub's clock may show now (the spoke's, give or take the skew bound).
 //
 // So a weekend freeze holds while the network does not: a grant the hub made before a Deny
 // window opened, that reaches the spoke (or is let go by the partition rule) only after the
@@ -124,9 +125,45 @@ func MirrorStatus(hub *locksv1.CommandLock, cluster string, seen, now time.Time)
 // the hub): the hub's judgement as mirrored, or the spoke's own judgement of the windows and
 // until by its clock, whichever freezes (the hub's first). A cluster selector is judged by the
 // spoke's labels as the mirrors carry them (MirrorClusterLabels; unknown: it matches, fail
-// safe); nsLabels are the labels of req's namespace in the spoke. next is when the spoke's own
-// judgement next changes (zero: never by the clock). Pure.
-func LocalFreeze(cls []locksv1.CommandLock, req *locksv1.LockRequest, cluster string, nsLabels map[string]string, now time.Time) (fr queue.Freeze, frozen bool, next time.Time) {
+// safe); nsLabels are the labels of req's namespace in the spoke.
+//
+// The spoke's clock may be off the hub's by up to skew (the measured bound, or --max-clock-skew
+// before a measure): a Deny window the hub's clock has opened may not have opened yet by the
+// spoke's, and an until past by the spoke's may not be past by the hub's. So req is held if the
+// freezes hold it at any instant of [now − skew, now + skew]: judged at its start and at every
+// transition within it (a window shorter than the interval that opens and closes between two
+// instants is judged at its opening). next is when to judge again (zero: never by the clock):
+// when held, the end of the freeze that holds plus skew; when not, the next transition after
+// now + skew, minus skew. Pure.
+func LocalFreeze(cls []locksv1.CommandLock, req *locksv1.LockRequest, cluster string, nsLabels map[string]string, now time.Time, skew time.Duration) (fr queue.Freeze, frozen bool, next time.Time) {
+	skew = max(skew, 0)
+	// guard:fleet-spoke-gate-allows-skew
+	at, until := now.Add(-skew), now.Add(skew)
+	for range maxFreezeSamples {
+		fr, frozen, next = localFreezeAt(cls, req, cluster, nsLabels, at)
+		if frozen {
+			if !next.IsZero() {
+				next = next.Add(skew)
+			}
+			return fr, true, next
+		}
+		if next.IsZero() || next.After(until) {
+			break
+		}
+		at = next
+	}
+	if !next.IsZero() {
+		next = next.Add(-skew)
+	}
+	return queue.Freeze{}, false, next
+}
+
+// maxFreezeSamples bounds the instants LocalFreeze judges in its interval: more transitions than
+// that within twice the skew bound (at most seconds) is no schedule a CommandLock can have.
+const maxFreezeSamples = 64
+
+// localFreezeAt is LocalFreeze at the one instant at, and the spoke's next transition after it.
+func localFreezeAt(cls []locksv1.CommandLock, req *locksv1.LockRequest, cluster string, nsLabels map[string]string, now time.Time) (fr queue.Freeze, frozen bool, next time.Time) {
 	r := req.DeepCopy()
 	r.Spec.Holder.Cluster = cluster // the spoke's requests are its cluster's on the hub
 	var mirrors, local []locksv1.CommandLock
@@ -188,8 +225,8 @@ func (a *Agent) judgeGrant(ctx context.Context, spoke, hub *locksv1.LockRequest,
 }
 
 // freezeGate applies the spoke's freezes to a hub grant the spoke would show now (want, after
-// the partition rule) and does not show yet: held (FrozenStatus) while LocalFreeze holds it,
-// looked at again within a second (a thaw on the hub reaches the mirrors, not this request) or
+// the partition rule) and does not show yet: held (FrozenStatus) while LocalFreeze holds it at
+// any instant the hub's clock may show (the spoke's now give or take gateSkew), looked at again within a second (a thaw on the hub reaches the mirrors, not this request) or
 // at the spoke's next transition. It never turns anything into a grant: a want that is not a
 // grant, or a holder the spoke already shows, passes as it is. The request is judged with the
 // freeze bypass of its hub request (hub), the one the hub admitted: a spoke user's own
@@ -211,7 +248,7 @@ func (a *Agent) freezeGate(ctx context.Context, spoke, hub *locksv1.LockRequest,
 	judged := spoke.DeepCopy()
 	// guard:fleet-spoke-bypass-the-hubs
 	judged.Spec.BypassFreeze = hub.Spec.BypassFreeze.DeepCopy()
-	fr, frozen, next := LocalFreeze(cls.Items, judged, a.opts.Cluster, ns, now)
+	fr, frozen, next := LocalFreeze(cls.Items, judged, a.opts.Cluster, ns, now, a.gateSkew(spoke.Namespace))
 	// guard:fleet-spoke-frozen-held
 	if !frozen {
 		return res, want, nil
@@ -222,6 +259,17 @@ func (a *Agent) freezeGate(ctx context.Context, spoke, hub *locksv1.LockRequest,
 		again = max(next.Sub(now), 0) + 10*time.Millisecond
 	}
 	return ctrl.Result{RequeueAfter: again}, FrozenStatus(spoke, a.opts.Cluster, fr, now), nil
+}
+
+// gateSkew is how far the spoke's clock may be off the hub's for the freeze gate of a request in
+// ns: the skew bound its hub Lease's renewals measured, or --max-clock-skew before a measure
+// (fail safe: the largest skew the partition rule lets anything go with).
+func (a *Agent) gateSkew(ns string) time.Duration {
+	st, _ := a.clockOf(ns)
+	if b, known := st.Skew.Max(); known {
+		return b
+	}
+	return a.opts.Settings.MaxSkew
 }
 
 // namespaceLabels are the labels of namespace ns in the spoke (metadata only, from the cache

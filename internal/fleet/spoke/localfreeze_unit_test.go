@@ -146,6 +146,7 @@ func TestLocalFreeze(t *testing.T) {
 	for name, tc := range map[string]struct {
 		cls  []locksv1.CommandLock
 		now  time.Time
+		skew time.Duration
 		want got
 	}{
 		"before the window opens: goes": {cls: []locksv1.CommandLock{mirror(hubJudged(judged, nightly()), "")}, now: opens.Add(-time.Second),
@@ -183,12 +184,45 @@ func TestLocalFreeze(t *testing.T) {
 				return []locksv1.CommandLock{mirror(cl, "")}
 			}(), now: opens.Add(time.Second),
 			want: got{Next: time.Date(2026, 3, 29, 2, 0, 0, 0, time.UTC)}},
+		// The spoke's clock may be behind the hub's by the skew bound: a window that opens 1 s
+		// from now by the spoke's clock may be open by the hub's already.
+		"the window opens 1 s from now, the skew bound 2 s: held": {
+			cls: []locksv1.CommandLock{mirror(hubJudged(judged, nightly()), "")}, now: opens.Add(-time.Second), skew: 2 * time.Second,
+			want: got{Frozen: true, Message: nightlyOpen, Next: time.Date(2026, 3, 29, 2, 0, 2, 0, time.UTC)}},
+		"the window opens 3 s from now, the skew bound 2 s: goes, judged again 2 s before it opens": {
+			cls: []locksv1.CommandLock{mirror(hubJudged(judged, nightly()), "")}, now: opens.Add(-3 * time.Second), skew: 2 * time.Second,
+			want: got{Next: opens.Add(-2 * time.Second)}},
+		"the window closed 1 s ago by the spoke's clock, the skew bound 2 s: still held": {
+			cls: []locksv1.CommandLock{mirror(hubJudged(judged, nightly()), "")}, now: time.Date(2026, 3, 29, 2, 0, 1, 0, time.UTC), skew: 2 * time.Second,
+			want: got{Frozen: true, Message: nightlyOpen, Next: time.Date(2026, 3, 29, 2, 0, 2, 0, time.UTC)}},
+		"a one-second window wholly inside the skew interval, judged at its opening: held": {
+			cls: []locksv1.CommandLock{mirror(hubJudged(judged, second()), "")}, now: opens.Add(-time.Second), skew: 2 * time.Second,
+			want: got{Frozen: true, Message: "Apply commands are frozen by window blip of commandlock apply: Deny window in force until 2026-03-29T01:00:01Z", Next: opens.Add(3 * time.Second)}},
+		"a manual freeze's until passed 1 s ago by the spoke's clock, the skew bound 2 s: still held": {
+			cls: []locksv1.CommandLock{mirror(manualUntil(opens), "")}, now: opens.Add(time.Second), skew: 2 * time.Second,
+			want: got{Frozen: true, Message: "Apply commands are locked globally: weekend", Next: opens.Add(2 * time.Second)}},
 	} {
-		fr, frozen, next := spoke.LocalFreeze(tc.cls, apply, cluster, nil, tc.now)
+		fr, frozen, next := spoke.LocalFreeze(tc.cls, apply, cluster, nil, tc.now, tc.skew)
 		if diff := cmp.Diff(tc.want, got{Frozen: frozen, Message: fr.Message, Next: next}); diff != "" {
 			t.Errorf("%s: (-want +got)\n%s", name, diff)
 		}
 	}
+}
+
+// second is a Deny window of one second, at 01:00:00Z each day.
+func second() locksv1.FreezeWindow {
+	return locksv1.FreezeWindow{Name: "blip", Schedule: "0 1 * * *", Duration: metav1.Duration{Duration: time.Second},
+		TimeZone: "UTC", Action: locksv1.WindowDeny}
+}
+
+// manualUntil is the hub's CommandLock apply locked by hand until until, as the hub judged it an
+// hour before.
+func manualUntil(until time.Time) *locksv1.CommandLock {
+	cl := &locksv1.CommandLock{ObjectMeta: metav1.ObjectMeta{Name: "apply", Generation: 1},
+		Spec: locksv1.CommandLockSpec{Locked: true, Reason: "weekend", Until: &metav1.Time{Time: until}}}
+	cl.Status.ObservedGeneration = 1
+	queue.SetCondition(&cl.Status.Conditions, locksv1.ConditionLocked, metav1.ConditionTrue, locksv1.ReasonFrozen, "Apply commands are locked globally: weekend", 1, until.Add(-time.Hour))
+	return cl
 }
 
 // TestFrozenStatus: a hub grant held in the spoke stays Pending, blocked by the freeze, and

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 
@@ -20,6 +21,10 @@ import (
 // the rule, with numbers"): the hub may hand its locks on once the Lease lapses.
 const ReasonHubUnreachable = "HubUnreachable"
 
+// ReasonClockSkewTooLarge is the reason of a spoke request whose hub grant the agent gave back
+// because the spoke's clock skew with the hub is over --max-clock-skew (SkewStatus).
+const ReasonClockSkewTooLarge = locksv1.ReasonClockSkewTooLarge
+
 // hubClock is the partition clock of one hub Lease (one namespace): what skew.Judge reads.
 type hubClock struct {
 	st skew.State
@@ -30,6 +35,9 @@ type hubClock struct {
 	tried bool
 	// failing says the last renewal failed: the hub is not answering (renewSoon waits for it).
 	failing bool
+	// used is when the namespace was last seen in use (a hub request of this cluster not final
+	// there), or first renewed: the agent forgets a clock unused for longer than L (forget).
+	used time.Time
 }
 
 // dateKey carries a *hubDate in a request's context: the hub's Date header of its response.
@@ -87,12 +95,15 @@ func EarliestExpiry(hubs []locksv1.LockRequest) time.Time {
 	return out
 }
 
-// LostToPartition says the agent stopped spoke's holder because the hub was unreachable: from
-// then on the request stays as the agent wrote it (released, HubUnreachable), whatever the hub
-// says once it answers again; its workload runs again only on a new request's grant.
+// LostToPartition says the agent stopped spoke's holder because the hub was unreachable, or
+// gave its hub grant back because the spoke's clock skew is over --max-clock-skew: from then on
+// the request stays as the agent wrote it (released, HubUnreachable or ClockSkewTooLarge),
+// whatever the hub says once it answers again, and its hub request is released; its workload
+// runs again only on a new request's grant.
 func LostToPartition(spoke *locksv1.LockRequest) bool {
 	c := meta.FindStatusCondition(spoke.Status.Conditions, locksv1.ConditionGranted)
-	return spoke.Status.Phase.IsFinal() && c != nil && c.Reason == ReasonHubUnreachable
+	// guard:spoke-skew-given-back-stays
+	return spoke.Status.Phase.IsFinal() && c != nil && (c.Reason == ReasonHubUnreachable || c.Reason == ReasonClockSkewTooLarge)
 }
 
 // LostStatus is the status of a granted spoke request whose holder must stop now (v.Stop): final
@@ -121,6 +132,42 @@ func LostStatus(spoke *locksv1.LockRequest, lease string, st skew.State, v skew.
 	return out
 }
 
+// SkewStatus is the status of a spoke request whose hub grant the agent gives back because the
+// spoke's clock skew with the hub, bound (the measured bound), is over maxSkew
+// (--max-clock-skew; v.SkewTooLarge): final as LostStatus is (Released: a running holder
+// stopped, a waiting workload never let go), with reason ClockSkewTooLarge and a message naming
+// the bound, the flag and what to do: fix the clock of cluster. Its hub request is released then
+// (LostToPartition), so the key is not held fleet-wide while the clock is broken.
+func SkewStatus(spoke *locksv1.LockRequest, cluster string, bound, maxSkew time.Duration, now time.Time) locksv1.LockRequestStatus {
+	out := LostStatus(spoke, LeaseName(cluster), skew.State{}, skew.Verdict{Stop: true}, now)
+	did := "its workload was not let go"
+	if spoke.Status.Phase == locksv1.PhaseGranted {
+		did = "its holder was stopped"
+	}
+	msg := fmt.Sprintf("the clock of cluster %s is off the hub's by up to %s (measured by the renewals of its hub Lease %s/%s), over --max-clock-skew %s: this spoke cannot tell when the hub hands its locks on, so %s and its hub grant was given back (released on the hub); fix the clock (NTP) on cluster %s, then request again",
+		cluster, secs(bound), spoke.Namespace, LeaseName(cluster), secs(maxSkew), did, cluster)
+	g := out.ObservedGeneration
+	for _, c := range []string{locksv1.ConditionGranted, locksv1.ConditionStalled, locksv1.ConditionReady} {
+		status := metav1.ConditionFalse
+		if c == locksv1.ConditionStalled {
+			status = metav1.ConditionTrue
+		}
+		queue.SetCondition(&out.Conditions, c, status, ReasonClockSkewTooLarge, msg, g, now)
+	}
+	return out
+}
+
+// lostStatus is the status of a spoke request whose holder the partition rule stops, or whose
+// grant it gives back (v.SkewTooLarge: SkewStatus), judged with st.
+func (a *Agent) lostStatus(spoke *locksv1.LockRequest, st skew.State, v skew.Verdict) locksv1.LockRequestStatus {
+	now := a.opts.Clock.Now()
+	if v.SkewTooLarge {
+		bound, _ := st.Skew.Max()
+		return SkewStatus(spoke, a.opts.Cluster, bound, a.opts.Settings.MaxSkew, now)
+	}
+	return LostStatus(spoke, LeaseName(a.opts.Cluster), st, v, now)
+}
+
 // HeldStatus is the status of a spoke request the hub has granted that is not let go (v.LetGo
 // false): what the spoke showed (Pending), with blockedBy saying the hub is unreachable.
 func HeldStatus(spoke *locksv1.LockRequest, st skew.State, v skew.Verdict) locksv1.LockRequestStatus {
@@ -137,6 +184,11 @@ func HeldStatus(spoke *locksv1.LockRequest, st skew.State, v skew.Verdict) locks
 }
 
 func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339) }
+
+// secs writes a duration in seconds, as the flags' docs do ("2s", "10.213s").
+func secs(d time.Duration) string {
+	return strconv.FormatFloat(d.Round(time.Millisecond).Seconds(), 'f', -1, 64) + "s"
+}
 
 // clockOf is the partition clock of ns, and whether a renewal was tried; a copy.
 func (a *Agent) clockOf(ns string) (skew.State, bool) {

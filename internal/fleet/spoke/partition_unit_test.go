@@ -108,6 +108,38 @@ func TestLostStatus(t *testing.T) {
 	}
 }
 
+// TestSkewStatus: a grant given back for a clock skew over --max-clock-skew is final (Released),
+// reason ClockSkewTooLarge, says the bound, the flag, what happened to the workload and to fix
+// the clock of the cluster; it stays so (LostToPartition).
+func TestSkewStatus(t *testing.T) {
+	now := time.Date(2026, 11, 28, 10, 3, 0, 0, time.UTC)
+	waiting := &locksv1.LockRequest{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "job-apply"},
+		Status: locksv1.LockRequestStatus{Phase: locksv1.PhasePending, QueuePosition: 1, BlockedBy: "alice"}}
+	running := waiting.DeepCopy()
+	running.Status = locksv1.LockRequestStatus{Phase: locksv1.PhaseGranted, FencingToken: 7}
+	for _, tc := range []struct {
+		name string
+		lr   *locksv1.LockRequest
+		did  string
+	}{{"a workload waiting", waiting, "its workload was not let go"}, {"a running holder", running, "its holder was stopped"}} {
+		got := SkewStatus(tc.lr, "eu-west-1", 9812*time.Millisecond, 2*time.Second, now)
+		if got.Phase != locksv1.PhaseReleased || got.QueuePosition != 0 || got.BlockedBy != "" || got.FinishedAt == nil {
+			t.Errorf("%s: status %+v, want Released, out of the queue, finished", tc.name, got)
+		}
+		want := "the clock of cluster eu-west-1 is off the hub's by up to 9.812s (measured by the renewals of its hub Lease team-a/spoke-eu-west-1), over --max-clock-skew 2s: this spoke cannot tell when the hub hands its locks on, so " +
+			tc.did + " and its hub grant was given back (released on the hub); fix the clock (NTP) on cluster eu-west-1, then request again"
+		for typ, status := range map[string]metav1.ConditionStatus{locksv1.ConditionGranted: metav1.ConditionFalse, locksv1.ConditionStalled: metav1.ConditionTrue, locksv1.ConditionReady: metav1.ConditionFalse} {
+			c := meta.FindStatusCondition(got.Conditions, typ)
+			if c == nil || c.Status != status || c.Reason != ReasonClockSkewTooLarge || c.Message != want {
+				t.Errorf("%s: %s condition %+v, want %s/%s: %s", tc.name, typ, c, status, ReasonClockSkewTooLarge, want)
+			}
+		}
+		if !LostToPartition(&locksv1.LockRequest{Status: got}) {
+			t.Errorf("%s: LostToPartition(SkewStatus) = false", tc.name)
+		}
+	}
+}
+
 func TestLostToPartition(t *testing.T) {
 	cond := func(reason string) []metav1.Condition {
 		return []metav1.Condition{{Type: locksv1.ConditionGranted, Status: metav1.ConditionFalse, Reason: reason}}
@@ -119,6 +151,7 @@ func TestLostToPartition(t *testing.T) {
 	}{
 		{"released by the agent", locksv1.LockRequestStatus{Phase: locksv1.PhaseReleased, Conditions: cond(ReasonHubUnreachable)}, true},
 		{"released by the hub", locksv1.LockRequestStatus{Phase: locksv1.PhaseReleased, Conditions: cond(locksv1.ReasonHolderLost)}, false},
+		{"given back by the agent for its clock", locksv1.LockRequestStatus{Phase: locksv1.PhaseReleased, Conditions: cond(ReasonClockSkewTooLarge)}, true},
 		{"not final", locksv1.LockRequestStatus{Phase: locksv1.PhasePending, Conditions: cond(ReasonHubUnreachable)}, false},
 		{"no condition", locksv1.LockRequestStatus{Phase: locksv1.PhaseReleased}, false},
 	} {

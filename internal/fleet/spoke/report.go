@@ -115,16 +115,22 @@ func (a *Agent) createOrReport(ctx context.Context, spoke *locksv1.LockRequest) 
 
 // stopped reports a holder the agent stopped because the hub was unreachable: a Warning event
 // StoppedOnPartition on the spoke request and on the workload it was made for (the workload
-// controller stops that workload on the request's loss, as on any lost lock).
-func (a *Agent) stopped(ctx context.Context, spoke *locksv1.LockRequest) {
-	msg := "stopped: the hub is unreachable"
-	if c := meta.FindStatusCondition(spoke.Status.Conditions, locksv1.ConditionGranted); c != nil {
+// controller stops that workload on the request's loss, as on any lost lock). A grant given back
+// for a clock skew over the flag (ClockSkewTooLarge; running says whether its holder ran) is
+// reported by an event of that reason, with its message.
+func (a *Agent) stopped(ctx context.Context, spoke *locksv1.LockRequest, running bool) {
+	reason, msg := ReasonStoppedOnPartition, "stopped: the hub is unreachable"
+	c := meta.FindStatusCondition(spoke.Status.Conditions, locksv1.ConditionGranted)
+	switch {
+	case c != nil && c.Reason == ReasonClockSkewTooLarge:
+		reason, msg = ReasonClockSkewTooLarge, c.Message
+	case c != nil:
 		msg = "stopped: " + c.Message
 	}
-	log.FromContext(ctx).Info("stopped a holder: the hub is unreachable", "request", spoke.Name, "why", msg)
-	a.recorder.Eventf(spoke, nil, corev1.EventTypeWarning, ReasonStoppedOnPartition, "Stop", "%s", msg)
+	log.FromContext(ctx).Info("stopped a holder or gave its grant back", "request", spoke.Name, "running", running, "why", msg)
+	a.recorder.Eventf(spoke, nil, corev1.EventTypeWarning, reason, "Stop", "%s", msg)
 	if w := WorkloadOf(spoke); w != nil {
-		a.recorder.Eventf(w, spoke, corev1.EventTypeWarning, ReasonStoppedOnPartition, "Stop", "%s", msg)
+		a.recorder.Eventf(w, spoke, corev1.EventTypeWarning, reason, "Stop", "%s", msg)
 	}
 }
 

@@ -108,7 +108,7 @@ func (a *Agent) beforeHub(ctx context.Context, spoke *locksv1.LockRequest, getEr
 	st, v := a.judge(ctx, spoke.Namespace, nil)
 	if v.Stop {
 		log.FromContext(ctx).Info("stopping a holder before the hub is heard from", "why", v.Why)
-		return ctrl.Result{}, a.writeStatus(ctx, spoke, LostStatus(spoke, LeaseName(a.opts.Cluster), st, v, a.opts.Clock.Now()))
+		return ctrl.Result{}, a.writeStatus(ctx, spoke, a.lostStatus(spoke, st, v))
 	}
 	// Looked at again at its deadline, or sooner: the hub cache syncs meanwhile, most likely.
 	return ctrl.Result{RequeueAfter: min(max(v.StopAt.Sub(a.opts.Clock.Now()), 0)+10*time.Millisecond, time.Second)}, nil
