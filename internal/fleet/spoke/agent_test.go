@@ -106,6 +106,13 @@ func startSpokeWith(t *testing.T, hubCfg *rest.Config, settings skew.Settings) *
 // startSpokeAs is startSpokeWith for the spoke named name.
 func startSpokeAs(t *testing.T, name string, hubCfg *rest.Config, settings skew.Settings) *framework.Manager {
 	t.Helper()
+	return startSpokeAgent(t, name, hubCfg, settings, nil)
+}
+
+// startSpokeAgent is startSpokeAs, with hook (when set) called on the agent before the manager
+// starts.
+func startSpokeAgent(t *testing.T, name string, hubCfg *rest.Config, settings skew.Settings, hook func(*spoke.Agent)) *framework.Manager {
+	t.Helper()
 	cfg := rest.CopyConfig(spk.Config)
 	cfg.QPS, cfg.Burst = 1000, 2000
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
@@ -119,8 +126,12 @@ func startSpokeAs(t *testing.T, name string, hubCfg *rest.Config, settings skew.
 	if err := controller.SetupSpoke(mgr, controller.SetupOptions{Retention: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := spoke.SetupWithManager(mgr, spoke.Options{Cluster: name, Hub: hubCfg, Settings: settings}); err != nil {
+	agent, err := spoke.SetupWithManager(mgr, spoke.Options{Cluster: name, Hub: hubCfg, Settings: settings})
+	if err != nil {
 		t.Fatal(err)
+	}
+	if hook != nil {
+		hook(agent)
 	}
 	if err := workload.SetupWithManager(mgr, workload.WithIdentity("system:serviceaccount:turnstile-system:turnstile-controller-manager")); err != nil {
 		t.Fatal(err)
