@@ -64,8 +64,11 @@ type Options struct {
 type Agent struct {
 	opts  Options
 	spoke client.Client // the spoke's cached client
-	hub   client.Client // the hub, uncached: writes and Lease reads
+	hub   client.Client // the hub, uncached: writes, Lease reads, a grant's read at its let-go
 	hubs  cache.Cache   // the hub's requests of this cluster
+	// hubRead is where Reconcile reads a hub request: hubs, or a test's lagging view of it
+	// (export_test.go).
+	hubRead client.Reader
 	// recorder reports in the spoke what the agent did or could not do (StoppedOnPartition,
 	// FleetRefused).
 	recorder events.EventRecorder
@@ -136,7 +139,7 @@ func SetupWithManager(mgr ctrl.Manager, o Options) (*Agent, error) {
 	if err := mgr.Add(hubs); err != nil {
 		return nil, err
 	}
-	a := &Agent{opts: o, spoke: mgr.GetClient(), hub: hub, hubs: hubs, clocks: map[string]*hubClock{}, kicks: make(chan struct{}, 1), self: &whoami.Cache{},
+	a := &Agent{opts: o, spoke: mgr.GetClient(), hub: hub, hubs: hubs, hubRead: hubs, clocks: map[string]*hubClock{}, kicks: make(chan struct{}, 1), self: &whoami.Cache{},
 		resyncs: make(chan event.GenericEvent), hubEvents: make(chan event.GenericEvent, hubEventBuffer),
 		recorder: mgr.GetEventRecorder("turnstile-fleet-spoke")}
 	// The hub's requests come through a channel (watchHub), not a source of the hub cache: a
@@ -193,7 +196,7 @@ func (a *Agent) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, e
 	}
 	hubKey := types.NamespacedName{Namespace: spoke.Namespace, Name: HubName(a.opts.Cluster, spoke.Name)}
 	var hub locksv1.LockRequest
-	if err = a.hubs.Get(ctx, hubKey, &hub); client.IgnoreNotFound(err) != nil {
+	if err = a.hubRead.Get(ctx, hubKey, &hub); client.IgnoreNotFound(err) != nil {
 		return ctrl.Result{}, err
 	}
 	if err == nil {
@@ -434,12 +437,8 @@ func (a *Agent) renew(ctx context.Context, ns string) error {
 // renewal of ns is under way, and says whether it did: a liveness shortcut that must never
 // hold a reconcile worker in a partition (the others stop holders at their deadlines).
 func (a *Agent) renewSoon(ctx context.Context, ns string, limit time.Duration) bool {
-	a.mu.Lock()
-	c := a.clocks[ns]
-	answering := c != nil && c.tried && !c.failing
-	a.mu.Unlock()
 	l := a.renewLock(ns)
-	if !answering || !l.TryLock() {
+	if !a.answering(ns) || !l.TryLock() {
 		return false
 	}
 	defer l.Unlock()

@@ -106,11 +106,12 @@ func startSpokeWith(t *testing.T, hubCfg *rest.Config, settings skew.Settings) *
 // startSpokeAs is startSpokeWith for the spoke named name.
 func startSpokeAs(t *testing.T, name string, hubCfg *rest.Config, settings skew.Settings) *framework.Manager {
 	t.Helper()
-	return startSpokeOptions(t, spoke.Options{Cluster: name, Hub: hubCfg, Settings: settings})
+	return startSpokeAgent(t, spoke.Options{Cluster: name, Hub: hubCfg, Settings: settings}, nil)
 }
 
-// startSpokeOptions is startSpokeAs with the agent's options o.
-func startSpokeOptions(t *testing.T, o spoke.Options) *framework.Manager {
+// startSpokeAgent runs the spoke's manager with the agent's options o, and hook (when set)
+// called on the agent before the manager starts.
+func startSpokeAgent(t *testing.T, o spoke.Options, hook func(*spoke.Agent)) *framework.Manager {
 	t.Helper()
 	cfg := rest.CopyConfig(spk.Config)
 	cfg.QPS, cfg.Burst = 1000, 2000
@@ -125,8 +126,12 @@ func startSpokeOptions(t *testing.T, o spoke.Options) *framework.Manager {
 	if err := controller.SetupSpoke(mgr, controller.SetupOptions{Retention: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := spoke.SetupWithManager(mgr, o); err != nil {
+	agent, err := spoke.SetupWithManager(mgr, o)
+	if err != nil {
 		t.Fatal(err)
+	}
+	if hook != nil {
+		hook(agent)
 	}
 	if err := workload.SetupWithManager(mgr, workload.WithIdentity("system:serviceaccount:turnstile-system:turnstile-controller-manager")); err != nil {
 		t.Fatal(err)

@@ -37,7 +37,7 @@ func TestClockSkewTooLargeGivesTheGrantBack(t *testing.T) {
 	g := gomega.NewWithT(t)
 	ctx := context.Background()
 	settings := skew.Settings{Lease: 20 * time.Second, Grace: 3 * time.Second, MaxSkew: 2 * time.Second}
-	m := startSpokeOptions(t, spoke.Options{Cluster: name, Hub: rest.CopyConfig(hub.Config), Settings: settings, Clock: aheadClock{d: 10 * time.Second}})
+	m := startSpokeAgent(t, spoke.Options{Cluster: name, Hub: rest.CopyConfig(hub.Config), Settings: settings, Clock: aheadClock{d: 10 * time.Second}}, nil)
 	defer func() { _ = m.Stop() }()
 
 	never := neverGranted(t, ns, "bob-apply")

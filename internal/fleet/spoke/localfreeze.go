@@ -218,10 +218,16 @@ func FrozenStatus(spoke *locksv1.LockRequest, cluster string, fr queue.Freeze, n
 }
 
 // judgeGrant is what the agent does with the hub's status want of spoke: the partition rule,
-// then the spoke's freezes as a gate on letting a grant go (freezeGate), never a grant.
+// then the spoke's freezes as a gate on letting a grant go (freezeGate), then the grant read
+// live from the hub at the let-go (liveGate); never a grant.
 func (a *Agent) judgeGrant(ctx context.Context, spoke, hub *locksv1.LockRequest, want locksv1.LockRequestStatus) (ctrl.Result, locksv1.LockRequestStatus, error) {
 	res, want := a.partition(ctx, spoke, hub, want)
-	return a.freezeGate(ctx, spoke, hub, res, want)
+	res, want, err := a.freezeGate(ctx, spoke, hub, res, want)
+	if err != nil {
+		return res, want, err
+	}
+	res, want = a.liveGate(ctx, spoke, hub, res, want)
+	return res, want, nil
 }
 
 // freezeGate applies the spoke's freezes to a hub grant the spoke would show now (want, after
