@@ -34,6 +34,9 @@ func init() {
 		mutant{name: "skew-over-max-refused", pkg: skewPkg, focus: "run:TestJudge|TestNoHolderPastTheLapse", guard: "a skew bound over --max-clock-skew stops every holder and lets nothing go", edits: []edit{
 			{"skew-over-max-refused", "	case bound > s.MaxSkew:", "	case false:"},
 		}},
+		mutant{name: "skew-give-back-only-when-certain", pkg: skewPkg, focus: "run:TestJudge", guard: "a grant is given back for the skew only when the clock is off for certain, not when a slow round trip widens the bound", edits: []edit{
+			{"skew-give-back-only-when-certain", "		if last.Beyond(s.MaxSkew) {", "		if last.Beyond(s.MaxSkew) || true {"},
+		}},
 		mutant{name: "skew-stop-at-deadline", pkg: skewPkg, focus: "run:TestJudge|TestNoHolderPastTheLapse", guard: "the running holders stop at the stop deadline", edits: []edit{
 			{"skew-stop-at-deadline", "	case !now.Before(stop):", "	case false:"},
 		}},

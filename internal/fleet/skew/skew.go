@@ -127,6 +127,10 @@ func (s Sample) Skew() time.Duration { return s.Low + (s.High-s.Low)/2 }
 // Uncertainty is half the interval's width: half the round trip and half a second.
 func (s Sample) Uncertainty() time.Duration { return (s.High - s.Low) / 2 }
 
+// Beyond says the clocks are apart by more than d for certain: the whole interval lies past it,
+// on one side.
+func (s Sample) Beyond(d time.Duration) bool { return s.Low > d || s.High < -d }
+
 // Bound is |Skew| + Uncertainty: the farthest the clocks can be apart by this sample.
 func (s Sample) Bound() time.Duration { return max(abs(s.Low), abs(s.High)) }
 
@@ -232,9 +236,12 @@ type Verdict struct {
 	// Expiry says StopAt is the grant's own end (State.Expires, before the hub Lease's lapse):
 	// the holder stops because its grant ends, not because the hub stopped answering.
 	Expiry bool
-	// SkewTooLarge says the holders stop, and nothing is let go, because the skew bound is over
-	// MaxSkew: the spoke cannot tell when the hub hands its locks on, whether or not the hub
-	// answers, until its clock is fixed. A grant the spoke holds back for it is given back.
+	// SkewTooLarge says the holders stop, and nothing is let go, because the spoke's clock is
+	// off the hub's by more than MaxSkew, for certain: the latest renewal's whole interval lies
+	// past it (Sample.Beyond). The spoke cannot tell when the hub hands its locks on until its
+	// clock is fixed, and a grant it holds back for it is given back. A bound over MaxSkew only
+	// by a slow round trip's width (the clocks may agree) stops the holders too, but holds the
+	// grants: the next renewals, on a faster network, may let them go.
 	SkewTooLarge bool
 }
 
@@ -247,7 +254,12 @@ func (s Settings) Judge(now time.Time, st State) Verdict {
 		return Verdict{Stop: true, Why: "the hub has not answered a renewal of the spoke's hub Lease yet: nothing is let go until it does"}
 	// guard:skew-over-max-refused
 	case bound > s.MaxSkew:
-		return Verdict{Stop: true, SkewTooLarge: true, Why: fmt.Sprintf("clock skew with the hub is %s, over --max-clock-skew %s: every holder is stopped and nothing is let go until it is back under", secs(bound), secs(s.MaxSkew))}
+		last, _ := st.Skew.Last()
+		// guard:skew-give-back-only-when-certain
+		if last.Beyond(s.MaxSkew) {
+			return Verdict{Stop: true, SkewTooLarge: true, Why: fmt.Sprintf("clock skew with the hub is %s, over --max-clock-skew %s: every holder is stopped and nothing is let go until it is back under", secs(bound), secs(s.MaxSkew))}
+		}
+		return Verdict{Stop: true, Why: fmt.Sprintf("clock skew with the hub is up to %s, over --max-clock-skew %s, by a slow round trip (the clocks may agree): every holder is stopped and nothing is let go until it is back under", secs(bound), secs(s.MaxSkew))}
 	}
 	stop := s.StopAt(st.Renewed, st.Expires, bound)
 	v := Verdict{StopAt: stop, Expiry: !st.Expires.IsZero() && st.Expires.Before(st.Renewed.Add(s.Lease))}

@@ -287,8 +287,20 @@ func TestJudge(t *testing.T) {
 			now: at(0), st: State{Renewed: t0, Expires: at(60), Skew: bounded(sec(2))}, want: Verdict{StopAt: at(20), LetGo: true}, whyEmpty: true,
 		},
 		"a skew bound over --max-clock-skew: stop everything, let nothing go": {
-			now: at(0.2), st: State{Renewed: t0, Skew: bounded(sec(2.4))}, want: Verdict{Stop: true, SkewTooLarge: true},
-			wantWhy: "clock skew with the hub is 2.4s, over --max-clock-skew 2s",
+			now: at(0.2), st: State{Renewed: t0, Skew: bounded(sec(2.4))}, want: Verdict{Stop: true},
+			wantWhy: "clock skew with the hub is up to 2.4s, over --max-clock-skew 2s, by a slow round trip",
+		},
+		"a clock off by more than --max-clock-skew for certain: give the grants back": {
+			now: at(0.2), st: State{Renewed: t0, Skew: Bound{}.Add(Sample{Low: sec(2.1), High: sec(3.3)})}, want: Verdict{Stop: true, SkewTooLarge: true},
+			wantWhy: "clock skew with the hub is 3.3s, over --max-clock-skew 2s: every holder",
+		},
+		"behind it for certain: the same": {
+			now: at(0.2), st: State{Renewed: t0, Skew: Bound{}.Add(Sample{Low: -sec(9.5), High: -sec(8.2)})}, want: Verdict{Stop: true, SkewTooLarge: true},
+			wantWhy: "clock skew with the hub is 9.5s",
+		},
+		"certain before, only a slow round trip's width now: held, not given back": {
+			now: at(0.2), st: State{Renewed: t0, Skew: Bound{}.Add(Sample{Low: sec(2.1), High: sec(3.3)}).Add(Sample{Low: -sec(2.5), High: sec(1)})}, want: Verdict{Stop: true},
+			wantWhy: "by a slow round trip",
 		},
 		"at the bound: fine": {
 			now: at(0.2), st: State{Renewed: t0, Skew: bounded(sec(2))}, want: Verdict{StopAt: at(20), LetGo: true}, whyEmpty: true,
