@@ -64,11 +64,11 @@ func (a *Agent) liveGrant(ctx context.Context, hub *locksv1.LockRequest) (*locks
 
 // SameGrant says whether live, a hub request as read live from the hub, still holds the grant
 // that cached, the hub cache's copy of it, shows: the same object (UID), Granted, not released
-// (an admin's force-release ends the grant before the hub's status says so), with the same
-// fencing token. Pure.
+// (an admin's force-release ends the grant before the hub's status says so) and not being
+// deleted (its finalizer releases it), with the same fencing token. Pure.
 func SameGrant(cached, live *locksv1.LockRequest) bool {
 	return live.UID == cached.UID && live.Status.Phase == locksv1.PhaseGranted && !live.Spec.Release &&
-		live.Status.FencingToken == cached.Status.FencingToken
+		live.DeletionTimestamp == nil && live.Status.FencingToken == cached.Status.FencingToken
 }
 
 // answering says whether the hub answered the last renewal of ns's hub Lease.

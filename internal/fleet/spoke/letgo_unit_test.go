@@ -41,6 +41,7 @@ func TestSameGrant(t *testing.T) {
 		{"released", func(l *locksv1.LockRequest) { l.Status.Phase = locksv1.PhaseReleased }, false},
 		{"expired", func(l *locksv1.LockRequest) { l.Status.Phase = locksv1.PhaseExpired }, false},
 		{"deleted and made anew under its name", func(l *locksv1.LockRequest) { l.UID = "uid-b" }, false},
+		{"being deleted (its finalizer releases it)", func(l *locksv1.LockRequest) { l.DeletionTimestamp = &metav1.Time{Time: time.Now()} }, false},
 		{"another grant (another token)", func(l *locksv1.LockRequest) { l.Status.FencingToken = 9 }, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
