@@ -196,9 +196,7 @@ func TestSpokeRequestFollowsTheHub(t *testing.T) {
 
 	holder := request(ns, "alice-apply", "alice")
 	g.Expect(hub.Client.Create(ctx, holder)).To(gomega.Succeed())
-	g.Eventually(func(g gomega.Gomega) {
-		g.Expect(get(g, hub.Client, ns, "alice-apply").Status.Phase).To(gomega.Equal(locksv1.PhaseGranted))
-	}).Should(gomega.Succeed())
+	granted(t, hub.Client, ns, "alice-apply")
 
 	stop := neverGranted(t, ns, "bob-apply")
 	g.Expect(spk.Client.Create(ctx, request(ns, "bob-apply", "bob"))).To(gomega.Succeed())
@@ -281,9 +279,7 @@ func TestSpokeRequestIsNeverDecidedInTheSpoke(t *testing.T) {
 	m := startSpoke(t)
 	defer func() { _ = m.Stop() }()
 	g.Expect(hub.Client.Create(ctx, request(ns, "alice-apply", "alice"))).To(gomega.Succeed())
-	g.Eventually(func(g gomega.Gomega) {
-		g.Expect(get(g, hub.Client, ns, "alice-apply").Status.Phase).To(gomega.Equal(locksv1.PhaseGranted))
-	}).Should(gomega.Succeed())
+	granted(t, hub.Client, ns, "alice-apply")
 	stop := neverGranted(t, ns, "bob-apply")
 	g.Expect(spk.Client.Create(ctx, request(ns, "bob-apply", "bob"))).To(gomega.Succeed())
 	// Twice the hub's verdict, and every renewal of the spoke's Lease in between: nothing.

@@ -309,7 +309,7 @@ func lockOn(ns, name, path string) *locksv1.LockRequest {
 	return lr
 }
 
-// granted waits until the spoke request ns/name shows the hub's grant, and returns it.
+// granted waits until c shows the request ns/name granted (the hub's grant, in a spoke), and returns it.
 func granted(t *testing.T, c client.Client, ns, name string) *locksv1.LockRequest {
 	t.Helper()
 	g := gomega.NewWithT(t)

@@ -86,9 +86,7 @@ func letGoLive(t *testing.T, ns string, end func(context.Context, gomega.Gomega,
 	// behind him.
 	alice := request(ns, "alice-apply", "alice")
 	g.Expect(hub.Client.Create(ctx, alice)).To(gomega.Succeed())
-	g.Eventually(func(g gomega.Gomega) {
-		g.Expect(get(g, hub.Client, ns, "alice-apply").Status.Phase).To(gomega.Equal(locksv1.PhaseGranted))
-	}).Should(gomega.Succeed())
+	granted(t, hub.Client, ns, "alice-apply")
 	stop := neverGranted(t, ns, "bob-apply")
 	g.Expect(spk.Client.Create(ctx, request(ns, "bob-apply", "bob"))).To(gomega.Succeed())
 	g.Eventually(func(g gomega.Gomega) {
@@ -113,9 +111,7 @@ func letGoLive(t *testing.T, ns string, end func(context.Context, gomega.Gomega,
 
 	// An admin ends that grant on the hub, and the key passes to carol.
 	end(ctx, g, grant.DeepCopy())
-	g.Eventually(func(g gomega.Gomega) {
-		g.Expect(get(g, hub.Client, ns, "carol-apply").Status.Phase).To(gomega.Equal(locksv1.PhaseGranted))
-	}).Should(gomega.Succeed())
+	granted(t, hub.Client, ns, "carol-apply")
 
 	// Only now does the lagging cache show bob's grant; a spoke user's touch wakes the agent,
 	// as the watch's late event would.

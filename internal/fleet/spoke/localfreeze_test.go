@@ -84,9 +84,7 @@ func TestWindowOpeningDuringACutHoldsTheSpokesWorkload(t *testing.T) {
 	// The hub's holder (a request of the hub itself: in no cluster scope, so never frozen).
 	holder := request(ns, "alice-vpc", "alice")
 	g.Expect(hub.Client.Create(ctx, holder)).To(gomega.Succeed())
-	g.Eventually(func(g gomega.Gomega) {
-		g.Expect(get(g, hub.Client, ns, "alice-vpc").Status.Phase).To(gomega.Equal(locksv1.PhaseGranted))
-	}).Should(gomega.Succeed())
+	granted(t, hub.Client, ns, "alice-vpc")
 
 	job := &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "rollout", Labels: map[string]string{workload.LabelGated: "true"},

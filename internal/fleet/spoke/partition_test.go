@@ -74,9 +74,7 @@ func TestPartitionStopsHoldersBeforeTheHubLetsGo(t *testing.T) {
 	holder := request(ns, "alice-plan", "alice")
 	holder.Spec.Locks[0].Path = "dns"
 	g.Expect(hub.Client.Create(ctx, holder)).To(gomega.Succeed())
-	g.Eventually(func(g gomega.Gomega) {
-		g.Expect(get(g, hub.Client, ns, "alice-plan").Status.Phase).To(gomega.Equal(locksv1.PhaseGranted))
-	}).Should(gomega.Succeed())
+	granted(t, hub.Client, ns, "alice-plan")
 	waiter := request(ns, "carol-plan", "carol")
 	waiter.Spec.Locks[0].Path = "dns"
 	stop := neverGranted(t, ns, "carol-plan")
@@ -88,9 +86,7 @@ func TestPartitionStopsHoldersBeforeTheHubLetsGo(t *testing.T) {
 	p.Blackhole()
 	// The hub hands the dns key to the waiter during the cut.
 	g.Expect(hub.Client.Patch(ctx, holder, client.RawPatch("application/merge-patch+json", []byte(`{"spec":{"release":true}}`)))).To(gomega.Succeed())
-	g.Eventually(func(g gomega.Gomega) {
-		g.Expect(get(g, hub.Client, ns, cluster+".carol-plan").Status.Phase).To(gomega.Equal(locksv1.PhaseGranted))
-	}).Should(gomega.Succeed())
+	granted(t, hub.Client, ns, cluster+".carol-plan")
 
 	// (a) The holder is stopped before the hub may let its lock go.
 	var lostAt time.Time
