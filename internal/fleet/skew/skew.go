@@ -82,13 +82,13 @@ func (s Settings) MinRun() time.Duration { return s.Lease / 4 }
 func (s Settings) Validate() error {
 	var errs []error
 	if s.Lease <= 0 || s.Lease%time.Second != 0 {
-		errs = append(errs, fmt.Errorf("--hub-lease-duration %s: a Lease's duration is a positive whole number of seconds", secs(s.Lease)))
+		errs = append(errs, fmt.Errorf("--hub-lease-duration %s: a Lease's duration is a positive whole number of seconds", Secs(s.Lease)))
 	}
 	if s.Grace < 0 {
-		errs = append(errs, fmt.Errorf("--fleet-grace %s: must not be negative", secs(s.Grace)))
+		errs = append(errs, fmt.Errorf("--fleet-grace %s: must not be negative", Secs(s.Grace)))
 	}
 	if s.MaxSkew < MinMaxSkew {
-		errs = append(errs, fmt.Errorf("--max-clock-skew %s: the hub's time is read in whole seconds, so even clocks in step measure up to 1s plus the round trip; use at least %s", secs(s.MaxSkew), secs(MinMaxSkew)))
+		errs = append(errs, fmt.Errorf("--max-clock-skew %s: the hub's time is read in whole seconds, so even clocks in step measure up to 1s plus the round trip; use at least %s", Secs(s.MaxSkew), Secs(MinMaxSkew)))
 	}
 	if len(errs) > 0 {
 		return errors.Join(errs...)
@@ -98,8 +98,8 @@ func (s Settings) Validate() error {
 		return nil
 	}
 	return fmt.Errorf("--fleet-grace %s does not fit in --hub-lease-duration %s: a spoke cut off from the hub must have stopped its holders, grace included, %s (margin) and %s (--max-clock-skew) before the hub can hand their locks on, with room for a failed renewal and its retry; a %s grace needs --hub-lease-duration of at least %s, or use --fleet-grace of at most %s",
-		secs(s.Grace), secs(s.Lease), secs(Margin), secs(s.MaxSkew), secs(s.Grace),
-		secs(ceilSecond(2*(s.Grace+Margin+s.MaxSkew))), secs(max(0, s.Lease/2-Margin-s.MaxSkew)))
+		Secs(s.Grace), Secs(s.Lease), Secs(Margin), Secs(s.MaxSkew), Secs(s.Grace),
+		Secs(ceilSecond(2*(s.Grace+Margin+s.MaxSkew))), Secs(max(0, s.Lease/2-Margin-s.MaxSkew)))
 }
 
 // RoundTrip is one renewal of a hub Lease, as the agent saw it.
@@ -151,7 +151,7 @@ func Measure(rt RoundTrip) (Sample, error) {
 	rtt := rt.Received.Sub(rt.Sent)
 	// guard:skew-round-trip-backwards
 	if rtt < 0 {
-		return Sample{}, fmt.Errorf("the renewal's response came %s before it was sent: the spoke's clock went back", secs(-rtt))
+		return Sample{}, fmt.Errorf("the renewal's response came %s before it was sent: the spoke's clock went back", Secs(-rtt))
 	}
 	sent := rt.Sent.Round(0) // the wall clock: the hub's times are wall times
 	var meet, join Sample
@@ -257,9 +257,9 @@ func (s Settings) Judge(now time.Time, st State) Verdict {
 		last, _ := st.Skew.Last()
 		// guard:skew-give-back-only-when-certain
 		if last.Beyond(s.MaxSkew) {
-			return Verdict{Stop: true, SkewTooLarge: true, Why: fmt.Sprintf("clock skew with the hub is %s, over --max-clock-skew %s: every holder is stopped and nothing is let go until it is back under", secs(bound), secs(s.MaxSkew))}
+			return Verdict{Stop: true, SkewTooLarge: true, Why: fmt.Sprintf("clock skew with the hub is %s, over --max-clock-skew %s: every holder is stopped and nothing is let go until it is back under", Secs(bound), Secs(s.MaxSkew))}
 		}
-		return Verdict{Stop: true, Why: fmt.Sprintf("clock skew with the hub is up to %s, over --max-clock-skew %s, by a slow round trip (the clocks may agree): every holder is stopped and nothing is let go until it is back under", secs(bound), secs(s.MaxSkew))}
+		return Verdict{Stop: true, Why: fmt.Sprintf("clock skew with the hub is up to %s, over --max-clock-skew %s, by a slow round trip (the clocks may agree): every holder is stopped and nothing is let go until it is back under", Secs(bound), Secs(s.MaxSkew))}
 	}
 	stop := s.StopAt(st.Renewed, st.Expires, bound)
 	v := Verdict{StopAt: stop, Expiry: !st.Expires.IsZero() && st.Expires.Before(st.Renewed.Add(s.Lease))}
@@ -273,9 +273,9 @@ func (s Settings) Judge(now time.Time, st State) Verdict {
 		}
 	// guard:skew-let-go-min-run
 	case !now.Add(s.MinRun()).Before(stop):
-		v.Why = fmt.Sprintf("the hub has not answered since %s; nothing is let go until it answers (a workload needs %s before its stop at %s)", stamp(st.Renewed), secs(s.MinRun()), stamp(stop))
+		v.Why = fmt.Sprintf("the hub has not answered since %s; nothing is let go until it answers (a workload needs %s before its stop at %s)", stamp(st.Renewed), Secs(s.MinRun()), stamp(stop))
 		if v.Expiry {
-			v.Why = fmt.Sprintf("its grant ends at %s by the hub's clock (spec.ttl): too soon to let a workload go (it needs %s before its stop at %s)", stamp(st.Expires), secs(s.MinRun()), stamp(stop))
+			v.Why = fmt.Sprintf("its grant ends at %s by the hub's clock (spec.ttl): too soon to let a workload go (it needs %s before its stop at %s)", stamp(st.Expires), Secs(s.MinRun()), stamp(stop))
 		}
 	default:
 		v.LetGo = true
@@ -298,8 +298,8 @@ func (s Settings) StopAt(renewed, expires time.Time, bound time.Duration) time.T
 	return lapse.Add(-bound - Margin - s.Grace)
 }
 
-// secs writes a duration in seconds, as the flags' docs do ("130s", "2.4s").
-func secs(d time.Duration) string {
+// Secs writes a duration in seconds, as the flags' docs do ("130s", "2.4s").
+func Secs(d time.Duration) string {
 	return strconv.FormatFloat(d.Round(time.Millisecond).Seconds(), 'f', -1, 64) + "s"
 }
 

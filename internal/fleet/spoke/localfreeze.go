@@ -232,8 +232,9 @@ func (a *Agent) judgeGrant(ctx context.Context, spoke, hub *locksv1.LockRequest,
 
 // freezeGate applies the spoke's freezes to a hub grant the spoke would show now (want, after
 // the partition rule) and does not show yet: held (FrozenStatus) while LocalFreeze holds it at
-// any instant the hub's clock may show (the spoke's now give or take gateSkew), looked at again within a second (a thaw on the hub reaches the mirrors, not this request) or
-// at the spoke's next transition. It never turns anything into a grant: a want that is not a
+// any instant the hub's clock may show (the spoke's now give or take gateSkew), looked at again
+// within a second (a thaw on the hub reaches the mirrors, not this request) or at the spoke's
+// next transition. It never turns anything into a grant: a want that is not a
 // grant, or a holder the spoke already shows, passes as it is. The request is judged with the
 // freeze bypass of its hub request (hub), the one the hub admitted: a spoke user's own
 // spec.bypassFreeze is never carried to the hub, which gives a spoke none of its own, so it

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"strconv"
 	"sync"
 	"time"
 
@@ -145,7 +144,7 @@ func SkewStatus(spoke *locksv1.LockRequest, cluster string, bound, maxSkew time.
 		did = "its holder was stopped"
 	}
 	msg := fmt.Sprintf("the clock of cluster %s is off the hub's by up to %s (measured by the renewals of its hub Lease %s/%s), over --max-clock-skew %s: this spoke cannot tell when the hub hands its locks on, so %s and its hub grant was given back (released on the hub); fix the clock (NTP) on cluster %s, then request again",
-		cluster, secs(bound), spoke.Namespace, LeaseName(cluster), secs(maxSkew), did, cluster)
+		cluster, skew.Secs(bound), spoke.Namespace, LeaseName(cluster), skew.Secs(maxSkew), did, cluster)
 	g := out.ObservedGeneration
 	for _, c := range []string{locksv1.ConditionGranted, locksv1.ConditionStalled, locksv1.ConditionReady} {
 		status := metav1.ConditionFalse
@@ -184,11 +183,6 @@ func HeldStatus(spoke *locksv1.LockRequest, st skew.State, v skew.Verdict) locks
 }
 
 func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339) }
-
-// secs writes a duration in seconds, as the flags' docs do ("2s", "10.213s").
-func secs(d time.Duration) string {
-	return strconv.FormatFloat(d.Round(time.Millisecond).Seconds(), 'f', -1, 64) + "s"
-}
 
 // clockOf is the partition clock of ns, and whether a renewal was tried; a copy.
 func (a *Agent) clockOf(ns string) (skew.State, bool) {
