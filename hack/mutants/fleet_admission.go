@@ -2,8 +2,9 @@ package main
 
 // The hub's admission policies for a fleet's spokes (issue #45, config/fleet/spoke-policy.yaml:
 // a spoke writes only its own cluster's requests and hub Lease; only members; hub users neither
-// re-enter a spoke's holding nor release its requests as their owner), killed by test/admission
-// impersonating spokes and hub users through the shipped roles (admissionSuite, freeze.go's).
+// re-enter a spoke's holding nor release its requests as their owner, nor create a request under
+// a member's hub name), killed by test/admission impersonating spokes and hub users through the
+// shipped roles (admissionSuite, freeze.go's).
 
 func init() {
 	const focus = "fleet's spokes"
@@ -49,6 +50,9 @@ func init() {
 		}},
 		mutant{name: "fleet-reserved-lease", pkg: admissionSuite, focus: "dressing her objects", guard: "a hub user does not take a spoke's Lease name spoke-<cluster> (nor its role label) in a namespace", edits: []edit{
 			{"fleet-reserved-lease", "      variables.isRequest ||\n      request.operation == 'UPDATE' &&", "      true ||\n      request.operation == 'UPDATE' &&"},
+		}},
+		mutant{name: "fleet-member-names", pkg: admissionSuite, focus: focus, guard: "a hub user creates no request named <member>.<name>: a member's spoke mirrors its requests under those names", edits: []edit{
+			{"fleet-member-names", "  - expression: size(variables.members) == 0", "  - expression: true || size(variables.members) == 0"},
 		}},
 	)
 }

@@ -36,22 +36,30 @@ var _ = Describe("A hub user dressing her objects as a spoke's", Ordered, Contin
 			lr.Spec.Holder.Cluster = "eu-west-1"
 			return t.alice.Create(ctx, lr, client.DryRunAll)
 		}).WithTimeout(settle).WithPolling(poll).Should(MatchError(ContainSubstring("ValidatingAdmissionPolicy 'turnstile-fleet-hub-users'")))
+		Eventually(func() error {
+			return t.alice.Create(ctx, request(t.ns, "eu-west-1.warmup", "alice"), client.DryRunAll)
+		}).WithTimeout(settle).WithPolling(poll).Should(MatchError(ContainSubstring("ValidatingAdmissionPolicy 'turnstile-fleet-names'")))
 	})
 
-	// BREAK (issue 45 review): no policy keeps these from her today.
+	// BREAK (issue 45 review): no policy kept these from her.
 	It("refuses her a request labelled with a spoke's cluster", func() {
 		lr := request(t.ns, "mine", "alice")
 		lr.Labels = map[string]string{"fleet.turnstile.dev/cluster": "eu-west-1"}
 		expectForbidden(t.alice.Create(ctx, lr, client.DryRunAll))
 	})
 
-	It("refuses her a request under a spoke request's hub name, annotated with its spoke UID", func() {
-		lr := request(t.ns, "eu-west-1.bob-deploy", "alice")
+	It("refuses her a request annotated with a spoke request's UID, or under its hub name", func() {
+		By("the annotations, on a name of her own")
+		lr := request(t.ns, "bob-deploy", "alice")
 		lr.Annotations = map[string]string{
 			"fleet.turnstile.dev/spoke-uid":  "6c0f6f0e-3c55-4a4e-9b0e-0a4f2b1c9d11",
 			"fleet.turnstile.dev/spoke-name": "bob-deploy",
 		}
 		expectForbidden(t.alice.Create(ctx, lr, client.DryRunAll))
+
+		By("the hub name, undressed (the agent would say HubNameTaken and wait: a denial of service)")
+		lr = request(t.ns, "eu-west-1.bob-deploy", "alice")
+		expectDenied(t.alice.Create(ctx, lr, client.DryRunAll), denial(lockRequestRef(lr.Name), "turnstile-fleet-names", namesTaken(lr.Name, "eu-west-1")))
 	})
 
 	It("refuses her the Lease a spoke renews in her namespace, labelled or not", func() {

@@ -29,6 +29,7 @@ var _ = Describe("A fleet's spokes on the hub", Ordered, func() {
 		spokePolicy    = "turnstile-fleet-spoke"
 		membersPolicy  = "turnstile-fleet-members"
 		hubUsersPolicy = "turnstile-fleet-hub-users"
+		namesPolicy    = "turnstile-fleet-names"
 	)
 	var (
 		t                 *team
@@ -84,12 +85,14 @@ var _ = Describe("A fleet's spokes on the hub", Ordered, func() {
 			spokePolicy:   func() error { return us.Create(ctx, mirrored("eu-west-1", "warmup"), client.DryRunAll) },
 			membersPolicy: func() error { return stranger.Create(ctx, mirrored("eu-west-9", "warmup"), client.DryRunAll) },
 			hubUsersPolicy: func() error {
-				// Unlabelled: a labelled one is refused by turnstile-fleet-reserved as well, and
-				// the API server names either.
+				// Unlabelled and named otherwise: a labelled one is refused by
+				// turnstile-fleet-reserved as well, one named eu-west-1.* by turnstile-fleet-names,
+				// and the API server names either.
 				lr := mirrored("eu-west-1", "warmup")
-				lr.Labels = nil
+				lr.Labels, lr.Name = nil, "warmup"
 				return t.alice.Create(ctx, lr, client.DryRunAll)
 			},
+			namesPolicy: func() error { return t.alice.Create(ctx, request(t.ns, "eu-west-1.warmup", "alice"), client.DryRunAll) },
 		} {
 			Eventually(check).WithTimeout(settle).WithPolling(poll).Should(MatchError(ContainSubstring("ValidatingAdmissionPolicy '"+policy+"'")),
 				"policy %s never took effect", policy)
@@ -301,7 +304,78 @@ var _ = Describe("A fleet's spokes on the hub", Ordered, func() {
 			fmt.Sprintf("spec.holder.cluster eu-west-1 names a fleet member: only its spoke, or a user with the delegate permission on lockrequests in namespace %s, makes a request for a holder in another cluster; leave it unset", t.ns)))
 		Expect(t.atlantis.Create(ctx, lr)).To(Succeed())
 	})
+
+	// Issue 45: the agent mirrors a spoke request NAME to the hub request <cluster>.NAME; a hub
+	// user who took that name first would stall it (HubNameTaken). So it is a spoke's to create.
+	It("keeps a member's hub names <cluster>.<name> to its spoke: no hub user creates one, while the members are listed", func() {
+		By("a requester, a delegate and the namespace's admin, under a member's name")
+		Eventually(func() error { return t.alice.Create(ctx, request(t.ns, "us-east-1.probe", "alice"), client.DryRunAll) }).
+			WithTimeout(settle).WithPolling(poll).Should(MatchError(ContainSubstring("ValidatingAdmissionPolicy '"+namesPolicy+"'")),
+			"us-east-1 is a member again (the last spec removed it for a while)")
+		for who, c := range map[string]client.Client{"alice": t.alice, "dana": t.dana} {
+			for _, cluster := range []string{"eu-west-1", "us-east-1"} {
+				name := cluster + ".squat-" + who
+				expectDenied(c.Create(ctx, request(t.ns, name, who)), denial(lockRequestRef(name), namesPolicy, namesTaken(name, cluster)))
+			}
+		}
+		delegated := request(t.ns, "eu-west-1.squat-atlantis", "alice")
+		expectDenied(t.atlantis.Create(ctx, delegated), denial(lockRequestRef(delegated.Name), namesPolicy, namesTaken(delegated.Name, "eu-west-1")))
+		generated := request(t.ns, "generated", "alice")
+		generated.Name, generated.GenerateName = "", "eu-west-1.squat-"
+		Expect(t.alice.Create(ctx, generated)).To(MatchError(ContainSubstring("ValidatingAdmissionPolicy '"+namesPolicy+"'")),
+			"a generated name is judged as the name it gets")
+
+		By("a name with a dot whose prefix is no member's, or a member's name without the dot")
+		for _, name := range []string{"eu-west-9.apply", "v1.2-release", "eu-west-1", "eu-west-1-apply", "x.eu-west-1.apply"} {
+			Expect(t.alice.Create(ctx, request(t.ns, name, "alice"))).To(Succeed(), name)
+		}
+
+		By("the spoke itself, by ServiceAccount and by certificate")
+		Expect(eu.Create(ctx, mirrored("eu-west-1", "own"))).To(Succeed())
+		Expect(certEU.Create(ctx, mirrored("eu-west-1", "own-by-cert"))).To(Succeed())
+		Expect(us.Create(ctx, mirrored("us-east-1", "own"))).To(Succeed())
+
+		By("no members (the ConfigMap without data): no member names to keep")
+		cm := &corev1.ConfigMap{}
+		Expect(admin.Get(ctx, client.ObjectKey{Namespace: "turnstile-fleet", Name: "turnstile-fleet-members"}, cm)).To(Succeed())
+		cm.Data = nil
+		Expect(admin.Update(ctx, cm)).To(Succeed())
+		restore := func() {
+			restored := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: cm.Namespace, Name: cm.Name}, Data: members}
+			err := admin.Create(ctx, restored)
+			if apierrors.IsAlreadyExists(err) {
+				Expect(admin.Get(ctx, client.ObjectKeyFromObject(restored), restored)).To(Succeed())
+				restored.Data = members
+				err = admin.Update(ctx, restored)
+			}
+			Expect(err).NotTo(HaveOccurred())
+		}
+		DeferCleanup(restore)
+		Eventually(func() error { return t.alice.Create(ctx, request(t.ns, "eu-west-1.no-members", "alice")) }).
+			WithTimeout(settle).WithPolling(poll).Should(Succeed())
+
+		By("no members ConfigMap: this policy keeps no names, but turnstile-fleet-members refuses every LockRequest write for its missing params")
+		Expect(admin.Delete(ctx, cm)).To(Succeed())
+		missing := "ValidatingAdmissionPolicy '" + membersPolicy + "' with binding '" + membersPolicy + "' denied request: failed to configure binding: " +
+			"no params found for policy binding with `Deny` parameterNotFoundAction"
+		Eventually(func() error { return t.alice.Create(ctx, request(t.ns, "absent", "alice"), client.DryRunAll) }).
+			WithTimeout(settle).WithPolling(poll).Should(MatchError(ContainSubstring(missing)), "a hub without its members refuses every LockRequest write")
+
+		By("the members back: refused again")
+		restore()
+		Eventually(func() error { return t.alice.Create(ctx, request(t.ns, "eu-west-1.back", "alice"), client.DryRunAll) }).
+			WithTimeout(settle).WithPolling(poll).Should(MatchError(denial(lockRequestRef("eu-west-1.back"), namesPolicy, namesTaken("eu-west-1.back", "eu-west-1"))))
+		Eventually(func() error { return eu.Create(ctx, mirrored("eu-west-1", "back"), client.DryRunAll) }).
+			WithTimeout(settle).WithPolling(poll).Should(Succeed(), "the spoke is a member again")
+	})
 })
+
+// namesTaken is turnstile-fleet-names' refusal of name, which begins with member cluster's name
+// and a dot.
+func namesTaken(name, cluster string) string {
+	return fmt.Sprintf("lockrequest %s: cluster %s is a member of this fleet, and the names %[2]s.<name> are its spoke's mirrors of its requests"+
+		" (its agent creates them): pick a name that does not begin with %[2]s.", name, cluster)
+}
 
 // expectForbidden checks that err is the API server's Forbidden from an admission policy
 // (which of the policies that all deny it answers first is the API server's choice).
