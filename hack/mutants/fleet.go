@@ -58,7 +58,7 @@ func init() {
 		mutant{name: "spoke-grant-gone-lost", pkg: spokePkg, focus: "run:TestAttack/HubAdminDeletesAGrantedHubRequest", guard: "a granted spoke request whose hub request is gone has lost its grant, and is not asked for again", edits: []edit{
 			{"spoke-grant-gone-lost", "\tcase apierrors.IsNotFound(err) && spoke.Status.Phase == locksv1.PhaseGranted:\n", "\tcase false && apierrors.IsNotFound(err) && spoke.Status.Phase == locksv1.PhaseGranted:\n"},
 		}},
-		mutant{name: "spoke-name-taken-said", pkg: spokePkg, focus: "run:TestAttack/HubUserSquatsASpokeRequestsHubName", guard: "a spoke request whose hub name someone else's request holds says so (HubNameTaken) rather than wait silently", edits: []edit{
+		mutant{name: "spoke-name-taken-said", pkg: spokePkg, focus: "run:^TestAttack$/^HubUserSquatsASpokeRequestsHubName$", guard: "a spoke request whose hub name someone else's request holds says so (HubNameTaken) rather than wait silently", edits: []edit{
 			{"spoke-name-taken-said", "\t\tmine, err := a.ours(ctx, &cur, spoke.Name)\n", "\t\tmine, err := true, error(nil)\n"},
 		}},
 		mutant{name: "spoke-stop-at-deadline", pkg: spokePkg, focus: "run:TestPartitionAction", guard: "a spoke cut off from the hub stops its running holders at the stop deadline (skew.Judge's Stop), before the hub can hand their locks on", edits: []edit{

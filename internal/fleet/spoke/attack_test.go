@@ -426,9 +426,11 @@ func (f *installed) attackHubUserExpiry(t *testing.T) {
 // made while the agent is away (a restart, an upgrade, a partition; in a live fleet, the
 // milliseconds before the agent's create). Mallory makes on the hub a request of her own under
 // bob's hub name, labelled with the spoke's cluster and annotated with bob's spoke UID and name,
-// on a key nobody holds; carol holds the key bob asked for. The agent must not take mallory's
-// request for bob's: bob's spoke request must not show her grant (his Job would run while carol
-// holds his key), nor her release.
+// on a key nobody holds; carol holds the key bob asked for. The hub refuses it, dressed or not
+// (turnstile-fleet-reserved, turnstile-fleet-names: a member's names are its spoke's). One made
+// before the cluster joined the fleet is still there when it does: the agent must not take
+// mallory's request for bob's: bob's spoke request must not show her grant (his Job would run
+// while carol holds his key), nor her release; it says who holds the name (HubNameTaken).
 func (f *installed) attackSquat(t *testing.T) {
 	const ns = "attack-squat"
 	r := f.room(t, ns)
@@ -452,12 +454,33 @@ func (f *installed) attackSquat(t *testing.T) {
 		spoke.AnnotationSpokeUID: string(bob.UID), spoke.AnnotationSpokeName: bob.Name,
 		spoke.AnnotationSpokeGeneration: fmt.Sprint(bob.Generation),
 	}
-	g.Expect(r.malloryHub.Create(ctx, squat.DeepCopy())).To(gomega.MatchError(gomega.ContainSubstring("ValidatingAdmissionPolicy 'turnstile-fleet-reserved'")),
+	// Both policies refuse it; the API server names one.
+	g.Expect(r.malloryHub.Create(ctx, squat.DeepCopy())).To(gomega.MatchError(gomega.Or(
+		gomega.ContainSubstring("ValidatingAdmissionPolicy 'turnstile-fleet-reserved'"), gomega.ContainSubstring("ValidatingAdmissionPolicy 'turnstile-fleet-names'"))),
 		"a hub requester dresses her request as a spoke request's")
-	// Undressed, the name is hers to take: the agent's create finds it, and says so.
 	squat.Labels, squat.Annotations = nil, nil
-	g.Expect(r.malloryHub.Create(ctx, squat)).To(gomega.Succeed(), "a hub requester takes a spoke request's hub name")
+	g.Expect(r.malloryHub.Create(ctx, squat.DeepCopy())).To(gomega.MatchError(gomega.ContainSubstring("ValidatingAdmissionPolicy 'turnstile-fleet-names'")),
+		"a hub requester takes a spoke request's hub name")
+
+	// Before the cluster joined (or after it left), its names were anyone's: the agent's create
+	// finds hers, and says so.
+	members := func(value string) {
+		t.Helper()
+		if out, err := kubectlOn(t, f.hub, "-n", spoke.FleetNamespace, "patch", "configmap", "turnstile-fleet-members", "--type=merge",
+			"-p", `{"data":{"`+cluster+`":`+value+`}}`); err != nil {
+			t.Fatalf("%v: %s", err, out)
+		}
+	}
+	t.Cleanup(func() { members(`"{}"`) })
+	members("null")
+	g.Eventually(func() error { return r.malloryHub.Create(ctx, squat.DeepCopy(), client.DryRunAll) }).
+		WithTimeout(60*time.Second).Should(gomega.Succeed(), "the hub lets anyone take the names of a cluster that is not a member")
+	g.Expect(r.malloryHub.Create(ctx, squat)).To(gomega.Succeed())
 	granted(t, r.hubAdmin, ns, squat.Name)
+	members(`"{}"`)
+	g.Eventually(func() error {
+		return r.malloryHub.Create(ctx, lockOn(ns, spoke.HubName(cluster, "probe"), "decoy"), client.DryRunAll)
+	}).WithTimeout(60*time.Second).Should(gomega.MatchError(gomega.ContainSubstring("ValidatingAdmissionPolicy 'turnstile-fleet-names'")), "the cluster joined again")
 
 	f.startAgent(t)
 	g.Eventually(func(g gomega.Gomega) {
