@@ -16,7 +16,7 @@
 # built once per ETCD_VERSION into bin/k8s/etcd-v<version>-<os>-<arch> and copied from there.
 #
 # Usage: hack/build-k8s-bins.sh <output-dir>
-# Env:   KUBE_VERSION (default 1.36.3; a pre-release as 1.38.0-beta.0), ETCD_VERSION (default
+# Env:   KUBE_VERSION (default 1.37.2; a pre-release as 1.38.0-beta.0), ETCD_VERSION (default
 #        3.6.16), KUBE_GOTOOLCHAIN (default go1.27.3: used only when kubernetes' go.mod needs a
 #        newer Go than the local one),
 #        CONTROL_PLANE=1 also builds kube-scheduler and kube-controller-manager (the gated
@@ -24,7 +24,7 @@
 # Each binary's build time is appended to <output-dir>/.build-times (seconds).
 set -euo pipefail
 
-KUBE_VERSION=${KUBE_VERSION:-1.36.3}
+KUBE_VERSION=${KUBE_VERSION:-1.37.2}
 ETCD_VERSION=${ETCD_VERSION:-3.6.16}
 OUT=${1:?usage: $0 <output-dir>}
 mkdir -p "$OUT"

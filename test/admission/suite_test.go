@@ -10,7 +10,7 @@
 //
 // Run it with `make test`, or alone with:
 //
-//	KUBEBUILDER_ASSETS=$PWD/bin/k8s/1.36.3-linux-amd64 go test -count=1 ./test/admission/
+//	KUBEBUILDER_ASSETS=$PWD/bin/k8s/1.37.2-linux-amd64 go test -count=1 ./test/admission/
 package admission
 
 import (

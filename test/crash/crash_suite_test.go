@@ -5,7 +5,7 @@
 //
 // Run it with:
 //
-//	make build && KUBEBUILDER_ASSETS=$PWD/bin/k8s/1.36.3-linux-amd64 go test -count=1 ./test/crash/ -v
+//	make build && KUBEBUILDER_ASSETS=$PWD/bin/k8s/1.37.2-linux-amd64 go test -count=1 ./test/crash/ -v
 //
 // TURNSTILE_MANAGER overrides the manager binary (default bin/manager).
 package crash

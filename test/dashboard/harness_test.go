@@ -8,7 +8,7 @@
 // Run it with `make test` (it skips, saying so, where Chromium is missing; CI installs it with
 // `make chromium` and fails instead of skipping), or alone with `make test-browser`, or:
 //
-//	make build && KUBEBUILDER_ASSETS=$PWD/bin/k8s/1.36.3-linux-amd64 go test -count=1 -v ./test/dashboard/
+//	make build && KUBEBUILDER_ASSETS=$PWD/bin/k8s/1.37.2-linux-amd64 go test -count=1 -v ./test/dashboard/
 //
 // Screenshots of every step go to bin/dashboard/screenshots, or to $TURNSTILE_SCREENSHOTS
 // (`make dashboard-screenshots` writes the ones checked in under docs/dashboard). The suite

@@ -15,7 +15,7 @@
 //
 // Run it with `make test`, or alone with:
 //
-//	make build k8s-bins && KUBEBUILDER_ASSETS=$PWD/bin/k8s/1.36.3-linux-amd64 go test -count=1 ./test/deployed/
+//	make build k8s-bins && KUBEBUILDER_ASSETS=$PWD/bin/k8s/1.37.2-linux-amd64 go test -count=1 ./test/deployed/
 package deployed
 
 import (

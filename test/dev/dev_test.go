@@ -4,7 +4,7 @@
 //
 // Run it with `make test`, or alone with:
 //
-//	make k8s-bins build && KUBEBUILDER_ASSETS=$PWD/bin/k8s/1.36.3-linux-amd64 go test -count=1 -v ./test/dev/
+//	make k8s-bins build && KUBEBUILDER_ASSETS=$PWD/bin/k8s/1.37.2-linux-amd64 go test -count=1 -v ./test/dev/
 package dev
 
 import (

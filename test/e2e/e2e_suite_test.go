@@ -3,7 +3,7 @@
 //
 // Run it with:
 //
-//	make build && KUBEBUILDER_ASSETS=$PWD/bin/k8s/1.36.3-linux-amd64 go test -count=1 ./test/e2e/ -v
+//	make build && KUBEBUILDER_ASSETS=$PWD/bin/k8s/1.37.2-linux-amd64 go test -count=1 ./test/e2e/ -v
 //
 // TURNSTILE_MANAGER overrides the manager binary (default bin/manager), TURNSTILE_PLUGIN the
 // kubectl-turnstile plugin (default bin/kubectl-turnstile) and TURNSTILE_KUBECTL the

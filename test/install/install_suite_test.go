@@ -25,7 +25,7 @@
 //
 // Run it with `make test`, or alone with:
 //
-//	make build helm k8s-bins && KUBEBUILDER_ASSETS=$PWD/bin/k8s/1.36.3-linux-amd64 go test -count=1 -v ./test/install/
+//	make build helm k8s-bins && KUBEBUILDER_ASSETS=$PWD/bin/k8s/1.37.2-linux-amd64 go test -count=1 -v ./test/install/
 package install
 
 import (

@@ -63,7 +63,7 @@ func tool(t *testing.T, env, def string) string {
 func helm(t *testing.T) string { return tool(t, "TURNSTILE_HELM", "bin/helm-v3.22.0") }
 
 func kubectl(t *testing.T) string {
-	return tool(t, "TURNSTILE_KUBECTL", "bin/k8s/1.36.3-linux-amd64/kubectl")
+	return tool(t, "TURNSTILE_KUBECTL", "bin/k8s/1.37.2-linux-amd64/kubectl")
 }
 
 // run runs a command and returns its stdout; a failure fails the test with its stderr.

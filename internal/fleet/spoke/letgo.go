@@ -2,13 +2,17 @@ package spoke
 
 import (
 	"context"
+	"fmt"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
+	"github.com/turnstile-dev/turnstile/internal/queue"
 )
 
 // liveReadTimeout bounds the let-go's live read of a hub request (liveGate): a hub that does not
@@ -23,43 +27,64 @@ const liveReadTimeout = time.Second
 // watch lags. So the agent reads the hub request with a plain GET (a quorum read) and shows the
 // grant only if the hub still holds it (SameGrant), with the live object's status (its token,
 // its expiresAt). Else, or when the read fails or takes longer than liveReadTimeout, nothing is
-// let go: the spoke request stays as it was, and is looked at again within a second (the cache
-// brings the hub's newer state meanwhile). A holder the spoke already shows, and anything that is
-// not a grant, pass as they are: only the let-go costs the round trip.
+// let go: the spoke request stays Pending, says why it waits (ConfirmingStatus), and is looked
+// at again within a second (the cache brings the hub's newer state meanwhile). A holder the
+// spoke already shows, and anything that is not a grant, pass as they are: only the let-go costs
+// the round trip.
 func (a *Agent) liveGate(ctx context.Context, spoke, hub *locksv1.LockRequest, res ctrl.Result, want locksv1.LockRequestStatus) (ctrl.Result, locksv1.LockRequestStatus) {
 	if want.Phase != locksv1.PhaseGranted || spoke.Status.Phase == locksv1.PhaseGranted {
 		return res, want
 	}
 	// guard:spoke-lets-go-live
-	live, same := a.liveGrant(ctx, hub)
-	if !same {
-		return ctrl.Result{RequeueAfter: time.Second}, *spoke.Status.DeepCopy()
+	live, why := a.liveGrant(ctx, hub)
+	if why != "" {
+		return ctrl.Result{RequeueAfter: time.Second}, ConfirmingStatus(spoke, hub, a.opts.Cluster, why, a.opts.Clock.Now())
 	}
 	return res, SpokeStatus(spoke, live)
 }
 
 // liveGrant reads hub, the hub cache's copy of a granted hub request, live from the hub within
-// liveReadTimeout, and says whether the hub still holds that grant (SameGrant). It reads only
-// while the hub answers the renewals of hub's namespace (answering): a read in a partition would
-// hold a reconcile worker for the timeout, each time, while the others must stop holders at
-// their deadlines; a grant is not let go then anyway (the partition rule).
-func (a *Agent) liveGrant(ctx context.Context, hub *locksv1.LockRequest) (*locksv1.LockRequest, bool) {
+// liveReadTimeout, and says why the hub has not confirmed that it still holds that grant
+// (SameGrant), or "" when it has. It reads only while the hub answers the renewals of hub's
+// namespace (answering): a read in a partition would hold a reconcile worker for the timeout,
+// each time, while the others must stop holders at their deadlines; a grant is not let go then
+// anyway (the partition rule).
+func (a *Agent) liveGrant(ctx context.Context, hub *locksv1.LockRequest) (*locksv1.LockRequest, string) {
 	if !a.answering(hub.Namespace) {
-		return nil, false
+		return nil, "the hub is not answering this namespace's renewals"
 	}
 	ctx, cancel := context.WithTimeout(ctx, liveReadTimeout)
 	defer cancel()
 	var live locksv1.LockRequest
 	if err := a.hub.Get(ctx, client.ObjectKeyFromObject(hub), &live); err != nil {
 		log.FromContext(ctx).V(1).Info("a hub grant not let go: its live read failed", "hub", hub.Name, "error", err.Error())
-		return nil, false
+		if ctx.Err() != nil {
+			return nil, fmt.Sprintf("the hub did not answer its read within %s", liveReadTimeout)
+		}
+		return nil, "its read from the hub failed: " + err.Error()
 	}
 	if !SameGrant(hub, &live) {
 		log.FromContext(ctx).Info("a hub grant not let go: the hub no longer holds it (the hub cache lags)",
 			"hub", hub.Name, "phase", live.Status.Phase, "release", live.Spec.Release, "token", live.Status.FencingToken)
-		return &live, false
+		return &live, "the hub no longer holds it (this spoke's view of the hub lags)"
 	}
-	return &live, true
+	return &live, ""
+}
+
+// ConfirmingStatus is the status of a spoke request whose hub grant the spoke does not let go
+// yet, for the reason why (liveGate): what the spoke showed (Pending), blockedBy its hub
+// request, and Granted False with reason ConfirmingWithHub saying why and that it is tried
+// again each second.
+func ConfirmingStatus(spoke, hub *locksv1.LockRequest, cluster, why string, now time.Time) locksv1.LockRequestStatus {
+	out := *spoke.Status.DeepCopy()
+	if out.Phase == "" {
+		out.Phase = locksv1.PhasePending
+	}
+	out.BlockedBy = "hub lockrequest " + hub.Name
+	msg := fmt.Sprintf("granted by the hub, but not let go in this spoke (cluster %s) until a live read from the hub confirms the grant: %s; tried again each second",
+		cluster, why)
+	queue.SetCondition(&out.Conditions, locksv1.ConditionGranted, metav1.ConditionFalse, ReasonConfirmingWithHub, queue.Clip(msg), out.ObservedGeneration, now)
+	return out
 }
 
 // SameGrant says whether live, a hub request as read live from the hub, still holds the grant

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	k8stypes "k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
+	clocktesting "k8s.io/utils/clock/testing"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -66,8 +67,12 @@ func liveAgent(t *testing.T, srv *httptest.Server, answered bool) *Agent {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &Agent{hub: hub, clocks: map[string]*hubClock{"team": {tried: true, failing: !answered}}}
+	return &Agent{hub: hub, clocks: map[string]*hubClock{"team": {tried: true, failing: !answered}},
+		opts: Options{Cluster: "eu-west-1", Clock: clocktesting.NewFakeClock(liveNow)}}
 }
+
+// liveNow is the time of liveAgent's clock.
+var liveNow = time.Date(2026, 11, 29, 9, 0, 0, 0, time.UTC)
 
 // liveGate lets a grant go only as the hub answers it, with the hub's live status; it never waits
 // on a hub that does not answer renewals, nor longer than liveReadTimeout on one that does not
@@ -77,6 +82,10 @@ func TestLiveGate(t *testing.T) {
 	renewed := cached.DeepCopy()
 	renewed.Status.ExpiresAt = &metav1.Time{Time: time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)}
 	pending := locksv1.LockRequestStatus{Phase: locksv1.PhasePending, QueuePosition: 1, BlockedBy: "alice"}
+	// waiting is pending, waiting for the hub to confirm the grant, for the reason why.
+	waiting := func(why string) locksv1.LockRequestStatus {
+		return ConfirmingStatus(&locksv1.LockRequest{Status: pending}, cached, "eu-west-1", why, liveNow)
+	}
 	for _, tc := range []struct {
 		name      string
 		answered  bool // the hub answered the last renewal
@@ -91,11 +100,12 @@ func TestLiveGate(t *testing.T) {
 			l := cached.DeepCopy()
 			l.Spec.Release = true
 			return l
-		}(), 1, pending, time.Second},
+		}(), 1, waiting("the hub no longer holds it (this spoke's view of the hub lags)"), time.Second},
 		{"deleted on the hub: not let go", true, pending, metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
-			Status: metav1.StatusFailure, Reason: metav1.StatusReasonNotFound, Code: http.StatusNotFound}, 1, pending, time.Second},
-		{"the hub does not answer the read: not let go, within the timeout", true, pending, nil, 1, pending, time.Second},
-		{"the hub does not answer renewals: not read, not let go", false, pending, renewed, 0, pending, time.Second},
+			Status: metav1.StatusFailure, Reason: metav1.StatusReasonNotFound, Code: http.StatusNotFound, Message: `lockrequests "eu-west-1.bob" not found`},
+			1, waiting(`its read from the hub failed: lockrequests "eu-west-1.bob" not found`), time.Second},
+		{"the hub does not answer the read: not let go, within the timeout", true, pending, nil, 1, waiting("the hub did not answer its read within 1s"), time.Second},
+		{"the hub does not answer renewals: not read, not let go", false, pending, renewed, 0, waiting("the hub is not answering this namespace's renewals"), time.Second},
 		{"a holder the spoke shows runs on, not read again", true, SpokeStatus(&locksv1.LockRequest{}, cached), nil, 0, SpokeStatus(&locksv1.LockRequest{}, cached), time.Minute},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

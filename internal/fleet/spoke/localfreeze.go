@@ -54,6 +54,9 @@ const (
 	// ReasonFrozenInSpoke is the reason of a spoke request the hub granted that the spoke holds
 	// back while its freezes, as the spoke judges them, hold the request.
 	ReasonFrozenInSpoke = locksv1.ReasonFrozenInSpoke
+	// ReasonConfirmingWithHub is the reason of a spoke request the hub granted that the spoke
+	// does not let go until a live read from the hub confirms the grant (liveGate).
+	ReasonConfirmingWithHub = locksv1.ReasonConfirmingWithHub
 )
 
 // hubJudgementEnds is when the hub's judgement in hub's status stops being true by the clock
