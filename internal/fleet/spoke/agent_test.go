@@ -34,86 +34,160 @@ import (
 	"github.com/turnstile-dev/turnstile/internal/workload"
 )
 
-// These tests run a hub and a spoke, each a real kube-apiserver and etcd: the hub with the lock
-// controllers as the manager runs them, the spoke with what a spoke's manager runs
+// These tests run a hub and spokes, each a real kube-apiserver and etcd: the hub with the lock
+// controllers as the manager runs them, a spoke with what a spoke's manager runs
 // (controller.SetupSpoke, the agent, the gated workload controller), in this process. The
 // agent talks to the hub as an admin here; test/fleet runs the built binaries as the spoke's
 // identity with the RBAC docs/fleet.md lists.
-
-const cluster = "eu-west-1"
+//
+// The tests run side by side (t.Parallel) on one hub. Each takes a spoke for its length
+// (fleet): two agents on one spoke would both mirror its requests, so a spoke serves one test
+// at a time, and a test's agents take a cluster name of its own on the hub (its namespace's),
+// so that their hub requests, Leases and heartbeats are apart from the other tests'.
 
 var (
-	envOnce  sync.Once
-	hub, spk *framework.Env
-	hubMgr   *framework.Manager
-	envErr   error
+	hubOnce sync.Once
+	hub     *framework.Env
+	hubMgr  *framework.Manager
+	hubErr  error
+	spokes  spokePool
 )
 
 func TestMain(m *testing.M) {
 	gomega.SetDefaultEventuallyTimeout(30 * time.Second)
 	gomega.SetDefaultEventuallyPollingInterval(50 * time.Millisecond)
 	code := m.Run()
-	if hubMgr != nil {
-		_ = hubMgr.Stop()
-	}
-	for _, e := range []*framework.Env{hub, spk} {
-		if e != nil {
-			_ = e.Stop()
-		}
-	}
+	stopHub(hub, hubMgr)
+	spokes.stop()
 	os.Exit(code)
 }
 
-// fleet starts the hub (with its manager) and the spoke once, and makes namespace ns in both.
-func fleet(t *testing.T, ns string) {
+// testSpoke is a test's spoke: a spoke control plane, the test's alone until it ends, and the
+// cluster name its agents take in the fleet.
+type testSpoke struct {
+	*framework.Env
+	cluster string
+}
+
+// fleet gives the test a spoke, its cluster named ns, and makes namespace ns on the shared hub
+// (started once, with its manager) and in the spoke.
+func fleet(t *testing.T, ns string) *testSpoke {
 	t.Helper()
-	envOnce.Do(func() {
-		if hub, envErr = framework.Start(""); envErr != nil {
-			return
-		}
-		if spk, envErr = framework.Start(""); envErr != nil {
-			return
-		}
-		// The hub's fleet namespace (config/fleet), where the agent renews its heartbeat Lease.
-		if envErr = hub.Client.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: spoke.FleetNamespace}}); envErr != nil {
-			return
-		}
-		hubMgr, envErr = hub.StartManager(controller.SetupOptions{Queue: queue.DefaultConfig()})
-	})
-	if envErr != nil {
-		t.Fatal(envErr)
+	hubOnce.Do(func() { hub, hubMgr, hubErr = startHub() })
+	if hubErr != nil {
+		t.Fatal(hubErr)
 	}
-	for _, e := range []*framework.Env{hub, spk} {
-		if err := e.Client.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+	return spokeOf(t, hub, ns)
+}
+
+// spokeOf gives the test a spoke of the pool until it ends, its cluster named ns, and makes
+// namespace ns on hub h and in the spoke.
+func spokeOf(t *testing.T, h *framework.Env, ns string) *testSpoke {
+	t.Helper()
+	e, err := spokes.take()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { spokes.give(e) })
+	for _, c := range []client.Client{h.Client, e.Client} {
+		if err := c.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 			t.Fatal(err)
 		}
 	}
+	return &testSpoke{Env: e, cluster: ns}
 }
 
-// startSpoke runs the spoke's manager as cmd/manager runs it with --hub-kubeconfig.
-func startSpoke(t *testing.T) *framework.Manager {
+// startHub starts a hub: its control plane, its fleet namespace (config/fleet's, where an agent
+// renews its heartbeat Lease) and its manager. What it started is returned with an error too.
+func startHub() (*framework.Env, *framework.Manager, error) {
+	h, err := framework.Start("")
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := h.Client.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: spoke.FleetNamespace}}); err != nil {
+		return h, nil, err
+	}
+	m, err := h.StartManager(controller.SetupOptions{Queue: queue.DefaultConfig()})
+	return h, m, err
+}
+
+// ownHub starts a hub for the test alone, stopped when it ends.
+func ownHub(t *testing.T) *framework.Env {
 	t.Helper()
-	return startSpokeWith(t, rest.CopyConfig(hub.Config), skew.Settings{})
+	h, m, err := startHub()
+	t.Cleanup(func() { stopHub(h, m) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
 }
 
-// startSpokeWith runs the spoke's manager talking to the hub through hubCfg, with the partition
+func stopHub(h *framework.Env, m *framework.Manager) {
+	if m != nil {
+		_ = m.Stop()
+	}
+	if h != nil {
+		_ = h.Stop()
+	}
+}
+
+// spokePool is the spoke control planes: a test takes one for its length and gives it back.
+// There are as many as tests have run at once (go test's -parallel); a spoke keeps what earlier
+// tests left in their namespaces.
+type spokePool struct {
+	mu        sync.Mutex
+	free, all []*framework.Env
+}
+
+func (p *spokePool) take() (*framework.Env, error) {
+	p.mu.Lock()
+	if n := len(p.free); n > 0 {
+		e := p.free[n-1]
+		p.free = p.free[:n-1]
+		p.mu.Unlock()
+		return e, nil
+	}
+	p.mu.Unlock()
+	e, err := framework.Start("")
+	if err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	p.all = append(p.all, e)
+	p.mu.Unlock()
+	return e, nil
+}
+
+func (p *spokePool) give(e *framework.Env) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.free = append(p.free, e)
+}
+
+func (p *spokePool) stop() {
+	for _, e := range p.all {
+		_ = e.Stop()
+	}
+}
+
+// start runs the spoke's manager as cmd/manager runs it with --hub-kubeconfig.
+func (s *testSpoke) start(t *testing.T) *framework.Manager {
+	t.Helper()
+	return s.startWith(t, rest.CopyConfig(hub.Config), skew.Settings{})
+}
+
+// startWith runs the spoke's manager talking to the hub through hubCfg, with the partition
 // rule's settings (the flags' defaults when zero).
-func startSpokeWith(t *testing.T, hubCfg *rest.Config, settings skew.Settings) *framework.Manager {
+func (s *testSpoke) startWith(t *testing.T, hubCfg *rest.Config, settings skew.Settings) *framework.Manager {
 	t.Helper()
-	return startSpokeAs(t, cluster, hubCfg, settings)
+	return s.startAgent(t, spoke.Options{Cluster: s.cluster, Hub: hubCfg, Settings: settings}, nil)
 }
 
-// startSpokeAs is startSpokeWith for the spoke named name.
-func startSpokeAs(t *testing.T, name string, hubCfg *rest.Config, settings skew.Settings) *framework.Manager {
+// startAgent runs the spoke's manager with the agent's options o, and hook (when set) called on
+// the agent before the manager starts.
+func (s *testSpoke) startAgent(t *testing.T, o spoke.Options, hook func(*spoke.Agent)) *framework.Manager {
 	t.Helper()
-	return startSpokeAgent(t, spoke.Options{Cluster: name, Hub: hubCfg, Settings: settings}, nil)
-}
-
-// startSpokeAgent runs the spoke's manager with the agent's options o, and hook (when set)
-// called on the agent before the manager starts.
-func startSpokeAgent(t *testing.T, o spoke.Options, hook func(*spoke.Agent)) *framework.Manager {
-	t.Helper()
-	cfg := rest.CopyConfig(spk.Config)
+	cfg := rest.CopyConfig(s.Config)
 	cfg.QPS, cfg.Burst = 1000, 2000
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme: framework.Scheme, Cache: cache.Options(), NewCache: cache.New,
@@ -156,9 +230,9 @@ func request(ns, name, owner string) *locksv1.LockRequest {
 
 // neverGranted watches the spoke request ns/name and reports whether any version of it showed
 // Granted, until stop.
-func neverGranted(t *testing.T, ns, name string) func() bool {
+func (s *testSpoke) neverGranted(t *testing.T, ns, name string) func() bool {
 	t.Helper()
-	w, err := spk.Client.Watch(context.Background(), &locksv1.LockRequestList{}, client.InNamespace(ns))
+	w, err := s.Client.Watch(context.Background(), &locksv1.LockRequestList{}, client.InNamespace(ns))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,19 +262,20 @@ func get(g gomega.Gomega, c client.Client, ns, name string) *locksv1.LockRequest
 // by the hub (never by the spoke) with the hub's token, and its release reaches the hub.
 func TestSpokeRequestFollowsTheHub(t *testing.T) {
 	const ns = "team-follow"
-	fleet(t, ns)
+	t.Parallel()
+	spk := fleet(t, ns)
 	g := gomega.NewWithT(t)
 	ctx := context.Background()
-	m := startSpoke(t)
+	m := spk.start(t)
 	defer func() { _ = m.Stop() }()
 
 	holder := request(ns, "alice-apply", "alice")
 	g.Expect(hub.Client.Create(ctx, holder)).To(gomega.Succeed())
 	granted(t, hub.Client, ns, "alice-apply")
 
-	stop := neverGranted(t, ns, "bob-apply")
+	stop := spk.neverGranted(t, ns, "bob-apply")
 	g.Expect(spk.Client.Create(ctx, request(ns, "bob-apply", "bob"))).To(gomega.Succeed())
-	hubName := cluster + ".bob-apply"
+	hubName := spk.cluster + ".bob-apply"
 	g.Eventually(func(g gomega.Gomega) {
 		lr := get(g, spk.Client, ns, "bob-apply")
 		g.Expect(lr.Status.Phase).To(gomega.Equal(locksv1.PhasePending))
@@ -208,10 +283,10 @@ func TestSpokeRequestFollowsTheHub(t *testing.T) {
 		g.Expect(lr.Status.BlockedBy).To(gomega.ContainSubstring("alice"))
 	}).Should(gomega.Succeed())
 	mirror := get(g, hub.Client, ns, hubName)
-	g.Expect(mirror.Spec.Holder).To(gomega.Equal(locksv1.Holder{Owner: "bob", Cluster: cluster, Lease: "spoke-" + cluster}))
-	g.Expect(mirror.Labels).To(gomega.HaveKeyWithValue(spoke.LabelCluster, cluster))
+	g.Expect(mirror.Spec.Holder).To(gomega.Equal(locksv1.Holder{Owner: "bob", Cluster: spk.cluster, Lease: "spoke-" + spk.cluster}))
+	g.Expect(mirror.Labels).To(gomega.HaveKeyWithValue(spoke.LabelCluster, spk.cluster))
 	var lease coordinationv1.Lease
-	g.Expect(hub.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "spoke-" + cluster}, &lease)).To(gomega.Succeed())
+	g.Expect(hub.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "spoke-" + spk.cluster}, &lease)).To(gomega.Succeed())
 	g.Expect(lease.Labels).To(gomega.HaveKeyWithValue("locks.turnstile.dev/role", "spoke"))
 	// Both record their creator, the spoke's hub identity, themselves: a hub without
 	// MutatingAdmissionPolicy (1.33 to 1.35) refuses a delegate's request or a holder Lease
@@ -273,14 +348,15 @@ func onlyMirrors(g gomega.Gomega, locks []locksv1.ProjectLock, spokeName string)
 // controller of the spoke would grant it at once (the key is free in the spoke).
 func TestSpokeRequestIsNeverDecidedInTheSpoke(t *testing.T) {
 	const ns = "team-authority"
-	fleet(t, ns)
+	t.Parallel()
+	spk := fleet(t, ns)
 	g := gomega.NewWithT(t)
 	ctx := context.Background()
-	m := startSpoke(t)
+	m := spk.start(t)
 	defer func() { _ = m.Stop() }()
 	g.Expect(hub.Client.Create(ctx, request(ns, "alice-apply", "alice"))).To(gomega.Succeed())
 	granted(t, hub.Client, ns, "alice-apply")
-	stop := neverGranted(t, ns, "bob-apply")
+	stop := spk.neverGranted(t, ns, "bob-apply")
 	g.Expect(spk.Client.Create(ctx, request(ns, "bob-apply", "bob"))).To(gomega.Succeed())
 	// Twice the hub's verdict, and every renewal of the spoke's Lease in between: nothing.
 	for range 2 {
@@ -300,10 +376,11 @@ func TestSpokeRequestIsNeverDecidedInTheSpoke(t *testing.T) {
 // request, with the hub's fencing token.
 func TestGatedJobRunsOnTheHubsGrant(t *testing.T) {
 	const ns = "team-job"
-	fleet(t, ns)
+	t.Parallel()
+	spk := fleet(t, ns)
 	g := gomega.NewWithT(t)
 	ctx := context.Background()
-	m := startSpoke(t)
+	m := spk.start(t)
 	defer func() { _ = m.Stop() }()
 	job := &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "apply", Labels: map[string]string{workload.LabelGated: "true"},
@@ -312,12 +389,12 @@ func TestGatedJobRunsOnTheHubsGrant(t *testing.T) {
 			RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}},
 	}
 	g.Expect(spk.Client.Create(ctx, job)).To(gomega.Succeed())
-	hubName := cluster + "." + workload.RequestName("job", "apply")
+	hubName := spk.cluster + "." + workload.RequestName("job", "apply")
 	g.Eventually(func(g gomega.Gomega) {
 		h := get(g, hub.Client, ns, hubName)
 		g.Expect(h.Status.Phase).To(gomega.Equal(locksv1.PhaseGranted))
 		g.Expect(h.Spec.Holder.Session).To(gomega.Equal("job/apply"))
-		g.Expect(h.Spec.Holder.Cluster).To(gomega.Equal(cluster))
+		g.Expect(h.Spec.Holder.Cluster).To(gomega.Equal(spk.cluster))
 		var j batchv1.Job
 		g.Expect(spk.Client.Get(ctx, client.ObjectKeyFromObject(job), &j)).To(gomega.Succeed())
 		g.Expect(j.Spec.Suspend).To(gomega.HaveValue(gomega.BeFalse()))
@@ -330,17 +407,18 @@ func TestGatedJobRunsOnTheHubsGrant(t *testing.T) {
 // gone); one made while it was away is mirrored once; the one left alone keeps its hub request.
 func TestAgentRestartedLosesAndDoublesNothing(t *testing.T) {
 	const ns = "team-restart"
-	fleet(t, ns)
+	t.Parallel()
+	spk := fleet(t, ns)
 	g := gomega.NewWithT(t)
 	ctx := context.Background()
-	m := startSpoke(t)
+	m := spk.start(t)
 	for _, n := range []string{"kept", "deleted", "recreated"} {
 		g.Expect(spk.Client.Create(ctx, request(ns, n, "bob-"+n))).To(gomega.Succeed())
 	}
 	uids := map[string]string{}
 	g.Eventually(func(g gomega.Gomega) {
 		for _, n := range []string{"kept", "deleted", "recreated"} {
-			h := get(g, hub.Client, ns, cluster+"."+n)
+			h := get(g, hub.Client, ns, spk.cluster+"."+n)
 			uids[n] = string(h.UID)
 		}
 	}).Should(gomega.Succeed())
@@ -354,7 +432,7 @@ func TestAgentRestartedLosesAndDoublesNothing(t *testing.T) {
 	g.Expect(spk.Client.Create(ctx, request(ns, "recreated", "bob-recreated"))).To(gomega.Succeed())
 	g.Expect(spk.Client.Create(ctx, request(ns, "new", "bob-new"))).To(gomega.Succeed())
 
-	m = startSpoke(t)
+	m = spk.start(t)
 	defer func() { _ = m.Stop() }()
 	g.Eventually(func(g gomega.Gomega) {
 		var list locksv1.LockRequestList
@@ -364,12 +442,12 @@ func TestAgentRestartedLosesAndDoublesNothing(t *testing.T) {
 			byName[lr.Name] = lr
 		}
 		g.Expect(byName).To(gomega.HaveLen(3))
-		g.Expect(string(byName[cluster+".kept"].UID)).To(gomega.Equal(uids["kept"]))
-		g.Expect(byName).NotTo(gomega.HaveKey(cluster + ".deleted"))
+		g.Expect(string(byName[spk.cluster+".kept"].UID)).To(gomega.Equal(uids["kept"]))
+		g.Expect(byName).NotTo(gomega.HaveKey(spk.cluster + ".deleted"))
 		var recreated locksv1.LockRequest
 		g.Expect(spk.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "recreated"}, &recreated)).To(gomega.Succeed())
-		g.Expect(byName[cluster+".recreated"].Annotations).To(gomega.HaveKeyWithValue(spoke.AnnotationSpokeUID, string(recreated.UID)))
-		g.Expect(byName).To(gomega.HaveKey(cluster + ".new"))
+		g.Expect(byName[spk.cluster+".recreated"].Annotations).To(gomega.HaveKeyWithValue(spoke.AnnotationSpokeUID, string(recreated.UID)))
+		g.Expect(byName).To(gomega.HaveKey(spk.cluster + ".new"))
 	}).Should(gomega.Succeed())
 }
 
@@ -377,17 +455,18 @@ func TestAgentRestartedLosesAndDoublesNothing(t *testing.T) {
 // and publishes on it the clock skew bound its renewals measured, for the hub's fleet view
 // (internal/fleet/hub reads both).
 func TestAgentPublishesItsHeartbeatAndSkew(t *testing.T) {
-	fleet(t, "team-heartbeat")
+	t.Parallel()
+	spk := fleet(t, "team-heartbeat")
 	g := gomega.NewWithT(t)
 	// Renewals every 4 s: the first writes the Lease and measures, the second publishes.
-	m := startSpokeWith(t, rest.CopyConfig(hub.Config), skew.Settings{Lease: 12 * time.Second, Grace: time.Second, MaxSkew: 2 * time.Second})
+	m := spk.startWith(t, rest.CopyConfig(hub.Config), skew.Settings{Lease: 12 * time.Second, Grace: time.Second, MaxSkew: 2 * time.Second})
 	defer func() { g.Expect(m.Stop()).To(gomega.Succeed()) }()
 	var lease coordinationv1.Lease
 	g.Eventually(func() (string, error) {
-		err := hub.Client.Get(context.Background(), client.ObjectKey{Namespace: spoke.FleetNamespace, Name: spoke.LeaseName(cluster)}, &lease)
+		err := hub.Client.Get(context.Background(), client.ObjectKey{Namespace: spoke.FleetNamespace, Name: spoke.LeaseName(spk.cluster)}, &lease)
 		return lease.Annotations[spoke.AnnotationClockSkew], err
 	}).Should(gomega.MatchRegexp(`^[0-9]{1,4}\.[0-9]{3}$`), "the skew, in seconds to the millisecond (the hub's admission policy admits no other form)")
-	g.Expect(lease.Labels).To(gomega.HaveKeyWithValue(spoke.LabelCluster, cluster))
+	g.Expect(lease.Labels).To(gomega.HaveKeyWithValue(spoke.LabelCluster, spk.cluster))
 	g.Expect(lease.Spec.LeaseDurationSeconds).To(gomega.Equal(ptr.To(int32(12))))
 	skewed, err := strconv.ParseFloat(lease.Annotations[spoke.AnnotationClockSkew], 64)
 	g.Expect(err).NotTo(gomega.HaveOccurred())

@@ -259,6 +259,7 @@ func grantsWatch2(t *testing.T, c client.WithWatch, ns, name string) (stop func(
 // a live fleet the same state comes from a grant the hub made before a window opened that
 // reaches the spoke after it (a cut, a slow watch, the partition rule's hold).
 func TestAttack2SpokeAdminsBypassPassesTheFleetsFreeze(t *testing.T) {
+	t.Parallel()
 	f := startFleet2(t)
 	const ns = "attack2-bypass"
 	ctx := context.Background()
@@ -351,6 +352,7 @@ func lockOn2(ns, name string) *locksv1.LockRequest {
 // should be stopped while the hub answers every renewal in time: the renewals of different
 // namespaces do not depend on each other (they could go at once, or each on its own clock).
 func TestAttack2SlowHubStopsHoldersItStillAnswers(t *testing.T) {
+	t.Parallel()
 	f := startFleet2(t)
 	ctx := context.Background()
 	g := gomega.NewWithT(t)
@@ -458,6 +460,7 @@ func (f roundTripper2) RoundTrip(req *http.Request) (*http.Response, error) { re
 // judges the spoke's holders. A holder the spoke showed Granted before the restart runs on
 // past the hub Lease's lapse, when the hub hands its lock to the next waiter: two holders.
 func TestAttack2AgentRestartedDuringACutNeverStopsItsHolders(t *testing.T) {
+	t.Parallel()
 	f := startFleet2(t)
 	ctx := context.Background()
 	g := gomega.NewWithT(t)
@@ -528,6 +531,7 @@ func TestAttack2AgentRestartedDuringACutNeverStopsItsHolders(t *testing.T) {
 // freeze is gone, and writes it refused pass. Neither the hub's admin nor the agent was asked to
 // lift it; nothing says it was.
 func TestAttack2MirrorLiftsTheSpokesOwnWriteFreeze(t *testing.T) {
+	t.Parallel()
 	f := startFleet2(t)
 	ctx := context.Background()
 	g := gomega.NewWithT(t)
@@ -586,6 +590,7 @@ func TestAttack2MirrorLiftsTheSpokesOwnWriteFreeze(t *testing.T) {
 // that leaves the namespace with no unfinished request again, the renewer never renews it:
 // every later request of that namespace is lost the same way, until the agent restarts.
 func TestAttack2RequestAfterAnIdleSpellIsLostAtOnce(t *testing.T) {
+	t.Parallel()
 	f := startFleet2(t)
 	ctx := context.Background()
 	g := gomega.NewWithT(t)

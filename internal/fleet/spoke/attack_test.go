@@ -47,6 +47,9 @@ import (
 //
 // Run them alone with: go test -race -run 'TestAttack' ./internal/fleet/spoke/
 
+// attackCluster is the installed fleet's spoke's name.
+const attackCluster = "eu-west-1"
+
 // attackSettings are short partition settings (as TestRefusedClusterSaysSoInTheSpoke's) so a
 // grant's stop deadline comes within a test: L 20s, grace 3s, max skew 2s.
 var attackSettings = skew.Settings{Lease: 20 * time.Second, Grace: 3 * time.Second, MaxSkew: 2 * time.Second}
@@ -68,6 +71,7 @@ var (
 
 // TestAttack runs every attack on one installed fleet (started once, stopped at the end).
 func TestAttack(t *testing.T) {
+	t.Parallel()
 	f := install(t)
 	t.Cleanup(func() {
 		if f.hubMgr != nil {
@@ -98,7 +102,7 @@ func (f *installed) hubRequestDeleted(t *testing.T) {
 	f.startAgent(t)
 	g.Expect(r.alice.Create(ctx, lockOn(ns, "alice-apply", "vpc"))).To(gomega.Succeed())
 	granted(t, r.spokeView, ns, "alice-apply")
-	hub := get(g, r.hubAdmin, ns, spoke.HubName(cluster, "alice-apply"))
+	hub := get(g, r.hubAdmin, ns, spoke.HubName(attackCluster, "alice-apply"))
 	g.Expect(r.hubAdmin.Delete(ctx, hub)).To(gomega.Succeed())
 	g.Eventually(func(g gomega.Gomega) {
 		lr := get(g, r.spokeView, ns, "alice-apply")
@@ -148,11 +152,11 @@ func startInstalled(t *testing.T) (*installed, error) {
 	if out, err := kubectlOn(t, f.hub, "apply", "--server-side", "-k", filepath.Join(root, "config", "fleet")); err != nil {
 		return nil, fmt.Errorf("install config/fleet: %w: %s", err, out)
 	}
-	if out, err := kubectlOn(t, f.hub, "-n", spoke.FleetNamespace, "patch", "configmap", "turnstile-fleet-members", "--type=merge", "-p", `{"data":{"`+cluster+`":"{}"}}`); err != nil {
-		return nil, fmt.Errorf("join %s: %w: %s", cluster, err, out)
+	if out, err := kubectlOn(t, f.hub, "-n", spoke.FleetNamespace, "patch", "configmap", "turnstile-fleet-members", "--type=merge", "-p", `{"data":{"`+attackCluster+`":"{}"}}`); err != nil {
+		return nil, fmt.Errorf("join %s: %w: %s", attackCluster, err, out)
 	}
 	f.spokeSA = rest.CopyConfig(f.hub.Config)
-	f.spokeSA.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + spoke.FleetNamespace + ":" + spoke.LeaseName(cluster),
+	f.spokeSA.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + spoke.FleetNamespace + ":" + spoke.LeaseName(attackCluster),
 		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + spoke.FleetNamespace, "system:authenticated"}}
 	if f.hubMgr, err = f.hub.StartManager(controller.SetupOptions{Queue: queue.DefaultConfig()}); err != nil {
 		return nil, err
@@ -233,7 +237,7 @@ func (f *installed) room(t *testing.T, ns string) *room {
 	}).WithTimeout(90*time.Second).Should(gomega.MatchError(gomega.ContainSubstring("turnstile-fleet-spoke")), "the hub's fleet policies are enforced")
 	g.Eventually(func() error {
 		p := request(ns, "probe", "mallory")
-		p.Spec.Holder.Cluster = cluster
+		p.Spec.Holder.Cluster = attackCluster
 		return r.malloryHub.Create(ctx, p, client.DryRunAll)
 	}).WithTimeout(90*time.Second).Should(gomega.MatchError(gomega.ContainSubstring("turnstile-fleet-hub-users")), "the hub's hub-users policy is enforced")
 	return r
@@ -289,7 +293,7 @@ func (f *installed) startAgent(t *testing.T) {
 	if err := controller.SetupSpoke(mgr, controller.SetupOptions{Retention: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := spoke.SetupWithManager(mgr, spoke.Options{Cluster: cluster, Hub: rest.CopyConfig(f.spokeSA), Settings: attackSettings}); err != nil {
+	if _, err := spoke.SetupWithManager(mgr, spoke.Options{Cluster: attackCluster, Hub: rest.CopyConfig(f.spokeSA), Settings: attackSettings}); err != nil {
 		t.Fatal(err)
 	}
 	if err := workload.SetupWithManager(mgr, workload.WithIdentity("system:serviceaccount:turnstile-system:turnstile-controller-manager")); err != nil {
@@ -363,7 +367,7 @@ func (f *installed) attackShortTTL(t *testing.T) {
 
 	g.Expect(r.alice.Create(ctx, lockOn(ns, "alice-apply", "vpc"))).To(gomega.Succeed())
 	a := granted(t, r.spokeView, ns, "alice-apply")
-	hubAlice := get(g, r.hubAdmin, ns, spoke.HubName(cluster, "alice-apply"))
+	hubAlice := get(g, r.hubAdmin, ns, spoke.HubName(attackCluster, "alice-apply"))
 	// Directly, bob cannot end her grant.
 	mine := a.DeepCopy()
 	mine.Spec.Release = true
@@ -383,7 +387,7 @@ func (f *installed) attackShortTTL(t *testing.T) {
 			"BREAK: bob's short ttls in the namespace stopped alice's holder (the agent's stop deadline is the earliest expiry of any grant in the namespace)")
 	}).WithTimeout(40 * time.Second).WithPolling(4 * time.Second).Should(gomega.Succeed())
 	g.Expect(lost()).To(gomega.BeEmpty(), "BREAK: bob's short ttls in the namespace stopped alice's holder")
-	now := get(g, r.hubAdmin, ns, spoke.HubName(cluster, "alice-apply"))
+	now := get(g, r.hubAdmin, ns, spoke.HubName(attackCluster, "alice-apply"))
 	g.Expect(now.UID).To(gomega.Equal(hubAlice.UID))
 	g.Expect(now.Spec.Release).To(gomega.BeFalse(), "BREAK: alice's hub grant was released by the agent")
 	g.Expect(now.Status.Phase).To(gomega.Equal(locksv1.PhaseGranted))
@@ -404,7 +408,7 @@ func (f *installed) attackHubUserExpiry(t *testing.T) {
 	lost := lostWatch(t, r.spokeView, ns, "alice-apply")
 
 	fake := lockOn(ns, "mallory-quick", "dns")
-	fake.Labels = map[string]string{spoke.LabelCluster: cluster}
+	fake.Labels = map[string]string{spoke.LabelCluster: attackCluster}
 	fake.Spec.TTL = &metav1.Duration{Duration: 20 * time.Second}
 	// Refused at admission (turnstile-fleet-reserved); the agent judges each holder by its own
 	// grant's end anyway (ShortTTLInTheNamespaceStopsAnothersHolder).
@@ -419,7 +423,7 @@ func (f *installed) attackHubUserExpiry(t *testing.T) {
 	g.Consistently(func(g gomega.Gomega) {
 		g.Expect(get(g, r.spokeView, ns, "alice-apply").Status.Phase).To(gomega.Equal(locksv1.PhaseGranted))
 	}).WithTimeout(2 * time.Second).Should(gomega.Succeed())
-	g.Expect(get(g, r.hubAdmin, ns, spoke.HubName(cluster, "alice-apply")).Spec.Release).To(gomega.BeFalse(), "BREAK: alice's hub grant was released by the agent")
+	g.Expect(get(g, r.hubAdmin, ns, spoke.HubName(attackCluster, "alice-apply")).Spec.Release).To(gomega.BeFalse(), "BREAK: alice's hub grant was released by the agent")
 }
 
 // Attack 3, a hub requester who can read the spoke (a viewer there): bob's spoke request is
@@ -444,8 +448,8 @@ func (f *installed) attackSquat(t *testing.T) {
 
 	g.Expect(r.bob.Create(ctx, lockOn(ns, "bob-deploy", "vpc"))).To(gomega.Succeed())
 	bob := get(g, r.mallorySpoke, ns, "bob-deploy") // mallory reads it: she is a viewer
-	squat := lockOn(ns, spoke.HubName(cluster, bob.Name), "decoy")
-	squat.Labels = map[string]string{spoke.LabelCluster: cluster}
+	squat := lockOn(ns, spoke.HubName(attackCluster, bob.Name), "decoy")
+	squat.Labels = map[string]string{spoke.LabelCluster: attackCluster}
 	// bob's changeable fields as they are (ttl, priority, waitTimeout, reason: SpecUpdate's),
 	// so the agent has nothing to carry over (the hub would refuse it that patch: the spoke
 	// writes only requests of spec.holder.cluster its own).
@@ -467,7 +471,7 @@ func (f *installed) attackSquat(t *testing.T) {
 	members := func(value string) {
 		t.Helper()
 		if out, err := kubectlOn(t, f.hub, "-n", spoke.FleetNamespace, "patch", "configmap", "turnstile-fleet-members", "--type=merge",
-			"-p", `{"data":{"`+cluster+`":`+value+`}}`); err != nil {
+			"-p", `{"data":{"`+attackCluster+`":`+value+`}}`); err != nil {
 			t.Fatalf("%v: %s", err, out)
 		}
 	}
@@ -479,7 +483,7 @@ func (f *installed) attackSquat(t *testing.T) {
 	granted(t, r.hubAdmin, ns, squat.Name)
 	members(`"{}"`)
 	g.Eventually(func() error {
-		return r.malloryHub.Create(ctx, lockOn(ns, spoke.HubName(cluster, "probe"), "decoy"), client.DryRunAll)
+		return r.malloryHub.Create(ctx, lockOn(ns, spoke.HubName(attackCluster, "probe"), "decoy"), client.DryRunAll)
 	}).WithTimeout(60*time.Second).Should(gomega.MatchError(gomega.ContainSubstring("ValidatingAdmissionPolicy 'turnstile-fleet-names'")), "the cluster joined again")
 
 	f.startAgent(t)
@@ -515,12 +519,12 @@ func (f *installed) attackHashCollision(t *testing.T) {
 	long := "apply-" + strings.Repeat("a", 240)
 	g.Expect(r.alice.Create(ctx, lockOn(ns, long, "vpc"))).To(gomega.Succeed())
 	a := granted(t, r.spokeView, ns, long)
-	hubName := spoke.HubName(cluster, long)
-	g.Expect(hubName).NotTo(gomega.Equal(cluster+"."+long), "alice's hub name is shortened")
+	hubName := spoke.HubName(attackCluster, long)
+	g.Expect(hubName).NotTo(gomega.Equal(attackCluster+"."+long), "alice's hub name is shortened")
 	hubAlice := get(g, r.hubAdmin, ns, hubName)
 
-	collide := strings.TrimPrefix(hubName, cluster+".")
-	g.Expect(spoke.HubName(cluster, collide)).To(gomega.Equal(hubName), "bob's request's hub name is alice's")
+	collide := strings.TrimPrefix(hubName, attackCluster+".")
+	g.Expect(spoke.HubName(attackCluster, collide)).To(gomega.Equal(hubName), "bob's request's hub name is alice's")
 	lost := lostWatch(t, r.spokeView, ns, long)
 	g.Expect(r.bob.Create(ctx, lockOn(ns, collide, "dns"))).To(gomega.Succeed())
 	g.Consistently(func(g gomega.Gomega) {
@@ -550,7 +554,7 @@ func (f *installed) attackLeaseSquat(t *testing.T, labelled bool) {
 	r := f.room(t, ns)
 	g := gomega.NewWithT(t)
 	ctx := context.Background()
-	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: spoke.LeaseName(cluster)},
+	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: spoke.LeaseName(attackCluster)},
 		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("mallory"), LeaseDurationSeconds: ptr.To[int32](3600)}}
 	if labelled {
 		lease.Labels = map[string]string{workdir.LabelRole: spoke.RoleSpoke}
@@ -601,7 +605,7 @@ func (f *installed) attackSpokeAdmin(t *testing.T) {
 			g.Expect(lr.Status.Phase).To(gomega.Equal(locksv1.PhasePending))
 		}).WithTimeout(60*time.Second).Should(gomega.Succeed(), name)
 		var h locksv1.LockRequest
-		err := r.hubAdmin.Get(ctx, types.NamespacedName{Namespace: ns, Name: spoke.HubName(cluster, name)}, &h)
+		err := r.hubAdmin.Get(ctx, types.NamespacedName{Namespace: ns, Name: spoke.HubName(attackCluster, name)}, &h)
 		g.Expect(err).To(gomega.HaveOccurred(), "%s reached the hub", name)
 	}
 }
@@ -624,7 +628,7 @@ func (f *installed) attackRefusedEdit(t *testing.T) {
 	g.Expect(dana.Create(ctx, lr)).To(gomega.Succeed())
 	cur := granted(t, r.spokeView, ns, "dana-apply")
 	g.Expect(dana.Patch(ctx, cur, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"priority":"Critical"}}`)))).To(gomega.Succeed())
-	hubName := spoke.HubName(cluster, "dana-apply")
+	hubName := spoke.HubName(attackCluster, "dana-apply")
 	g.Eventually(func(g gomega.Gomega) {
 		g.Expect(get(g, r.hubAdmin, ns, hubName).Status.Phase.IsFinal()).To(gomega.BeTrue())
 	}).WithTimeout(90 * time.Second).Should(gomega.Succeed())

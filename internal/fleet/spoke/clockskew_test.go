@@ -33,14 +33,15 @@ func (c aheadClock) Since(t time.Time) time.Duration { return c.Now().Sub(t) }
 // (a hub user's request of it is granted) instead of staying held while the clock is broken.
 func TestClockSkewTooLargeGivesTheGrantBack(t *testing.T) {
 	const ns, name = "team-skewed", "skewed-1"
-	fleet(t, ns)
+	t.Parallel()
+	spk := fleet(t, ns)
 	g := gomega.NewWithT(t)
 	ctx := context.Background()
 	settings := skew.Settings{Lease: 20 * time.Second, Grace: 3 * time.Second, MaxSkew: 2 * time.Second}
-	m := startSpokeAgent(t, spoke.Options{Cluster: name, Hub: rest.CopyConfig(hub.Config), Settings: settings, Clock: aheadClock{d: 10 * time.Second}}, nil)
+	m := spk.startAgent(t, spoke.Options{Cluster: name, Hub: rest.CopyConfig(hub.Config), Settings: settings, Clock: aheadClock{d: 10 * time.Second}}, nil)
 	defer func() { _ = m.Stop() }()
 
-	never := neverGranted(t, ns, "bob-apply")
+	never := spk.neverGranted(t, ns, "bob-apply")
 	g.Expect(spk.Client.Create(ctx, request(ns, "bob-apply", "bob"))).To(gomega.Succeed())
 	g.Eventually(func(g gomega.Gomega) {
 		lr := get(g, spk.Client, ns, "bob-apply")

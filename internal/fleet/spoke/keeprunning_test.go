@@ -44,7 +44,8 @@ import (
 // released by the hub's admin (kubectl turnstile release --cluster), and the spoke stops it.
 func TestKeepRunningHolderSurvivesAPartition(t *testing.T) {
 	const ns = "team-keep"
-	fleet(t, ns)
+	t.Parallel()
+	spk := fleet(t, ns)
 	g := gomega.NewWithT(t)
 	ctx := context.Background()
 	host, err := url.Parse(hub.Config.Host)
@@ -57,7 +58,7 @@ func TestKeepRunningHolderSurvivesAPartition(t *testing.T) {
 	// As TestPartitionStopsHoldersBeforeTheHubLetsGo: L = 20 s, the stop about 12 s after the
 	// last answered renewal, the hub's release 20 s after it.
 	settings := skew.Settings{Lease: 20 * time.Second, Grace: 3 * time.Second, MaxSkew: 2 * time.Second}
-	m := startSpokeWith(t, through, settings)
+	m := spk.startWith(t, through, settings)
 	defer func() { p.Pass(); _ = m.Stop() }()
 
 	job := func(name, key string, keep bool) *batchv1.Job {
@@ -97,13 +98,13 @@ func TestKeepRunningHolderSurvivesAPartition(t *testing.T) {
 		running(g, migrate)
 		g.Expect(get(g, spk.Client, ns, "carol-hold").Status.Phase).To(gomega.Equal(locksv1.PhaseGranted))
 	}).Should(gomega.Succeed())
-	g.Expect(tokens["migrate"]).To(gomega.Equal(strconv.FormatInt(get(g, hub.Client, ns, cluster+"."+migrateReq).Status.FencingToken, 10)))
+	g.Expect(tokens["migrate"]).To(gomega.Equal(strconv.FormatInt(get(g, hub.Client, ns, spk.cluster+"."+migrateReq).Status.FencingToken, 10)))
 
 	// The opt-out reaches the hub: no hub Lease for migrate's request and the user's, the spoke's for apply's.
 	g.Expect(get(g, spk.Client, ns, migrateReq).Annotations).To(gomega.HaveKeyWithValue(locksv1.AnnotationOnPartition, locksv1.OnPartitionKeepRunning),
 		"the workload controller did not carry the opt-out to the Job's request")
-	for name, lease := range map[string]string{migrateReq: "", "carol-hold": "", applyReq: spoke.LeaseName(cluster)} {
-		h := get(g, hub.Client, ns, cluster+"."+name)
+	for name, lease := range map[string]string{migrateReq: "", "carol-hold": "", applyReq: spoke.LeaseName(spk.cluster)} {
+		h := get(g, hub.Client, ns, spk.cluster+"."+name)
 		g.Expect(h.Spec.Holder.Lease).To(gomega.Equal(lease), "hub request of %s", name)
 		if lease == "" {
 			g.Expect(h.Annotations).To(gomega.HaveKeyWithValue(locksv1.AnnotationOnPartition, locksv1.OnPartitionKeepRunning))
@@ -123,7 +124,7 @@ func TestKeepRunningHolderSurvivesAPartition(t *testing.T) {
 		g.Expect(meta.FindStatusCondition(lr.Status.Conditions, locksv1.ConditionGranted).Reason).To(gomega.Equal(spoke.ReasonHubUnreachable))
 	}).WithTimeout(40 * time.Second).Should(gomega.Succeed())
 	var lease coordinationv1.Lease
-	g.Expect(hub.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: spoke.LeaseName(cluster)}, &lease)).To(gomega.Succeed())
+	g.Expect(hub.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: spoke.LeaseName(spk.cluster)}, &lease)).To(gomega.Succeed())
 	lapse := lease.Spec.RenewTime.Add(time.Duration(*lease.Spec.LeaseDurationSeconds) * time.Second)
 	g.Expect(lostAt).To(gomega.BeTemporally("<", lapse), "apply was stopped at %s, after the hub Lease lapsed at %s", lostAt, lapse)
 	g.Eventually(func(g gomega.Gomega) {
@@ -138,12 +139,12 @@ func TestKeepRunningHolderSurvivesAPartition(t *testing.T) {
 	// (b) Past the hub Lease's lapse: the hub has let apply's lock go (HolderLost), and keeps
 	// migrate's and the user's; migrate runs on with its token, and nothing says it stopped.
 	g.Eventually(func(g gomega.Gomega) {
-		g.Expect(get(g, hub.Client, ns, cluster+"."+applyReq).Status.Phase.IsFinal()).To(gomega.BeTrue())
+		g.Expect(get(g, hub.Client, ns, spk.cluster+"."+applyReq).Status.Phase.IsFinal()).To(gomega.BeTrue())
 	}).WithTimeout(40 * time.Second).Should(gomega.Succeed())
 	g.Expect(time.Now()).To(gomega.BeTemporally(">", lapse))
 	g.Consistently(func(g gomega.Gomega) {
 		for _, name := range []string{migrateReq, "carol-hold"} {
-			h := get(g, hub.Client, ns, cluster+"."+name)
+			h := get(g, hub.Client, ns, spk.cluster+"."+name)
 			g.Expect(h.Status.Phase).To(gomega.Equal(locksv1.PhaseGranted), "the hub let %s's lock go", name)
 		}
 		g.Expect(get(g, spk.Client, ns, migrateReq).Status.Phase).To(gomega.Equal(locksv1.PhaseGranted))
@@ -163,7 +164,7 @@ func TestKeepRunningHolderSurvivesAPartition(t *testing.T) {
 	healed := time.Now()
 	g.Eventually(func(g gomega.Gomega) {
 		var h locksv1.LockRequest
-		err := hub.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: cluster + ".carol-hold"}, &h)
+		err := hub.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: spk.cluster + ".carol-hold"}, &h)
 		g.Expect(client.IgnoreNotFound(err)).To(gomega.Succeed())
 		g.Expect(err).To(gomega.HaveOccurred(), "the hub request of the request deleted in the spoke is still there (%s)", h.Status.Phase)
 	}).WithTimeout(10 * time.Second).Should(gomega.Succeed())
@@ -171,10 +172,10 @@ func TestKeepRunningHolderSurvivesAPartition(t *testing.T) {
 
 	// (d) migrate's lock is held until released: in the spoke, or by an admin on the hub, which
 	// the spoke, hearing the hub, obeys (the Job is suspended without its token).
-	g.Expect(get(g, hub.Client, ns, cluster+"."+migrateReq).Status.Phase).To(gomega.Equal(locksv1.PhaseGranted))
-	g.Expect(release(t, ns, cluster, migrateReq)).To(gomega.Equal("lockrequest/" + cluster + "." + migrateReq + " released\n"))
+	g.Expect(get(g, hub.Client, ns, spk.cluster+"."+migrateReq).Status.Phase).To(gomega.Equal(locksv1.PhaseGranted))
+	g.Expect(release(t, ns, spk.cluster, migrateReq)).To(gomega.Equal("lockrequest/" + spk.cluster + "." + migrateReq + " released\n"))
 	g.Eventually(func(g gomega.Gomega) {
-		g.Expect(get(g, hub.Client, ns, cluster+"."+migrateReq).Status.Phase).To(gomega.Equal(locksv1.PhaseReleased))
+		g.Expect(get(g, hub.Client, ns, spk.cluster+"."+migrateReq).Status.Phase).To(gomega.Equal(locksv1.PhaseReleased))
 		g.Expect(get(g, spk.Client, ns, migrateReq).Status.Phase).To(gomega.Equal(locksv1.PhaseReleased))
 		var j batchv1.Job
 		g.Expect(spk.Client.Get(ctx, client.ObjectKeyFromObject(migrate), &j)).To(gomega.Succeed())

@@ -48,17 +48,20 @@ func (l *laggingHub) serve(lr *locksv1.LockRequest) {
 // Granted (its workload is never let go) while the cache lies, and once the cache catches up it
 // ends as the hub says.
 func TestGrantLetGoOnlyAsReadLiveFromTheHub(t *testing.T) {
+	t.Parallel()
 	t.Run("ForceReleasedOnTheHub", func(t *testing.T) {
+		t.Parallel()
 		letGoLive(t, "team-live-release", func(ctx context.Context, g gomega.Gomega, hubReq *locksv1.LockRequest) {
 			g.Expect(hub.Client.Patch(ctx, hubReq, client.RawPatch("application/merge-patch+json", []byte(`{"spec":{"release":true}}`)))).To(gomega.Succeed())
-		}, func(g gomega.Gomega, ns string, grant *locksv1.LockRequest) {
+		}, func(g gomega.Gomega, spk *testSpoke, ns string, grant *locksv1.LockRequest) {
 			g.Expect(get(g, spk.Client, ns, "bob-apply").Status.Phase).To(gomega.Equal(locksv1.PhaseReleased))
 		})
 	})
 	t.Run("DeletedOnTheHub", func(t *testing.T) {
+		t.Parallel()
 		letGoLive(t, "team-live-delete", func(ctx context.Context, g gomega.Gomega, hubReq *locksv1.LockRequest) {
 			g.Expect(hub.Client.Delete(ctx, hubReq)).To(gomega.Succeed())
-		}, func(g gomega.Gomega, ns string, grant *locksv1.LockRequest) {
+		}, func(g gomega.Gomega, spk *testSpoke, ns string, grant *locksv1.LockRequest) {
 			// Asked for anew (it never held the grant in the spoke): queued behind carol.
 			lr := get(g, spk.Client, ns, "bob-apply")
 			g.Expect(lr.Status.Phase).To(gomega.Equal(locksv1.PhasePending))
@@ -71,13 +74,13 @@ func TestGrantLetGoOnlyAsReadLiveFromTheHub(t *testing.T) {
 // letGoLive runs the scenario of TestGrantLetGoOnlyAsReadLiveFromTheHub in namespace ns: end
 // ends the hub's grant of bob's hub request, and after checks the spoke request once the cache
 // no longer lags.
-func letGoLive(t *testing.T, ns string, end func(context.Context, gomega.Gomega, *locksv1.LockRequest), after func(gomega.Gomega, string, *locksv1.LockRequest)) {
-	fleet(t, ns)
+func letGoLive(t *testing.T, ns string, end func(context.Context, gomega.Gomega, *locksv1.LockRequest), after func(gomega.Gomega, *testSpoke, string, *locksv1.LockRequest)) {
+	spk := fleet(t, ns)
 	g := gomega.NewWithT(t)
 	ctx := context.Background()
-	hubName := spoke.HubName(cluster, "bob-apply")
+	hubName := spoke.HubName(spk.cluster, "bob-apply")
 	lag := &laggingHub{key: client.ObjectKey{Namespace: ns, Name: hubName}}
-	m := startSpokeAgent(t, spoke.Options{Cluster: cluster, Hub: rest.CopyConfig(hub.Config)}, func(a *spoke.Agent) {
+	m := spk.startAgent(t, spoke.Options{Cluster: spk.cluster, Hub: rest.CopyConfig(hub.Config)}, func(a *spoke.Agent) {
 		a.WrapHubCache(func(r client.Reader) client.Reader { lag.Reader = r; return lag })
 	})
 	defer func() { _ = m.Stop() }()
@@ -87,7 +90,7 @@ func letGoLive(t *testing.T, ns string, end func(context.Context, gomega.Gomega,
 	alice := request(ns, "alice-apply", "alice")
 	g.Expect(hub.Client.Create(ctx, alice)).To(gomega.Succeed())
 	granted(t, hub.Client, ns, "alice-apply")
-	stop := neverGranted(t, ns, "bob-apply")
+	stop := spk.neverGranted(t, ns, "bob-apply")
 	g.Expect(spk.Client.Create(ctx, request(ns, "bob-apply", "bob"))).To(gomega.Succeed())
 	g.Eventually(func(g gomega.Gomega) {
 		lr := get(g, spk.Client, ns, "bob-apply")
@@ -126,6 +129,6 @@ func letGoLive(t *testing.T, ns string, end func(context.Context, gomega.Gomega,
 
 	// The cache catches up: the request ends as the hub says.
 	lag.serve(nil)
-	g.Eventually(func(g gomega.Gomega) { after(g, ns, grant) }).Should(gomega.Succeed())
+	g.Eventually(func(g gomega.Gomega) { after(g, spk, ns, grant) }).Should(gomega.Succeed())
 	g.Expect(stop()).To(gomega.BeTrue(), "the spoke request showed Granted: a grant the hub had ended was let go")
 }

@@ -26,9 +26,9 @@ import (
 
 // firstGranted watches the spoke request ns/name and returns, at stop, the first time (by this
 // process's clock, when the event arrived) any version of it showed Granted; zero if none did.
-func firstGranted(t *testing.T, ns, name string) func() time.Time {
+func (s *testSpoke) firstGranted(t *testing.T, ns, name string) func() time.Time {
 	t.Helper()
-	w, err := spk.Client.Watch(context.Background(), &locksv1.LockRequestList{}, client.InNamespace(ns))
+	w, err := s.Client.Watch(context.Background(), &locksv1.LockRequestList{}, client.InNamespace(ns))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +60,8 @@ func firstGranted(t *testing.T, ns, name string) func() time.Time {
 // until the window closes by its clock; then the Job runs, on the hub's token.
 func TestWindowOpeningDuringACutHoldsTheSpokesWorkload(t *testing.T) {
 	const ns = "team-window-cut"
-	fleet(t, ns)
+	t.Parallel()
+	spk := fleet(t, ns)
 	g := gomega.NewWithT(t)
 	ctx := context.Background()
 	host, err := url.Parse(hub.Config.Host)
@@ -71,12 +72,12 @@ func TestWindowOpeningDuringACutHoldsTheSpokesWorkload(t *testing.T) {
 	through := rest.CopyConfig(hub.Config)
 	through.Host = "https://" + p.Addr()
 	// L = 60 s: the cut (about 20 s) ends long before the hub Lease could lapse.
-	m := startSpokeWith(t, through, skew.Settings{Lease: 60 * time.Second, Grace: 3 * time.Second, MaxSkew: 2 * time.Second})
+	m := spk.startWith(t, through, skew.Settings{Lease: 60 * time.Second, Grace: 3 * time.Second, MaxSkew: 2 * time.Second})
 	defer func() { p.Pass(); _ = m.Stop() }()
 
 	cl := &locksv1.CommandLock{ObjectMeta: metav1.ObjectMeta{Name: "rollout"}, Spec: locksv1.CommandLockSpec{Windows: []locksv1.FreezeWindow{{
 		Name: "half-minute", Schedule: "* * * * *", Duration: metav1.Duration{Duration: 30 * time.Second}, Action: locksv1.WindowDeny,
-		WindowScope: locksv1.WindowScope{Clusters: &locksv1.ClusterScope{Names: []string{cluster}}},
+		WindowScope: locksv1.WindowScope{Clusters: &locksv1.ClusterScope{Names: []string{spk.cluster}}},
 	}}}}
 	g.Expect(hub.Client.Create(ctx, cl)).To(gomega.Succeed())
 	defer func() { _ = hub.Client.Delete(ctx, cl) }()
@@ -93,12 +94,12 @@ func TestWindowOpeningDuringACutHoldsTheSpokesWorkload(t *testing.T) {
 			RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}},
 	}
 	reqName := workload.RequestName("job", "rollout")
-	hubName := cluster + "." + reqName
-	granted := firstGranted(t, ns, reqName)
+	hubName := spk.cluster + "." + reqName
+	granted := spk.firstGranted(t, ns, reqName)
 	g.Expect(spk.Client.Create(ctx, job)).To(gomega.Succeed())
 	g.Eventually(func(g gomega.Gomega) {
 		g.Expect(get(g, hub.Client, ns, hubName).Status.Phase).To(gomega.Equal(locksv1.PhasePending))
-		mc := spokeCommandLock(g, "rollout")
+		mc := spk.commandLock(g, "rollout")
 		g.Expect(mc.Status.Windows).To(gomega.HaveLen(1))
 	}).Should(gomega.Succeed())
 
@@ -113,7 +114,7 @@ func TestWindowOpeningDuringACutHoldsTheSpokesWorkload(t *testing.T) {
 		g.Expect(hub.Client.Get(ctx, client.ObjectKey{Name: "rollout"}, &h)).To(gomega.Succeed())
 		g.Expect(h.Status.Windows).To(gomega.HaveLen(1))
 		g.Expect(h.Status.Windows[0].State).To(gomega.Equal(locksv1.WindowClosed))
-		g.Expect(spokeCommandLock(g, "rollout").Status.Windows[0].State).To(gomega.Equal(locksv1.WindowClosed))
+		g.Expect(spk.commandLock(g, "rollout").Status.Windows[0].State).To(gomega.Equal(locksv1.WindowClosed))
 		opens = now.Truncate(time.Minute).Add(time.Minute)
 	}).WithTimeout(90 * time.Second).WithPolling(200 * time.Millisecond).Should(gomega.Succeed())
 	closes := opens.Add(30 * time.Second)
@@ -130,11 +131,11 @@ func TestWindowOpeningDuringACutHoldsTheSpokesWorkload(t *testing.T) {
 
 	// The window opens during the cut: the mirror shows it, judged in the spoke.
 	g.Eventually(func(g gomega.Gomega) {
-		mc := spokeCommandLock(g, "rollout")
+		mc := spk.commandLock(g, "rollout")
 		g.Expect(mc.Status.Windows[0].State).To(gomega.Equal(locksv1.WindowOpen))
 		msg, ok := spoke.JudgedInSpoke(mc)
 		g.Expect(ok).To(gomega.BeTrue())
-		g.Expect(msg).To(gomega.ContainSubstring("judged in this spoke (cluster " + cluster + ") by its own clock: the hub's judgement ran out at " + opens.UTC().Format(time.RFC3339)))
+		g.Expect(msg).To(gomega.ContainSubstring("judged in this spoke (cluster " + spk.cluster + ") by its own clock: the hub's judgement ran out at " + opens.UTC().Format(time.RFC3339)))
 		c := meta.FindStatusCondition(mc.Status.Conditions, locksv1.ConditionLocked)
 		g.Expect(c).NotTo(gomega.BeNil())
 		g.Expect(c.Reason).To(gomega.Equal(locksv1.ReasonWindow))
@@ -152,8 +153,8 @@ func TestWindowOpeningDuringACutHoldsTheSpokesWorkload(t *testing.T) {
 		g.Expect(c.Reason).To(gomega.Equal(spoke.ReasonFrozenInSpoke))
 		g.Expect(lr.Status.BlockedBy).To(gomega.Equal("commandlock/rollout"))
 	}).WithTimeout(time.Until(closes)).Should(gomega.Succeed())
-	out := why(t, ns, reqName)
-	g.Expect(out).To(gomega.ContainSubstring("granted by the hub, but not let go in this spoke (cluster " + cluster + ")"))
+	out := spk.why(t, ns, reqName)
+	g.Expect(out).To(gomega.ContainSubstring("granted by the hub, but not let go in this spoke (cluster " + spk.cluster + ")"))
 	g.Expect(out).To(gomega.ContainSubstring("Rollout commands are frozen by window half-minute of commandlock rollout: Deny window in force"))
 	g.Expect(get(g, hub.Client, ns, hubName).Status.Phase).To(gomega.Equal(locksv1.PhaseGranted), "the hub keeps its grant")
 	g.Consistently(func(g gomega.Gomega) {

@@ -33,26 +33,26 @@ func hubLock(g gomega.Gomega, ns string) *locksv1.ProjectLock {
 }
 
 // expectProjectLockMirror expects the spoke's object of hub's name to be its mirror and returns it.
-func expectProjectLockMirror(g gomega.Gomega, h *locksv1.ProjectLock) {
+func (s *testSpoke) expectProjectLockMirror(g gomega.Gomega, h *locksv1.ProjectLock) {
 	var m locksv1.ProjectLock
-	g.Expect(spk.Client.Get(context.Background(), client.ObjectKeyFromObject(h), &m)).To(gomega.Succeed())
+	g.Expect(s.Client.Get(context.Background(), client.ObjectKeyFromObject(h), &m)).To(gomega.Succeed())
 	g.Expect(m.Labels).To(gomega.HaveKeyWithValue(locksv1.LabelMirror, locksv1.MirrorHub))
 	g.Expect(m.Spec).To(gomega.Equal(h.Spec))
 	g.Expect(equality.Semantic.DeepEqual(m.Status, h.Status)).To(gomega.BeTrue(), "the mirror's status is the hub's")
 	g.Expect(m.Finalizers).To(gomega.BeEmpty())
 }
 
-func spokeCommandLock(g gomega.Gomega, name string) *locksv1.CommandLock {
+func (s *testSpoke) commandLock(g gomega.Gomega, name string) *locksv1.CommandLock {
 	var m locksv1.CommandLock
-	g.Expect(spk.Client.Get(context.Background(), client.ObjectKey{Name: name}, &m)).To(gomega.Succeed())
+	g.Expect(s.Client.Get(context.Background(), client.ObjectKey{Name: name}, &m)).To(gomega.Succeed())
 	return &m
 }
 
 // why runs kubectl turnstile why (the plugin's own command) against the spoke.
-func why(t *testing.T, ns, name string) string {
+func (s *testSpoke) why(t *testing.T, ns, name string) string {
 	t.Helper()
 	kc := filepath.Join(t.TempDir(), "spoke.kubeconfig")
-	if err := spk.WriteKubeconfig(kc); err != nil {
+	if err := s.WriteKubeconfig(kc); err != nil {
 		t.Fatal(err)
 	}
 	g := util.NewGlobals()
@@ -73,17 +73,18 @@ func why(t *testing.T, ns, name string) string {
 // request with them.
 func TestMirrorsShowTheHubsTruth(t *testing.T) {
 	const ns = "team-mirror"
-	fleet(t, ns)
+	t.Parallel()
+	spk := fleet(t, ns)
 	g := gomega.NewWithT(t)
 	ctx := context.Background()
-	m := startSpoke(t)
+	m := spk.start(t)
 	defer func() { _ = m.Stop() }()
 
 	holder := request(ns, "alice-apply", "alice")
 	g.Expect(hub.Client.Create(ctx, holder)).To(gomega.Succeed())
 	g.Eventually(func(g gomega.Gomega) {
 		g.Expect(get(g, hub.Client, ns, "alice-apply").Status.Phase).To(gomega.Equal(locksv1.PhaseGranted))
-		expectProjectLockMirror(g, hubLock(g, ns))
+		spk.expectProjectLockMirror(g, hubLock(g, ns))
 	}).Should(gomega.Succeed())
 
 	// A spoke request queues behind the hub's holder: the mirror shows both, as the hub has them.
@@ -91,29 +92,29 @@ func TestMirrorsShowTheHubsTruth(t *testing.T) {
 	g.Eventually(func(g gomega.Gomega) {
 		h := hubLock(g, ns)
 		g.Expect(h.Status.Queue).To(gomega.HaveLen(1))
-		expectProjectLockMirror(g, h)
+		spk.expectProjectLockMirror(g, h)
 	}).Should(gomega.Succeed())
 
 	// A spoke user strips the mirror's label and deletes it: the agent puts it back.
 	h := hubLock(g, ns)
 	g.Expect(spk.Client.Patch(ctx, &locksv1.ProjectLock{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: h.Name}},
 		client.RawPatch("application/merge-patch+json", []byte(`{"metadata":{"labels":{"fleet.turnstile.dev/mirror":null}}}`)))).To(gomega.Succeed())
-	g.Eventually(func(g gomega.Gomega) { expectProjectLockMirror(g, hubLock(g, ns)) }).Should(gomega.Succeed())
+	g.Eventually(func(g gomega.Gomega) { spk.expectProjectLockMirror(g, hubLock(g, ns)) }).Should(gomega.Succeed())
 	g.Expect(spk.Client.Delete(ctx, &locksv1.ProjectLock{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: h.Name}})).To(gomega.Succeed())
-	g.Eventually(func(g gomega.Gomega) { expectProjectLockMirror(g, hubLock(g, ns)) }).Should(gomega.Succeed())
+	g.Eventually(func(g gomega.Gomega) { spk.expectProjectLockMirror(g, hubLock(g, ns)) }).Should(gomega.Succeed())
 
 	// A hub CommandLock scoped to this cluster: mirrored, dated, without its write freeze.
 	cl := &locksv1.CommandLock{ObjectMeta: metav1.ObjectMeta{Name: "deploy"},
-		Spec: locksv1.CommandLockSpec{Locked: true, Reason: "EU weekend", Clusters: &locksv1.ClusterScope{Names: []string{cluster}}}}
+		Spec: locksv1.CommandLockSpec{Locked: true, Reason: "EU weekend", Clusters: &locksv1.ClusterScope{Names: []string{spk.cluster}}}}
 	g.Expect(hub.Client.Create(ctx, cl)).To(gomega.Succeed())
 	defer func() { _ = hub.Client.Delete(ctx, cl) }()
 	g.Eventually(func(g gomega.Gomega) {
 		var h locksv1.CommandLock
 		g.Expect(hub.Client.Get(ctx, client.ObjectKey{Name: "deploy"}, &h)).To(gomega.Succeed())
 		g.Expect(h.Status.Conditions).NotTo(gomega.BeEmpty())
-		mc := spokeCommandLock(g, "deploy")
+		mc := spk.commandLock(g, "deploy")
 		g.Expect(mc.Labels).To(gomega.HaveKeyWithValue(locksv1.LabelMirror, locksv1.MirrorHub))
-		g.Expect(mc.Annotations).To(gomega.HaveKeyWithValue(locksv1.AnnotationMirrorCluster, cluster))
+		g.Expect(mc.Annotations).To(gomega.HaveKeyWithValue(locksv1.AnnotationMirrorCluster, spk.cluster))
 		g.Expect(mc.Annotations).To(gomega.HaveKey(locksv1.AnnotationHubSeenAt))
 		g.Expect(mc.Spec).To(gomega.Equal(h.Spec))
 		g.Expect(equality.Semantic.DeepEqual(mc.Status, h.Status)).To(gomega.BeTrue(), "the mirror's status is the hub's")
@@ -124,12 +125,12 @@ func TestMirrorsShowTheHubsTruth(t *testing.T) {
 	own := &locksv1.CommandLock{ObjectMeta: metav1.ObjectMeta{Name: "spoke-own"}}
 	g.Expect(spk.Client.Create(ctx, own)).To(gomega.Succeed())
 	defer func() { _ = spk.Client.Delete(ctx, own) }()
-	g.Consistently(func(g gomega.Gomega) { spokeCommandLock(g, "spoke-own") }).WithTimeout(3 * time.Second).Should(gomega.Succeed())
+	g.Consistently(func(g gomega.Gomega) { spk.commandLock(g, "spoke-own") }).WithTimeout(3 * time.Second).Should(gomega.Succeed())
 
 	// A spoke user thaws the mirror: the agent freezes it again, and the hub's stays frozen.
 	g.Expect(spk.Client.Patch(ctx, &locksv1.CommandLock{ObjectMeta: metav1.ObjectMeta{Name: "deploy"}},
 		client.RawPatch("application/merge-patch+json", []byte(`{"spec":{"locked":false}}`)))).To(gomega.Succeed())
-	g.Eventually(func(g gomega.Gomega) { g.Expect(spokeCommandLock(g, "deploy").Spec.Locked).To(gomega.BeTrue()) }).Should(gomega.Succeed())
+	g.Eventually(func(g gomega.Gomega) { g.Expect(spk.commandLock(g, "deploy").Spec.Locked).To(gomega.BeTrue()) }).Should(gomega.Succeed())
 	var hubCL locksv1.CommandLock
 	g.Expect(hub.Client.Get(ctx, client.ObjectKey{Name: "deploy"}, &hubCL)).To(gomega.Succeed())
 	g.Expect(hubCL.Spec.Locked).To(gomega.BeTrue())
@@ -143,10 +144,10 @@ func TestMirrorsShowTheHubsTruth(t *testing.T) {
 	g.Eventually(func(g gomega.Gomega) {
 		g.Expect(get(g, spk.Client, ns, "carol-deploy").Status.BlockedBy).To(gomega.Equal("commandlock/deploy"))
 	}).Should(gomega.Succeed())
-	out := why(t, ns, "carol-deploy")
-	g.Expect(out).To(gomega.ContainSubstring("commandlock/deploy freezes it (it freezes clusters " + cluster + "; cluster " + cluster + " is one): EU weekend"))
+	out := spk.why(t, ns, "carol-deploy")
+	g.Expect(out).To(gomega.ContainSubstring("commandlock/deploy freezes it (it freezes clusters " + spk.cluster + "; cluster " + spk.cluster + " is one): EU weekend"))
 	g.Expect(out).To(gomega.MatchRegexp(`the hub's CommandLock, as last seen from the hub at \d{4}-\d\d-\d\dT`))
-	out = why(t, ns, "bob-apply")
+	out = spk.why(t, ns, "bob-apply")
 	g.Expect(out).To(gomega.ContainSubstring("alice"), "why reads the holder from the ProjectLock mirror:\n%s", out)
 
 	// A namespace the spoke makes after the hub's keys in it: it gets their mirrors then.
@@ -157,7 +158,7 @@ func TestMirrorsShowTheHubsTruth(t *testing.T) {
 		g.Expect(get(g, hub.Client, late, "dave-apply").Status.Phase).To(gomega.Equal(locksv1.PhaseGranted))
 	}).Should(gomega.Succeed())
 	g.Expect(spk.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: late}})).To(gomega.Succeed())
-	g.Eventually(func(g gomega.Gomega) { expectProjectLockMirror(g, hubLock(g, late)) }).Should(gomega.Succeed())
+	g.Eventually(func(g gomega.Gomega) { spk.expectProjectLockMirror(g, hubLock(g, late)) }).Should(gomega.Succeed())
 
 	// Gone on the hub, gone in the spoke.
 	g.Expect(hub.Client.Delete(ctx, cl)).To(gomega.Succeed())
@@ -175,7 +176,7 @@ func TestMirrorsShowTheHubsTruth(t *testing.T) {
 		g.Expect(spk.Client.List(ctx, &sl, client.InNamespace(ns))).To(gomega.Succeed())
 		g.Expect(sl.Items).To(gomega.HaveLen(len(hl.Items)))
 		for i := range hl.Items {
-			expectProjectLockMirror(g, &hl.Items[i])
+			spk.expectProjectLockMirror(g, &hl.Items[i])
 		}
 	}).Should(gomega.Succeed())
 }
@@ -185,7 +186,8 @@ func TestMirrorsShowTheHubsTruth(t *testing.T) {
 // seen); once the network heals, the hub's truth arrives.
 func TestMirrorsStayWhileCutOff(t *testing.T) {
 	const ns = "team-mirror-cut"
-	fleet(t, ns)
+	t.Parallel()
+	spk := fleet(t, ns)
 	g := gomega.NewWithT(t)
 	ctx := context.Background()
 	host, err := url.Parse(hub.Config.Host)
@@ -195,14 +197,14 @@ func TestMirrorsStayWhileCutOff(t *testing.T) {
 	defer func() { _ = p.Close() }()
 	through := rest.CopyConfig(hub.Config)
 	through.Host = "https://" + p.Addr()
-	m := startSpokeWith(t, through, skew.Settings{})
+	m := spk.startWith(t, through, skew.Settings{})
 	defer func() { p.Pass(); _ = m.Stop() }()
 
 	cl := &locksv1.CommandLock{ObjectMeta: metav1.ObjectMeta{Name: "migrate"}, Spec: locksv1.CommandLockSpec{Locked: true, Reason: "weekend"}}
 	g.Expect(hub.Client.Create(ctx, cl)).To(gomega.Succeed())
 	defer func() { _ = hub.Client.Delete(ctx, cl) }()
 	g.Eventually(func(g gomega.Gomega) {
-		mc := spokeCommandLock(g, "migrate")
+		mc := spk.commandLock(g, "migrate")
 		g.Expect(mc.Spec.Locked).To(gomega.BeTrue())
 		g.Expect(mc.Annotations).To(gomega.HaveKey(locksv1.AnnotationHubSeenAt))
 	}).Should(gomega.Succeed())
@@ -212,18 +214,18 @@ func TestMirrorsStayWhileCutOff(t *testing.T) {
 	g.Expect(hub.Client.Patch(ctx, cl, client.RawPatch("application/merge-patch+json", []byte(`{"spec":{"locked":false}}`)))).To(gomega.Succeed())
 	g.Expect(spk.Client.Delete(ctx, &locksv1.CommandLock{ObjectMeta: metav1.ObjectMeta{Name: "migrate"}})).To(gomega.Succeed())
 	g.Eventually(func(g gomega.Gomega) {
-		mc := spokeCommandLock(g, "migrate")
+		mc := spk.commandLock(g, "migrate")
 		g.Expect(mc.Spec.Locked).To(gomega.BeTrue(), "the freeze as last seen")
 		at := spoke.HubSeenAt(mc)
 		g.Expect(at.IsZero()).To(gomega.BeFalse(), "dated when the hub was last read")
 		g.Expect(at.After(cutAt)).To(gomega.BeFalse(), "dated before the cut, not when put back")
 	}).Should(gomega.Succeed())
 	g.Consistently(func(g gomega.Gomega) {
-		g.Expect(spokeCommandLock(g, "migrate").Spec.Locked).To(gomega.BeTrue())
+		g.Expect(spk.commandLock(g, "migrate").Spec.Locked).To(gomega.BeTrue())
 	}).WithTimeout(3 * time.Second).Should(gomega.Succeed())
 
 	p.Pass()
 	g.Eventually(func(g gomega.Gomega) {
-		g.Expect(spokeCommandLock(g, "migrate").Spec.Locked).To(gomega.BeFalse())
+		g.Expect(spk.commandLock(g, "migrate").Spec.Locked).To(gomega.BeFalse())
 	}).WithTimeout(2 * time.Minute).Should(gomega.Succeed())
 }

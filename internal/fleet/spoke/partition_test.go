@@ -34,7 +34,8 @@ import (
 // the spoke; once the network heals, nothing runs again under the old token.
 func TestPartitionStopsHoldersBeforeTheHubLetsGo(t *testing.T) {
 	const ns = "team-partition"
-	fleet(t, ns)
+	t.Parallel()
+	spk := fleet(t, ns)
 	g := gomega.NewWithT(t)
 	ctx := context.Background()
 	host, err := url.Parse(hub.Config.Host)
@@ -47,7 +48,7 @@ func TestPartitionStopsHoldersBeforeTheHubLetsGo(t *testing.T) {
 	// L = 20 s, with a grace and skew bound that fit: the stop comes about 13 s after the last
 	// renewal, the hub's release 20 s after it.
 	settings := skew.Settings{Lease: 20 * time.Second, Grace: 3 * time.Second, MaxSkew: 2 * time.Second}
-	m := startSpokeWith(t, through, settings)
+	m := spk.startWith(t, through, settings)
 	defer func() { p.Pass(); _ = m.Stop() }()
 
 	job := &batchv1.Job{
@@ -58,7 +59,7 @@ func TestPartitionStopsHoldersBeforeTheHubLetsGo(t *testing.T) {
 	}
 	g.Expect(spk.Client.Create(ctx, job)).To(gomega.Succeed())
 	reqName := workload.RequestName("job", "apply")
-	hubName := cluster + "." + reqName
+	hubName := spk.cluster + "." + reqName
 	var token string
 	g.Eventually(func(g gomega.Gomega) {
 		h := get(g, hub.Client, ns, hubName)
@@ -77,7 +78,7 @@ func TestPartitionStopsHoldersBeforeTheHubLetsGo(t *testing.T) {
 	granted(t, hub.Client, ns, "alice-plan")
 	waiter := request(ns, "carol-plan", "carol")
 	waiter.Spec.Locks[0].Path = "dns"
-	stop := neverGranted(t, ns, "carol-plan")
+	stop := spk.neverGranted(t, ns, "carol-plan")
 	g.Expect(spk.Client.Create(ctx, waiter)).To(gomega.Succeed())
 	g.Eventually(func(g gomega.Gomega) {
 		g.Expect(get(g, spk.Client, ns, "carol-plan").Status.Phase).To(gomega.Equal(locksv1.PhasePending))
@@ -86,7 +87,7 @@ func TestPartitionStopsHoldersBeforeTheHubLetsGo(t *testing.T) {
 	p.Blackhole()
 	// The hub hands the dns key to the waiter during the cut.
 	g.Expect(hub.Client.Patch(ctx, holder, client.RawPatch("application/merge-patch+json", []byte(`{"spec":{"release":true}}`)))).To(gomega.Succeed())
-	granted(t, hub.Client, ns, cluster+".carol-plan")
+	granted(t, hub.Client, ns, spk.cluster+".carol-plan")
 
 	// (a) The holder is stopped before the hub may let its lock go.
 	var lostAt time.Time
@@ -97,12 +98,12 @@ func TestPartitionStopsHoldersBeforeTheHubLetsGo(t *testing.T) {
 		c := meta.FindStatusCondition(lr.Status.Conditions, locksv1.ConditionGranted)
 		g.Expect(c).NotTo(gomega.BeNil())
 		g.Expect(c.Reason).To(gomega.Equal(spoke.ReasonHubUnreachable))
-		g.Expect(c.Message).To(gomega.ContainSubstring(ns + "/" + spoke.LeaseName(cluster)))
+		g.Expect(c.Message).To(gomega.ContainSubstring(ns + "/" + spoke.LeaseName(spk.cluster)))
 		g.Expect(c.Message).To(gomega.ContainSubstring("since"))
 		g.Expect(c.Message).To(gomega.ContainSubstring("deadline"))
 	}).WithTimeout(40 * time.Second).Should(gomega.Succeed())
 	var lease coordinationv1.Lease
-	g.Expect(hub.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: spoke.LeaseName(cluster)}, &lease)).To(gomega.Succeed())
+	g.Expect(hub.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: spoke.LeaseName(spk.cluster)}, &lease)).To(gomega.Succeed())
 	lapse := lease.Spec.RenewTime.Add(time.Duration(*lease.Spec.LeaseDurationSeconds) * time.Second)
 	g.Expect(lostAt).To(gomega.BeTemporally("<", lapse), "the holder was stopped at %s, after the hub Lease lapsed at %s", lostAt, lapse)
 	g.Expect(get(g, hub.Client, ns, hubName).Status.Phase).To(gomega.Equal(locksv1.PhaseGranted), "the hub let the lock go before the spoke stopped its holder")
@@ -129,7 +130,7 @@ func TestPartitionStopsHoldersBeforeTheHubLetsGo(t *testing.T) {
 	// The hub lets the spoke's locks go once its Lease lapses.
 	g.Eventually(func(g gomega.Gomega) {
 		g.Expect(get(g, hub.Client, ns, hubName).Status.Phase.IsFinal()).To(gomega.BeTrue())
-		g.Expect(get(g, hub.Client, ns, cluster+".carol-plan").Status.Phase.IsFinal()).To(gomega.BeTrue())
+		g.Expect(get(g, hub.Client, ns, spk.cluster+".carol-plan").Status.Phase.IsFinal()).To(gomega.BeTrue())
 	}).WithTimeout(40 * time.Second).Should(gomega.Succeed())
 
 	// (c) The network heals: the agent hears the hub again, and nothing runs on the old token.

@@ -28,28 +28,30 @@ import (
 // lists the cluster, the request is mirrored and granted without a restart.
 func TestRefusedClusterSaysSoInTheSpoke(t *testing.T) {
 	const ns, name = "team-refused", "eu-west-9"
-	fleet(t, ns)
+	t.Parallel()
+	// A hub of its own: config/fleet's policies, once installed, refuse the other tests' agents
+	// (turnstile-fleet-reserved: they act on the hub as its admin, not as a spoke).
+	h := ownHub(t)
+	spk := spokeOf(t, h, ns)
 	g := gomega.NewWithT(t)
 	ctx := context.Background()
 
 	// The hub's side of a fleet, as docs/fleet.md installs it, with no member yet.
 	dir := t.TempDir()
 	kubeconfig := filepath.Join(dir, "hub.kubeconfig")
-	g.Expect(hub.WriteKubeconfig(kubeconfig)).To(gomega.Succeed())
+	g.Expect(h.WriteKubeconfig(kubeconfig)).To(gomega.Succeed())
 	root, err := framework.RepoRoot()
 	g.Expect(err).NotTo(gomega.HaveOccurred())
 	kubectl := func(args ...string) {
 		t.Helper()
-		cmd := exec.Command(hub.Kubectl(), append([]string{"--kubeconfig", kubeconfig}, args...)...)
+		cmd := exec.Command(h.Kubectl(), append([]string{"--kubeconfig", kubeconfig}, args...)...)
 		out, err := cmd.CombinedOutput()
 		g.Expect(err).NotTo(gomega.HaveOccurred(), string(out))
 	}
 	kubectl("apply", "--server-side", "-k", filepath.Join(root, "config", "fleet"))
 	kubectl("-n", ns, "create", "rolebinding", "turnstile-fleet-spoke", "--clusterrole=turnstile-fleet-spoke", "--group=system:serviceaccounts:turnstile-fleet")
-	// Whatever the outcome, the next tests' hub has no member list to refuse them by.
-	defer kubectl("-n", "turnstile-fleet", "patch", "configmap", "turnstile-fleet-members", "--type=merge", "-p", `{"data":{"`+name+`":"{}"}}`)
 
-	as := rest.CopyConfig(hub.Config)
+	as := rest.CopyConfig(h.Config)
 	as.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:turnstile-fleet:" + spoke.LeaseName(name),
 		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:turnstile-fleet", "system:authenticated"}}
 	asSpoke, err := client.New(as, client.Options{Scheme: framework.Scheme})
@@ -61,7 +63,7 @@ func TestRefusedClusterSaysSoInTheSpoke(t *testing.T) {
 	g.Eventually(func() error { return asSpoke.Create(ctx, probe.DeepCopy(), client.DryRunAll) }).
 		Should(gomega.MatchError(gomega.ContainSubstring("is not a member of this fleet")), "the hub's policies are enforced")
 
-	m := startSpokeAs(t, name, as, skew.Settings{Lease: 20 * time.Second, Grace: 3 * time.Second, MaxSkew: 2 * time.Second})
+	m := spk.startAgent(t, spoke.Options{Cluster: name, Hub: as, Settings: skew.Settings{Lease: 20 * time.Second, Grace: 3 * time.Second, MaxSkew: 2 * time.Second}}, nil)
 	defer func() { _ = m.Stop() }()
 	g.Expect(spk.Client.Create(ctx, request(ns, "refused", "alice"))).To(gomega.Succeed())
 	want := "the hub refused this spoke (--cluster-name=" + name + "): "
@@ -90,7 +92,7 @@ func TestRefusedClusterSaysSoInTheSpoke(t *testing.T) {
 		g.Expect(strings.Join(notes, "\n")).To(gomega.ContainSubstring(want))
 	}).Should(gomega.Succeed())
 	var hubs locksv1.LockRequestList
-	g.Expect(hub.Client.List(ctx, &hubs, client.InNamespace(ns))).To(gomega.Succeed())
+	g.Expect(h.Client.List(ctx, &hubs, client.InNamespace(ns))).To(gomega.Succeed())
 	g.Expect(hubs.Items).To(gomega.BeEmpty())
 
 	// The hub's admin lists the cluster: the agent's next try is accepted.
