@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -58,7 +59,10 @@ func (a *Agent) liveGrant(ctx context.Context, hub *locksv1.LockRequest) (*locks
 	var live locksv1.LockRequest
 	if err := a.hub.Get(ctx, client.ObjectKeyFromObject(hub), &live); err != nil {
 		log.FromContext(ctx).V(1).Info("a hub grant not let go: its live read failed", "hub", hub.Name, "error", err.Error())
-		if ctx.Err() != nil {
+		switch {
+		case apierrors.IsNotFound(err):
+			return nil, "the hub no longer holds it (its hub request is gone; this spoke's view of the hub lags)"
+		case ctx.Err() != nil:
 			return nil, fmt.Sprintf("the hub did not answer its read within %s", liveReadTimeout)
 		}
 		return nil, "its read from the hub failed: " + err.Error()
@@ -76,14 +80,26 @@ func (a *Agent) liveGrant(ctx context.Context, hub *locksv1.LockRequest) (*locks
 // request, and Granted False with reason ConfirmingWithHub saying why and that it is tried
 // again each second.
 func ConfirmingStatus(spoke, hub *locksv1.LockRequest, cluster, why string, now time.Time) locksv1.LockRequestStatus {
+	return notLetGo(spoke, "hub lockrequest "+hub.Name, ReasonConfirmingWithHub, fmt.Sprintf("granted by the hub, but not let go in this spoke (cluster %s) until a live read from the hub confirms the grant: %s; tried again each second",
+		cluster, why), now)
+}
+
+// notLetGo is the status of a spoke request whose hub grant the spoke holds back (FrozenStatus,
+// ConfirmingStatus): what the spoke showed (pendingStatus), blockedBy, and Granted False with
+// reason and msg.
+func notLetGo(spoke *locksv1.LockRequest, blockedBy, reason, msg string, now time.Time) locksv1.LockRequestStatus {
+	out := pendingStatus(spoke)
+	out.BlockedBy = blockedBy
+	queue.SetCondition(&out.Conditions, locksv1.ConditionGranted, metav1.ConditionFalse, reason, msg, out.ObservedGeneration, now)
+	return out
+}
+
+// pendingStatus is a copy of what spoke shows, Pending when it shows no phase yet.
+func pendingStatus(spoke *locksv1.LockRequest) locksv1.LockRequestStatus {
 	out := *spoke.Status.DeepCopy()
 	if out.Phase == "" {
 		out.Phase = locksv1.PhasePending
 	}
-	out.BlockedBy = "hub lockrequest " + hub.Name
-	msg := fmt.Sprintf("granted by the hub, but not let go in this spoke (cluster %s) until a live read from the hub confirms the grant: %s; tried again each second",
-		cluster, why)
-	queue.SetCondition(&out.Conditions, locksv1.ConditionGranted, metav1.ConditionFalse, ReasonConfirmingWithHub, queue.Clip(msg), out.ObservedGeneration, now)
 	return out
 }
 

@@ -103,7 +103,7 @@ func TestLiveGate(t *testing.T) {
 		}(), 1, waiting("the hub no longer holds it (this spoke's view of the hub lags)"), time.Second},
 		{"deleted on the hub: not let go", true, pending, metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
 			Status: metav1.StatusFailure, Reason: metav1.StatusReasonNotFound, Code: http.StatusNotFound, Message: `lockrequests "eu-west-1.bob" not found`},
-			1, waiting(`its read from the hub failed: lockrequests "eu-west-1.bob" not found`), time.Second},
+			1, waiting("the hub no longer holds it (its hub request is gone; this spoke's view of the hub lags)"), time.Second},
 		{"the hub does not answer the read: not let go, within the timeout", true, pending, nil, 1, waiting("the hub did not answer its read within 1s"), time.Second},
 		{"the hub does not answer renewals: not read, not let go", false, pending, renewed, 0, waiting("the hub is not answering this namespace's renewals"), time.Second},
 		{"a holder the spoke shows runs on, not read again", true, SpokeStatus(&locksv1.LockRequest{}, cached), nil, 0, SpokeStatus(&locksv1.LockRequest{}, cached), time.Minute},

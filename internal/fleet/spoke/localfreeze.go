@@ -209,15 +209,8 @@ func localFreezeAt(cls []locksv1.CommandLock, req *locksv1.LockRequest, cluster 
 // while fr holds it (LocalFreeze): what the spoke showed (Pending), blockedBy the freeze, and
 // Granted False with reason FrozenInSpoke saying why and that the hub keeps its grant.
 func FrozenStatus(spoke *locksv1.LockRequest, cluster string, fr queue.Freeze, now time.Time) locksv1.LockRequestStatus {
-	out := *spoke.Status.DeepCopy()
-	if out.Phase == "" {
-		out.Phase = locksv1.PhasePending
-	}
-	out.BlockedBy = fr.Source
-	msg := fmt.Sprintf("granted by the hub, but not let go in this spoke (cluster %s) while its freezes, as it judges them by its own clock, hold it: %s; the hub keeps the grant, and this request goes once the freeze ends here",
-		cluster, fr.Message)
-	queue.SetCondition(&out.Conditions, locksv1.ConditionGranted, metav1.ConditionFalse, ReasonFrozenInSpoke, msg, out.ObservedGeneration, now)
-	return out
+	return notLetGo(spoke, fr.Source, ReasonFrozenInSpoke, fmt.Sprintf("granted by the hub, but not let go in this spoke (cluster %s) while its freezes, as it judges them by its own clock, hold it: %s; the hub keeps the grant, and this request goes once the freeze ends here",
+		cluster, fr.Message), now)
 }
 
 // judgeGrant is what the agent does with the hub's status want of spoke: the partition rule,

@@ -170,10 +170,7 @@ func (a *Agent) lostStatus(spoke *locksv1.LockRequest, st skew.State, v skew.Ver
 // HeldStatus is the status of a spoke request the hub has granted that is not let go (v.LetGo
 // false): what the spoke showed (Pending), with blockedBy saying the hub is unreachable.
 func HeldStatus(spoke *locksv1.LockRequest, st skew.State, v skew.Verdict) locksv1.LockRequestStatus {
-	out := *spoke.Status.DeepCopy()
-	if out.Phase == "" {
-		out.Phase = locksv1.PhasePending
-	}
+	out := pendingStatus(spoke)
 	since := "the agent started"
 	if !st.Renewed.IsZero() {
 		since = stamp(st.Renewed)
