@@ -74,6 +74,14 @@ type SpokeStatus struct {
 	// +kubebuilder:validation:Minimum=0
 	ClockSkewMilliseconds *int64 `json:"clockSkewMilliseconds,omitempty"`
 
+	// agentVersion is the version of the spoke's agent (its manager's release, or "(devel)"), as
+	// it published it on its hub Leases (annotation fleet.turnstile.dev/agent-version), from the
+	// latest renewal that carried one. Unset before the first, or while the agent publishes none
+	// (an agent older than the annotation). It is the spoke's own claim, shown as such.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	AgentVersion string `json:"agentVersion,omitempty"`
+
 	// leases counts the spoke's hub Leases, live or lapsed.
 	// +optional
 	Leases int32 `json:"leases,omitempty"`
@@ -119,6 +127,7 @@ type SpokeStatus struct {
 // +kubebuilder:printcolumn:name="Waiters",type=integer,JSONPath=`.status.waiters`
 // +kubebuilder:printcolumn:name="Keep-Running",type=integer,JSONPath=`.status.keepRunning`
 // +kubebuilder:printcolumn:name="Leases",type=integer,JSONPath=`.status.leases`,priority=1
+// +kubebuilder:printcolumn:name="Agent",type=string,JSONPath=`.status.agentVersion`,priority=1
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type Spoke struct {

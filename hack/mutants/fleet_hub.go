@@ -7,6 +7,9 @@ const hubPkg = "./internal/fleet/hub/"
 
 // fleetHubMutants are appended to mutants at init.
 var fleetHubMutants = []mutant{
+	{name: "hub-agent-version-checked", pkg: hubPkg, focus: "run:TestParseAgentVersion|TestViewLease", guard: "the hub shows a spoke's published agent version only when it is one (no line breaks, markup or over-long text in a status every user reads)", edits: []edit{
+		{"hub-agent-version-checked", "\tif !spoke.IsVersion(s) {\n", "\tif false && !spoke.IsVersion(s) {\n"},
+	}},
 	{name: "hub-spoke-lease-creator", pkg: hubPkg, focus: "run:TestViewLease|TestSpokeConnectionFollowsItsHubLeases", guard: "a Lease counts for a spoke's connection only when the spoke created it: a hub user's Lease under its name does not make a lost spoke look connected", edits: []edit{
 		{"hub-spoke-lease-creator", "\tif !IsSpokeIdentity(cluster, lease.Annotations[whoami.AnnotationCreatedBy]) {\n", "\tif false && !IsSpokeIdentity(cluster, lease.Annotations[whoami.AnnotationCreatedBy]) {\n"},
 	}},

@@ -58,9 +58,11 @@ type SpokeRow struct {
 	Heartbeat *time.Time `json:"heartbeat,omitempty"`
 	// SkewMilliseconds is the clock skew bound the spoke's agent measured; nil before it did.
 	SkewMilliseconds *int64 `json:"skewMilliseconds,omitempty"`
-	Leases           int32  `json:"leases"`
-	Holders          int32  `json:"holders"`
-	Waiters          int32  `json:"waiters"`
+	// AgentVersion is the version the spoke's agent publishes; empty before it did.
+	AgentVersion string `json:"agentVersion,omitempty"`
+	Leases       int32  `json:"leases"`
+	Holders      int32  `json:"holders"`
+	Waiters      int32  `json:"waiters"`
 	// Ready is the Ready condition's status: True, False, or Unknown before the hub said.
 	Ready string `json:"ready"`
 	// Reason and Message say why the spoke is not Ready (the Ready condition's), or why its
@@ -103,6 +105,7 @@ func spokeRow(sp *locksv1.Spoke) SpokeRow {
 		Since:            timeOf(st.ConnectionSince),
 		Heartbeat:        timeOf(st.LastHeartbeat),
 		SkewMilliseconds: st.ClockSkewMilliseconds,
+		AgentVersion:     st.AgentVersion,
 		Leases:           st.Leases, Holders: st.Holders, Waiters: st.Waiters,
 		Ready: string(metav1.ConditionUnknown),
 		Stale: st.ObservedGeneration != 0 && st.ObservedGeneration < sp.Generation,

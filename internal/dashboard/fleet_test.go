@@ -38,6 +38,7 @@ func TestBuildFleet(t *testing.T) {
 	connected := spokeObj("eu-west-1", locksv1.SpokeConnected, -12*24*time.Hour, -3*time.Second, metav1.ConditionTrue, locksv1.ReasonSpokeConnected, "spoke eu-west-1 renews its hub Leases (2)")
 	connected.Spec.Labels = map[string]string{"region": "eu", "env": "prod"}
 	connected.Status.ClockSkewMilliseconds = ptr.To[int64](42)
+	connected.Status.AgentVersion = "v0.5.0"
 	connected.Status.Holders, connected.Status.Waiters, connected.Status.Leases = 2, 5, 2
 	unreachable := spokeObj("us-east-1", locksv1.SpokeUnreachable, -2*time.Minute, -2*time.Minute-54*time.Second, metav1.ConditionFalse, locksv1.ReasonSpokeUnreachable, unreachableMsg)
 	unreachable.Status.Holders = 1
@@ -74,7 +75,7 @@ func TestBuildFleet(t *testing.T) {
 				{Name: "ap-south-1", UID: "uid-ap-south-1", Labels: []string{}, Connection: "Never", Leases: 1, Ready: "False",
 					Reason: locksv1.ReasonSpokeNeverConnected, Message: "the agent of cluster ap-south-1 has not renewed a hub Lease yet"},
 				{Name: "eu-west-1", UID: "uid-eu-west-1", Labels: []string{"env=prod", "region=eu"}, Connection: "Connected",
-					Since: at(-12 * 24 * time.Hour), Heartbeat: at(-3 * time.Second), SkewMilliseconds: ptr.To[int64](42), Leases: 2, Holders: 2, Waiters: 5, Ready: "True"},
+					Since: at(-12 * 24 * time.Hour), Heartbeat: at(-3 * time.Second), SkewMilliseconds: ptr.To[int64](42), AgentVersion: "v0.5.0", Leases: 2, Holders: 2, Waiters: 5, Ready: "True"},
 				{Name: "us-east-1", UID: "uid-us-east-1", Labels: []string{}, Connection: "Unreachable", Since: at(-2 * time.Minute), Heartbeat: at(-2*time.Minute - 54*time.Second),
 					Leases: 1, Holders: 1, Ready: "False", Reason: locksv1.ReasonSpokeUnreachable, Message: unreachableMsg},
 			}},

@@ -43,7 +43,7 @@ import (
 const fleetHelpers = `
 T.spokes = () => [...document.querySelectorAll('#fleet tr.spoke')].map((r) => {
   const c = (s) => T.text(r.querySelector(s));
-  return {name: r.dataset.name, labels: c('.labels'), connection: c('.connection'), since: c('.since'), heartbeat: c('.heartbeat'), skew: c('.skew'),
+  return {name: r.dataset.name, labels: c('.labels'), agent: c('.agent'), connection: c('.connection'), since: c('.since'), heartbeat: c('.heartbeat'), skew: c('.skew'),
     holders: c('.holders'), waiters: c('.waiters'), ready: c('.ready > span'), reason: c('.ready .reason'), unreachable: r.classList.contains('unreachable'),
     actions: [...r.querySelectorAll('td.actions button')].map((b) => T.text(b))};
 });
@@ -56,6 +56,7 @@ T.shownKeys = () => [...document.querySelectorAll('tbody.key')].filter((b) => !b
 type spokeRow struct {
 	Name        string   `json:"name"`
 	Labels      *string  `json:"labels"`
+	Agent       *string  `json:"agent"`
 	Connection  string   `json:"connection"`
 	Since       string   `json:"since"`
 	Heartbeat   string   `json:"heartbeat"`
@@ -78,8 +79,9 @@ func heartbeats(t *testing.T, c client.Client, cluster string, leaseFor time.Dur
 		_, err := controllerutil.CreateOrUpdate(context.Background(), c, lease, func() error {
 			lease.Labels = map[string]string{workdir.LabelRole: spoke.RoleSpoke, spoke.LabelCluster: cluster}
 			lease.Annotations = map[string]string{
-				whoami.AnnotationCreatedBy: "system:serviceaccount:" + hub.Namespace + ":" + spoke.LeaseName(cluster),
-				spoke.AnnotationClockSkew:  "0.042",
+				whoami.AnnotationCreatedBy:   "system:serviceaccount:" + hub.Namespace + ":" + spoke.LeaseName(cluster),
+				spoke.AnnotationClockSkew:    "0.042",
+				spoke.AnnotationAgentVersion: "v0.4.1",
 			}
 			lease.Spec.HolderIdentity = ptr.To(spoke.LeaseName(cluster))
 			lease.Spec.RenewTime = &metav1.MicroTime{Time: time.Now()}
@@ -151,8 +153,8 @@ func TestFleet(t *testing.T) {
 
 	// eu-west-1's agent renews its heartbeat Lease.
 	stop := heartbeats(t, h.admin, "eu-west-1", 3*time.Second)
-	p.expect("eu-west-1 turns Connected, Ready, with the skew its agent measured", `(({connection, skew, ready, reason, unreachable}) => ({connection, skew, ready, reason, unreachable}))(T.spoke('eu-west-1'))`,
-		map[string]any{"connection": "Connected", "skew": "42 ms", "ready": "Ready", "reason": nil, "unreachable": false})
+	p.expect("eu-west-1 turns Connected, Ready, with the skew its agent measured and its version", `(({connection, skew, agent, ready, reason, unreachable}) => ({connection, skew, agent, ready, reason, unreachable}))(T.spoke('eu-west-1'))`,
+		map[string]any{"connection": "Connected", "skew": "42 ms", "agent": "agent v0.4.1", "ready": "Ready", "reason": nil, "unreachable": false})
 	p.expect("its heartbeat is seconds old", `/^\d+s ago$/.test(T.spoke('eu-west-1').heartbeat)`, true)
 	p.expect("the summary counts it", `T.text(document.getElementById('fleet-summary'))`,
 		"(2 spokes: 1 connected, 0 unreachable, 1 never connected; 0 holding, 0 waiting)")

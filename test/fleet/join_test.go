@@ -48,6 +48,16 @@ var _ = Describe("A cluster that joins and leaves", Ordered, func() {
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(out).To(Equal("test|Connected"), "the hub's Spoke has the labels join gave, and the agent is connected")
 		}).WithTimeout(wait).Should(Succeed())
+		Eventually(func(g Gomega) {
+			out, err := hub.kubectl.Run("", "get", "spoke", cluster, "-o", "wide")
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(out).To(MatchRegexp(`(?m)^NAME\s.*\sAGENT\s`), "kubectl get spokes -o wide shows each agent's version")
+			version, err := hub.kubectl.Run("", "get", "spoke", cluster, "-o", "jsonpath={.status.agentVersion}")
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(spoke.IsVersion(version) && version != "").To(BeTrue(), "the built manager's version, as its agent publishes it: %q", version)
+			g.Expect(out).To(ContainSubstring(" " + version + " "))
+			AddReportEntry("kubectl get spoke -o wide", out)
+		}).WithTimeout(wait).Should(Succeed())
 
 		By("kubectl turnstile fleet leave " + cluster + " on the hub")
 		_, err = hub.kubectl.Run("", "turnstile", "fleet", "leave", cluster)

@@ -400,6 +400,7 @@
     const name = el('th', {scope: 'row', class: 'cluster', 'data-label': 'Cluster'}, el('span', {class: 'cluster-name'}, s.name));
     if (s.stale) name.append(' ', el('span', {class: 'badge warn', title: 'the hub has not updated its status since the member changed'}, 'status not updated yet'));
     if (s.labels.length) name.append(el('div', {class: 'sub labels'}, s.labels.join(', ')));
+    if (s.agentVersion) name.append(el('div', {class: 'sub agent', title: "the version of the spoke's agent"}, `agent ${s.agentVersion}`));
     const ready = el('td', {class: 'ready', 'data-label': 'Ready'});
     if (s.ready === 'True') ready.append(el('span', {class: 'ok'}, 'Ready'));
     else ready.append(el('span', {class: 'not-ready'}, s.ready === 'False' ? 'Not ready' : 'Not reported yet'));

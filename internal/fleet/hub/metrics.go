@@ -30,6 +30,8 @@ var (
 		"The hub's pending requests whose holder is in the spoke's cluster.", []string{"cluster"}, nil)
 	keepRunningDesc = prometheus.NewDesc("turnstile_fleet_spoke_keep_running",
 		"The spoke's holders that opted out of the partition stop (fleet.turnstile.dev/on-partition: keep-running): the hub keeps their locks while the spoke is unreachable, until released.", []string{"cluster"}, nil)
+	agentDesc = prometheus.NewDesc("turnstile_fleet_spoke_agent_info",
+		"1, labelled with the version the spoke's agent publishes (Spoke status.agentVersion); absent before its first. count by (version) shows the fleet's agent versions.", []string{"cluster", "version"}, nil)
 )
 
 // listTimeout bounds a scrape's read of the cache.
@@ -52,7 +54,7 @@ func NewCollector(reader client.Reader, clk clock.PassiveClock) *Collector {
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{connectedDesc, heartbeatAgeDesc, skewDesc, holdersDesc, waitersDesc, keepRunningDesc} {
+	for _, d := range []*prometheus.Desc{connectedDesc, heartbeatAgeDesc, skewDesc, holdersDesc, waitersDesc, keepRunningDesc, agentDesc} {
 		ch <- d
 	}
 }
@@ -91,6 +93,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(holdersDesc, float64(sp.Status.Holders))
 		gauge(waitersDesc, float64(sp.Status.Waiters))
 		gauge(keepRunningDesc, float64(sp.Status.KeepRunning))
+		if v := sp.Status.AgentVersion; v != "" {
+			ch <- prometheus.MustNewConstMetric(agentDesc, prometheus.GaugeValue, 1, sp.Name, v)
+		}
 	}
 }
 

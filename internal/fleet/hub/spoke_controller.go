@@ -29,6 +29,7 @@ import (
 	"github.com/turnstile-dev/turnstile/internal/fleet/delay"
 	"github.com/turnstile-dev/turnstile/internal/fleet/spoke"
 	"github.com/turnstile-dev/turnstile/internal/sharding"
+	"github.com/turnstile-dev/turnstile/internal/version"
 	"github.com/turnstile-dev/turnstile/pkg/workdir"
 )
 
@@ -50,9 +51,10 @@ const IndexHolderCluster = "spec.holder.cluster"
 // deleted to match it), each with its status from the spoke's hub Leases and the hub's requests
 // of its holders. Everything it reads is in the manager's cache; it writes only Spokes.
 type SpokeReconciler struct {
-	client client.Client
-	clock  clock.PassiveClock
-	router sharding.Router
+	client  client.Client
+	clock   clock.PassiveClock
+	router  sharding.Router
+	version string // the hub manager's, which a Ready message compares with each agent's
 }
 
 var _ reconcile.Reconciler = (*SpokeReconciler)(nil)
@@ -67,9 +69,13 @@ func WithClock(c clock.PassiveClock) Option { return func(r *SpokeReconciler) { 
 // not own are reconciled after the router's backup delay.
 func WithRouter(rt sharding.Router) Option { return func(r *SpokeReconciler) { r.router = rt } }
 
+// WithVersion sets the hub manager's version, which a connected spoke's Ready message compares
+// with its agent's (the binary's, internal/version, by default).
+func WithVersion(v string) Option { return func(r *SpokeReconciler) { r.version = v } }
+
 // NewSpokeReconciler builds the reconciler on c, the manager's cached client.
 func NewSpokeReconciler(c client.Client, opts ...Option) *SpokeReconciler {
-	r := &SpokeReconciler{client: c, clock: clock.RealClock{}}
+	r := &SpokeReconciler{client: c, clock: clock.RealClock{}, version: version.Get().Version}
 	for _, o := range opts {
 		o(r)
 	}
@@ -152,7 +158,7 @@ func (r *SpokeReconciler) members(ctx context.Context) (map[string]Member, error
 // observe reads what the hub sees of cluster: its hub Leases (ViewLease), and its requests'
 // holders and waiters.
 func (r *SpokeReconciler) observe(ctx context.Context, cluster string) (Observation, error) {
-	var o Observation
+	o := Observation{HubVersion: r.version}
 	var leases coordinationv1.LeaseList
 	if err := r.client.List(ctx, &leases, client.MatchingLabels{workdir.LabelRole: spoke.RoleSpoke, spoke.LabelCluster: cluster}); err != nil {
 		return o, fmt.Errorf("list the hub Leases of spoke %s: %w", cluster, err)

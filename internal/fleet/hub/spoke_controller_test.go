@@ -97,7 +97,7 @@ func start(t *testing.T) client.Client {
 			cancel()
 			return
 		}
-		if envErr = hub.NewSpokeReconciler(mgr.GetClient()).SetupWithManager(mctx, mgr); envErr != nil {
+		if envErr = hub.NewSpokeReconciler(mgr.GetClient(), hub.WithVersion("v9.9.9")).SetupWithManager(mctx, mgr); envErr != nil {
 			cancel()
 			return
 		}
@@ -139,7 +139,7 @@ type renewal struct {
 	ns, cluster, creator string
 	at                   time.Time
 	duration             time.Duration
-	skew                 string
+	skew, version        string
 }
 
 // renew writes the hub Lease r describes as the spoke's agent does (created, then renewed).
@@ -154,6 +154,9 @@ func renew(t *testing.T, c client.Client, r renewal) {
 		lease.Annotations = map[string]string{whoami.AnnotationCreatedBy: r.creator}
 		if r.skew != "" {
 			lease.Annotations[spoke.AnnotationClockSkew] = r.skew
+		}
+		if r.version != "" {
+			lease.Annotations[spoke.AnnotationAgentVersion] = r.version
 		}
 		lease.Spec.HolderIdentity = ptr.To(spoke.LeaseName(r.cluster))
 		lease.Spec.RenewTime = &metav1.MicroTime{Time: r.at}
@@ -282,23 +285,28 @@ func TestSpokeConnectionFollowsItsHubLeases(t *testing.T) {
 	})
 
 	renewed := time.Now()
-	renew(t, c, renewal{ns: hub.Namespace, cluster: cl, at: renewed, duration: 3 * time.Second, skew: "0.042"})
+	renew(t, c, renewal{ns: hub.Namespace, cluster: cl, at: renewed, duration: 3 * time.Second, skew: "0.042", version: "v0.4.1"})
 	g.Eventually(connection(c, cl)).Should(gomega.Equal(locksv1.SpokeConnected))
 	sp, err := spokeOf(c, cl)()
 	g.Expect(err).NotTo(gomega.HaveOccurred())
 	g.Expect(sp.Status.ClockSkewMilliseconds).To(gomega.Equal(ptr.To[int64](42)))
+	g.Expect(sp.Status.AgentVersion).To(gomega.Equal("v0.4.1"))
+	g.Expect(meta.FindStatusCondition(sp.Status.Conditions, locksv1.ConditionReady).Message).To(gomega.HaveSuffix("; its agent runs v0.4.1, the hub v9.9.9: run one version across the fleet"))
 	g.Expect(sp.Status.LastHeartbeat.Time).To(gomega.BeTemporally("==", renewed.Truncate(time.Second)), "in whole seconds, as metav1.Time is written")
 	g.Expect(sp.Status.Leases).To(gomega.Equal(int32(1)))
 	g.Expect(meta.IsStatusConditionTrue(sp.Status.Conditions, locksv1.ConditionReady)).To(gomega.BeTrue())
 	g.Expect(kstatusOf(c, cl)()).To(gomega.Equal(status.CurrentStatus))
 	expectMetrics(t, cl, `
+# HELP turnstile_fleet_spoke_agent_info 1, labelled with the version the spoke's agent publishes (Spoke status.agentVersion); absent before its first. count by (version) shows the fleet's agent versions.
+# TYPE turnstile_fleet_spoke_agent_info gauge
+turnstile_fleet_spoke_agent_info{cluster="cn-eu",version="v0.4.1"} 1
 # HELP turnstile_fleet_spoke_clock_skew_seconds The clock skew bound the spoke's agent measured against the hub (Spoke status.clockSkewMilliseconds); absent before its first measure.
 # TYPE turnstile_fleet_spoke_clock_skew_seconds gauge
 turnstile_fleet_spoke_clock_skew_seconds{cluster="cn-eu"} 0.042
 # HELP turnstile_fleet_spoke_connected 1 while a hub Lease of the spoke is live (Spoke status.connection Connected), 0 when Unreachable or Never connected.
 # TYPE turnstile_fleet_spoke_connected gauge
 turnstile_fleet_spoke_connected{cluster="cn-eu"} 1
-`, "turnstile_fleet_spoke_connected", "turnstile_fleet_spoke_clock_skew_seconds")
+`, "turnstile_fleet_spoke_connected", "turnstile_fleet_spoke_clock_skew_seconds", "turnstile_fleet_spoke_agent_info")
 
 	t.Run("every Lease lapsed: Unreachable, Stalled, and kstatus Failed, by the hub's clock alone", func(t *testing.T) {
 		// No event: the reconciler looks again when the Lease lapses.

@@ -28,6 +28,9 @@ type LeaseView struct {
 	// Skew is the agent's published skew bound; nil when the Lease carries none (or one the hub
 	// cannot read).
 	Skew *time.Duration
+	// AgentVersion is the agent's published version (ParseAgentVersion); "" when the Lease
+	// carries none, or one the hub does not show.
+	AgentVersion string
 }
 
 // lapses is when the Lease lapses unless renewed.
@@ -56,7 +59,20 @@ func ViewLease(cluster string, lease *coordinationv1.Lease) (LeaseView, bool) {
 	if s, ok := ParseSkew(lease.Annotations[spoke.AnnotationClockSkew]); ok {
 		v.Skew = &s
 	}
+	v.AgentVersion = ParseAgentVersion(lease.Annotations[spoke.AnnotationAgentVersion])
 	return v, true
+}
+
+// ParseAgentVersion reads the agent version annotation: the version as the agent wrote it when it
+// is one (spoke.IsVersion), else "". It is the spoke's own claim; the hub shows it, and checks
+// only that it is a version: anything else (a line break, markup, an over-long string) is not
+// copied into a status every user reads.
+func ParseAgentVersion(s string) string {
+	// guard:hub-agent-version-checked
+	if !spoke.IsVersion(s) {
+		return ""
+	}
+	return s
 }
 
 // IsSpokeIdentity says whether user is cluster's spoke on the hub: its ServiceAccount
@@ -89,6 +105,9 @@ type Observation struct {
 	// LabelsProblem says why the member's labels in the members ConfigMap cannot be read; "" when
 	// they can.
 	LabelsProblem string
+	// HubVersion is the hub manager's own version, which a connected spoke's Ready message
+	// compares with its agent's; "" to compare nothing.
+	HubVersion string
 }
 
 // Status is the status the hub keeps for sp from what it observes at now (the hub's clock), and
@@ -105,9 +124,10 @@ func Status(sp *locksv1.Spoke, o Observation, now time.Time) (locksv1.SpokeStatu
 		Conditions:            append([]metav1.Condition(nil), old.Conditions...),
 		LastHeartbeat:         old.LastHeartbeat,
 		ClockSkewMilliseconds: old.ClockSkewMilliseconds,
+		AgentVersion:          old.AgentVersion,
 	}
 	var latest, lastLapse, next time.Time
-	var latestSkewAt time.Time
+	var latestSkewAt, latestVersionAt time.Time
 	for _, l := range o.Leases {
 		if l.Renewed.After(latest) {
 			latest = l.Renewed
@@ -122,6 +142,10 @@ func Status(sp *locksv1.Spoke, o Observation, now time.Time) (locksv1.SpokeStatu
 		if l.Skew != nil && !l.Renewed.Before(latestSkewAt) {
 			latestSkewAt = l.Renewed
 			st.ClockSkewMilliseconds = ptr.To(l.Skew.Milliseconds())
+		}
+		if l.AgentVersion != "" && !l.Renewed.Before(latestVersionAt) {
+			latestVersionAt = l.Renewed
+			st.AgentVersion = l.AgentVersion
 		}
 	}
 	if !latest.IsZero() && (st.LastHeartbeat == nil || latest.After(st.LastHeartbeat.Time)) {
@@ -162,7 +186,8 @@ func setConditions(st *locksv1.SpokeStatus, sp *locksv1.Spoke, o Observation) {
 	switch st.Connection {
 	case locksv1.SpokeConnected:
 		ready, reason = metav1.ConditionTrue, locksv1.ReasonSpokeConnected
-		msg = fmt.Sprintf("spoke %s renews its hub Leases (%d); last renewal %s", name, st.Leases, st.LastHeartbeat.UTC().Format(time.RFC3339))
+		msg = fmt.Sprintf("spoke %s renews its hub Leases (%d); last renewal %s", name, st.Leases, st.LastHeartbeat.UTC().Format(time.RFC3339)) +
+			versionNote(st.AgentVersion, o.HubVersion)
 	case locksv1.SpokeNever:
 		ready, reason = metav1.ConditionFalse, locksv1.ReasonSpokeNeverConnected
 		msg = fmt.Sprintf("the agent of cluster %s has not renewed a hub Lease yet: run its manager with --hub-kubeconfig and --cluster-name=%s as the hub's ServiceAccount %s/%s (docs/fleet.md)",
@@ -190,6 +215,16 @@ func setConditions(st *locksv1.SpokeStatus, sp *locksv1.Spoke, o Observation) {
 	default:
 		set(locksv1.ConditionStalled, metav1.ConditionFalse, reason, "")
 	}
+}
+
+// versionNote is what a connected spoke's Ready message says of its agent's version: nothing
+// when it is the hub's (or either is not known), else both, so that `kubectl get spokes -o wide`
+// and `kubectl turnstile fleet` show the spokes to upgrade.
+func versionNote(agent, hub string) string {
+	if agent == "" || hub == "" || agent == hub {
+		return ""
+	}
+	return fmt.Sprintf("; its agent runs %s, the hub %s: run one version across the fleet", agent, hub)
 }
 
 // seconds is t as a status keeps it: metav1.Time is written in whole seconds, so a status

@@ -1,6 +1,7 @@
 package hub
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -171,6 +172,14 @@ func TestViewLease(t *testing.T) {
 		"another name":            {lease: mk(func(l *coordinationv1.Lease) { l.Name = "spoke-us-east-1" })},
 		"another cluster's label": {lease: mk(func(l *coordinationv1.Lease) { l.Labels[spoke.LabelCluster] = "us-east-1" })},
 		"never renewed":           {lease: mk(func(l *coordinationv1.Lease) { l.Spec.RenewTime = nil })},
+		"the agent's version": {
+			lease: mk(func(l *coordinationv1.Lease) { l.Annotations[spoke.AnnotationAgentVersion] = "v0.5.0" }),
+			want:  LeaseView{Namespace: "team-a", Renewed: t0, Duration: 40 * time.Second, Skew: &skew, AgentVersion: "v0.5.0"}, wantOK: true,
+		},
+		"a version that is not one is not shown": {
+			lease: mk(func(l *coordinationv1.Lease) { l.Annotations[spoke.AnnotationAgentVersion] = "v1\nConnected" }),
+			want:  LeaseView{Namespace: "team-a", Renewed: t0, Duration: 40 * time.Second, Skew: &skew}, wantOK: true,
+		},
 		"an unreadable skew is no skew": {
 			lease: mk(func(l *coordinationv1.Lease) { l.Annotations[spoke.AnnotationClockSkew] = "soon" }),
 			want:  LeaseView{Namespace: "team-a", Renewed: t0, Duration: 40 * time.Second}, wantOK: true,
@@ -200,6 +209,58 @@ func TestParseSkewReadsWhatTheAgentWrites(t *testing.T) {
 		if _, ok := ParseSkew(bad); ok {
 			t.Errorf("ParseSkew(%q) read", bad)
 		}
+	}
+}
+
+func TestParseAgentVersion(t *testing.T) {
+	long := "v1." + strings.Repeat("0", 62)
+	for in, want := range map[string]string{
+		"v0.5.0": "v0.5.0", "v0.5.0-rc.1+build.7": "v0.5.0-rc.1+build.7", "(devel)": "(devel)",
+		"v0.0.0-20261129170000-b1dbb78e0f1a": "v0.0.0-20261129170000-b1dbb78e0f1a", "0.5.0": "0.5.0",
+		"": "", "v1 beta": "", "v1\nConnected": "", "<b>v1</b>": "", "(devel": "", "-v1": "", long: "", long[:64]: long[:64],
+	} {
+		if got := ParseAgentVersion(in); got != want {
+			t.Errorf("ParseAgentVersion(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// TestStatusAgentVersion: the agent's version is the latest renewal's that carries one, kept
+// while no Lease says one, and a connected spoke's Ready message names both versions only when
+// they differ.
+func TestStatusAgentVersion(t *testing.T) {
+	v := func(ns string, renewed time.Duration, version string) LeaseView {
+		l := lease(ns, renewed, nil)
+		l.AgentVersion = version
+		return l
+	}
+	cases := map[string]struct {
+		old     string
+		leases  []LeaseView
+		hub     string
+		want    string
+		wantMsg string // in Ready's message; "" for no version note
+	}{
+		"the latest renewal's": {leases: []LeaseView{v("team-a", 3*time.Second, "v0.5.0"), v(Namespace, time.Second, "v0.4.0")}, hub: "v0.5.0", want: "v0.5.0"},
+		"a renewal without one does not clear it": {
+			leases: []LeaseView{v("team-a", 3*time.Second, ""), v(Namespace, time.Second, "v0.4.0")}, hub: "v0.5.0", want: "v0.4.0",
+			wantMsg: "; its agent runs v0.4.0, the hub v0.5.0: run one version across the fleet",
+		},
+		"none yet: the old status's stays": {old: "v0.4.0", leases: []LeaseView{v(Namespace, time.Second, "")}, hub: "v0.4.0", want: "v0.4.0"},
+		"no hub version: nothing compared": {leases: []LeaseView{v(Namespace, time.Second, "v0.4.0")}, want: "v0.4.0"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			sp := &locksv1.Spoke{ObjectMeta: metav1.ObjectMeta{Name: "eu-west-1"}, Status: locksv1.SpokeStatus{AgentVersion: tc.old}}
+			got, _ := Status(sp, Observation{Leases: tc.leases, HubVersion: tc.hub}, t0.Add(10*time.Second))
+			if got.AgentVersion != tc.want {
+				t.Errorf("agentVersion %q, want %q", got.AgentVersion, tc.want)
+			}
+			ready := meta.FindStatusCondition(got.Conditions, locksv1.ConditionReady)
+			if has := strings.Contains(ready.Message, "its agent runs"); has != (tc.wantMsg != "") || !strings.HasSuffix(ready.Message, tc.wantMsg) {
+				t.Errorf("Ready message %q, want it to end with %q", ready.Message, tc.wantMsg)
+			}
+		})
 	}
 }
 

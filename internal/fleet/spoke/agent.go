@@ -33,6 +33,7 @@ import (
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
 	"github.com/turnstile-dev/turnstile/internal/fleet/skew"
+	"github.com/turnstile-dev/turnstile/internal/version"
 	"github.com/turnstile-dev/turnstile/internal/whoami"
 	"github.com/turnstile-dev/turnstile/pkg/workdir"
 )
@@ -58,6 +59,9 @@ type Options struct {
 	Settings skew.Settings
 	// Clock is the agent's clock (a fake one in tests).
 	Clock clock.WithTicker
+	// Version is the agent's version as it publishes it on its hub Leases
+	// (AnnotationAgentVersion); the binary's (internal/version) when empty.
+	Version string
 }
 
 // Agent mirrors the spoke's LockRequests to the hub and the hub's decisions back.
@@ -114,6 +118,12 @@ func SetupWithManager(mgr ctrl.Manager, o Options) (*Agent, error) {
 	}
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
+	}
+	if o.Version == "" {
+		o.Version = version.Get().Version
+	}
+	if !IsVersion(o.Version) { // a build's own -X version that the hub would not show
+		o.Version = ""
 	}
 	// The hub client's responses carry the hub's Date: the renewals' round trips measure the
 	// clock skew with it.
@@ -506,8 +516,12 @@ func (a *Agent) renewOnce(ctx context.Context, ns string) error {
 				AcquireTime:          &now, RenewTime: &now,
 			},
 		}
+		lease.Annotations = map[string]string{}
+		if a.opts.Version != "" {
+			lease.Annotations[AnnotationAgentVersion] = a.opts.Version
+		}
 		if measured {
-			lease.Annotations = map[string]string{AnnotationClockSkew: FormatSkew(skewed)}
+			lease.Annotations[AnnotationClockSkew] = FormatSkew(skewed)
 		}
 		if err := a.self.Stamp(ctx, a.hub, &lease); err != nil {
 			return err
@@ -520,10 +534,13 @@ func (a *Agent) renewOnce(ctx context.Context, ns string) error {
 	default:
 		lease.Spec.RenewTime = &now
 		lease.Spec.LeaseDurationSeconds = ptr.To(int32(a.opts.LeaseDuration / time.Second))
+		if lease.Annotations == nil {
+			lease.Annotations = map[string]string{}
+		}
+		if a.opts.Version != "" {
+			lease.Annotations[AnnotationAgentVersion] = a.opts.Version
+		}
 		if measured {
-			if lease.Annotations == nil {
-				lease.Annotations = map[string]string{}
-			}
 			lease.Annotations[AnnotationClockSkew] = FormatSkew(skewed)
 		}
 		if err := a.hub.Update(wctx, &lease); err != nil {

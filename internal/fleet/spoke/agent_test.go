@@ -30,6 +30,7 @@ import (
 	"github.com/turnstile-dev/turnstile/internal/fleet/spoke"
 	"github.com/turnstile-dev/turnstile/internal/queue"
 	"github.com/turnstile-dev/turnstile/internal/testing/framework"
+	"github.com/turnstile-dev/turnstile/internal/version"
 	"github.com/turnstile-dev/turnstile/internal/whoami"
 	"github.com/turnstile-dev/turnstile/internal/workload"
 )
@@ -468,6 +469,8 @@ func TestAgentPublishesItsHeartbeatAndSkew(t *testing.T) {
 	}).Should(gomega.MatchRegexp(`^[0-9]{1,4}\.[0-9]{3}$`), "the skew, in seconds to the millisecond (the hub's admission policy admits no other form)")
 	g.Expect(lease.Labels).To(gomega.HaveKeyWithValue(spoke.LabelCluster, spk.cluster))
 	g.Expect(lease.Spec.LeaseDurationSeconds).To(gomega.Equal(ptr.To(int32(12))))
+	g.Expect(lease.Annotations).To(gomega.HaveKeyWithValue(spoke.AnnotationAgentVersion, version.Get().Version), "the agent's version, for the hub's fleet view")
+	g.Expect(spoke.IsVersion(version.Get().Version)).To(gomega.BeTrue())
 	skewed, err := strconv.ParseFloat(lease.Annotations[spoke.AnnotationClockSkew], 64)
 	g.Expect(err).NotTo(gomega.HaveOccurred())
 	// One process, one clock: the bound is the Date header's second and the round trip.

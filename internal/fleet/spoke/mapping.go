@@ -7,6 +7,7 @@ package spoke
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -36,6 +37,10 @@ const (
 	// FormatSkew), which it writes on its hub Leases with each renewal for the hub's fleet view
 	// (internal/fleet/hub): a spoke may write only its own Leases there.
 	AnnotationClockSkew = "fleet.turnstile.dev/clock-skew"
+	// AnnotationAgentVersion is the agent's version (its manager's release, or "(devel)"), which
+	// it writes on its hub Leases with each renewal, beside the clock skew, for the hub's fleet
+	// view: which spokes run an older agent than the hub.
+	AnnotationAgentVersion = "fleet.turnstile.dev/agent-version"
 	// FleetNamespace is the hub's fleet namespace (config/fleet): the spokes' ServiceAccounts,
 	// the members ConfigMap, and each spoke's heartbeat Lease spoke-<cluster>, which the agent
 	// renews whether or not it holds anything, so the hub tells an idle spoke from a lost one.
@@ -61,6 +66,14 @@ func HubName(cluster, name string) string {
 func FormatSkew(d time.Duration) string {
 	return strconv.FormatFloat(d.Round(time.Millisecond).Seconds(), 'f', 3, 64)
 }
+
+// versionPattern is a version as the agent publishes it (AnnotationAgentVersion): a release
+// (v0.5.0, v0.5.0-rc.1+build.7), a Go pseudo-version, or "(devel)".
+var versionPattern = regexp.MustCompile(`^(\(devel\)|v?[0-9A-Za-z][0-9A-Za-z.+_-]*)$`)
+
+// IsVersion says whether v is a version the agent publishes and the hub shows: versionPattern,
+// at most 64 characters (the Spoke field's limit).
+func IsVersion(v string) bool { return len(v) <= 64 && versionPattern.MatchString(v) }
 
 // LeaseName is the spoke's holder Lease on the hub, one in each namespace it uses.
 func LeaseName(cluster string) string { return "spoke-" + cluster }

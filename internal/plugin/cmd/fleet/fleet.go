@@ -6,6 +6,7 @@ package fleet
 import (
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -63,10 +64,11 @@ func Print(out io.Writer, spokes []locksv1.Spoke, now time.Time) error {
 	spokes = slices.Clone(spokes)
 	slices.SortFunc(spokes, func(a, b locksv1.Spoke) int { return strings.Compare(a.Name, b.Name) })
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "CLUSTER\tCONNECTION\tSINCE\tHEARTBEAT\tSKEW\tHOLDERS\tWAITERS\tKEEP-RUNNING\tREADY")
+	fmt.Fprintln(w, "CLUSTER\tCONNECTION\tSINCE\tHEARTBEAT\tSKEW\tHOLDERS\tWAITERS\tKEEP-RUNNING\tAGENT\tREADY")
 	count := map[locksv1.SpokeConnection]int{}
 	var holders, waiters, keep int32
 	var notReady, keeping []string
+	versions := map[string][]string{} // agent version: its clusters
 	for i := range spokes {
 		sp := &spokes[i]
 		conn := sp.Status.Connection
@@ -96,14 +98,26 @@ func Print(out io.Writer, spokes []locksv1.Spoke, now time.Time) error {
 		if ms := sp.Status.ClockSkewMilliseconds; ms != nil {
 			skew = fmt.Sprintf("%.3fs", float64(*ms)/1000)
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\n", sp.Name, conn, age(sp.Status.ConnectionSince, now), age(sp.Status.LastHeartbeat, now),
-			skew, sp.Status.Holders, sp.Status.Waiters, sp.Status.KeepRunning, ready)
+		agent := "-"
+		if v := sp.Status.AgentVersion; v != "" {
+			agent = v
+			versions[v] = append(versions[v], sp.Name)
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\n", sp.Name, conn, age(sp.Status.ConnectionSince, now), age(sp.Status.LastHeartbeat, now),
+			skew, sp.Status.Holders, sp.Status.Waiters, sp.Status.KeepRunning, agent, ready)
 	}
 	if err := w.Flush(); err != nil {
 		return err
 	}
 	fmt.Fprintf(out, "\n%d spokes: %d connected, %d unreachable, %d never connected; %d holders (%d keep-running), %d waiters.\n",
 		len(spokes), count[locksv1.SpokeConnected], count[locksv1.SpokeUnreachable], count[locksv1.SpokeNever], holders, keep, waiters)
+	if len(versions) > 1 {
+		var each []string
+		for _, v := range slices.Sorted(maps.Keys(versions)) {
+			each = append(each, v+" on "+strings.Join(versions[v], ", "))
+		}
+		fmt.Fprintf(out, "%d agent versions: %s.\n", len(versions), strings.Join(each, "; "))
+	}
 	for _, s := range keeping {
 		fmt.Fprintln(out, s)
 	}
