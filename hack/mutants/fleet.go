@@ -43,19 +43,19 @@ func init() {
 		mutant{name: "spoke-retry-capped", pkg: spokePkg, focus: "run:TestRetryBackoffIsCapped", guard: "a spoke request whose reconcile failed (a stop at the deadline not written yet) is tried again within 500 ms, not after controller-runtime's backoff of up to 1000 s", edits: []edit{
 			{"spoke-retry-capped", "\treturn workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](5*time.Millisecond, maxRetryDelay)\n", "\treturn workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](5*time.Millisecond, 1000*time.Second)\n"},
 		}},
-		mutant{name: "spoke-adopts-only-its-own", pkg: spokePkg, focus: "run:TestAttack/(HubUserSquatsASpokeRequestsHubName|HashedNameCollisionDeletesAnothersHubRequest)", guard: "the agent adopts, copies, patches and deletes only the hub requests it made for that spoke request (its creator, its cluster, the spoke request's name), never one dressed as such", edits: []edit{
+		mutant{name: "spoke-adopts-only-its-own", pkg: spokePkg, focus: "run:^TestAttack$/(HubUserSquatsASpokeRequestsHubName|HashedNameCollisionDeletesAnothersHubRequest)", guard: "the agent adopts, copies, patches and deletes only the hub requests it made for that spoke request (its creator, its cluster, the spoke request's name), never one dressed as such", edits: []edit{
 			{"spoke-adopts-only-its-own", "\treturn hub.Annotations[whoami.AnnotationCreatedBy] == self && hub.Spec.Holder.Cluster == a.opts.Cluster &&\n", "\treturn self == self || hub.Spec.Holder.Cluster == a.opts.Cluster &&\n"},
 		}},
-		mutant{name: "spoke-deletes-only-its-own", pkg: spokePkg, focus: "run:TestAttack/HashedNameCollisionDeletesAnothersHubRequest", guard: "a spoke request deleted deletes only the hub request made for it, not another's that its name shortens to", edits: []edit{
+		mutant{name: "spoke-deletes-only-its-own", pkg: spokePkg, focus: "run:^TestAttack$/HashedNameCollisionDeletesAnothersHubRequest", guard: "a spoke request deleted deletes only the hub request made for it, not another's that its name shortens to", edits: []edit{
 			{"spoke-deletes-only-its-own", "\tif !mine || uid != \"\" && cur.Annotations[AnnotationSpokeUID] != uid {\n", "\tif _ = mine; uid != \"\" && cur.Annotations[AnnotationSpokeUID] != uid {\n"},
 		}},
-		mutant{name: "spoke-refused-edit-copies-status", pkg: spokePkg, focus: "run:TestAttack/EditRefusedByTheHubFreezesTheSpokesGrant", guard: "a change the hub refuses still lets the hub's status (an expiry, a release) through to the spoke", edits: []edit{
+		mutant{name: "spoke-refused-edit-copies-status", pkg: spokePkg, focus: "run:^TestAttack$/EditRefusedByTheHubFreezesTheSpokesGrant", guard: "a change the hub refuses still lets the hub's status (an expiry, a release) through to the spoke", edits: []edit{
 			{"spoke-refused-edit-copies-status", "\tif !isRefusal {\n", "\tif true || !isRefusal {\n"},
 		}},
-		mutant{name: "spoke-judged-by-own-expiry", pkg: spokePkg, focus: "run:TestAttack/(ShortTTLInTheNamespaceStopsAnothersHolder|HubUserLabelledRequestStopsASpokesHolders)", guard: "a holder's partition deadline is its own grant's end, not the earliest of the namespace's", edits: []edit{
+		mutant{name: "spoke-judged-by-own-expiry", pkg: spokePkg, focus: "run:^TestAttack$/(ShortTTLInTheNamespaceStopsAnothersHolder|HubUserLabelledRequestStopsASpokesHolders)", guard: "a holder's partition deadline is its own grant's end, not the earliest of the namespace's", edits: []edit{
 			{"spoke-judged-by-own-expiry", "\tst, v := a.judge(ctx, spoke.Namespace, []locksv1.LockRequest{*hub})\n", "\tvar all locksv1.LockRequestList\n\t_ = a.hubs.List(ctx, &all, client.InNamespace(spoke.Namespace))\n\tst, v := a.judge(ctx, spoke.Namespace, all.Items)\n"},
 		}},
-		mutant{name: "spoke-grant-gone-lost", pkg: spokePkg, focus: "run:TestAttack/HubAdminDeletesAGrantedHubRequest", guard: "a granted spoke request whose hub request is gone has lost its grant, and is not asked for again", edits: []edit{
+		mutant{name: "spoke-grant-gone-lost", pkg: spokePkg, focus: "run:^TestAttack$/HubAdminDeletesAGrantedHubRequest", guard: "a granted spoke request whose hub request is gone has lost its grant, and is not asked for again", edits: []edit{
 			{"spoke-grant-gone-lost", "\tcase apierrors.IsNotFound(err) && spoke.Status.Phase == locksv1.PhaseGranted:\n", "\tcase false && apierrors.IsNotFound(err) && spoke.Status.Phase == locksv1.PhaseGranted:\n"},
 		}},
 		mutant{name: "spoke-name-taken-said", pkg: spokePkg, focus: "run:^TestAttack$/^HubUserSquatsASpokeRequestsHubName$", guard: "a spoke request whose hub name someone else's request holds says so (HubNameTaken) rather than wait silently", edits: []edit{
