@@ -74,7 +74,7 @@ type Agent struct {
 	// (export_test.go).
 	hubRead client.Reader
 	// recorder reports in the spoke what the agent did or could not do (StoppedOnPartition,
-	// FleetRefused).
+	// HolderGone, HolderOutlivedLease, FleetRefused).
 	recorder events.EventRecorder
 	// clocks are the namespaces whose hub Lease the agent renews, and each one's partition
 	// clock.
