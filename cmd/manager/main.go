@@ -285,8 +285,16 @@ func run(ctx context.Context, o options) error {
 		setup.Router = members
 		ctx = handOverOnStop(ctx, members, o.handover)
 	}
+	// The gated workloads' cache: the workload controllers', and a spoke agent's, which waits in
+	// it for a holder it stopped to be gone.
+	var gated ctrlcache.Cache
+	if o.gateWorkloads {
+		if gated, err = workload.NewGatedCache(mgr); err != nil {
+			return err
+		}
+	}
 	if o.hubKubeconfig != "" {
-		if err := setupSpoke(mgr, o, setup); err != nil {
+		if err := setupSpoke(mgr, o, setup, gated); err != nil {
 			return err
 		}
 	} else {
@@ -298,7 +306,7 @@ func run(ctx context.Context, o options) error {
 		}
 	}
 	if o.gateWorkloads {
-		var opts []workload.Option
+		opts := []workload.Option{workload.WithGatedCache(gated)}
 		if o.hubKubeconfig != "" {
 			// A spoke stops its holders --fleet-grace before the hub can hand their locks on.
 			opts = append(opts, workload.WithStopGrace(o.fleetGrace))
@@ -330,8 +338,9 @@ func run(ctx context.Context, o options) error {
 // records the same as an Event on the manager's Pod and the turnstile_cluster_info metric,
 // with the admission policies it finds running (compat.Probe).
 // setupSpoke runs the manager as a fleet's spoke (docs/fleet.md): the agent, and of the
-// controllers only what decides nothing (controller.SetupSpoke).
-func setupSpoke(mgr ctrl.Manager, o options, setup controller.SetupOptions) error {
+// controllers only what decides nothing (controller.SetupSpoke). gated is the gated workloads'
+// cache (nil without --gate-workloads): the agent waits in it for the holders it stops.
+func setupSpoke(mgr ctrl.Manager, o options, setup controller.SetupOptions, gated ctrlcache.Cache) error {
 	hub, err := clientcmd.BuildConfigFromFlags("", o.hubKubeconfig)
 	if err != nil {
 		return fmt.Errorf("--hub-kubeconfig: %w", err)
@@ -341,7 +350,7 @@ func setupSpoke(mgr ctrl.Manager, o options, setup controller.SetupOptions) erro
 	if err := controller.SetupSpoke(mgr, setup); err != nil {
 		return err
 	}
-	_, err = spoke.SetupWithManager(mgr, spoke.Options{Cluster: o.clusterName, Hub: hub, Settings: o.fleetSettings()})
+	_, err = spoke.SetupWithManager(mgr, spoke.Options{Cluster: o.clusterName, Hub: hub, Settings: o.fleetSettings(), Workloads: gated})
 	return err
 }
 

@@ -76,5 +76,14 @@ func init() {
 		mutant{name: "spoke-lost-stays-lost", pkg: spokePkg, focus: "run:TestPartitionStopsHoldersBeforeTheHubLetsGo", guard: "a spoke request whose holder was stopped on a partition stays released (HubUnreachable): the hub's old grant is never shown again", edits: []edit{
 			{"spoke-lost-stays-lost", "\tif LostToPartition(&spoke) {\n", "\tif false && LostToPartition(&spoke) {\n"},
 		}},
+		mutant{name: "spoke-release-after-holder-gone", pkg: spokePkg, focus: "run:TestHealedCutReleasesOnlyOnceTheHolderIsGone", guard: "the hub request of a holder the agent stopped is not released while the holder may still run (a cut healed just after the stop), until the hub could hand its lock on anyway", edits: []edit{
+			{"spoke-release-after-holder-gone", "\tif until, held := a.holdsRelease(spoke); held {\n", "\tif until, held := a.holdsRelease(spoke); false && held {\n"},
+		}},
+		mutant{name: "spoke-wait-hand-on-capped", pkg: spokePkg, focus: "run:TestParseWaitTrustsTheStop", guard: "the hand-on time read back from a stopped request's annotation (which its owner may write) is taken no later than the stop + 1 s + L: it cannot hold the hub request from release longer", edits: []edit{
+			{"spoke-wait-hand-on-capped", "\tif latest := lr.Status.FinishedAt.Add(time.Second + lease); t.After(latest) {\n", "\tif latest := lr.Status.FinishedAt.Add(time.Second + lease); false && t.After(latest) {\n"},
+		}},
+		mutant{name: "spoke-wait-outlived-at-hand-on", pkg: spokePkg, focus: "run:TestStoppedHolderGoneOrOutlivedTheHandOn", guard: "a stopped holder still running when the hub can hand its locks on is reported (HolderOutlivedLease), the evidence that the stop did not keep the promise", edits: []edit{
+			{"spoke-wait-outlived-at-hand-on", "\tcase !now.Before(w.handOn):\n", "\tcase false && !now.Before(w.handOn):\n"},
+		}},
 	)
 }

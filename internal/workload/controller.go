@@ -69,6 +69,8 @@ type Reconciler struct {
 	// stopGrace, when set, is the longest a stopped workload's Pods may take to terminate (a
 	// spoke agent's --fleet-grace): see WithStopGrace.
 	stopGrace *time.Duration
+	// gated is the gated workloads' cache given by WithGatedCache (nil: SetupWithManager makes one).
+	gated cache.Cache
 }
 
 // Option configures the workload controllers.
@@ -93,10 +95,17 @@ func WithStopGrace(d time.Duration) Option {
 	return func(r *Reconciler) { r.stopGrace = &d }
 }
 
-// SetupWithManager registers the Pod and Job controllers. Pods and Jobs are read from a cache
-// of their own that lists and watches only objects labelled locks.turnstile.dev/gated=true,
-// so a cluster's other workloads cost the manager nothing.
-func SetupWithManager(mgr ctrl.Manager, opts ...Option) error {
+// WithGatedCache has the controllers read and watch Pods and Jobs in c (NewGatedCache), which
+// they then share with another controller of the manager (a spoke agent's wait for a stopped
+// holder to be gone), rather than in a cache of their own.
+func WithGatedCache(c cache.Cache) Option {
+	return func(r *Reconciler) { r.gated = c }
+}
+
+// NewGatedCache makes the gated workloads' cache, added to mgr: it lists and watches only the
+// Pods and Jobs labelled locks.turnstile.dev/gated=true, so a cluster's other workloads cost the
+// manager nothing.
+func NewGatedCache(mgr ctrl.Manager) (cache.Cache, error) {
 	gated, err := cache.New(mgr.GetConfig(), cache.Options{
 		Scheme:               mgr.GetScheme(),
 		Mapper:               mgr.GetRESTMapper(),
@@ -104,18 +113,33 @@ func SetupWithManager(mgr ctrl.Manager, opts ...Option) error {
 		DefaultTransform:     cache.TransformStripManagedFields(),
 	})
 	if err != nil {
-		return fmt.Errorf("gated workloads cache: %w", err)
+		return nil, fmt.Errorf("gated workloads cache: %w", err)
 	}
-	if err := mgr.Add(gated); err != nil {
-		return err
+	return gated, mgr.Add(gated)
+}
+
+// SetupWithManager registers the Pod and Job controllers. Pods and Jobs are read from the gated
+// workloads' cache (NewGatedCache; one of their own unless WithGatedCache gives one).
+func SetupWithManager(mgr ctrl.Manager, opts ...Option) error {
+	var given Reconciler
+	for _, o := range opts {
+		o(&given)
+	}
+	gated := given.gated
+	if gated == nil {
+		var err error
+		if gated, err = NewGatedCache(mgr); err != nil {
+			return err
+		}
 	}
 	recorder := mgr.GetEventRecorder("turnstile-workloads")
 	self := &whoami.Cache{}
 	for _, k := range []kind{podKind{}, jobKind{}} {
-		r := &Reconciler{kind: k, client: mgr.GetClient(), workloads: gated, live: mgr.GetAPIReader(), recorder: recorder, clock: clock.RealClock{}, self: self}
+		r := &Reconciler{kind: k, client: mgr.GetClient(), live: mgr.GetAPIReader(), recorder: recorder, clock: clock.RealClock{}, self: self}
 		for _, o := range opts {
 			o(r)
 		}
+		r.gated, r.workloads = gated, gated
 		obj := k.newObject()
 		err := builder.ControllerManagedBy(mgr).
 			Named("gated-"+k.name()).

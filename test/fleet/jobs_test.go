@@ -169,6 +169,18 @@ spec: {locked: false}
 				g.Expect(out).To(ContainSubstring("stopped: the hub has not answered"))
 			}).WithTimeout(wait).Should(Succeed(), "a %s event on %s", spoke.ReasonStoppedOnPartition, obj)
 		}
+		By("spoke-a's agent says its stopped Job was gone before the hub could hand its key on")
+		for _, obj := range []string{holderRequest, "cut-holder"} {
+			Eventually(func(g Gomega) {
+				out, err := spokeA.kubectl.Run("", "-n", ns, "get", "events", "--field-selector", "reason="+spoke.ReasonHolderGone+",involvedObject.name="+obj,
+					"-o", "jsonpath={.items[*].message}")
+				g.Expect(err).NotTo(HaveOccurred())
+				g.Expect(out).To(MatchRegexp(`the stopped holder was gone at \S+Z, [0-9]+\.[0-9]s before the hub can hand its locks on \(renewTime\+L at \S+Z, by the hub's clock\)`))
+			}).WithTimeout(wait).Should(Succeed(), "a %s event on %s", spoke.ReasonHolderGone, obj)
+		}
+		out, err = spokeA.kubectl.Run("", "-n", ns, "get", "lockrequest", holderRequest, "-o", `jsonpath={.metadata.annotations.locks\.turnstile\.dev/fleet-holder-gone}`)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(out).To(HavePrefix("gone at "), "the wait's end, recorded on the request by the manager under the admission policies")
 
 		By("the hub hands the key to spoke-b's Job once spoke-a's Lease lapsed")
 		var next run

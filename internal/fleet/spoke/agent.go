@@ -62,6 +62,10 @@ type Options struct {
 	// Version is the agent's version as it publishes it on its hub Leases
 	// (AnnotationAgentVersion); the binary's (internal/version) when empty.
 	Version string
+	// Workloads is the gated workloads' cache the workload controllers read
+	// (workload.NewGatedCache, shared with them by workload.WithGatedCache): the agent watches a
+	// running gated workload it stopped in it until it is gone (gone.go). nil: no such wait.
+	Workloads cache.Cache
 }
 
 // Agent mirrors the spoke's LockRequests to the hub and the hub's decisions back.
@@ -74,7 +78,7 @@ type Agent struct {
 	// (export_test.go).
 	hubRead client.Reader
 	// recorder reports in the spoke what the agent did or could not do (StoppedOnPartition,
-	// FleetRefused).
+	// HolderGone, HolderOutlivedLease, FleetRefused).
 	recorder events.EventRecorder
 	// clocks are the namespaces whose hub Lease the agent renews, and each one's partition
 	// clock.
@@ -98,6 +102,13 @@ type Agent struct {
 	// nothing but the partition rule's stops (beforeHub).
 	hubEvents chan event.GenericEvent
 	hubSynced atomic.Bool
+	// waits are the stopped holders the agent waits for to be gone, by spoke request (gone.go;
+	// nil without Options.Workloads); waitEvents wakes the wait controller for a new one, and
+	// live reads the workloads from the spoke's API server.
+	waitMu     sync.Mutex
+	waits      map[types.NamespacedName]*holderWait
+	waitEvents chan event.GenericEvent
+	live       client.Reader
 }
 
 // SetupWithManager adds the agent to mgr, the spoke's manager: a controller of the spoke's
@@ -166,6 +177,9 @@ func SetupWithManager(mgr ctrl.Manager, o Options) (*Agent, error) {
 		return nil, err
 	}
 	if err := a.setupMirrors(mgr); err != nil {
+		return nil, err
+	}
+	if err := a.setupWait(mgr); err != nil {
 		return nil, err
 	}
 	if err := mgr.Add(manager.RunnableFunc(a.watchHub)); err != nil {
@@ -240,12 +254,7 @@ func (a *Agent) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, e
 	// it: the hub's grant (its old token) is never shown again, and it is released on the hub.
 	// guard:spoke-lost-stays-lost
 	if LostToPartition(&spoke) {
-		if hub.Spec.Release || hub.Status.Phase.IsFinal() {
-			return ctrl.Result{}, nil
-		}
-		patch := client.MergeFromWithOptions(hub.DeepCopy(), client.MergeFromWithOptimisticLock{})
-		hub.Spec.Release = true
-		return ctrl.Result{}, client.IgnoreNotFound(a.hub.Patch(ctx, &hub, patch))
+		return a.releaseLost(ctx, &spoke, &hub)
 	}
 	refusedEdit, err := a.carry(ctx, &spoke, &hub)
 	if err != nil {
@@ -271,6 +280,24 @@ func (a *Agent) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, e
 	return res, nil
 }
 
+// releaseLost releases hub, the hub request of spoke, a request whose holder the agent stopped
+// (or whose grant it gave back): once, and not while the holder it stopped may still run.
+func (a *Agent) releaseLost(ctx context.Context, spoke, hub *locksv1.LockRequest) (ctrl.Result, error) {
+	if hub.Spec.Release || hub.Status.Phase.IsFinal() {
+		return ctrl.Result{}, nil
+	}
+	// Not while the holder the agent stopped may still run (a partition healed a moment after the
+	// stop, a skew give-back: the hub would hand the lock on at once), until the hub could hand
+	// it on anyway; the end of its wait (gone.go) wakes the request.
+	// guard:spoke-release-after-holder-gone
+	if until, held := a.holdsRelease(spoke); held {
+		return ctrl.Result{RequeueAfter: until.Sub(a.opts.Clock.Now()) + 10*time.Millisecond}, nil
+	}
+	patch := client.MergeFromWithOptions(hub.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	hub.Spec.Release = true
+	return ctrl.Result{}, client.IgnoreNotFound(a.hub.Patch(ctx, hub, patch))
+}
+
 // writeStatus writes want as spoke's status, once per hub change, only when it differs, and
 // reports a holder it stops so.
 func (a *Agent) writeStatus(ctx context.Context, spoke *locksv1.LockRequest, want locksv1.LockRequestStatus) error {
@@ -284,6 +311,9 @@ func (a *Agent) writeStatus(ctx context.Context, spoke *locksv1.LockRequest, wan
 	}
 	if !wasLost && LostToPartition(spoke) {
 		a.stopped(ctx, spoke, wasRunning)
+		if wasRunning {
+			a.startWait(ctx, spoke)
+		}
 	}
 	return nil
 }

@@ -201,6 +201,13 @@ func (s *testSpoke) startAgent(t *testing.T, o spoke.Options, hook func(*spoke.A
 	if err := controller.SetupSpoke(mgr, controller.SetupOptions{Retention: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
+	// One cache of the gated workloads, the workload controllers' and the agent's, as
+	// cmd/manager shares it.
+	gated, err := workload.NewGatedCache(mgr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Workloads = gated
 	agent, err := spoke.SetupWithManager(mgr, o)
 	if err != nil {
 		t.Fatal(err)
@@ -208,7 +215,11 @@ func (s *testSpoke) startAgent(t *testing.T, o spoke.Options, hook func(*spoke.A
 	if hook != nil {
 		hook(agent)
 	}
-	if err := workload.SetupWithManager(mgr, workload.WithIdentity("system:serviceaccount:turnstile-system:turnstile-controller-manager")); err != nil {
+	opts := []workload.Option{workload.WithGatedCache(gated), workload.WithIdentity("system:serviceaccount:turnstile-system:turnstile-controller-manager")}
+	if o.Settings.Grace > 0 {
+		opts = append(opts, workload.WithStopGrace(o.Settings.Grace)) // as cmd/manager: --fleet-grace
+	}
+	if err := workload.SetupWithManager(mgr, opts...); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
