@@ -128,15 +128,17 @@ var _ = Describe("Safety under concurrency", func() {
 		Expect(longest).To(BeNumerically("<=", undecidedLimit), "a key with work went undecided for %s (%s)", longest, what)
 	}
 
-	It("never grants one key to two holders with 50 requesters churning on one key", func() {
+	// The churns are the suite's longest specs: SpecPriority is about the seconds each takes on an
+	// idle machine, which RunSuiteInShards balances its shards by (and Ginkgo starts them first).
+	It("never grants one key to two holders with 50 requesters churning on one key", SpecPriority(50), func() {
 		churnSafely(50, 4, 1, 1)
 	})
 
-	It("never grants one key to two holders with 50 requesters churning on many keys", func() {
+	It("never grants one key to two holders with 50 requesters churning on many keys", SpecPriority(25), func() {
 		churnSafely(50, 6, 10, 100)
 	})
 
-	It("never grants one key to two holders with two managers running at once", func() {
+	It("never grants one key to two holders with two managers running at once", SpecPriority(35), func() {
 		second, err := env.StartManager(options)
 		Expect(err).NotTo(HaveOccurred())
 		DeferCleanup(func() { Expect(second.Stop()).To(Succeed()) })

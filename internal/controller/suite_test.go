@@ -39,7 +39,7 @@ var (
 	options controller.SetupOptions
 )
 
-func TestControllers(t *testing.T) { framework.RunSuite(t, "Controller Suite") }
+func TestControllers(t *testing.T) { framework.RunSuiteInShards(t, "Controller Suite", 2) }
 
 // testOptions are the manager's options in this suite: production defaults, with the clocks
 // that tests wait for shortened.
