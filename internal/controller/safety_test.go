@@ -28,7 +28,7 @@ func churn(ns string, requesters, rounds, keys int, seed int64) int64 {
 	GinkgoHelper()
 	grants, err := framework.Churn{
 		Namespace: ns, Requesters: requesters, Rounds: rounds, Keys: keys,
-		WaitLimit: 180 * time.Second, Poll: 50 * time.Millisecond, Seed: seed,
+		WaitLimit: 180 * time.Second, Poll: 50 * time.Millisecond, Watch: true, Seed: seed,
 	}.Run(ctx, k8s)
 	if err != nil {
 		dumpProcess()
