@@ -347,7 +347,7 @@ func closeShards(t *testing.T, description string, l listed, results []*shardRes
 		passed, failed, skipped = passed+r.passed, failed+r.failed, skipped+r.skipped
 		if r.err != nil || r.failed > 0 || testing.Verbose() {
 			fmt.Printf("\n----- shard %d of %d (%d specs, %s) -----\n", r.plan.Shard, r.plan.Of, len(r.plan.Specs), r.took.Round(time.Second))
-			fmt.Print(closingLine.ReplaceAllStringFunc(stripANSI(r.out.String()), strings.ToLower))
+			fmt.Print(shardOutput(r))
 			fmt.Printf("----- end of shard %d of %d -----\n", r.plan.Shard, r.plan.Of)
 		}
 		if r.err != nil {
@@ -358,8 +358,10 @@ func closeShards(t *testing.T, description string, l listed, results []*shardRes
 	for _, s := range l.run {
 		want[s.FullText()]++
 	}
+	once := true
 	for text, n := range want {
 		if got[text] != n {
+			once = false
 			t.Errorf("spec %q: reported %d times by the shards, want %d", text, got[text], n)
 			failed += max(0, n-got[text]) // never reported: count it failed
 		}
@@ -368,7 +370,7 @@ func closeShards(t *testing.T, description string, l listed, results []*shardRes
 	for _, r := range results {
 		fmt.Printf(" shard %d ran %d specs in %s;", r.plan.Shard, len(r.ran), r.took.Round(time.Second))
 	}
-	fmt.Printf(" %d specs listed, each reported by one shard once: %t\n", len(l.run), !t.Failed())
+	fmt.Printf(" %d specs listed, each reported by one shard once: %t\n", len(l.run), once)
 	verdict := "SUCCESS!"
 	if t.Failed() || failed > 0 {
 		verdict = "FAIL!"
@@ -421,6 +423,25 @@ func writeMergedReports(description string, results []*shardResult, took time.Du
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// shardOutput is a shard's output as this process prints it: each line prefixed with the shard,
+// without go test -json's framing marks (so that test2json does not take the shard's own
+// "--- FAIL: TestXxx" lines for this process's), its closing line reworded (closingLine).
+func shardOutput(r *shardResult) string {
+	// go test -json runs the shards with -test.v=test2json: their framing lines carry ^V, which
+	// test2json reads wherever it is in a line.
+	out := strings.ReplaceAll(stripANSI(r.out.String()), "\x16", "")
+	out = closingLine.ReplaceAllStringFunc(out, strings.ToLower)
+	prefix := fmt.Sprintf("[shard %d/%d] ", r.plan.Shard, r.plan.Of)
+	var b strings.Builder
+	for line := range strings.Lines(out) {
+		b.WriteString(prefix + line)
+	}
+	if !strings.HasSuffix(out, "\n") {
+		b.WriteString("\n")
+	}
+	return b.String()
 }
 
 var ansi = regexp.MustCompile(`\x1b\[[0-9;]*m`)
