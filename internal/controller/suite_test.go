@@ -40,9 +40,9 @@ var (
 )
 
 // TestControllers runs the specs in two shards side by side, each a process with its own control
-// plane and manager (framework.RunSuiteInShards): most specs wait on the manager's clocks, and
-// the suite is CPU-bound only in its churns. TURNSTILE_TEST_SHARDS=1 runs them all in this
-// process, as before; -ginkgo.focus and co. select specs as usual, in whatever shard they land.
+// plane and manager (framework.RunSuiteInShards): many specs wait on the manager's clocks (TTLs,
+// leases, window edges), and the churns' API servers each get a core. TURNSTILE_TEST_SHARDS=1
+// runs them all in this process, as before; -ginkgo.focus and co. select specs as usual, in whatever shard they land.
 func TestControllers(t *testing.T) { framework.RunSuiteInShards(t, "Controller Suite", 2) }
 
 // testOptions are the manager's options in this suite: production defaults, with the clocks
