@@ -44,7 +44,8 @@ var _ = Describe("CommandLock write freezes (status.admission)", func() {
 		}
 	}
 
-	It("judges the windows ahead, judges again within its bound of each edge with a running manager, and not on other events", func() {
+	// It waits some 35 s for the edges (SpecPriority: the seconds, for RunSuiteInShards's shards).
+	It("judges the windows ahead, judges again within its bound of each edge with a running manager, and not on other events", SpecPriority(35), func() {
 		// Friday 2027-03-26, 30 s before the Friday window opens at 16:00 Berlin (15:00 UTC): room
 		// for the manager to start on a loaded machine.
 		at := time.Date(2027, time.March, 26, 14, 59, 30, 0, time.UTC)

@@ -64,8 +64,10 @@ var _ = Describe("Counting locks", func() {
 		Eventually(func() string { return get(ns, waiting).Status.BlockedBy }, timeout, interval).
 			Should(HaveSuffix(" and 2 other shared holders (3 of at most 3 hold it)"))
 
-		// One leaves: exactly one waiter takes its place, above every token before.
+		// One leaves: exactly one waiter takes its place, above every token before. (Three held
+		// before the release was seen: wait for it first.)
 		release(ns, holders[0])
+		expectPhase(ns, holders[0], locksv1.PhaseReleased)
 		Eventually(func() int { return len(granted()) }, timeout, interval).Should(Equal(3))
 		Consistently(granted, time.Second, interval).Should(HaveLen(3))
 		top := max(tokens[0], tokens[1], tokens[2])

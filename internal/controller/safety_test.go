@@ -28,7 +28,7 @@ func churn(ns string, requesters, rounds, keys int, seed int64) int64 {
 	GinkgoHelper()
 	grants, err := framework.Churn{
 		Namespace: ns, Requesters: requesters, Rounds: rounds, Keys: keys,
-		WaitLimit: 180 * time.Second, Poll: 50 * time.Millisecond, Seed: seed,
+		WaitLimit: 180 * time.Second, Poll: 50 * time.Millisecond, Watch: true, Seed: seed,
 	}.Run(ctx, k8s)
 	if err != nil {
 		dumpProcess()
@@ -128,15 +128,18 @@ var _ = Describe("Safety under concurrency", func() {
 		Expect(longest).To(BeNumerically("<=", undecidedLimit), "a key with work went undecided for %s (%s)", longest, what)
 	}
 
-	It("never grants one key to two holders with 50 requesters churning on one key", func() {
+	// The churns are the suite's longest specs: SpecPriority is about the seconds each takes on a
+	// busy 2-core machine, which RunSuiteInShards balances its shards by (and Ginkgo starts them
+	// first).
+	It("never grants one key to two holders with 50 requesters churning on one key", SpecPriority(45), func() {
 		churnSafely(50, 4, 1, 1)
 	})
 
-	It("never grants one key to two holders with 50 requesters churning on many keys", func() {
+	It("never grants one key to two holders with 50 requesters churning on many keys", SpecPriority(40), func() {
 		churnSafely(50, 6, 10, 100)
 	})
 
-	It("never grants one key to two holders with two managers running at once", func() {
+	It("never grants one key to two holders with two managers running at once", SpecPriority(60), func() {
 		second, err := env.StartManager(options)
 		Expect(err).NotTo(HaveOccurred())
 		DeferCleanup(func() { Expect(second.Stop()).To(Succeed()) })

@@ -39,7 +39,11 @@ var (
 	options controller.SetupOptions
 )
 
-func TestControllers(t *testing.T) { framework.RunSuite(t, "Controller Suite") }
+// TestControllers runs the specs in two shards side by side, each a process with its own control
+// plane and manager (framework.RunSuiteInShards): many specs wait on the manager's clocks (TTLs,
+// leases, window edges), and the churns' API servers each get a core. TURNSTILE_TEST_SHARDS=1
+// runs them all in this process, as before; -ginkgo.focus and co. select specs as usual, in whatever shard they land.
+func TestControllers(t *testing.T) { framework.RunSuiteInShards(t, "Controller Suite", 2) }
 
 // testOptions are the manager's options in this suite: production defaults, with the clocks
 // that tests wait for shortened.
@@ -68,7 +72,7 @@ const undecidedLimit = 2 * undecidedBound
 
 var _ = BeforeSuite(func() {
 	// TURNSTILE_TEST_LOG=FILE writes the managers' logs there, at TURNSTILE_TEST_LOG_V (the key
-	// trace is at 2): to follow a key that stood still.
+	// trace is at 2): to follow a key that stood still. Each shard writes FILE.shardN.
 	if path := os.Getenv("TURNSTILE_TEST_LOG"); path != "" {
 		f, err := os.Create(path)
 		Expect(err).NotTo(HaveOccurred())

@@ -17,10 +17,11 @@ import (
 // instead of returning an error, and register their own cleanup with DeferCleanup (from a
 // BeforeSuite, it runs after the AfterSuite).
 
-// RunSuite runs the Ginkgo specs of a test package: its TestXxx function's whole body.
-func RunSuite(t *testing.T, description string) {
+// RunSuite runs the Ginkgo specs of a test package: its TestXxx function's whole body. args are
+// RunSpecs's (a suite and a reporter configuration, decorators).
+func RunSuite(t *testing.T, description string, args ...any) {
 	gomega.RegisterFailHandler(ginkgo.Fail)
-	ginkgo.RunSpecs(t, description)
+	ginkgo.RunSpecs(t, description, args...)
 }
 
 // StartEnv starts a control plane with the CRDs installed (Start with $KUBEBUILDER_ASSETS) and
