@@ -6,7 +6,7 @@
 #
 #   hack/model-check.sh            the configurations and mutations `make model-check` runs (CI)
 #   MODEL_FULL=1 hack/model-check.sh   also the larger configurations (minutes each)
-#   hack/model-check.sh NAME       one configuration, or one mutation (M1 ... M9, D0 ..., F1 ...)
+#   hack/model-check.sh NAME       one configuration, or one mutation (M1 ... M9, D0 ..., F1 ..., A1 ...)
 #   MODEL_TRAILS=1 ...             print each refuted mutation's trail (the writes, in order)
 #
 # Needs spin and a C compiler (`make spin` installs spin from Debian when it is missing).
@@ -95,10 +95,27 @@ other_models=(
 	"F2|fleet.pml|-DMUTATION=2|refuted|the stop deadline without the grace term"
 	"F3|fleet.pml|-DMUTATION=3|refuted|the stop deadline without the margin (the kill and its confirmation)"
 	"F4|fleet.pml|-DMUTATION=4|refuted|the stop deadline counted from the last renewal sent, answered or not"
+	# a spoke's grant ends on the hub only once its spoke has stopped showing it (issue #45: the ack
+	# fleet.turnstile.dev/stopped, in place of the agent's live read before a let-go)
+	"fleetack|fleetack.pml|-DFRESH=1 -DCRASH=2 -DLOSS=2 -DENDS=2|holds|the agent on a lagging view of G (2 restarts on a fresh list, 2 ack patches given up on and landing later or never), admins releasing or deleting G, clocks passing expiresAt in either order: S never shows the grant once the hub hands k to H"
+	"fleetack-remake|fleetack.pml|-DFRESH=1 -DREMAKE=1|holds|the same (1 restart, 1 patch given up on) with S and G made anew under their names after H held k: an old ack landing on the new G"
+	"fleetack-progress|fleetack.pml|-DPROGRESS=1 -DFRESH=1 -DCRASH=2 -DLOSS=2 -DENDS=2|holds|progress (LTL, weak fairness): once the environment stops, an ending G is written final and H holds k"
+	"fleetack-fix|fleetack.pml|-DFIX=1 -DRENEW=2 -DCRASH=2 -DLOSS=2 -DENDS=2|holds|the ack only once S is final: restarts on lists older than the view before (stale), 2 ttl renewals"
+	"fleetack-fix-remake|fleetack.pml|-DFIX=1 -DREMAKE=1|holds|the ack only once S is final, stale restarts, S and G made anew"
+	"fleetack-fix-progress|fleetack.pml|-DPROGRESS=1 -DFIX=1 -DRENEW=2 -DCRASH=2 -DLOSS=2 -DENDS=2|holds|progress with the ack only once S is final (stale restarts, renewals)"
+	"A1|fleetack.pml|-DFRESH=1 -DCRASH=2 -DLOSS=2 -DENDS=2 -DMUTATION=1|refuted|the hub hands k on once G is ending, no ack (the old protocol without its live read)"
+	"A2|fleetack.pml|-DFRESH=1 -DCRASH=2 -DLOSS=2 -DENDS=2 -DMUTATION=2|refuted|the ack before the stop of S"
+	"A3|fleetack.pml|-DFRESH=1 -DREMAKE=1 -DMUTATION=3|refuted|the hub takes any ack, not only G's token: the first G's ack lands on the second"
+	"A4|fleetack.pml|-DFRESH=1 -DCRASH=2 -DLOSS=2 -DENDS=2 -DMUTATION=4|refuted|the let-go does not look at spec.release"
+	"A5|fleetack.pml|-DPROGRESS=1 -DFRESH=1 -DCRASH=2 -DLOSS=2 -DENDS=2 -DMUTATION=5|refuted|progress: the ack only for an S written final, the stop only for an S showing the grant (a waiting S is never acked)"
+	"A-stale|fleetack.pml|-DFRESH=0 -DCRASH=1 -DLOSS=1|refuted|the rule as briefed, a restart on a list older than the view before the crash: an ack for a never-shown grant lands, the agent lets go from the old view (FIX closes it)"
+	"A-renew|fleetack.pml|-DFRESH=1 -DRENEW=1|refuted|the rule as briefed with a ttl renewal: an ack from a view expired by the agent's clock, then a let-go from the renewed view (FIX closes it)"
 )
 # Other models' larger configurations (MODEL_FULL=1, or by name), in other_models' format.
 other_full_models=(
 	"fleet-defaults|fleet.pml|-DL=40 -DG=15 -DM=3 -DB=2 -DRMAX=14|holds|the fleet's defaults (L=40 G=15 M=3 B=2), renewals up to t=14 (the first renewal after the Lease's creation, L/3 later)"
+	"fleetack-remake-full|fleetack.pml|-DFRESH=1 -DREMAKE=1 -DCRASH=2 -DLOSS=2 -DENDS=2|holds|fleetack-remake with 2 restarts, 2 patches given up on, 2 admin endings"
+	"fleetack-fix-remake-full|fleetack.pml|-DFIX=1 -DRENEW=1 -DREMAKE=1|holds|fleetack-fix-remake with a ttl renewal"
 )
 
 flags_of() {

@@ -36,8 +36,4 @@ const (
 	// ReasonFrozenInSpoke is the reason of a spoke request the hub granted that the spoke does
 	// not let go while the hub's freezes, as the spoke judges them, hold it.
 	ReasonFrozenInSpoke = "FrozenInSpoke"
-	// ReasonConfirmingWithHub is the reason of a spoke request the hub granted that the spoke
-	// does not let go yet because a live read from the hub has not confirmed the grant: the hub
-	// did not answer the read, or answered that it no longer holds it (its watch lags).
-	ReasonConfirmingWithHub = "ConfirmingWithHub"
 )

@@ -70,9 +70,6 @@ func init() {
 		mutant{name: "spoke-refusal-reported", pkg: spokePkg, focus: "run:TestRefusedClusterSaysSoInTheSpoke", guard: "a spoke request whose mirror the hub refuses (a cluster not a member, a name not the spoke's) says so (Stalled, FleetRefused, the hub's words) instead of waiting silently", edits: []edit{
 			{"spoke-refusal-reported", "\tif !refused {\n", "\tif true || !refused {\n"},
 		}},
-		mutant{name: "spoke-lets-go-live", pkg: spokePkg, focus: "run:TestGrantLetGoOnlyAsReadLiveFromTheHub", guard: "a hub grant is let go in the spoke only once read live from the hub (same UID, Granted, not released, same token): a lagging hub cache never lets go a grant the hub has ended", edits: []edit{
-			{"spoke-lets-go-live", "\tlive, why := a.liveGrant(ctx, hub)\n", "\tlive, why := hub, \"\"\n"},
-		}},
 		mutant{name: "spoke-lost-stays-lost", pkg: spokePkg, focus: "run:TestPartitionStopsHoldersBeforeTheHubLetsGo", guard: "a spoke request whose holder was stopped on a partition stays released (HubUnreachable): the hub's old grant is never shown again", edits: []edit{
 			{"spoke-lost-stays-lost", "\tif LostToPartition(&spoke) {\n", "\tif false && LostToPartition(&spoke) {\n"},
 		}},

@@ -22,6 +22,29 @@ var fleetHubMutants = []mutant{
 	{name: "fleet-spoke-skew-annotation", pkg: admissionSuite, focus: "fleet's spokes", guard: "a spoke's hub Lease carries its clock skew only as seconds to the millisecond", edits: []edit{
 		{"fleet-spoke-skew-annotation", "      object.metadata.?annotations[?'fleet.turnstile.dev/clock-skew'].orValue('0.000').matches(", "      true || object.metadata.?annotations[?'fleet.turnstile.dev/clock-skew'].orValue('0.000').matches("},
 	}},
+	// turnstile-fleet-stopped (config/fleet/stopped-policy.yaml): a spoke's grant is deleted on
+	// the hub only once its spoke confirmed the stop.
+	{name: "fleet-stopped-confirmed", pkg: admissionSuite, focus: stoppedFocus, guard: "a spoke's Granted hub request is not deleted before its spoke confirmed the stop (fleet.turnstile.dev/stopped)", edits: []edit{
+		{"fleet-stopped-confirmed", "  - expression: variables.stopped == variables.token\n", "  - expression: true || variables.stopped == variables.token\n"},
+	}},
+	{name: "fleet-stopped-token", pkg: admissionSuite, focus: stoppedFocus, guard: "only the grant's own fencing token confirms its stop: an earlier grant's stale token does not", edits: []edit{
+		{"fleet-stopped-token", "  - expression: variables.stopped == variables.token\n", "  - expression: variables.stopped != ''\n"},
+	}},
+	{name: "fleet-stopped-spoke-lease", pkg: admissionSuite, focus: stoppedFocus, guard: "the delete is held only for a grant on its spoke's hub Lease (a keep-running grant, which its spoke does not stop, is deleted)", edits: []edit{
+		{"fleet-stopped-spoke-lease", "      oldObject.spec.?holder.?lease.orValue('') == 'spoke-' + oldObject.spec.holder.cluster\n", "      true\n"},
+	}},
+	{name: "fleet-stopped-spoke-creator", pkg: admissionSuite, focus: stoppedFocus, guard: "the delete is held only for a request its spoke created (a hub user's own request for a holder in that cluster is hers to delete)", edits: []edit{
+		{"fleet-stopped-spoke-creator", "orValue('') != '' &&\n      oldObject.metadata.?annotations[?'locks.turnstile.dev/created-by']", "orValue('') != '' || true ||\n      oldObject.metadata.?annotations[?'locks.turnstile.dev/created-by']"},
+	}},
+	{name: "fleet-stopped-confirms-stops", pkg: admissionSuite, focus: stoppedFocus, guard: "the delete is held only for a request whose agent says its stops (an older agent's is handed on when released, and deletable)", edits: []edit{
+		{"fleet-stopped-confirms-stops", "    expression: oldObject.metadata.?annotations[?'fleet.turnstile.dev/confirms-stops'].orValue('') == 'true'\n", "    expression: \"true\"\n"},
+	}},
+	{name: "fleet-stopped-granted", pkg: admissionSuite, focus: stoppedFocus, guard: "the delete is held only for a grant (a waiter or a final request has nothing to stop)", edits: []edit{
+		{"fleet-stopped-granted", "    expression: oldObject.?status.?phase.orValue('') == 'Granted'\n", "    expression: \"true\"\n"},
+	}},
 }
+
+// stoppedFocus is test/admission's spec of turnstile-fleet-stopped.
+const stoppedFocus = "deleted before its spoke confirmed the stop"
 
 func init() { mutants = append(mutants, fleetHubMutants...) }

@@ -22,7 +22,7 @@ func init() {
 			{"watchdog-undecided-request", `case lr.Status.Phase == "" && waits && ref.Name == name:`, `case false && lr.Status.Phase == "" && waits && ref.Name == name:`},
 		}},
 		mutant{name: "watchdog-release", pkg: controls, focus: "run:TestPendingWork", guard: "the watchdog sees a holder asked to release as work", edits: []edit{
-			{"watchdog-release", "case held && lr.Spec.Release:", "case false && held && lr.Spec.Release:"},
+			{"watchdog-release", "case held && lr.Spec.Release && !queue.AwaitsSpoke(lr):", "case false && held && lr.Spec.Release && !queue.AwaitsSpoke(lr):"},
 		}},
 		mutant{name: "watchdog-expiry", pkg: controls, focus: "run:TestPendingWork", guard: "the watchdog sees a grant past its expiry as work", edits: []edit{
 			{"watchdog-expiry", "case lr.Status.Phase == locksv1.PhaseGranted && held && lr.Status.ExpiresAt != nil", "case false && lr.Status.Phase == locksv1.PhaseGranted && held && lr.Status.ExpiresAt != nil"},

@@ -19,11 +19,19 @@ import (
 const annotationPrefix = "locks.turnstile.dev/"
 
 // keptAnnotation reports whether the cache keeps annotation k of a LockRequest: those under
-// annotationPrefix, and a fleet spoke's partition opt-out (locksv1.AnnotationOnPartition),
-// which its agent reads on the spoke's requests (docs/fleet.md "Opting out").
+// annotationPrefix, a fleet spoke's partition opt-out (locksv1.AnnotationOnPartition), which its
+// agent reads on the spoke's requests (docs/fleet.md "Opting out"), and a spoke's confirmation
+// that it stopped a grant (locksv1.AnnotationSpokeStopped), which the hub's decisions read.
 func keptAnnotation(k string) bool {
+	switch k {
 	// guard:trim-keeps-on-partition
-	return strings.HasPrefix(k, annotationPrefix) || k == locksv1.AnnotationOnPartition
+	case locksv1.AnnotationOnPartition:
+		return true
+	// guard:trim-keeps-spoke-stopped
+	case locksv1.AnnotationSpokeStopped, locksv1.AnnotationConfirmsStops:
+		return true
+	}
+	return strings.HasPrefix(k, annotationPrefix)
 }
 
 // trimLockRequest is the cache transform of LockRequests: it drops what no decision reads —

@@ -77,6 +77,13 @@ func TestTrimLockRequest(t *testing.T) {
 	if out, _ := trimLockRequest(keep); !locksv1.KeepsRunning(out.(*locksv1.LockRequest).Annotations) {
 		t.Error("a fleet spoke's partition opt-out dropped: its agent reads it")
 	}
+	stopped := scaleRequest(2, locksv1.PhaseGranted)
+	stopped.Annotations[locksv1.AnnotationSpokeStopped] = "7"
+	stopped.Annotations[locksv1.AnnotationConfirmsStops] = "true"
+	if out, _ := trimLockRequest(stopped); out.(*locksv1.LockRequest).Annotations[locksv1.AnnotationSpokeStopped] != "7" ||
+		out.(*locksv1.LockRequest).Annotations[locksv1.AnnotationConfirmsStops] != "true" {
+		t.Error("a fleet spoke's confirmation that it stopped a grant, or that it says its stops, dropped: the hub's decisions read them")
+	}
 	if got.Labels != nil {
 		t.Error("labels kept: the manager selects no LockRequest by label")
 	}

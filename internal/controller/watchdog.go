@@ -244,8 +244,11 @@ func PendingWork(name string, lock *locksv1.ProjectLock, reqs []*locksv1.LockReq
 		// guard:watchdog-undecided-request
 		case lr.Status.Phase == "" && waits && ref.Name == name:
 			work = append(work, "the first status of "+lr.Name)
+		// A spoke's grant released waits for its spoke, or its hub Lease's lapse (a Lease event):
+		// no decision has work for it until then.
 		// guard:watchdog-release
-		case held && lr.Spec.Release:
+		// guard:watchdog-release-awaits-spoke
+		case held && lr.Spec.Release && !queue.AwaitsSpoke(lr):
 			work = append(work, "the release of "+lr.Name)
 		// guard:watchdog-expiry
 		case lr.Status.Phase == locksv1.PhaseGranted && held && lr.Status.ExpiresAt != nil && !now.Before(lr.Status.ExpiresAt.Time):

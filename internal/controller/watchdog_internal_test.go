@@ -63,6 +63,13 @@ func TestPendingWork(t *testing.T) {
 		"a holder asked to release": {
 			lock: held, reqs: []*locksv1.LockRequest{req("a").Release().Granted(now.Add(-time.Minute), 7).Obj()}, want: []string{"the release of a"},
 		},
+		"a spoke's holder released, its spoke not heard yet: nothing to decide until it is": {
+			lock: held, reqs: []*locksv1.LockRequest{req("a").Cluster("eu").Lease("spoke-eu").Annotation(locksv1.AnnotationConfirmsStops, "true").Release().Granted(now.Add(-time.Minute), 7).Obj()},
+		},
+		"a spoke's holder released and its stop said": {
+			lock: held, reqs: []*locksv1.LockRequest{req("a").Cluster("eu").Lease("spoke-eu").Annotation(locksv1.AnnotationConfirmsStops, "true").Release().Annotation(locksv1.AnnotationSpokeStopped, "7").Granted(now.Add(-time.Minute), 7).Obj()},
+			want: []string{"the release of a"},
+		},
 		"a holder past its expiry": {
 			lock: held, reqs: []*locksv1.LockRequest{req("a").TTL(30*time.Second).Granted(now.Add(-time.Minute), 7).Obj()}, want: []string{"the expiry of a"},
 		},

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
+	"github.com/turnstile-dev/turnstile/internal/fleet/members"
 	"github.com/turnstile-dev/turnstile/internal/lockkey"
 )
 
@@ -554,6 +555,13 @@ func leaving(e *entry, in Input) *outcome {
 	case e.final:
 		// Already final: if still listed as holder, it just drops out of the holders.
 		return nil
+	// A spoke's grant released or deleted (by the spoke or by an admin here) holds the key until
+	// its spoke has stopped it, or its hub Lease lapses (below, LostHolders): the spoke's view of
+	// the hub may lag, and may still show the grant.
+	// guard:spoke-grant-awaits-its-spoke
+	// guard:spoke-grant-awaits-its-spoke-envtest
+	case awaitsSpoke(e, in):
+		return nil
 	// guard:deleting-holder-unwritten
 	case req.DeletionTimestamp != nil:
 		// Its object is going (a finalizer keeps it a while): its runner may still be
@@ -592,6 +600,24 @@ func leaving(e *entry, in Input) *outcome {
 			fmt.Sprintf("not granted within waitTimeout %s", req.Spec.WaitTimeout.Duration), "Warning"}
 	}
 	return nil
+}
+
+// awaitsSpoke says whether e, a holder of the key, is a fleet spoke's grant (members.SpokeHeld)
+// whose end its spoke has not confirmed yet: released or being deleted, without
+// locksv1.AnnotationSpokeStopped for its token, and its hub Lease not lapsed. It stays the
+// holder meanwhile (docs/fleet.md, "A spoke's grant ends when its spoke has stopped it"). Its
+// expiry is not awaited: the spoke stops its holder before the grant's expiresAt by its own
+// clock (the partition rule), and a ttl only grows by the spoke's own renewals. An admin who
+// cannot wait deletes the spoke's hub Lease (the grant is then lost at once) or the ProjectLock.
+func awaitsSpoke(e *entry, in Input) bool {
+	return e.heldHere && e.claims && AwaitsSpoke(e.req) && in.LostHolders[e.req.UID] == ""
+}
+
+// AwaitsSpoke says whether lr is a fleet spoke's grant (members.SpokeHeld) released or being
+// deleted whose end its spoke has not confirmed (no locksv1.AnnotationSpokeStopped for its
+// token): the hub keeps it holding until then, or until the spoke's hub Lease lapses. Pure.
+func AwaitsSpoke(lr *locksv1.LockRequest) bool {
+	return (lr.DeletionTimestamp != nil || lr.Spec.Release) && members.SpokeHeld(lr) && !locksv1.SpokeStopped(lr)
 }
 
 // forceUnlock decides a ProjectLock that is being deleted: every request it lists that is not

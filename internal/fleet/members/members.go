@@ -11,7 +11,21 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+
+	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
 )
+
+// SpokeHeld says whether lr, a request on the hub, is a spoke's grant tied to its hub Lease:
+// for a holder in its spec.holder.cluster, naming that spoke's hub Lease spoke-<cluster> (which
+// the holder-Lease protection keeps to the spoke: a request names only a Lease its own creator
+// made), by an agent that says its stops (locksv1.AnnotationConfirmsStops). Such a grant ends
+// only once the spoke has stopped it or its Lease has lapsed (locksv1.AnnotationSpokeStopped). A
+// keep-running grant names no Lease: it is not one.
+func SpokeHeld(lr *locksv1.LockRequest) bool {
+	c := lr.Spec.Holder.Cluster
+	// guard:spoke-held-only-if-it-says-stops
+	return c != "" && lr.Spec.Holder.Lease == "spoke-"+c && lr.Annotations[locksv1.AnnotationConfirmsStops] == "true"
+}
 
 const (
 	// Namespace is the hub's fleet namespace (config/fleet).

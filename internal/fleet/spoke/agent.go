@@ -260,6 +260,9 @@ func (a *Agent) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, e
 	if err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
+	if Ended(&hub) {
+		return ctrl.Result{}, a.endedOnHub(ctx, &spoke, &hub)
+	}
 	want := SpokeStatus(&spoke, &hub)
 	// The partition rule, then the hub's freezes as the spoke judges them (localfreeze.go).
 	res, want, err := a.judgeGrant(ctx, &spoke, &hub, want)
@@ -283,7 +286,7 @@ func (a *Agent) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, e
 // releaseLost releases hub, the hub request of spoke, a request whose holder the agent stopped
 // (or whose grant it gave back): once, and not while the holder it stopped may still run.
 func (a *Agent) releaseLost(ctx context.Context, spoke, hub *locksv1.LockRequest) (ctrl.Result, error) {
-	if hub.Spec.Release || hub.Status.Phase.IsFinal() {
+	if hub.Status.Phase.IsFinal() || hub.Spec.Release && (locksv1.SpokeStopped(hub) || hub.Status.Phase != locksv1.PhaseGranted) {
 		return ctrl.Result{}, nil
 	}
 	// Not while the holder the agent stopped may still run (a partition healed a moment after the
@@ -295,7 +298,19 @@ func (a *Agent) releaseLost(ctx context.Context, spoke, hub *locksv1.LockRequest
 	}
 	patch := client.MergeFromWithOptions(hub.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	hub.Spec.Release = true
+	markStopped(hub) // its stop is said with the release
 	return ctrl.Result{}, client.IgnoreNotFound(a.hub.Patch(ctx, hub, patch))
+}
+
+// endedOnHub handles spoke, whose hub grant hub was ended on the hub (Ended: an admin released
+// or deleted it there, or this spoke released it) and waits for this spoke: the spoke request
+// shows it no more (EndedStatus), and then the hub hears so.
+func (a *Agent) endedOnHub(ctx context.Context, spoke, hub *locksv1.LockRequest) error {
+	// guard:spoke-says-stopped-after-the-stop
+	if err := a.writeStatus(ctx, spoke, EndedStatus(spoke, hub, a.opts.Cluster, a.opts.Clock.Now())); err != nil {
+		return err
+	}
+	return a.confirmStopped(ctx, hub)
 }
 
 // writeStatus writes want as spoke's status, once per hub change, only when it differs, and
@@ -325,13 +340,20 @@ func (a *Agent) writeStatus(ctx context.Context, spoke *locksv1.LockRequest, wan
 // request.
 func (a *Agent) carry(ctx context.Context, spoke, hub *locksv1.LockRequest) (refused string, err error) {
 	next, changed := SpecUpdate(spoke, hub)
-	if !changed {
+	// A hub request an older agent made says no stops: this one says them from now on.
+	if !changed && hub.Annotations[locksv1.AnnotationConfirmsStops] == "true" {
 		return "", nil
 	}
 	before := hub.DeepCopy()
 	patch := client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})
+	// A release made in the spoke is its holder's own: the stop is said with it, so the hub
+	// hands the lock on in the same write (notForDoneRequests lets no grant go to it after).
+	if next.Release && !hub.Spec.Release {
+		markStopped(hub)
+	}
 	hub.Spec = next
 	hub.Annotations[AnnotationSpokeGeneration] = itoa(spoke.Generation)
+	hub.Annotations[locksv1.AnnotationConfirmsStops] = "true"
 	err = a.hub.Patch(ctx, hub, patch)
 	why, isRefusal := Refusal(err)
 	// guard:spoke-refused-edit-copies-status
@@ -440,6 +462,15 @@ func (a *Agent) deleteHub(ctx context.Context, ns, spokeName, uid string) error 
 	if !mine || uid != "" && cur.Annotations[AnnotationSpokeUID] != uid {
 		return nil
 	}
+	// Its spoke request is gone, and its holder with it: a grant is released with its stop said,
+	// in one write on which the hub hands the lock on at once, and deleted once the hub has
+	// written it final (its event brings the spoke request's name back here). Deleted at once, it
+	// would race the hub's decision on the release, and a holder gone before its release is
+	// decided costs the hub a second write; and the hub admits the deletion of a spoke's grant
+	// only once its spoke has said the stop (turnstile-fleet-stopped).
+	if cur.Status.Phase == locksv1.PhaseGranted {
+		return a.releaseStopped(ctx, &cur)
+	}
 	if err := a.hub.Delete(ctx, &cur, client.Preconditions{UID: &cur.UID}); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 		return fmt.Errorf("delete hub request %s/%s: %w", ns, cur.Name, err)
 	}
@@ -475,6 +506,14 @@ func (a *Agent) renew(ctx context.Context, ns string) error {
 
 // renewSoon renews ns's Lease within limit if the hub answered its last renewal and no other
 // renewal of ns is under way, and says whether it did: a liveness shortcut that must never
+// answering says whether the hub answered the last renewal of ns's hub Lease.
+func (a *Agent) answering(ns string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	c := a.clocks[ns]
+	return c != nil && c.tried && !c.failing
+}
+
 // hold a reconcile worker in a partition (the others stop holders at their deadlines).
 func (a *Agent) renewSoon(ctx context.Context, ns string, limit time.Duration) bool {
 	l := a.renewLock(ns)

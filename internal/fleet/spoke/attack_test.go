@@ -91,7 +91,8 @@ func TestAttack(t *testing.T) {
 	t.Run("HubAdminDeletesAGrantedHubRequest", f.hubRequestDeleted)
 }
 
-// A hub admin deletes a granted spoke request's hub request (the hub no longer holds its grant):
+// A hub admin deletes a granted spoke request's hub request (the hub no longer holds its grant;
+// the hub refuses that until the stop is said, which she says herself):
 // the spoke request has lost its grant (Released, HubRequestLost), and is not asked for again
 // under the old grant's eyes.
 func (f *installed) hubRequestDeleted(t *testing.T) {
@@ -103,6 +104,11 @@ func (f *installed) hubRequestDeleted(t *testing.T) {
 	g.Expect(r.alice.Create(ctx, lockOn(ns, "alice-apply", "vpc"))).To(gomega.Succeed())
 	granted(t, r.spokeView, ns, "alice-apply")
 	hub := get(g, r.hubAdmin, ns, spoke.HubName(attackCluster, "alice-apply"))
+	// Refused while the spoke may still show the grant (turnstile-fleet-stopped); an admin who
+	// must end it at once says the stop herself, and deletes it.
+	g.Expect(r.hubAdmin.Delete(ctx, hub)).To(gomega.MatchError(gomega.ContainSubstring("the hub hands it on only once that spoke has stopped its holder")))
+	stopped := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, locksv1.AnnotationSpokeStopped, locksv1.StoppedToken(hub.Status.FencingToken))
+	g.Expect(r.hubAdmin.Patch(ctx, hub, client.RawPatch(types.MergePatchType, []byte(stopped)))).To(gomega.Succeed())
 	g.Expect(r.hubAdmin.Delete(ctx, hub)).To(gomega.Succeed())
 	g.Eventually(func(g gomega.Gomega) {
 		lr := get(g, r.spokeView, ns, "alice-apply")

@@ -2,13 +2,14 @@ package spoke
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -16,76 +17,116 @@ import (
 	"github.com/turnstile-dev/turnstile/internal/queue"
 )
 
-// liveReadTimeout bounds the let-go's live read of a hub request (liveGate): a hub that does not
-// answer within it lets nothing go now, and the request is looked at again a second later.
-const liveReadTimeout = time.Second
+// A spoke's grant ends on the hub only once its spoke has stopped it (docs/fleet.md, "A spoke's
+// grant ends when its spoke has stopped it"): the hub keeps a spoke's released grant as the
+// key's holder until the hub request carries locksv1.AnnotationSpokeStopped with its token, or
+// the spoke's hub Lease lapses, and refuses to delete one before then (admission policy
+// turnstile-fleet-stopped). So the agent lets a grant go from its view of the hub, however late
+// that view: a grant the hub has ended is not handed on until this agent has seen the end,
+// stopped the holder, and said so. The agent says so (confirmStopped) only after the spoke
+// request shows the grant no more, and never lets go a grant whose end it has seen: the end (a
+// release, a deletion) cannot be undone, and its view of the hub never goes back.
 
-// liveGate reads a hub grant live from the hub at the moment the spoke would let it go: a hub
-// grant (want, after the partition rule and the freeze gate) the spoke does not show yet. The
-// hub cache can lag: it can still show a grant that the hub has ended since (an admin's
-// force-release, the hub request deleted, the key handed to a holder in another spoke), and a
-// grant let go from it would make two holders of one key across clusters for as long as the
-// watch lags. So the agent reads the hub request with a plain GET (a quorum read) and shows the
-// grant only if the hub still holds it (SameGrant), with the live object's status (its token,
-// its expiresAt). Else, or when the read fails or takes longer than liveReadTimeout, nothing is
-// let go: the spoke request stays Pending, says why it waits (ConfirmingStatus), and is looked
-// at again within a second (the cache brings the hub's newer state meanwhile). A holder the
-// spoke already shows, and anything that is not a grant, pass as they are: only the let-go costs
-// the round trip.
-func (a *Agent) liveGate(ctx context.Context, spoke, hub *locksv1.LockRequest, res ctrl.Result, want locksv1.LockRequestStatus) (ctrl.Result, locksv1.LockRequestStatus) {
-	if want.Phase != locksv1.PhaseGranted || spoke.Status.Phase == locksv1.PhaseGranted {
-		return res, want
-	}
-	// guard:spoke-lets-go-live
-	live, why := a.liveGrant(ctx, hub)
-	if why != "" {
-		return ctrl.Result{RequeueAfter: time.Second}, ConfirmingStatus(spoke, hub, a.opts.Cluster, why, a.opts.Clock.Now())
-	}
-	return res, SpokeStatus(spoke, live)
+// ReasonEndedOnHub is the reason of a spoke request whose hub grant an admin released or
+// deleted on the hub: its holder is stopped (final, Released; Stalled True, so kstatus reads
+// Failed, as a force-unlock), and the hub hands the lock on once the agent has said so.
+const ReasonEndedOnHub = "EndedOnHub"
+
+// Ended says whether hub, as the agent's view of the hub shows it, is a grant ended on the hub
+// that waits for this spoke: released or being deleted while the hub still shows it Granted.
+func Ended(hub *locksv1.LockRequest) bool {
+	return hub.Status.Phase == locksv1.PhaseGranted && (hub.Spec.Release || hub.DeletionTimestamp != nil)
 }
 
-// liveGrant reads hub, the hub cache's copy of a granted hub request, live from the hub within
-// liveReadTimeout, and says why the hub has not confirmed that it still holds that grant
-// (SameGrant), or "" when it has. It reads only while the hub answers the renewals of hub's
-// namespace (answering): a read in a partition would hold a reconcile worker for the timeout,
-// each time, while the others must stop holders at their deadlines; a grant is not let go then
-// anyway (the partition rule).
-func (a *Agent) liveGrant(ctx context.Context, hub *locksv1.LockRequest) (*locksv1.LockRequest, string) {
-	if !a.answering(hub.Namespace) {
-		return nil, "the hub is not answering this namespace's renewals"
+// EndedStatus is the status of a spoke request whose hub grant has ended on the hub (Ended):
+// what it shows, when the spoke request itself was released or is being deleted (its holder is
+// done with it; the hub's final status follows), else Released, final, with the hub's reason
+// said: a holder is stopped (the gated workload controller reads it as a lost lock), and a grant
+// not let go yet never is.
+func EndedStatus(spoke, hub *locksv1.LockRequest, cluster string, now time.Time) locksv1.LockRequestStatus {
+	if spoke.Spec.Release || spoke.DeletionTimestamp != nil {
+		return *spoke.Status.DeepCopy()
 	}
-	ctx, cancel := context.WithTimeout(ctx, liveReadTimeout)
-	defer cancel()
-	var live locksv1.LockRequest
-	if err := a.hub.Get(ctx, client.ObjectKeyFromObject(hub), &live); err != nil {
-		log.FromContext(ctx).V(1).Info("a hub grant not let go: its live read failed", "hub", hub.Name, "error", err.Error())
-		switch {
-		case apierrors.IsNotFound(err):
-			return nil, "the hub no longer holds it (its hub request is gone; this spoke's view of the hub lags)"
-		case ctx.Err() != nil:
-			return nil, fmt.Sprintf("the hub did not answer its read within %s", liveReadTimeout)
-		}
-		return nil, "its read from the hub failed: " + err.Error()
+	how := "released"
+	if hub.DeletionTimestamp != nil {
+		how = "deleted"
 	}
-	if !SameGrant(hub, &live) {
-		log.FromContext(ctx).Info("a hub grant not let go: the hub no longer holds it (the hub cache lags)",
-			"hub", hub.Name, "phase", live.Status.Phase, "release", live.Spec.Release, "token", live.Status.FencingToken)
-		return &live, "the hub no longer holds it (this spoke's view of the hub lags)"
-	}
-	return &live, ""
+	out := pendingStatus(spoke)
+	out.Phase = locksv1.PhaseReleased
+	out.BlockedBy, out.QueuePosition = "", 0
+	out.FinishedAt = &metav1.Time{Time: now}
+	msg := fmt.Sprintf("its hub request %s/%s was %s on the hub (by an admin there): the holder in this cluster (%s) is stopped, and the hub hands the lock on once this spoke has said so",
+		hub.Namespace, hub.Name, how, cluster)
+	g := out.ObservedGeneration
+	queue.SetCondition(&out.Conditions, locksv1.ConditionGranted, metav1.ConditionFalse, ReasonEndedOnHub, msg, g, now)
+	queue.SetCondition(&out.Conditions, locksv1.ConditionStalled, metav1.ConditionTrue, ReasonEndedOnHub, msg, g, now)
+	queue.SetCondition(&out.Conditions, locksv1.ConditionReady, metav1.ConditionFalse, ReasonEndedOnHub, msg, g, now)
+	meta.RemoveStatusCondition(&out.Conditions, locksv1.ConditionReconciling)
+	return out
 }
 
-// ConfirmingStatus is the status of a spoke request whose hub grant the spoke does not let go
-// yet, for the reason why (liveGate): what the spoke showed (Pending), blockedBy its hub
-// request, and Granted False with reason ConfirmingWithHub saying why and that it is tried
-// again each second.
-func ConfirmingStatus(spoke, hub *locksv1.LockRequest, cluster, why string, now time.Time) locksv1.LockRequestStatus {
-	return notLetGo(spoke, "hub lockrequest "+hub.Name, ReasonConfirmingWithHub, fmt.Sprintf("granted by the hub, but not let go in this spoke (cluster %s) until a live read from the hub confirms the grant: %s; tried again each second",
-		cluster, why), now)
+// confirmStopped writes on hub that this spoke has stopped the grant hub shows
+// (locksv1.AnnotationSpokeStopped with its token), once: the hub then hands the key on. Called
+// only once the spoke request shows the grant no more.
+func (a *Agent) confirmStopped(ctx context.Context, hub *locksv1.LockRequest) error {
+	if hub.Status.Phase != locksv1.PhaseGranted || locksv1.SpokeStopped(hub) {
+		return nil
+	}
+	patch := client.MergeFromWithOptions(hub.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	markStopped(hub)
+	if err := a.hub.Patch(ctx, hub, patch); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	log.FromContext(ctx).V(1).Info("told the hub this spoke stopped its grant", "hub", hub.Name, "token", hub.Status.FencingToken)
+	return nil
+}
+
+// releaseStopped releases hub, a grant whose spoke request is gone, with its stop said, in one
+// write (nothing once it is released and said so: the hub's final status comes).
+func (a *Agent) releaseStopped(ctx context.Context, hub *locksv1.LockRequest) error {
+	if hub.Spec.Release && locksv1.SpokeStopped(hub) {
+		return nil
+	}
+	// Not preconditioned on the view's resourceVersion, which may lag (a 409 would cost a retry
+	// on the hand-off's path), but on its UID: a request made anew under the name is not
+	// touched. The token said is the view's: if the hub's is newer, the hub waits and the agent
+	// says the newer one when its view shows it.
+	body, err := json.Marshal(map[string]any{
+		"metadata": map[string]any{"uid": hub.UID, "annotations": map[string]string{locksv1.AnnotationSpokeStopped: locksv1.StoppedToken(hub.Status.FencingToken)}},
+		"spec":     map[string]any{"release": true},
+	})
+	if err != nil {
+		return err
+	}
+	return client.IgnoreNotFound(a.hub.Patch(ctx, hub, client.RawPatch(types.MergePatchType, body)))
+}
+
+// markStopped sets hub's locksv1.AnnotationSpokeStopped to the token of the grant it shows (a
+// change to write; nothing for a hub request the view does not show granted).
+func markStopped(hub *locksv1.LockRequest) {
+	if hub.Status.Phase != locksv1.PhaseGranted {
+		return
+	}
+	if hub.Annotations == nil {
+		hub.Annotations = map[string]string{}
+	}
+	hub.Annotations[locksv1.AnnotationSpokeStopped] = locksv1.StoppedToken(hub.Status.FencingToken)
+}
+
+// notForDoneRequests keeps a hub grant from being let go to a spoke request that is released or
+// being deleted: its holder is done with it, and the agent may have told the hub so already
+// (carry confirms the stop with the release). A holder the spoke already shows, and anything that
+// is not a grant, pass as they are.
+func notForDoneRequests(spoke *locksv1.LockRequest, want locksv1.LockRequestStatus) locksv1.LockRequestStatus {
+	// guard:spoke-lets-go-only-to-live-requests
+	if want.Phase == locksv1.PhaseGranted && spoke.Status.Phase != locksv1.PhaseGranted && (spoke.Spec.Release || spoke.DeletionTimestamp != nil) {
+		return pendingStatus(spoke)
+	}
+	return want
 }
 
 // notLetGo is the status of a spoke request whose hub grant the spoke holds back (FrozenStatus,
-// ConfirmingStatus): what the spoke showed (pendingStatus), blockedBy, and Granted False with
+// HeldStatus): what the spoke showed (pendingStatus), blockedBy, and Granted False with
 // reason and msg.
 func notLetGo(spoke *locksv1.LockRequest, blockedBy, reason, msg string, now time.Time) locksv1.LockRequestStatus {
 	out := pendingStatus(spoke)
@@ -101,21 +142,4 @@ func pendingStatus(spoke *locksv1.LockRequest) locksv1.LockRequestStatus {
 		out.Phase = locksv1.PhasePending
 	}
 	return out
-}
-
-// SameGrant says whether live, a hub request as read live from the hub, still holds the grant
-// that cached, the hub cache's copy of it, shows: the same object (UID), Granted, not released
-// (an admin's force-release ends the grant before the hub's status says so) and not being
-// deleted (its finalizer releases it), with the same fencing token. Pure.
-func SameGrant(cached, live *locksv1.LockRequest) bool {
-	return live.UID == cached.UID && live.Status.Phase == locksv1.PhaseGranted && !live.Spec.Release &&
-		live.DeletionTimestamp == nil && live.Status.FencingToken == cached.Status.FencingToken
-}
-
-// answering says whether the hub answered the last renewal of ns's hub Lease.
-func (a *Agent) answering(ns string) bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	c := a.clocks[ns]
-	return c != nil && c.tried && !c.failing
 }

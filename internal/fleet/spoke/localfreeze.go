@@ -54,9 +54,6 @@ const (
 	// ReasonFrozenInSpoke is the reason of a spoke request the hub granted that the spoke holds
 	// back while its freezes, as the spoke judges them, hold the request.
 	ReasonFrozenInSpoke = locksv1.ReasonFrozenInSpoke
-	// ReasonConfirmingWithHub is the reason of a spoke request the hub granted that the spoke
-	// does not let go until a live read from the hub confirms the grant (liveGate).
-	ReasonConfirmingWithHub = locksv1.ReasonConfirmingWithHub
 )
 
 // hubJudgementEnds is when the hub's judgement in hub's status stops being true by the clock
@@ -213,17 +210,13 @@ func FrozenStatus(spoke *locksv1.LockRequest, cluster string, fr queue.Freeze, n
 		cluster, fr.Message), now)
 }
 
-// judgeGrant is what the agent does with the hub's status want of spoke: the partition rule,
-// then the spoke's freezes as a gate on letting a grant go (freezeGate), then the grant read
-// live from the hub at the let-go (liveGate); never a grant.
+// judgeGrant is what the agent does with the hub's status want of spoke: no grant let go to a
+// request its holder is done with (notForDoneRequests), the partition rule, then the spoke's
+// freezes as a gate on letting a grant go (freezeGate); never a grant.
 func (a *Agent) judgeGrant(ctx context.Context, spoke, hub *locksv1.LockRequest, want locksv1.LockRequestStatus) (ctrl.Result, locksv1.LockRequestStatus, error) {
+	want = notForDoneRequests(spoke, want)
 	res, want := a.partition(ctx, spoke, hub, want)
-	res, want, err := a.freezeGate(ctx, spoke, hub, res, want)
-	if err != nil {
-		return res, want, err
-	}
-	res, want = a.liveGate(ctx, spoke, hub, res, want)
-	return res, want, nil
+	return a.freezeGate(ctx, spoke, hub, res, want)
 }
 
 // freezeGate applies the spoke's freezes to a hub grant the spoke would show now (want, after

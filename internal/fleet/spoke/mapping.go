@@ -97,6 +97,7 @@ func HubRequest(cluster string, spoke *locksv1.LockRequest) *locksv1.LockRequest
 	hub.Annotations[AnnotationSpokeUID] = string(spoke.UID)
 	hub.Annotations[AnnotationSpokeName] = spoke.Name
 	hub.Annotations[AnnotationSpokeGeneration] = itoa(spoke.Generation)
+	hub.Annotations[locksv1.AnnotationConfirmsStops] = "true" // this agent says its stops (letgo.go)
 	spoke.Spec.DeepCopyInto(&hub.Spec)
 	hub.Spec.Holder.Cluster = cluster
 	hub.Spec.Holder.Lease = LeaseName(cluster)

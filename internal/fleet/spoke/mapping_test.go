@@ -90,7 +90,7 @@ func TestHubRequest(t *testing.T) {
 			Name: "eu-west-1.apply-job-x", Namespace: "team-a",
 			Labels: map[string]string{"locks.turnstile.dev/repo": "acme.infra", LabelCluster: "eu-west-1"},
 			Annotations: map[string]string{
-				AnnotationSpokeUID: "uid-1", AnnotationSpokeName: "apply-job-x", AnnotationSpokeGeneration: "3",
+				AnnotationSpokeUID: "uid-1", AnnotationSpokeName: "apply-job-x", AnnotationSpokeGeneration: "3", locksv1.AnnotationConfirmsStops: "true",
 			},
 		},
 		Spec: *sp.Spec.DeepCopy(),

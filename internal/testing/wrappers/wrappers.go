@@ -111,6 +111,15 @@ func (w *LockRequestWrapper) Cluster(c string) *LockRequestWrapper {
 	return w
 }
 
+// Annotation sets annotation k to v.
+func (w *LockRequestWrapper) Annotation(k, v string) *LockRequestWrapper {
+	if w.Annotations == nil {
+		w.Annotations = map[string]string{}
+	}
+	w.Annotations[k] = v
+	return w
+}
+
 // URL sets the holder's url.
 func (w *LockRequestWrapper) URL(u string) *LockRequestWrapper {
 	w.Spec.Holder.URL = u

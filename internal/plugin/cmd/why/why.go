@@ -221,7 +221,7 @@ func explainHeader(out io.Writer, lr *locksv1.LockRequest, listed bool) {
 		}
 	}
 	fmt.Fprintln(out)
-	if st.Phase == locksv1.PhasePending && cond != nil && (cond.Reason == locksv1.ReasonFrozenInSpoke || cond.Reason == locksv1.ReasonConfirmingWithHub) {
+	if st.Phase == locksv1.PhasePending && cond != nil && cond.Reason == locksv1.ReasonFrozenInSpoke {
 		fmt.Fprintf(out, "  %s\n", cond.Message)
 	}
 	if lr.Spec.Reason != "" {
