@@ -340,8 +340,9 @@ func (a *Agent) writeStatus(ctx context.Context, spoke *locksv1.LockRequest, wan
 // request.
 func (a *Agent) carry(ctx context.Context, spoke, hub *locksv1.LockRequest) (refused string, err error) {
 	next, changed := SpecUpdate(spoke, hub)
-	// A hub request an older agent made says no stops: this one says them from now on.
-	if !changed && hub.Annotations[locksv1.AnnotationConfirmsStops] == "true" {
+	// A hub request an older agent made says no stops: this one says them from now on (a final
+	// one has nothing left to stop).
+	if !changed && (hub.Annotations[locksv1.AnnotationConfirmsStops] == "true" || hub.Status.Phase.IsFinal()) {
 		return "", nil
 	}
 	before := hub.DeepCopy()

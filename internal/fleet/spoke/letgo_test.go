@@ -10,6 +10,7 @@ import (
 
 	"github.com/onsi/gomega"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -208,4 +209,27 @@ func noOverlap(t *testing.T, spk *testSpoke, ns string) (stop func() []string) {
 		defer mu.Unlock()
 		return both
 	}
+}
+
+// A hub request an older agent made (no fleet.turnstile.dev/confirms-stops: the hub hands its
+// release on at once) is marked by this agent at its next look, so the hub awaits its stops from
+// then on; a final one is left as it is.
+func TestAnOlderAgentsHubRequestIsMarked(t *testing.T) {
+	t.Parallel()
+	const ns = "team-older-agent"
+	spk := fleet(t, ns)
+	g := gomega.NewWithT(t)
+	ctx := context.Background()
+	m := spk.startAgent(t, spoke.Options{Cluster: spk.cluster, Hub: rest.CopyConfig(hub.Config)}, nil)
+	defer func() { _ = m.Stop() }()
+	g.Expect(spk.Client.Create(ctx, request(ns, "dora-apply", "dora"))).To(gomega.Succeed())
+	hubName := spoke.HubName(spk.cluster, "dora-apply")
+	granted(t, hub.Client, ns, hubName)
+	// As an older agent made it: without the mark.
+	unmark := fmt.Sprintf(`{"metadata":{"annotations":{%q:null}}}`, locksv1.AnnotationConfirmsStops)
+	g.Expect(hub.Client.Patch(ctx, request(ns, hubName, ""), client.RawPatch(types.MergePatchType, []byte(unmark)))).To(gomega.Succeed())
+	poke(t, spk, ns, "dora-apply")
+	g.Eventually(func(g gomega.Gomega) {
+		g.Expect(get(g, hub.Client, ns, hubName).Annotations).To(gomega.HaveKeyWithValue(locksv1.AnnotationConfirmsStops, "true"))
+	}).Should(gomega.Succeed())
 }
