@@ -11,6 +11,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -173,6 +174,12 @@ var _ = Describe("A fleet's spokes on the hub", Ordered, func() {
 		expectDenied(t.alice.Delete(ctx, mine.DeepCopy()), denial(lockRequestRef(mine.Name), hubUsersPolicy,
 			fmt.Sprintf("lockrequest eu-west-1.apply is cluster eu-west-1's, mirrored by its spoke: only that spoke or a turnstile-admin in namespace %s may delete it (kubectl turnstile release --cluster, or in the spoke)", t.ns)))
 		Expect(patch(t.dana, named.DeepCopy(), release)).To(Succeed(), "the namespace's admin releases it")
+
+		By("a spoke's stop said by someone else: the hub's user of its owner's name, another spoke")
+		stopped := client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"annotations":{"fleet.turnstile.dev/stopped":"1","fleet.turnstile.dev/confirms-stops":null}}}`))
+		expectDenied(patch(t.alice, mine.DeepCopy(), stopped), denial(lockRequestRef(mine.Name), hubUsersPolicy,
+			fmt.Sprintf("lockrequest eu-west-1.apply is cluster eu-west-1's, mirrored by its spoke: only that spoke or a turnstile-admin in namespace %s may update it (kubectl turnstile release --cluster, or in the spoke)", t.ns)))
+		expectForbidden(patch(us, mine.DeepCopy(), stopped))
 
 		By("its own request moved to another cluster by relabelling")
 		moved := mine.DeepCopy()
