@@ -154,10 +154,17 @@ func TestFanoutOneListener(t *testing.T) {
 	src := requestSource(t, 50)
 	inf, under := fanoutInformer(t, src)
 	early := newLastSeen()
-	if _, err := inf.AddEventHandler(early); err != nil {
+	earlyReg, err := inf.AddEventHandler(early)
+	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := runSynced(t, inf)
+	// The store has synced; the fanout's listener may still be handing the first list on, and a
+	// replay may be followed by an add it listed (see fanout). The handlers below are added once
+	// the first list has been handed on, so each is handed the store exactly once.
+	if !toolscache.WaitForCacheSync(ctx.Done(), earlyReg.HasSynced) {
+		t.Fatal("the handler added before the start did not sync")
+	}
 	var late []*lastSeen
 	var regs []toolscache.ResourceEventHandlerRegistration
 	for range 6 {

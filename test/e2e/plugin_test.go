@@ -134,7 +134,7 @@ var _ = Describe("The fleet view on a hub", func() {
 			Should(MatchRegexp(`(?m)^NAME\s+CONNECTION\s+SINCE\s+HEARTBEAT\s+SKEW-MS\s+HOLDERS\s+WAITERS\s+KEEP-RUNNING\s+AGE\n(.*\n)*`+cluster+`\s+Never\s+\S+$`), "a Spoke that never connected: no holders, waiters or keep-running grants (0, not printed: omitempty), its age")
 		Expect(mustKubectl("get", "spoke", cluster, "-o", "jsonpath={.spec.labels.region}")).To(Equal("eu"))
 		out := mustKubectl("turnstile", "fleet")
-		Expect(out).To(MatchRegexp(`(?m)^` + cluster + `\s+Never\s+-\s+-\s+-\s+0\s+0\s+0\s+False$`))
+		Expect(out).To(MatchRegexp(`(?m)^` + cluster + `\s+Never\s+-\s+-\s+-\s+0\s+0\s+0\s+-\s+False$`))
 		Expect(out).To(ContainSubstring(cluster + ": NeverConnected: the agent of cluster " + cluster + " has not renewed a hub Lease yet"))
 	})
 })
