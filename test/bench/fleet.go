@@ -123,10 +123,12 @@ type FleetLocalSteps struct {
 
 // FleetSteps split a hand-off between spokes at the events the bench's watches see, one after
 // the other (each from the one before): the holder's deletion in spoke A (t0; Delete is that
-// call alone) → Release, the Deleted event of A's hub request on the bench's watch of the hub
-// (agent A saw the deletion and deleted it) → Decide, B's hub request's Granted event there
-// (the hub manager, as inside the hub) → Copy, B's spoke request's Granted event on the
-// bench's watch of spoke B (agent B saw the grant and wrote it there).
+// call alone) → Release, the first event of A's hub request on the bench's watch of the hub
+// that shows it released (spec.release, a final phase) or deleted (agent A saw the deletion and
+// released the hub request, or deleted it: an agent before the hub's stop confirmations) →
+// Decide, B's hub request's Granted event there (the hub manager, as inside the hub) → Copy,
+// B's spoke request's Granted event on the bench's watch of spoke B (agent B saw the grant and
+// wrote it there).
 type FleetSteps struct {
 	Delete  Latency `json:"delete"`
 	Release Latency `json:"release"`
@@ -593,6 +595,7 @@ func (f *fleetRun) localHandoff(ctx context.Context, ns string, steps *fleetLoca
 	if err != nil {
 		return 0, err
 	}
+	b.tracker.Released(ns, holder)
 	steps.release = append(steps.release, gone.Sub(t0))
 	steps.decide = append(steps.decide, granted.Sub(gone))
 	return granted.Sub(t0), b.remove(ctx, ns, waiter)
@@ -630,17 +633,17 @@ func (f *fleetRun) spokeHandoff(ctx context.Context, ns string, a, c *fleetMembe
 	if err != nil {
 		return 0, err
 	}
-	gone, err := hub.WaitGone(ctx, ns, hubHolder, waitLimit)
-	if err != nil {
+	if _, err := hub.WaitGone(ctx, ns, hubHolder, waitLimit); err != nil {
 		return 0, err
 	}
+	released := hub.Released(ns, hubHolder)
 	granted, err := hub.WaitGranted(ctx, ns, hubWaiter, waitLimit)
 	if err != nil {
 		return 0, err
 	}
 	steps.delete = append(steps.delete, deleted.Sub(t0))
-	steps.release = append(steps.release, gone.Sub(t0))
-	steps.decide = append(steps.decide, granted.Sub(gone))
+	steps.release = append(steps.release, released.Sub(t0))
+	steps.decide = append(steps.decide, granted.Sub(released))
 	steps.copy = append(steps.copy, at.Sub(granted))
 	return at.Sub(t0), c.env.Client.Delete(ctx, lockRequest(ns, waiter))
 }
@@ -977,7 +980,7 @@ func handoffRows(prefix string, h FleetHandoffs) [][2]string {
 			fmt.Sprintf("%s (%s · %s)", lat(h.Local), lat(h.LocalSteps.Release), lat(h.LocalSteps.Decide))},
 		{fmt.Sprintf("Fleet %shand-off between two spokes (release in spoke A → Granted in spoke B, through the hub), same run: p50 / p99 (added p50 / p99)", prefix),
 			fmt.Sprintf("%s (%s / %s ms)", lat(h.Spokes), signed(h.AddedP50), signed(h.AddedP99))},
-		{fmt.Sprintf("Fleet %shand-off between two spokes, steps p50 / p99: the delete in A (the call) · → A's hub request gone on the hub · → B's Granted on the hub · → B's Granted in spoke B", prefix),
+		{fmt.Sprintf("Fleet %shand-off between two spokes, steps p50 / p99: the delete in A (the call) · → A's hub request released (or gone) on the hub · → B's Granted on the hub · → B's Granted in spoke B", prefix),
 			fmt.Sprintf("%s · %s · %s · %s", lat(h.Steps.Delete), lat(h.Steps.Release), lat(h.Steps.Decide), lat(h.Steps.Copy))},
 		{fmt.Sprintf("Fleet %shub round trip, same run: a write (Lease renewal) → its watch event, p50 / p99 (the write alone) · spoke B's round trip", prefix),
 			fmt.Sprintf("%s (%s) · %s", lat(h.HubRoundTrip), lat(h.HubWrite), lat(h.SpokeRoundTrip))},
@@ -988,7 +991,7 @@ func handoffRows(prefix string, h FleetHandoffs) [][2]string {
 // manager's (now), each beside its own hand-offs inside the hub and hub round trips.
 func beforeRow(prefix string, before, now FleetHandoffs) [2]string {
 	return [2]string{
-		fmt.Sprintf("Fleet %sbaseline agents (--fleet-baseline) → these: between spokes p50 / p99 · added p50 ÷ hub round trip p50 · steps p50: → gone on the hub · → Granted on the hub · → Granted in spoke B", prefix),
+		fmt.Sprintf("Fleet %sbaseline agents (--fleet-baseline) → these: between spokes p50 / p99 · added p50 ÷ hub round trip p50 · steps p50: → released (or gone) on the hub · → Granted on the hub · → Granted in spoke B", prefix),
 		fmt.Sprintf("%s → %s · %s → %s · %s / %s / %s → %s / %s / %s ms", lat(before.Spokes), lat(now.Spokes), num(before.AddedRoundTrips), num(now.AddedRoundTrips),
 			num(before.Steps.Release.P50), num(before.Steps.Decide.P50), num(before.Steps.Copy.P50), num(now.Steps.Release.P50), num(now.Steps.Decide.P50), num(now.Steps.Copy.P50)),
 	}

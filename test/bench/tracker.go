@@ -29,8 +29,10 @@ type tracker struct {
 	objs    map[types.NamespacedName]*objState
 	grants  map[string][]grantEvent // namespace -> grants in order
 	// gone are the requests whose deletion is awaited (ExpectGone): when it was seen, zero
-	// until it is.
-	gone  map[types.NamespacedName]time.Time
+	// until it is; released, when such a request was first seen released (spec.release, a
+	// final phase) or deleted, whichever came first.
+	gone     map[types.NamespacedName]time.Time
+	released map[types.NamespacedName]time.Time
 	stats map[string]*Transitions
 	err   error
 }
@@ -81,7 +83,7 @@ func startTracker(ctx context.Context, cfg *rest.Config) (*tracker, error) {
 	t := &tracker{
 		cancel: cancel, done: make(chan struct{}), changed: make(chan struct{}),
 		objs: map[types.NamespacedName]*objState{}, grants: map[string][]grantEvent{},
-		gone: map[types.NamespacedName]time.Time{}, stats: map[string]*Transitions{},
+		gone: map[types.NamespacedName]time.Time{}, released: map[types.NamespacedName]time.Time{}, stats: map[string]*Transitions{},
 	}
 	go func() {
 		defer close(t.done)
@@ -154,6 +156,9 @@ func (t *tracker) observe(ev watch.Event, at time.Time) {
 		t.stats[lr.Namespace] = st
 	}
 	prev := t.objs[key]
+	if r, expected := t.released[key]; expected && r.IsZero() && (ev.Type == watch.Deleted || lr.Spec.Release || lr.Status.Phase.IsFinal()) {
+		t.released[key] = at
+	}
 	switch ev.Type {
 	case watch.Deleted:
 		st.Deleted++
@@ -242,6 +247,18 @@ func (t *tracker) ExpectGone(ns, name string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.gone[types.NamespacedName{Namespace: ns, Name: name}] = time.Time{}
+	t.released[types.NamespacedName{Namespace: ns, Name: name}] = time.Time{}
+}
+
+// Released is when a request given to ExpectGone was first seen released or deleted (zero if
+// it was not), and forgets it; called once WaitGone has returned.
+func (t *tracker) Released(ns, name string) time.Time {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	key := types.NamespacedName{Namespace: ns, Name: name}
+	at := t.released[key]
+	delete(t.released, key)
+	return at
 }
 
 // WaitGone returns when the deletion of a request given to ExpectGone was seen, and forgets it.
