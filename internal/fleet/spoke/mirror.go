@@ -203,7 +203,8 @@ func (m *mirrors) reconcileProjectLock(ctx context.Context, req reconcile.Reques
 	var cur locksv1.ProjectLock
 	err = m.a.spoke.Get(ctx, req.NamespacedName, &cur)
 	if apierrors.IsNotFound(err) {
-		return reconcile.Result{}, m.create(ctx, want, &cur, func() { want.Status.DeepCopyInto(&cur.Status) })
+		status := want.Status.DeepCopy()
+		return reconcile.Result{}, m.create(ctx, want, func() { want.Status = *status })
 	} else if err != nil {
 		return reconcile.Result{}, err
 	}
@@ -271,7 +272,8 @@ func (m *mirrors) reconcileCommandLock(ctx context.Context, req reconcile.Reques
 		res.RequeueAfter = max(again.Sub(now), 0) + 10*time.Millisecond
 	}
 	if apierrors.IsNotFound(err) {
-		return res, m.create(ctx, want, &cur, func() { want.Status.DeepCopyInto(&cur.Status) })
+		status := want.Status.DeepCopy()
+		return res, m.create(ctx, want, func() { want.Status = *status })
 	}
 	specChanged := !equality.Semantic.DeepEqual(cur.Spec, want.Spec)
 	want.Spec.DeepCopyInto(&cur.Spec)
@@ -319,9 +321,11 @@ func (m *mirrors) setClusterLabels(l string) {
 	m.labels = l
 }
 
-// create makes the mirror want, then writes its status (created objects have none): into cur,
-// the created object, by setStatus.
-func (m *mirrors) create(ctx context.Context, want, cur client.Object, setStatus func()) error {
+// create makes the mirror want, then writes its status (the API server drops a status given
+// at creation): setStatus puts it back into want, which the create answered with the object as
+// created. The status is written on the created object's resourceVersion, not on a read of the
+// spoke's cache, which has not seen the object yet.
+func (m *mirrors) create(ctx context.Context, want client.Object, setStatus func()) error {
 	if err := m.a.spoke.Create(ctx, want); err != nil {
 		if apierrors.IsAlreadyExists(err) || apierrors.IsNotFound(err) {
 			// AlreadyExists: the cache is behind (the next event brings it); NotFound: the
@@ -330,14 +334,20 @@ func (m *mirrors) create(ctx context.Context, want, cur client.Object, setStatus
 		}
 		return fmt.Errorf("create mirror %s: %w", client.ObjectKeyFromObject(want), err)
 	}
-	if err := m.a.spoke.Get(ctx, client.ObjectKeyFromObject(want), cur); err != nil {
-		return err
-	}
 	setStatus()
-	if err := m.a.spoke.Status().Update(ctx, cur); err != nil && !apierrors.IsConflict(err) {
+	if err := m.a.spoke.Status().Update(ctx, want); ignoreRace(err) != nil {
 		return fmt.Errorf("write mirror status %s: %w", client.ObjectKeyFromObject(want), err)
 	}
 	return nil
+}
+
+// ignoreRace is err unless the object was changed or deleted since the agent's cache read it
+// (409, 404): the newer object's watch event brings the mirror back here, read again.
+func ignoreRace(err error) error {
+	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
 }
 
 // update writes cur's metadata (labels and annotations as meta says, the spoke's own finalizers
@@ -354,13 +364,11 @@ func (m *mirrors) update(ctx context.Context, cur client.Object, meta metav1.Obj
 	}
 	if changed {
 		if err := m.a.spoke.Update(ctx, cur); err != nil {
-			return client.IgnoreNotFound(err)
+			return ignoreRace(err)
 		}
 	}
 	if setStatus() {
-		if err := m.a.spoke.Status().Update(ctx, cur); err != nil {
-			return client.IgnoreNotFound(err)
-		}
+		return ignoreRace(m.a.spoke.Status().Update(ctx, cur))
 	}
 	return nil
 }
@@ -379,7 +387,7 @@ func (m *mirrors) deleteMirror(ctx context.Context, o client.Object, key types.N
 	}
 	log.FromContext(ctx).V(1).Info("deleting mirror", "key", key.String())
 	pre := client.Preconditions{UID: new(o.GetUID())}
-	return client.IgnoreNotFound(m.a.spoke.Delete(ctx, o, pre))
+	return ignoreRace(m.a.spoke.Delete(ctx, o, pre))
 }
 
 func (m *mirrors) seenAt() time.Time {
