@@ -83,6 +83,11 @@ other_models=(
 	"D1|detector.pml|-DMUTATION=2|refuted|no live re-read of the cycle"
 	"D2|detector.pml|-DMUTATION=3|refuted|the live re-read kept, the victim ranked by the detector's clock"
 	"D-window|detector.pml|-DCHG=1 -DWINDOW=1|refuted|the residual window: a priority change between two detectors' live reads (documented in docs/protocol.md)"
+	# any-of waits (issue #41): b waits on a shared key held by a and by c, c blocked or free
+	"detector-anyof|detector.pml|-DANYOF=1 -DCST=0|holds|an any-of hop whose other holder c is blocked in the deadlock and may leave at any moment: a victim only for a deadlock real at the live read"
+	"detector-anyof-free|detector.pml|-DANYOF=1 -DCST=1|holds|the same with c free: no victim"
+	"Y0|detector.pml|-DANYOF=1 -DCST=1 -DMUTATION=4|refuted|the old graph: a waiter on a full key waits for every holder (a victim while c can leave)"
+	"Y1|detector.pml|-DANYOF=1 -DCST=0 -DMUTATION=5|refuted|the live re-read checks the cycle's members, not the any-of hop's other holder (c left after the snapshot)"
 	"routing|routing.pml|-DMUTATION=0|holds|a backup and a hung owner (membership renewed), a busy second key, a half-hung owner writing some of k's statuses: k is decided within two backup delays, within one when its owner wrote nothing of k (hole B of #26)"
 	"R0|routing.pml|-DMUTATION=1|refuted|the old rule: any status change of a request naming k defers k's backup, again and again"
 	"R1|routing.pml|-DMUTATION=2|refuted|progress per key, deferrals unbounded"

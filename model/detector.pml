@@ -32,8 +32,8 @@
  *           (a clock past a's aging step lifts a level with b), written with the cached rv
  *   2 (D1)  no live re-read: the victim from the cache's stored fields, with the cached rv
  *   3 (D2)  the live re-read kept, but the victim ranked by the detector's clock
- *   4 (A0)  with ANYOF: the old graph, b waits for every holder (a cycle through a whatever c does)
- *   5 (A1)  with ANYOF: the live re-read checks the cycle's members, not the any-of hop's c
+ *   4 (Y0)  with ANYOF: the old graph, b waits for every holder (a cycle through a whatever c does)
+ *   5 (Y1)  with ANYOF: the live re-read checks the cycle's members, not the any-of hop's c
  */
 
 #ifndef MUTATION
