@@ -33,8 +33,8 @@ type tracker struct {
 	// final phase) or deleted, whichever came first.
 	gone     map[types.NamespacedName]time.Time
 	released map[types.NamespacedName]time.Time
-	stats map[string]*Transitions
-	err   error
+	stats    map[string]*Transitions
+	err      error
 }
 
 type objState struct {
