@@ -41,7 +41,12 @@ var (
 	manager    *managerProcess
 )
 
-func TestE2E(t *testing.T) { framework.RunSuite(t, "Turnstile e2e suite") }
+// TestE2E runs the specs in two shards side by side, each a process with its own control plane
+// and manager (framework.RunSuiteInShards): most of a spec's time is kubectl starting and the
+// manager's clocks. TURNSTILE_TEST_SHARDS=1 runs them all in this process. A spec that takes
+// longer than most says so with SpecPriority: about its seconds ÷ 3, in ordinary specs' worth
+// (the others, about 3 s each, count 1), so the shards balance.
+func TestE2E(t *testing.T) { framework.RunSuiteInShards(t, "Turnstile e2e suite", 2) }
 
 var _ = BeforeSuite(func() {
 	repoRoot = framework.Root()

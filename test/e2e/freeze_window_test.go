@@ -9,7 +9,7 @@ import (
 )
 
 var _ = Describe("Freeze windows, with the real kubectl and the real manager's clock", func() {
-	It("a window for the first 20 s of every minute holds a request inside it and grants it when it closes", func() {
+	It("a window for the first 20 s of every minute holds a request inside it and grants it when it closes", SpecPriority(23), func() {
 		ns := createNamespace()
 		command := "win-" + randSuffix()
 		DeferCleanup(func() { _, _ = kubectl("delete", "commandlock", command, "--ignore-not-found") })

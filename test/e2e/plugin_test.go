@@ -77,7 +77,7 @@ var _ = Describe("The kubectl turnstile plugin", func() {
 		Expect(string(second.Out.Contents())).To(MatchRegexp(`lockrequest/second granted: fencing token [1-9][0-9]*`))
 	})
 
-	It("frees the lock of a killed run within its lease duration, not its ttl", func() {
+	It("frees the lock of a killed run within its lease duration, not its ttl", SpecPriority(3), func() {
 		victim := turnstile("-n", ns, "run", "-l", "acme/infra:dns", "--owner", "alice", "--name", "victim",
 			"--lease-duration", "8s", "--grace", "1s", "--ttl", "1h", "--", "sleep", "600")
 		Eventually(victim.Err, settle).Should(gbytes.Say("granted"))

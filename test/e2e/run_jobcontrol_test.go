@@ -147,7 +147,7 @@ var _ = Describe("kubectl turnstile run under job control", func() {
 		return b
 	}
 
-	It("Ctrl-Z at a terminal: the command is suspended with run, and stopped before the lease can lapse", func() {
+	It("Ctrl-Z at a terminal: the command is suspended with run, and stopped before the lease can lapse", SpecPriority(4), func() {
 		term := newTerminal()
 		term.typed(typed("10s", `$alive 600`))
 		trees.waitStarted("a")
@@ -169,7 +169,7 @@ var _ = Describe("kubectl turnstile run under job control", func() {
 		Eventually(term.text, 30*time.Second).Should(ContainSubstring("code=76"))
 	})
 
-	It("Ctrl-Z and fg within the lease: the command goes on under the lock and finishes", func() {
+	It("Ctrl-Z and fg within the lease: the command goes on under the lock and finishes", SpecPriority(3), func() {
 		term := newTerminal()
 		term.typed(typed("30s", `$alive 60`))
 		trees.waitStarted("a")
@@ -185,7 +185,7 @@ var _ = Describe("kubectl turnstile run under job control", func() {
 		trees.expectSerial("a", "b")
 	})
 
-	It("SIGSTOP to run's process group: the keeper stops the tree before the lease can lapse", func() {
+	It("SIGSTOP to run's process group: the keeper stops the tree before the lease can lapse", SpecPriority(4), func() {
 		a := startRun("", firstArgs("10s"), trees.command("a", `$alive 600`))
 		trees.waitStarted("a")
 		b := next()
@@ -196,7 +196,7 @@ var _ = Describe("kubectl turnstile run under job control", func() {
 		Eventually(a, 30*time.Second).Should(gexec.Exit(76))
 	})
 
-	It("SIGSTOP to the keeper, then to run: run continues the stopped keeper, which then stops the tree", func() {
+	It("SIGSTOP to the keeper, then to run: run continues the stopped keeper, which then stops the tree", SpecPriority(4), func() {
 		a := startRun("", firstArgs("10s"), trees.command("a", `$alive 600`))
 		trees.waitStarted("a")
 		b := next()

@@ -228,7 +228,7 @@ var _ = Describe("kubectl turnstile run as a flock of the whole process tree", f
 		Expect(trees.alive()).To(BeEmpty())
 	})
 
-	It("stops the tree of a run killed with SIGKILL before its Lease lapses", func() {
+	It("stops the tree of a run killed with SIGKILL before its Lease lapses", SpecPriority(4), func() {
 		a := startRun("", runArgs("alice", "--pull", "1", "--grace", "2s", "--lease-duration", "10s"),
 			trees.command("a", `sh -c 'trap "" TERM; $alive 600' & $alive 600`))
 		b := second(a)
@@ -239,7 +239,7 @@ var _ = Describe("kubectl turnstile run as a flock of the whole process tree", f
 		trees.expectSerial("a", "b")
 	})
 
-	It("keeps the lock while a command runs longer than its ttl", func() {
+	It("keeps the lock while a command runs longer than its ttl", SpecPriority(12), func() {
 		a := startRun("", runArgs("alice", "--pull", "1", "--name", "long", "--ttl", "12s", "--grace", "1s", "--lease-duration", "8s"),
 			trees.command("a", `$alive 300`))
 		b := second(a)
@@ -312,7 +312,7 @@ var _ = Describe("kubectl turnstile run as a flock of the whole process tree", f
 		Expect(jsonpath(ns, "lockrequests", "{.items[*].metadata.name}")).To(BeEmpty(), "nothing was asked for")
 	})
 
-	It("keeps the locks after a failed command with --keep-on-failure, saying why", func() {
+	It("keeps the locks after a failed command with --keep-on-failure, saying why", SpecPriority(4), func() {
 		_, err := kubectl("turnstile", "-n", ns, "run", "-l", lock, "--owner", "alice", "--name", "broken", "--keep-on-failure",
 			"--lease-duration", "8s", "--grace", "1s",
 			"--url", "https://ci.example.com/runs/7", "--", "sh", "-c", "exit 4")
@@ -329,7 +329,7 @@ var _ = Describe("kubectl turnstile run as a flock of the whole process tree", f
 		mustKubectl("turnstile", "-n", ns, "run", "-l", lock, "--owner", "bob", "-w", "20s", "--", "true")
 	})
 
-	It("stops a holder cut off from the API server (black hole) before the next holder starts", func() {
+	It("stops a holder cut off from the API server (black hole) before the next holder starts", SpecPriority(9), func() {
 		proxy := newBlackHole(env.Config.Host)
 		DeferCleanup(proxy.Close)
 		cut := proxiedKubeconfig(proxy.Addr())
@@ -346,7 +346,7 @@ var _ = Describe("kubectl turnstile run as a flock of the whole process tree", f
 		GinkgoWriter.Printf("black hole: the next holder's command started %s after the cut-off tree's last process\n", gaps[0])
 	})
 
-	It("retries its release until the API server answers (a partition as the command exits)", func() {
+	It("retries its release until the API server answers (a partition as the command exits)", SpecPriority(3), func() {
 		proxy := newBlackHole(env.Config.Host)
 		DeferCleanup(proxy.Close)
 		cut := proxiedKubeconfig(proxy.Addr())
