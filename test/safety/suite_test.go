@@ -40,7 +40,10 @@ var (
 	history *lag.History
 )
 
-func TestSafety(t *testing.T) { framework.RunSuite(t, "Safety suite") }
+// TestSafety runs the specs in two shards side by side, each a process with its own control plane
+// and history (framework.RunSuiteInShards): the seeded simulation in one, the other specs in the
+// other. TURNSTILE_TEST_SHARDS=1 runs them all in this process.
+func TestSafety(t *testing.T) { framework.RunSuiteInShards(t, "Safety suite", 2) }
 
 var _ = BeforeSuite(func() {
 	// The reconcilers log through controller-runtime's logger (the simulation's membership
