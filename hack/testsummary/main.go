@@ -41,6 +41,22 @@ func ginkgoCounts(line string) (passed, failed, skipped int, ok bool) {
 	return passed, failed, skipped, true
 }
 
+// failureHeadings are how Ginkgo's closing "Summarizing N Failures:" block starts each failed
+// spec's line: its state, then the spec's full text and where it failed.
+var failureHeadings = []string{"[FAIL]", "[PANICKED!]", "[ABORTED]", "[TIMEDOUT]", "[INTERRUPTED]"}
+
+// failedSpec reads one line of a Ginkgo suite's closing failure summary: the failed spec's
+// heading and text, or false for any other line.
+func failedSpec(line string) (string, bool) {
+	line = strings.TrimSpace(ansiEscape.ReplaceAllString(line, ""))
+	for _, h := range failureHeadings {
+		if strings.HasPrefix(line, h+" ") {
+			return line, true
+		}
+	}
+	return "", false
+}
+
 // pkgTime is how long a package's tests ran.
 type pkgTime struct {
 	pkg     string
@@ -65,7 +81,7 @@ func slowest(took []pkgTime, n int) string {
 func main() {
 	var passed, failed, skipped int
 	ginkgoTests := map[string]bool{} // package/test of Go tests that ran a Ginkgo suite
-	var failedNames []string
+	var failedNames, failedSpecs []string
 	pkgFailed := map[string]bool{}
 	buildFailed := false
 	var took []pkgTime
@@ -84,6 +100,12 @@ func main() {
 		switch ev.Action {
 		case "output":
 			fmt.Print(ev.Output)
+			// A failed spec is named again at the end, where CI's shortened log still shows it.
+			for _, l := range strings.Split(ev.Output, "\n") {
+				if spec, ok := failedSpec(l); ok {
+					failedSpecs = append(failedSpecs, ev.Package+": "+spec)
+				}
+			}
 			if p, f, s, ok := ginkgoCounts(ev.Output); ok {
 				passed, failed, skipped = passed+p, failed+f, skipped+s
 				ginkgoTests[ev.Package+"/"+ev.Test] = true
@@ -121,6 +143,9 @@ func main() {
 	fmt.Println(slowest(took, 8))
 	for _, n := range failedNames {
 		fmt.Println("FAILED:", n)
+	}
+	for _, n := range failedSpecs {
+		fmt.Println("FAILED spec:", n)
 	}
 	if buildFailed {
 		fmt.Println("some packages failed to build")

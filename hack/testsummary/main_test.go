@@ -25,3 +25,29 @@ func TestGinkgoCounts(t *testing.T) {
 		})
 	}
 }
+
+func TestFailedSpec(t *testing.T) {
+	cases := map[string]struct {
+		line, want string
+		ok         bool
+	}{
+		// As Ginkgo's closing summary writes it: indented, the heading in its color.
+		"failed": {
+			line: "  \x1b[38;5;9m[FAIL]\x1b[0m \x1b[0mThe scheduler \x1b[38;5;243mwhen a holder goes \x1b[38;5;9m\x1b[1m[It] grants the next\x1b[0m\n",
+			want: "[FAIL] The scheduler when a holder goes [It] grants the next", ok: true,
+		},
+		"timed out": {line: "  [TIMEDOUT] A [It] b", want: "[TIMEDOUT] A [It] b", ok: true},
+		"panicked":  {line: "[PANICKED!] A [It] b", want: "[PANICKED!] A [It] b", ok: true},
+		// The line Ginkgo writes while the spec runs is not the summary's.
+		"progress": {line: "  [FAILED] Expected <int>: 1 to equal <int>: 2"},
+		"other":    {line: "Summarizing 1 Failure:"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			got, ok := failedSpec(tc.line)
+			if got != tc.want || ok != tc.ok {
+				t.Errorf("failedSpec = %q, %t; want %q, %t", got, ok, tc.want, tc.ok)
+			}
+		})
+	}
+}
