@@ -47,11 +47,18 @@ var failureHeadings = []string{"[FAIL]", "[PANICKED!]", "[ABORTED]", "[TIMEDOUT]
 
 // failedSpec reads one line of a Ginkgo suite's closing failure summary: the failed spec's
 // heading and text, or false for any other line.
+// shardPrefix is the name framework.RunSuiteInShards writes before each line of a shard's output.
+var shardPrefix = regexp.MustCompile(`^\[shard \d+/\d+\]`)
+
 func failedSpec(line string) (string, bool) {
 	line = strings.TrimSpace(ansiEscape.ReplaceAllString(line, ""))
+	// A sharded suite (framework.RunSuiteInShards) prints a failed shard's output with its name
+	// before each line.
+	shard := shardPrefix.FindString(line)
+	line = strings.TrimSpace(line[len(shard):])
 	for _, h := range failureHeadings {
 		if strings.HasPrefix(line, h+" ") {
-			return line, true
+			return strings.TrimSpace(shard + " " + line), true
 		}
 	}
 	return "", false

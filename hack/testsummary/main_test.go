@@ -36,8 +36,13 @@ func TestFailedSpec(t *testing.T) {
 			line: "  \x1b[38;5;9m[FAIL]\x1b[0m \x1b[0mThe scheduler \x1b[38;5;243mwhen a holder goes \x1b[38;5;9m\x1b[1m[It] grants the next\x1b[0m\n",
 			want: "[FAIL] The scheduler when a holder goes [It] grants the next", ok: true,
 		},
-		"timed out": {line: "  [TIMEDOUT] A [It] b", want: "[TIMEDOUT] A [It] b", ok: true},
-		"panicked":  {line: "[PANICKED!] A [It] b", want: "[PANICKED!] A [It] b", ok: true},
+		"a shard's": {
+			line: "[shard 2/2]   [FAIL] Grant engine [It] orders the queue by priority\n",
+			want: "[shard 2/2] [FAIL] Grant engine [It] orders the queue by priority", ok: true,
+		},
+		"a shard's progress": {line: "[shard 2/2]   [FAILED] Timed out after 10.019s."},
+		"timed out":          {line: "  [TIMEDOUT] A [It] b", want: "[TIMEDOUT] A [It] b", ok: true},
+		"panicked":           {line: "[PANICKED!] A [It] b", want: "[PANICKED!] A [It] b", ok: true},
 		// The line Ginkgo writes while the spec runs is not the summary's.
 		"progress": {line: "  [FAILED] Expected <int>: 1 to equal <int>: 2"},
 		"other":    {line: "Summarizing 1 Failure:"},
