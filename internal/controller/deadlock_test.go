@@ -12,6 +12,7 @@ import (
 	locksv1 "github.com/turnstile-dev/turnstile/api/v1alpha1"
 	"github.com/turnstile-dev/turnstile/internal/controller"
 	"github.com/turnstile-dev/turnstile/internal/deadlock"
+	"github.com/turnstile-dev/turnstile/internal/queue"
 	. "github.com/turnstile-dev/turnstile/internal/testing/wrappers"
 )
 
@@ -216,6 +217,9 @@ var _ = Describe("Deadlock detection", func() {
 				reg := withMetrics(func(o *controller.SetupOptions) {
 					o.DeadlockPolicy = policy
 					o.DeadlockScan = 0
+					// The production aging step: a2, aged a step by a slow machine, would be High
+					// beside b2, and lowest-priority would choose differently.
+					o.Queue.AgingStep = queue.DefaultConfig().AgingStep
 				})
 				Expect(metric(reg, "turnstile_deadlocks_total")()).To(BeZero())
 				holdAndWait()
