@@ -49,15 +49,18 @@ func newRunTrees() *runTrees {
 	t := &runTrees{dir: GinkgoT().TempDir(), key: "k" + randSuffix()}
 	alive := `i=0; while [ $i -lt $1 ]; do echo "alive $(date +%s%N) $$" >> $L; sleep 0.1; i=$((i+1)); done`
 	Expect(os.WriteFile(filepath.Join(t.dir, "alive.sh"), []byte(alive), 0o600)).To(Succeed())
+	// "$aliveFor S" beats until S seconds have passed, however slowly a loaded machine forks.
+	aliveFor := `end=$(($(date +%s) + $1)); while [ "$(date +%s)" -lt $end ]; do echo "alive $(date +%s%N) $$" >> $L; sleep 0.1; done`
+	Expect(os.WriteFile(filepath.Join(t.dir, "alive-for.sh"), []byte(aliveFor), 0o600)).To(Succeed())
 	DeferCleanup(t.killAll)
 	return t
 }
 
 // command is the argv of a tree: a shell that looks for other trees' live processes, records
 // its start, runs body (in which "$alive N" writes a heartbeat N times, 100 ms apart, from a
-// process of its own) and records its end.
+// process of its own, and "$aliveFor S" for S seconds) and records its end.
 func (t *runTrees) command(id, body string) []string {
-	script := fmt.Sprintf(`L=%[1]s/%[2]s.log; export L; alive="sh %[1]s/alive.sh"; export alive
+	script := fmt.Sprintf(`L=%[1]s/%[2]s.log; export L; alive="sh %[1]s/alive.sh"; aliveFor="sh %[1]s/alive-for.sh"; export alive aliveFor
 others=$(grep -haoz '^E2E_TREE=%[3]s-[a-z0-9]*' /proc/[0-9]*/environ 2>/dev/null | tr '\0' '\n' | grep -vx 'E2E_TREE=%[3]s-%[2]s' | sort -u | tr '\n' ' ')
 [ -n "$others" ] && echo "overlap $(date +%%s%%N) $others" >> $L
 echo "start $(date +%%s%%N) $$" >> $L
@@ -241,7 +244,7 @@ var _ = Describe("kubectl turnstile run as a flock of the whole process tree", f
 
 	It("keeps the lock while a command runs longer than its ttl", SpecPriority(12), func() {
 		a := startRun("", runArgs("alice", "--pull", "1", "--name", "long", "--ttl", "12s", "--grace", "1s", "--lease-duration", "8s"),
-			trees.command("a", `$alive 300`))
+			trees.command("a", `$aliveFor 30`))
 		b := second(a)
 		Eventually(a, 90*time.Second).Should(gexec.Exit())
 		Eventually(b, 30*time.Second).Should(gexec.Exit())
