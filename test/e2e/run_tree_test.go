@@ -243,7 +243,9 @@ var _ = Describe("kubectl turnstile run as a flock of the whole process tree", f
 	})
 
 	It("keeps the lock while a command runs longer than its ttl", SpecPriority(12), func() {
-		a := startRun("", runArgs("alice", "--pull", "1", "--name", "long", "--ttl", "12s", "--grace", "1s", "--lease-duration", "8s"),
+		// The holder Lease outlasts the ttl: what keeps the grant is the ttl's renewal. (With 8 s, an
+		// API server too loaded to answer a renewal for 4 s had run rightly stop the command.)
+		a := startRun("", runArgs("alice", "--pull", "1", "--name", "long", "--ttl", "12s", "--grace", "1s", "--lease-duration", "16s"),
 			trees.command("a", `$aliveFor 30`))
 		b := second(a)
 		Eventually(a, 90*time.Second).Should(gexec.Exit())
