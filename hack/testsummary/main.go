@@ -7,6 +7,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"regexp"
 	"sort"
@@ -45,11 +46,11 @@ func ginkgoCounts(line string) (passed, failed, skipped int, ok bool) {
 // spec's line: its state, then the spec's full text and where it failed.
 var failureHeadings = []string{"[FAIL]", "[PANICKED!]", "[ABORTED]", "[TIMEDOUT]", "[INTERRUPTED]"}
 
-// failedSpec reads one line of a Ginkgo suite's closing failure summary: the failed spec's
-// heading and text, or false for any other line.
 // shardPrefix is the name framework.RunSuiteInShards writes before each line of a shard's output.
 var shardPrefix = regexp.MustCompile(`^\[shard \d+/\d+\]`)
 
+// failedSpec reads one line of a Ginkgo suite's closing failure summary: the failed spec's
+// heading and text, or false for any other line.
 func failedSpec(line string) (string, bool) {
 	line = strings.TrimSpace(ansiEscape.ReplaceAllString(line, ""))
 	// A sharded suite (framework.RunSuiteInShards) prints a failed shard's output with its name
@@ -86,19 +87,27 @@ func slowest(took []pkgTime, n int) string {
 }
 
 func main() {
+	if summarize(os.Stdin, os.Stdout) > 0 {
+		os.Exit(1)
+	}
+}
+
+// summarize copies the test output of the `go test -json` stream in to out, then the summary,
+// and returns how many failed.
+func summarize(in io.Reader, out io.Writer) int {
 	var passed, failed, skipped int
 	ginkgoTests := map[string]bool{} // package/test of Go tests that ran a Ginkgo suite
 	var failedNames, failedSpecs []string
 	pkgFailed := map[string]bool{}
 	buildFailed := false
 	var took []pkgTime
-	sc := bufio.NewScanner(os.Stdin)
+	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 1<<20), 1<<24)
 	for sc.Scan() {
 		line := sc.Bytes()
 		var ev event
 		if err := json.Unmarshal(line, &ev); err != nil {
-			fmt.Println(string(line)) // build errors are not JSON
+			fmt.Fprintln(out, string(line)) // build errors are not JSON
 			if strings.Contains(string(line), "build failed") || strings.HasPrefix(string(line), "#") {
 				buildFailed = true
 			}
@@ -106,7 +115,7 @@ func main() {
 		}
 		switch ev.Action {
 		case "output":
-			fmt.Print(ev.Output)
+			fmt.Fprint(out, ev.Output)
 			// A failed spec is named again at the end, where CI's shortened log still shows it.
 			for _, l := range strings.Split(ev.Output, "\n") {
 				if spec, ok := failedSpec(l); ok {
@@ -118,7 +127,7 @@ func main() {
 				ginkgoTests[ev.Package+"/"+ev.Test] = true
 			}
 		case "build-output":
-			fmt.Print(ev.Output)
+			fmt.Fprint(out, ev.Output)
 		case "build-fail":
 			buildFailed = true
 		case "pass", "fail", "skip":
@@ -146,20 +155,18 @@ func main() {
 			}
 		}
 	}
-	fmt.Println()
-	fmt.Println(slowest(took, 8))
+	fmt.Fprintln(out)
+	fmt.Fprintln(out, slowest(took, 8))
 	for _, n := range failedNames {
-		fmt.Println("FAILED:", n)
+		fmt.Fprintln(out, "FAILED:", n)
 	}
 	for _, n := range failedSpecs {
-		fmt.Println("FAILED spec:", n)
+		fmt.Fprintln(out, "FAILED spec:", n)
 	}
 	if buildFailed {
-		fmt.Println("some packages failed to build")
+		fmt.Fprintln(out, "some packages failed to build")
 		failed++
 	}
-	fmt.Printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped)
-	if failed > 0 {
-		os.Exit(1)
-	}
+	fmt.Fprintf(out, "%d passed, %d failed, %d skipped\n", passed, failed, skipped)
+	return failed
 }

@@ -1,6 +1,12 @@
 package main
 
-import "testing"
+import (
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
 
 func TestGinkgoCounts(t *testing.T) {
 	cases := map[string]struct {
@@ -54,5 +60,42 @@ func TestFailedSpec(t *testing.T) {
 				t.Errorf("failedSpec = %q, %t; want %q, %t", got, ok, tc.want, tc.ok)
 			}
 		})
+	}
+}
+
+// TestSummarize feeds a `go test -json` stream in which a sharded Ginkgo suite failed one spec,
+// and a plain test passed: the summary counts the specs, and names the package and the spec.
+func TestSummarize(t *testing.T) {
+	pkg := "example.com/m/internal/controller"
+	outputs := []string{
+		"[shard 2/2] • [FAILED] [13.510 seconds]\n",
+		"[shard 2/2] Summarizing 1 Failure:\n",
+		"[shard 2/2]   [FAIL] Grant engine [It] orders the queue by priority\n",
+		"[shard 2/2]   /work/internal/controller/grant_test.go:135\n",
+		"Ran 90 of 90 Specs in 470.1 seconds\n",
+		"FAIL! -- 89 Passed | 1 Failed | 0 Pending | 0 Skipped\n",
+	}
+	var in strings.Builder
+	for _, o := range outputs {
+		in.WriteString(`{"Action":"output","Package":"` + pkg + `","Test":"TestControllers","Output":` + strconv.Quote(o) + "}\n")
+	}
+	in.WriteString(`{"Action":"fail","Package":"` + pkg + `","Test":"TestControllers","Elapsed":470}` + "\n")
+	in.WriteString(`{"Action":"fail","Package":"` + pkg + `","Elapsed":471}` + "\n")
+	in.WriteString(`{"Action":"pass","Package":"example.com/m/hack","Test":"TestX","Elapsed":1}` + "\n")
+	in.WriteString(`{"Action":"pass","Package":"example.com/m/hack","Elapsed":1}` + "\n")
+
+	var out strings.Builder
+	failed := summarize(strings.NewReader(in.String()), &out)
+	if failed != 2 {
+		t.Errorf("summarize = %d failed, want 2 (the spec, and its package)", failed)
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	want := []string{
+		"FAILED: " + pkg + " (package)",
+		"FAILED spec: " + pkg + ": [shard 2/2] [FAIL] Grant engine [It] orders the queue by priority",
+		"90 passed, 2 failed, 0 skipped",
+	}
+	if diff := cmp.Diff(want, lines[len(lines)-len(want):]); diff != "" {
+		t.Errorf("the summary's last lines (-want +got):\n%s\nall of it:\n%s", diff, out.String())
 	}
 }
