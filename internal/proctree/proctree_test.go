@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/onsi/gomega"
 )
 
 func TestParseStat(t *testing.T) {
@@ -67,14 +68,13 @@ func TestSignalReachesALeaver(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = syscall.Kill(-sh.Process.Pid, syscall.SIGKILL); _ = sh.Wait() })
+	g := gomega.NewWithT(t)
 	var leaver int
-	for deadline := time.Now().Add(10 * time.Second); leaver == 0; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the setsid child never wrote its pid")
-		}
+	g.Eventually(func() int {
 		b, _ := os.ReadFile(pidFile)
 		leaver, _ = strconv.Atoi(strings.TrimSpace(string(b)))
-	}
+		return leaver
+	}).WithTimeout(10*time.Second).WithPolling(20*time.Millisecond).ShouldNot(gomega.BeZero(), "the setsid child never wrote its pid")
 	p, err := Read(leaver)
 	if err != nil {
 		t.Fatal(err)
@@ -90,13 +90,8 @@ func TestSignalReachesALeaver(t *testing.T) {
 		t.Errorf("Signal found %d live descendants, want the shell and the leaver at least", n)
 	}
 	_ = sh.Wait()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	g.Eventually(func() bool {
 		p, err := Read(leaver)
-		if err != nil || !p.Alive() {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the process that left the group (pid %d) survived Signal", leaver)
-		}
-	}
+		return err == nil && p.Alive()
+	}).WithTimeout(10*time.Second).WithPolling(20*time.Millisecond).Should(gomega.BeFalse(), "the process that left the group (pid %d) survived Signal", leaver)
 }

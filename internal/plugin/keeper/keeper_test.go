@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/onsi/gomega"
 
 	"github.com/turnstile-dev/turnstile/internal/proctree"
 )
@@ -90,12 +91,8 @@ func (kr *keeperRun) file(name string) string {
 // waitUp waits until the tree wrote its "up" file (its traps are set).
 func (kr *keeperRun) waitUp(t *testing.T) {
 	t.Helper()
-	const name = "up"
-	for deadline := time.Now().Add(30 * time.Second); kr.file(name) == ""; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the tree never wrote %s", name)
-		}
-	}
+	gomega.NewWithT(t).Eventually(func() string { return kr.file("up") }).
+		WithTimeout(30*time.Second).WithPolling(20*time.Millisecond).ShouldNot(gomega.BeEmpty(), "the tree never wrote up")
 }
 
 func TestKeeperStopsWhatTheCommandLeftBehind(t *testing.T) {
