@@ -13,6 +13,7 @@ import (
 
 	"github.com/chromedp/cdproto/input"
 	"github.com/chromedp/chromedp"
+	"github.com/onsi/gomega"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -48,18 +49,12 @@ func request(t *testing.T, c client.Client, w *wrappers.LockRequestWrapper) *loc
 // waitPhase waits until the API server says the request is in phase.
 func waitPhase(t *testing.T, c client.Client, ns, name string, phase locksv1.LockRequestPhase) *locksv1.LockRequest {
 	t.Helper()
-	deadline := time.Now().Add(settle)
-	for {
-		var lr locksv1.LockRequest
-		err := c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, &lr)
-		if err == nil && lr.Status.Phase == phase {
-			return &lr
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("lockrequest %s/%s never reached %s (phase %q, err %v)", ns, name, phase, lr.Status.Phase, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	var lr locksv1.LockRequest
+	gomega.NewWithT(t).Eventually(func(g gomega.Gomega) {
+		g.Expect(c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, &lr)).To(gomega.Succeed())
+		g.Expect(lr.Status.Phase).To(gomega.Equal(phase))
+	}).WithTimeout(settle).WithPolling(20*time.Millisecond).Should(gomega.Succeed(), "lockrequest %s/%s never reached %s", ns, name, phase)
+	return &lr
 }
 
 func releaseByAPI(t *testing.T, c client.Client, ns, name string) {
